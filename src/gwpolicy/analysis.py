@@ -1,0 +1,180 @@
+"""`analyse(objects) -> Analysis`: the one entry point of the pure core.
+
+Load order never matters: objects are indexed by reference and every list the analysis
+walks is sorted, so a shuffled input gives the same effective policies and status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from gwpolicy.attach import ACCEPTED, CONFLICTED, TargetOutcome, resolve_targets
+from gwpolicy.effective import EffectivePolicy, Evaluator, KindKey, LevelEntry, settings_schema
+from gwpolicy.grants import ReferenceGrants
+from gwpolicy.merge.fieldmerge import Candidate, settle_conflicts
+from gwpolicy.merge.leaves import flatten
+from gwpolicy.model import Obj, ObjectIndex, build_index
+from gwpolicy.policies import Policy, PolicyKind, build_kinds, policy_objects
+from gwpolicy.refs import Ref
+from gwpolicy.status import DEFAULT_CONTROLLER, breadcrumbs, policy_status
+from gwpolicy.topology import Topology, build_topology
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class StatusChange:
+    """What the controller would write to one object (S9 `status` item)."""
+
+    object: Ref
+    status: dict[str, Any]
+    annotations: dict[str, str]
+
+
+@dataclass
+class Analysis:
+    index: ObjectIndex
+    topology: Topology
+    kinds: dict[KindKey, PolicyKind]
+    policies: dict[Ref, Policy]
+    outcomes: dict[Ref, list[TargetOutcome]]
+    entries: dict[tuple[KindKey, Ref], LevelEntry]
+    evaluator: Evaluator
+    effective: list[EffectivePolicy]
+    affected: dict[Ref, dict[KindKey, set[Ref]]]  # object -> policy kind -> policies that supply a leaf
+    controller: str
+    now: str
+    warnings: list[str] = field(default_factory=list)
+    _status: list[StatusChange] | None = None
+
+    def status_changes(self) -> list[StatusChange]:
+        """S9 `status`: one item per object whose status or annotations our write would change."""
+        if self._status is None:
+            self._status = compute_status(self)
+        return self._status
+
+
+def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None, *,
+            default_namespace: str = "default", controller: str = DEFAULT_CONTROLLER,
+            now: str | None = None) -> Analysis:
+    index = build_index(raws, origins, default_namespace)
+    grants = ReferenceGrants(index)
+    topo = build_topology(index, grants)
+    kinds = build_kinds(index)
+    warnings = list(index.warnings) + list(topo.warnings)
+    for pk in sorted(kinds.values(), key=lambda k: k.key):
+        warnings.extend(pk.warnings)
+    policies = policy_objects(index, kinds)
+    outcomes: dict[Ref, list[TargetOutcome]] = {}
+    attached: dict[tuple[KindKey, Ref], list[Policy]] = {}
+    for p in policies:  # oldest first, so each attachment list is in S5.4 order
+        outs = resolve_targets(p, index, topo, grants)
+        outcomes[p.ref] = outs
+        for o in outs:
+            if o.reason == ACCEPTED and o.declared is not None:
+                attached.setdefault((p.kind.key, o.declared), []).append(p)
+    entries = {key: _level_entry(kinds[key[0]], ps, outcomes, key[1]) for key, ps in attached.items()}
+    evaluator = Evaluator(kinds, entries, index)
+    effective: list[EffectivePolicy] = []
+    affected: dict[Ref, dict[KindKey, set[Ref]]] = {}
+    kinds_at = evaluator.kinds_at
+    for target in topo.targets():
+        owner = target.object
+        for path in topo.paths[target]:
+            if not any(level in kinds_at for level in path):
+                continue
+            for kk in evaluator.kinds_on(path):
+                res = evaluator.evaluate(target, path, kk)
+                if res.leaves:
+                    effective.append(EffectivePolicy(target, path, kinds[kk], res))
+                    if res.policies:
+                        affected.setdefault(owner, {}).setdefault(kk, set()).update(res.policies)
+    return Analysis(index, topo, kinds, {p.ref: p for p in policies}, outcomes, entries, evaluator,
+                    effective, affected, controller, now or utc_now(), warnings)
+
+
+def _level_entry(kind: PolicyKind, policies: list[Policy], outcomes: dict[Ref, list[TargetOutcome]],
+                 target: Ref) -> LevelEntry:
+    """Settle conflicts among the policies of one kind on one target and keep what they give."""
+    entry = LevelEntry()
+    if kind.strategy == "FieldMerge":
+        candidates = []
+        for p in policies:
+            cands = [Candidate(p.ref, stanza, flatten(settings, settings_schema(kind, stanza)))
+                     for stanza, settings in p.stanzas.items()]
+            candidates.append((p.ref, cands))
+        entry.contributions, losers = settle_conflicts(candidates)
+        for loser, winner in losers.items():
+            _conflicted(outcomes[loser], target, winner,
+                        f"{_name(winner)} was created earlier (or sorts first by name) and sets the same "
+                        f"fields to other values on {_where(target)}; this policy is not applied there (S5.4).")
+        return entry
+    if kind.strategy == "None":
+        winner, *rest = policies
+        entry.direct = [(winner.stanzas.get("direct", {}), "direct", winner.ref)]
+        for p in rest:
+            _conflicted(outcomes[p.ref], target, winner.ref,
+                        f"{_name(winner.ref)} already targets {_where(target)} and is older (or sorts first by name); "
+                        f"only one {kind.kind} applies per target (S6.1).")
+        return entry
+    for p in policies:
+        for stanza, settings in p.stanzas.items():
+            (entry.direct if stanza == "direct" else entry.inherited).append((settings, stanza, p.ref))
+    return entry
+
+
+def _conflicted(outs: list[TargetOutcome], target: Ref, winner: Ref, message: str) -> None:
+    for o in outs:
+        if o.declared == target:
+            o.reason, o.winner, o.message = CONFLICTED, winner, message
+
+
+def _name(ref: Ref) -> str:
+    return f"{ref.kind} {ref.namespace}/{ref.name}" if ref.namespace else f"{ref.kind} {ref.name}"
+
+
+def _where(ref: Ref) -> str:
+    return _name(ref.object) + (f" section {ref.section}" if ref.section else "")
+
+
+def compute_status(a: Analysis) -> list[StatusChange]:
+    changes: dict[Ref, StatusChange] = {}
+    for ref, policy in a.policies.items():
+        status = policy_status(policy, a.outcomes[ref], a.topology, a.controller, a.now)
+        changes[ref] = StatusChange(ref, status, _annotations(policy.obj.metadata))
+    for ref in a.topology.paths:
+        if ref.section is not None:
+            continue
+        obj = a.index.by_ref.get(ref)
+        if obj is None:
+            continue  # virtual objects carry no breadcrumb (S8.4)
+        kinds = [kk[1] for kk in a.affected.get(ref, {})]
+        prior = changes.get(ref)
+        if prior is not None:  # a policy that is itself a target: one write holds both
+            obj = _with(obj, prior)
+        status, annotations = breadcrumbs(obj, kinds, a.topology, a.controller, a.now)
+        changes[ref] = StatusChange(ref, status, annotations)
+    out = []
+    for ref in sorted(changes, key=Ref.sort_key):
+        ch = changes[ref]
+        obj = a.index.by_ref[ref]
+        current = obj.raw.get("status") if isinstance(obj.raw.get("status"), dict) else {}
+        if ch.status != current or ch.annotations != _annotations(obj.metadata):
+            out.append(ch)
+    return out
+
+
+def _annotations(meta: dict[str, Any]) -> dict[str, str]:
+    ann = meta.get("annotations")
+    return dict(ann) if isinstance(ann, dict) else {}
+
+
+def _with(obj: Obj, change: StatusChange) -> Obj:
+    raw = dict(obj.raw)
+    raw["status"] = change.status
+    raw["metadata"] = dict(obj.metadata, annotations=change.annotations)
+    return Obj(raw, obj.ref, obj.version, obj.origin)

@@ -1,0 +1,125 @@
+"""Resolving a policy's targets: group inference (S2.2), scope and security (S3), existence (S1.4, S8.2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gwpolicy.grants import ReferenceGrants
+from gwpolicy.kinds import default_group, is_known_namespaced
+from gwpolicy.model import ObjectIndex
+from gwpolicy.policies import Policy
+from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.topology import Topology, extend
+
+ACCEPTED, CONFLICTED, INVALID, NOT_FOUND = "Accepted", "Conflicted", "Invalid", "TargetNotFound"
+#: S8.1: the worst result wins when several targets share one status ancestor
+SEVERITY = {INVALID: 3, NOT_FOUND: 2, CONFLICTED: 1, ACCEPTED: 0}
+
+_SECTION_WORD = {"Gateway": "listener", "Service": "port"}
+
+
+@dataclass
+class TargetOutcome:
+    """What became of one targetRef entry of one policy."""
+
+    policy: Policy
+    declared: Ref | None  # the ancestorRef: the target as written, namespace resolved
+    reason: str
+    message: str
+    field: str  # e.g. spec.targetRefs[2]
+    winner: Ref | None = None  # the policy that beat this one, when Conflicted
+    in_scope: bool = True  # False for S3 breaches: then nothing about the target is revealed
+
+    @property
+    def resolved(self) -> Ref | None:
+        """The attachment point, when the target exists and the policy may attach to it."""
+        return self.declared if self.reason in (ACCEPTED, CONFLICTED) else None
+
+
+def target_is_namespaced(group: str, kind: str, index: ObjectIndex) -> bool:
+    known = is_known_namespaced(group, kind)
+    if known is not None:
+        return known
+    crd = index.crds.get((group, kind))
+    if crd is not None and isinstance(crd.spec, dict):
+        return crd.spec.get("scope", "Namespaced") == "Namespaced"
+    objs = index.of_kind(group, kind)
+    if objs:
+        return objs[0].namespace is not None
+    return True  # virtual backends (S1.4) live in the route's namespace
+
+
+def resolve_targets(policy: Policy, index: ObjectIndex, topo: Topology, grants: ReferenceGrants) -> list[TargetOutcome]:
+    """One outcome per distinct declared target; a policy-wide problem makes each Invalid."""
+    outcomes: list[TargetOutcome] = []
+    seen: set[Ref] = set()
+    many = policy.target_field == "spec.targetRefs"
+    for i, tref in enumerate(policy.target_refs):
+        where = f"{policy.target_field}[{i}]" if many else policy.target_field
+        out = _resolve_one(policy, tref, where, index, topo, grants)
+        if out.declared is not None and out.declared in seen:
+            continue
+        if out.declared is not None:
+            seen.add(out.declared)
+        if policy.invalid and out.reason != INVALID:
+            out.reason, out.message = INVALID, policy.invalid
+        outcomes.append(out)
+    if not outcomes:
+        outcomes.append(TargetOutcome(policy, None, INVALID, policy.invalid or "the policy has no target (S2.2)", "spec"))
+    return outcomes
+
+
+def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: ObjectIndex,
+                 topo: Topology, grants: ReferenceGrants) -> TargetOutcome:
+    kind, name = tref.get("kind"), tref.get("name")
+    if not isinstance(kind, str) or not kind or not isinstance(name, str) or not name:
+        return TargetOutcome(policy, None, INVALID, f"{where}: kind and name are required (S2.2)", where)
+    group = tref.get("group")
+    if not isinstance(group, str):
+        group = default_group(kind)
+        if group is None:
+            group = index.kind_groups.get(kind, CORE_GROUP)
+    section = tref.get("sectionName") if isinstance(tref.get("sectionName"), str) and tref.get("sectionName") else None
+    pns = policy.ref.namespace
+    if target_is_namespaced(group, kind, index):
+        ns = tref.get("namespace") if isinstance(tref.get("namespace"), str) and tref.get("namespace") else pns
+        if ns is None:
+            return TargetOutcome(policy, Ref(group, kind, None, name, section), INVALID,
+                                 f"{where}: {kind} {name} is namespaced, and a cluster-scoped policy must name its namespace (S3.6)",
+                                 where, in_scope=False)
+    else:
+        ns = None
+    declared = Ref(group, kind, ns, name, section)
+
+    def invalid(msg: str) -> TargetOutcome:
+        return TargetOutcome(policy, declared, INVALID, f"{where}: {msg}", where, in_scope=False)
+
+    # S3.7: scope first, so that a policy cannot probe other namespaces
+    if kind == "GatewayClass" and group == GATEWAY_GROUP and pns is not None:
+        return invalid(f"GatewayClass {name} can only be targeted by a cluster-scoped policy; "
+                       f"{policy.ref.kind} is namespaced (S3.2)")
+    if kind == "Namespace" and group == CORE_GROUP and pns is not None and name != pns:
+        return invalid(f"a policy in namespace {pns} may target only its own Namespace, not {name} (S3.3)")
+    if ns is not None and pns is not None and ns != pns and not grants.allows(
+            policy.ref.group, policy.ref.kind, pns, group, kind, ns, name):
+        return invalid(f"{kind} {ns}/{name} is in another namespace and no ReferenceGrant in {ns} allows "
+                       f"{policy.ref.kind} from {pns} to refer to it (S3.4)")
+    allowed = policy.kind.target_kinds
+    if allowed is not None and (group, kind) not in allowed:
+        names = ", ".join(k for _, k in allowed) or "nothing"
+        return TargetOutcome(policy, declared, INVALID,
+                             f"{where}: {policy.kind.kind} cannot target {kind}; it targets {names} (S3.5)", where)
+    obj_ref = declared.object
+    if not topo.exists(obj_ref):
+        if obj_ref in index.by_ref:  # S1.4: any object of the input can be a (virtual) target
+            topo.add_path(obj_ref, extend((), obj_ref))
+        else:
+            label = f"{ns}/{name}" if ns else name
+            return TargetOutcome(policy, declared, NOT_FOUND, f"{where}: {kind} {label} does not exist", where)
+    if section is not None and not topo.has_section(declared):
+        word = _SECTION_WORD.get(kind, "named rule" if kind.endswith("Route") else "section")
+        label = f"{ns}/{name}" if ns else name
+        return TargetOutcome(policy, declared, NOT_FOUND,
+                             f"{where}: {kind} {label} has no {word} named {section!r}", where)
+    return TargetOutcome(policy, declared, ACCEPTED, "the policy is accepted", where)

@@ -1,0 +1,1 @@
+"""The `gwpolicy` command line (edge): argument parsing, loading, printing."""

@@ -1,0 +1,164 @@
+"""Reading manifests (edge): files, directories, stdin; YAML (C loader) and JSON; `List` kinds.
+
+A malformed file is a `LoadError` naming `file:line`; an object that lacks
+apiVersion/kind/metadata.name is reported as a warning by position and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import yaml
+
+try:  # the C loader is several times faster; fall back to the pure one where libyaml is missing
+    _Loader: Any = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - depends on the build of PyYAML
+    _Loader = yaml.SafeLoader
+
+_SUFFIXES = (".yaml", ".yml", ".json")
+_DOC_SEP = re.compile(r"^---", re.MULTILINE)
+
+
+class LoadError(Exception):
+    """A file that cannot be read or parsed; the message starts with `file:line:`."""
+
+
+@dataclass
+class Loaded:
+    """What the loader produced: objects in input order, where each came from, and warnings."""
+
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    origins: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def expand_paths(paths: Iterable[str]) -> list[str]:
+    """Files named, and files below directories (recursively, sorted); `-` is stdin."""
+    out: list[str] = []
+    for p in paths:
+        if p == "-":
+            out.append(p)
+        elif os.path.isdir(p):
+            found = []
+            for root, dirs, files in os.walk(p):
+                dirs.sort()
+                for f in files:
+                    if f.endswith(_SUFFIXES):
+                        found.append(os.path.join(root, f))
+            out.extend(sorted(found))
+        elif os.path.exists(p):
+            out.append(p)
+        else:
+            raise LoadError(f"{p}: no such file or directory")
+    return out
+
+
+def load_paths(paths: Iterable[str], stdin_text: str | None = None) -> Loaded:
+    """Load every file (stdin for `-`) into one `Loaded`."""
+    result = Loaded()
+    for path in expand_paths(paths):
+        if path == "-":
+            text = stdin_text if stdin_text is not None else sys.stdin.read()
+            name = "<stdin>"
+        else:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    text = fh.read()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise LoadError(f"{path}:1: cannot read: {exc}") from exc
+            name = path
+        load_text(text, name, result)
+    return result
+
+
+def load_text(text: str, name: str, into: Loaded | None = None) -> Loaded:
+    """Parse one file's text (YAML or JSON) and append its objects to `into`."""
+    into = into if into is not None else Loaded()
+    stripped = text.lstrip()
+    if name.endswith(".json") or stripped.startswith(("{", "[")):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if name.endswith(".json"):
+                raise LoadError(f"{name}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+            docs = _load_yaml(text, name)  # YAML flow style also starts with { or [
+        else:
+            docs = doc if isinstance(doc, list) else [doc]
+    else:
+        docs = _load_yaml(text, name)
+    starts: list[int] | None = None
+    for index, doc in enumerate(docs):
+        if doc is None:
+            continue
+        if starts is None:
+            starts = _doc_start_lines(text)
+        where = f"{name}:{starts[index] if index < len(starts) else 1}"
+        if not isinstance(doc, dict):
+            into.warnings.append(f"{where}: document {index + 1} is not an object; skipped")
+            continue
+        kind = doc.get("kind")
+        items = doc.get("items")
+        if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list):
+            for i, item in enumerate(items):
+                _add(into, item, f"{where}: {kind} items[{i}]")
+            continue
+        _add(into, doc, where)
+    return into
+
+
+def _load_yaml(text: str, name: str) -> list[Any]:
+    try:
+        return list(yaml.load_all(text, Loader=_Loader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        context = getattr(exc, "context", None)
+        what = f"{context}: {problem}" if context else problem
+        raise LoadError(f"{name}:{line}: invalid YAML: {what}") from exc
+
+
+def _doc_start_lines(text: str) -> list[int]:
+    """First line of each YAML document, counted as PyYAML counts documents."""
+    starts = [text.count("\n", 0, m.start()) + 1 for m in _DOC_SEP.finditer(text)]
+    first = _first_content_line(text)
+    if not starts or starts[0] != first:
+        starts.insert(0, first)
+    return starts
+
+
+def _first_content_line(text: str) -> int:
+    """Number of the first line that is neither blank nor a comment."""
+    for number, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if s and not s.startswith("#"):
+            return number
+    return 1
+
+
+def _add(into: Loaded, obj: Any, where: str) -> None:
+    problem = check_object(obj)
+    if problem:
+        into.warnings.append(f"{where}: {problem}; skipped")
+        return
+    into.objects.append(obj)
+    into.origins.append(where)
+
+
+def check_object(obj: Any) -> str | None:
+    """Why an object cannot be analysed, or None (apiVersion, kind and metadata.name are required)."""
+    if not isinstance(obj, dict):
+        return "item is not an object"
+    missing = [f for f in ("apiVersion", "kind") if not isinstance(obj.get(f), str) or not obj.get(f)]
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta.get("name"):
+        missing.append("metadata.name")
+    if missing:
+        kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "object"
+        return f"{kind} without {', '.join(missing)}"
+    return None

@@ -1,0 +1,153 @@
+"""Input objects as records, and the indexes every later stage looks things up in (by reference)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from gwpolicy.kinds import is_known_namespaced, split_api_version
+from gwpolicy.refs import Ref
+
+#: sorts objects without a creationTimestamp after every object that has one
+NO_TIMESTAMP = "9999-12-31T23:59:59Z"
+
+
+@dataclass(slots=True)
+class Obj:
+    """One Kubernetes object: identity, the fields every stage reads, and the raw dict."""
+
+    raw: dict[str, Any]
+    ref: Ref
+    version: str
+    origin: str
+
+    @property
+    def group(self) -> str:
+        return self.ref.group
+
+    @property
+    def kind(self) -> str:
+        return self.ref.kind
+
+    @property
+    def namespace(self) -> str | None:
+        return self.ref.namespace
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.raw["metadata"]
+
+    @property
+    def spec(self) -> Any:
+        return self.raw.get("spec")
+
+    @property
+    def labels(self) -> dict[str, str]:
+        labels = self.metadata.get("labels")
+        return labels if isinstance(labels, dict) else {}
+
+    @property
+    def created(self) -> str:
+        """creationTimestamp as RFC 3339 text (sorts by time); missing sorts as newest."""
+        ts = self.metadata.get("creationTimestamp")
+        return ts if isinstance(ts, str) and ts else NO_TIMESTAMP
+
+    @property
+    def generation(self) -> int | None:
+        gen = self.metadata.get("generation")
+        return gen if isinstance(gen, int) else None
+
+    @property
+    def age_key(self) -> tuple[str, str, str]:
+        """S5.4 order: older first, then `{namespace}/{name}` alphabetically."""
+        return (self.created, self.ref.namespace or "", self.ref.name)
+
+
+@dataclass
+class ObjectIndex:
+    """All input objects, indexed by reference and by kind; later stages never scan the whole input."""
+
+    by_ref: dict[Ref, Obj] = field(default_factory=dict)
+    by_kind: dict[tuple[str, str], list[Obj]] = field(default_factory=dict)
+    kind_groups: dict[str, str] = field(default_factory=dict)
+    namespaces: set[str] = field(default_factory=set)
+    crds: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def of_kind(self, group: str, kind: str) -> list[Obj]:
+        return self.by_kind.get((group, kind), [])
+
+    def get(self, ref: Ref) -> Obj | None:
+        return self.by_ref.get(ref.object)
+
+    def namespace_exists(self, name: str) -> bool:
+        """S4.5: a Namespace object for it is in the input, or any input object lives in it."""
+        return name in self.namespaces
+
+    def namespace_labels(self, name: str) -> dict[str, str]:
+        obj = self.by_ref.get(Ref("", "Namespace", None, name))
+        labels = dict(obj.labels) if obj else {}
+        labels.setdefault("kubernetes.io/metadata.name", name)
+        return labels
+
+
+def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None,
+                default_namespace: str = "default") -> ObjectIndex:
+    """Index objects. Scope comes from known kinds, then CRDs in the input, then the object itself.
+
+    An object of a kind nobody declares is namespaced when it names a namespace, else
+    cluster-scoped (the only way a file can show a cluster-scoped custom policy).
+    """
+    raws = list(raws)
+    origin_list = list(origins) if origins is not None else [f"object {i + 1}" for i in range(len(raws))]
+    index = ObjectIndex()
+    crd_scope: dict[tuple[str, str], bool] = {}
+    for raw in raws:
+        if raw.get("kind") == "CustomResourceDefinition":
+            spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
+            names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
+            if isinstance(spec.get("group"), str) and isinstance(names.get("kind"), str):
+                crd_scope[(spec["group"], names["kind"])] = spec.get("scope", "Namespaced") == "Namespaced"
+    for raw, origin in zip(raws, origin_list):
+        group, version = split_api_version(raw["apiVersion"])
+        kind = raw["kind"]
+        meta = raw["metadata"]
+        ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) and meta.get("namespace") else None
+        namespaced = is_known_namespaced(group, kind)
+        if namespaced is None:
+            namespaced = crd_scope.get((group, kind))
+        if namespaced is None:
+            namespaced = ns is not None
+        if namespaced and ns is None:
+            ns = default_namespace
+        if not namespaced:
+            ns = None
+        ref = Ref(group, kind, ns, meta["name"])
+        obj = Obj(raw, ref, version, origin)
+        if ref in index.by_ref:
+            index.warnings.append(f"{origin}: {ref} appears again (first at {index.by_ref[ref].origin}); the later one is used")
+            old = index.by_ref[ref]
+            index.by_kind[(group, kind)].remove(old)
+        index.by_ref[ref] = obj
+        index.by_kind.setdefault((group, kind), []).append(obj)
+        if ns is not None:
+            index.namespaces.add(ns)
+        if kind == "Namespace" and group == "":
+            index.namespaces.add(ref.name)
+        if kind == "CustomResourceDefinition":
+            spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
+            names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
+            if isinstance(spec.get("group"), str) and isinstance(names.get("kind"), str):
+                index.crds[(spec["group"], names["kind"])] = obj
+    # deterministic per-kind order whatever the input order
+    for objs in index.by_kind.values():
+        objs.sort(key=lambda o: o.ref.sort_key())
+    groups_of: dict[str, str] = {}
+    for group, kind in sorted(index.by_kind):
+        groups_of.setdefault(kind, group)
+    index.kind_groups = groups_of
+    return index

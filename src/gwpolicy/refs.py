@@ -1,0 +1,76 @@
+"""Object and section references (S1.1): one hashable shape used as every index key."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+CORE_GROUP = ""
+
+
+class Ref(NamedTuple):
+    """`Kind/namespace/name#section`; namespace is None for cluster-scoped objects."""
+
+    group: str
+    kind: str
+    namespace: str | None
+    name: str
+    section: str | None = None
+
+    @property
+    def object(self) -> "Ref":
+        """The object that owns this section (itself when it is an object)."""
+        if self.section is None:
+            return self
+        return Ref(self.group, self.kind, self.namespace, self.name, None)
+
+    def with_section(self, section: str | None) -> "Ref":
+        return Ref(self.group, self.kind, self.namespace, self.name, section)
+
+    def __str__(self) -> str:
+        base = f"{self.kind}/{self.namespace}/{self.name}" if self.namespace is not None else f"{self.kind}/{self.name}"
+        return f"{base}#{self.section}" if self.section is not None else base
+
+    def sort_key(self) -> tuple[str, str, str, str, str]:
+        return (self.group, self.kind, self.namespace or "", self.name, self.section or "")
+
+    def to_json(self) -> dict[str, object]:
+        """S9 object reference: group, kind, namespace when namespaced, name, sectionName for a section."""
+        out: dict[str, object] = {"group": self.group, "kind": self.kind}
+        if self.namespace is not None:
+            out["namespace"] = self.namespace
+        out["name"] = self.name
+        if self.section is not None:
+            out["sectionName"] = self.section
+        return out
+
+    def to_target_json(self) -> dict[str, object]:
+        """S9 `target`: always carries namespace (null when cluster-scoped) and sectionName."""
+        return {
+            "group": self.group,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "sectionName": self.section,
+        }
+
+
+def parse_ref(text: str, *, group_of: "dict[str, str] | None" = None, namespaced: bool | None = None) -> Ref:
+    """Parse `Kind/ns/name#section` or `Kind/name` (S1.1); group comes from `group_of` or known kinds."""
+    from gwpolicy.kinds import default_group
+
+    section = None
+    if "#" in text:
+        text, section = text.split("#", 1)
+    parts = text.split("/")
+    if len(parts) == 3:
+        kind, ns, name = parts
+    elif len(parts) == 2:
+        kind, name = parts
+        ns = None
+    else:
+        raise ValueError(f"not an object reference: {text!r} (want Kind/namespace/name or Kind/name)")
+    group = (group_of or {}).get(kind)
+    if group is None:
+        group = default_group(kind) or ""
+    return Ref(group, kind, ns, name, section)

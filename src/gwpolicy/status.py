@@ -1,0 +1,170 @@
+"""Status (S8): PolicyAncestorStatus per ancestor, GEP-1364 conditions, breadcrumbs on affected objects.
+
+Everything here is a function of the analysis and of the status the objects already carry, so
+that computing status over objects that carry the computed status changes nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable
+
+from gwpolicy.attach import ACCEPTED, NOT_FOUND, SEVERITY, TargetOutcome
+from gwpolicy.kinds import ROUTE_KINDS
+from gwpolicy.model import Obj
+from gwpolicy.policies import Policy
+from gwpolicy.refs import GATEWAY_GROUP, Ref
+from gwpolicy.topology import Topology, namespace_ref
+
+DEFAULT_CONTROLLER = "gwpolicy.io/policy-controller"
+ANNOTATION = "gwpolicy.io/PolicyAffected"
+MAX_ANCESTORS = 16
+
+
+def affected_condition_type(kind: str) -> str:
+    return f"gwpolicy.io/{kind}Affected"
+
+
+def _parent_key(ref: dict[str, Any]) -> tuple:
+    """A ParentReference as a comparable key (group defaults to Gateway API, kind to Gateway)."""
+    return (ref.get("group", GATEWAY_GROUP) if ref.get("group") is not None else GATEWAY_GROUP,
+            ref.get("kind") or "Gateway", ref.get("namespace") or "", ref.get("name") or "",
+            ref.get("sectionName") or "", ref.get("port") or 0)
+
+
+def condition(ctype: str, status: str, reason: str, message: str, generation: int | None,
+              previous: dict[str, Any] | None, now: str) -> dict[str, Any]:
+    """A metav1.Condition; lastTransitionTime moves only when `status` changes (S8.3)."""
+    cond: dict[str, Any] = {"type": ctype, "status": status, "reason": reason, "message": message}
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    if previous is not None and previous.get("status") == status and previous.get("lastTransitionTime"):
+        cond["lastTransitionTime"] = previous["lastTransitionTime"]
+    else:
+        cond["lastTransitionTime"] = now
+    return cond
+
+
+def _find(conditions: Any, ctype: str) -> dict[str, Any] | None:
+    if isinstance(conditions, list):
+        for c in conditions:
+            if isinstance(c, dict) and c.get("type") == ctype:
+                return c
+    return None
+
+
+def ancestor_results(policy: Policy, outcomes: list[TargetOutcome], topo: Topology) -> dict[Ref, TargetOutcome]:
+    """S8.1: the ancestor each outcome reports on; when several share one, the worst result shows."""
+    result: dict[Ref, TargetOutcome] = {}
+    gateway_mode = policy.kind.status_ancestor == "Gateway"
+    for o in outcomes:
+        ancestors: list[Ref] = []
+        if o.declared is None:
+            ns = policy.ref.namespace
+            ancestors = [namespace_ref(ns) if ns is not None else policy.ref]
+        elif gateway_mode and o.in_scope and o.reason != NOT_FOUND and topo.exists(o.declared):
+            seen: dict[Ref, None] = {}
+            for path in topo.paths_of(o.declared):
+                for level in path:
+                    if level.kind == "Gateway" and level.group == GATEWAY_GROUP and level.section is None:
+                        seen[level] = None
+            ancestors = list(seen) or [o.declared]
+        else:
+            ancestors = [o.declared]
+        for anc in ancestors:
+            prev = result.get(anc)
+            if prev is None or SEVERITY[o.reason] > SEVERITY[prev.reason]:
+                result[anc] = o
+    return result
+
+
+def policy_status(policy: Policy, outcomes: list[TargetOutcome], topo: Topology,
+                  controller: str, now: str) -> dict[str, Any]:
+    """The policy's `status` after our write: other controllers' entries kept, ours recomputed."""
+    status = policy.obj.raw.get("status")
+    status = dict(status) if isinstance(status, dict) else {}
+    existing = [e for e in status.get("ancestors") or [] if isinstance(e, dict)]
+    others = [e for e in existing if e.get("controllerName") != controller]
+    previous = {_parent_key(e.get("ancestorRef") or {}): e for e in existing if e.get("controllerName") == controller}
+    ours = []
+    results = ancestor_results(policy, outcomes, topo)
+    for anc in sorted(results, key=Ref.sort_key):
+        o = results[anc]
+        aref = anc.to_json()
+        prev = previous.get(_parent_key(aref))
+        prev_cond = _find((prev or {}).get("conditions"), "Accepted")
+        status_word = "True" if o.reason == ACCEPTED else "False"
+        ours.append({
+            "ancestorRef": aref,
+            "controllerName": controller,
+            "conditions": [condition("Accepted", status_word, o.reason, outcome_message(o, anc),
+                                     policy.obj.generation, prev_cond, now)],
+        })
+    room = max(0, MAX_ANCESTORS - len(others))
+    status["ancestors"] = others + ours[:room]
+    return status
+
+
+def outcome_message(o: TargetOutcome, ancestor: Ref) -> str:
+    """S8.2: why, in words a user can act on."""
+    if o.reason == ACCEPTED:
+        where = f" on {_label(o.declared)}" if o.declared is not None else ""
+        via = f" (reported on {_label(ancestor)})" if o.declared is not None and ancestor != o.declared else ""
+        return f"Policy is accepted{where}{via}."
+    return o.message
+
+
+def _label(ref: Ref | None) -> str:
+    if ref is None:
+        return "nothing"
+    name = f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+    return f"{ref.kind} {name}" + (f" section {ref.section}" if ref.section else "")
+
+
+def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, controller: str,
+                now: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """S8.4: the object's status and annotations after our write."""
+    kinds = sorted(set(affected_kinds))
+    raw_status = obj.raw.get("status")
+    status = copy.deepcopy(raw_status) if isinstance(raw_status, dict) else {}
+    annotations = dict(obj.metadata.get("annotations") or {}) if isinstance(obj.metadata.get("annotations"), dict) else {}
+    gen = obj.generation
+    kind, group = obj.kind, obj.group
+    parent_refs = topo.route_parents.get(obj.ref, [])
+    if group == GATEWAY_GROUP and kind in ("Gateway", "GatewayClass"):
+        conds = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+        kept = [c for c in conds if not _ours_type(c.get("type"))]
+        ours = [condition(affected_condition_type(k), "True", "PolicyAffected",
+                          f"Affected by a {k}; run 'gwpolicy describe {kind.lower()}/{obj.name}' to see how.",
+                          gen, _find(conds, affected_condition_type(k)), now) for k in kinds]
+        if ours or len(kept) != len(conds):
+            status["conditions"] = kept + ours
+        return status, annotations
+    if group == GATEWAY_GROUP and kind in ROUTE_KINDS and parent_refs:
+        parents = [p for p in status.get("parents") or [] if isinstance(p, dict)]
+        kept = [p for p in parents if p.get("controllerName") != controller]
+        previous = {_parent_key(p.get("parentRef") or {}): p for p in parents if p.get("controllerName") == controller}
+        ours = []
+        if kinds:
+            for pref in parent_refs:
+                prev = previous.get(_parent_key(pref))
+                prev_conds = (prev or {}).get("conditions")
+                ours.append({"parentRef": dict(pref), "controllerName": controller,
+                             "conditions": [condition(affected_condition_type(k), "True", "PolicyAffected",
+                                                      f"Affected by a {k}; run 'gwpolicy describe {kind.lower()}/{obj.name} -n {obj.namespace}' to see how.",
+                                                      gen, _find(prev_conds, affected_condition_type(k)), now)
+                                            for k in kinds]})
+        if ours or len(kept) != len(parents):
+            status["parents"] = kept + ours
+        return status, annotations
+    if kinds:
+        annotations[ANNOTATION] = "true"
+    else:
+        annotations.pop(ANNOTATION, None)
+    return status, annotations
+
+
+def _ours_type(ctype: Any) -> bool:
+    return isinstance(ctype, str) and ctype.startswith("gwpolicy.io/") and ctype.endswith("Affected")
+
+

@@ -1,0 +1,255 @@
+"""The Gateway API hierarchy and its paths (S1.2, S1.3, S4).
+
+A path is a tuple of level references from the most general down to the target:
+`GatewayClass > Namespace > Gateway > listener > Namespace > route > rule > Namespace > backend > port`,
+with each Namespace level placed directly above the highest object of the path that lives in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gwpolicy.grants import ReferenceGrants
+from gwpolicy.kinds import PROTOCOL_ROUTE_KINDS, ROUTE_KINDS
+from gwpolicy.model import Obj, ObjectIndex
+from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+
+Path = tuple[Ref, ...]
+
+
+def namespace_ref(name: str) -> Ref:
+    return Ref(CORE_GROUP, "Namespace", None, name)
+
+
+def extend(path: Path, ref: Ref) -> Path:
+    """Append `ref`, with its Namespace level first when the path has none for it yet (S4.2)."""
+    ns = ref.namespace
+    if ns is not None and ref.section is None:
+        nsref = namespace_ref(ns)
+        if nsref not in path:
+            return path + (nsref, ref)
+    return path + (ref,)
+
+
+@dataclass
+class Topology:
+    """Targetable nodes, their sections, and every path to each (S4.3)."""
+
+    paths: dict[Ref, dict[Path, None]] = field(default_factory=dict)
+    sections: dict[Ref, list[str]] = field(default_factory=dict)
+    virtual: set[Ref] = field(default_factory=set)
+    route_parents: dict[Ref, list[dict[str, Any]]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def exists(self, ref: Ref) -> bool:
+        return ref.object in self.paths
+
+    def has_section(self, ref: Ref) -> bool:
+        return ref.section in self.sections.get(ref.object, ())
+
+    def targets(self) -> list[Ref]:
+        """Every object and section that has paths, in a stable order."""
+        return sorted(self.paths, key=Ref.sort_key)
+
+    def add_path(self, ref: Ref, path: Path) -> None:
+        self.paths.setdefault(ref, {})[path] = None
+
+    def paths_of(self, ref: Ref) -> list[Path]:
+        return list(self.paths.get(ref, ()))
+
+
+def hostnames_intersect(listener: str | None, route_hostnames: list[str]) -> bool:
+    """Gateway API hostname matching: none on either side matches all; `*.x` needs one or more extra labels."""
+    if not listener or not route_hostnames:
+        return True
+    return any(_host_match(listener, h) for h in route_hostnames if isinstance(h, str))
+
+
+def _host_match(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    if a.startswith("*.") and b.startswith("*."):
+        return b.endswith(a[1:]) or a.endswith(b[1:])
+    if a.startswith("*."):
+        return b.endswith(a[1:]) and len(b) > len(a) - 1
+    if b.startswith("*."):
+        return a.endswith(b[1:]) and len(a) > len(b) - 1
+    return False
+
+
+def selector_matches(selector: Any, labels: dict[str, str]) -> bool:
+    """A metav1.LabelSelector (matchLabels, matchExpressions); an empty selector matches everything."""
+    if not isinstance(selector, dict):
+        return False
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        if not isinstance(expr, dict):
+            return False
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def _listeners(gw: Obj) -> list[dict[str, Any]]:
+    spec = gw.spec if isinstance(gw.spec, dict) else {}
+    return [l for l in spec.get("listeners") or [] if isinstance(l, dict) and isinstance(l.get("name"), str)]
+
+
+def _admits(listener: dict[str, Any], gw: Obj, route: Obj, index: ObjectIndex) -> bool:
+    """Does the listener's allowedRoutes admit the route's namespace and kind (S1.3)?"""
+    allowed = listener.get("allowedRoutes") if isinstance(listener.get("allowedRoutes"), dict) else {}
+    namespaces = allowed.get("namespaces") if isinstance(allowed.get("namespaces"), dict) else {}
+    frm = namespaces.get("from") or "Same"
+    if frm == "Same" and route.namespace != gw.namespace:
+        return False
+    if frm == "Selector" and not selector_matches(namespaces.get("selector"), index.namespace_labels(route.namespace or "")):
+        return False
+    if frm not in ("Same", "All", "Selector"):
+        return False
+    kinds = allowed.get("kinds")
+    if kinds:
+        return any(isinstance(k, dict) and k.get("kind") == route.kind
+                   and (k.get("group") if k.get("group") is not None else GATEWAY_GROUP) == route.group
+                   for k in kinds)
+    protocol = listener.get("protocol")
+    return route.kind in PROTOCOL_ROUTE_KINDS.get(protocol, ROUTE_KINDS) if isinstance(protocol, str) else True
+
+
+def _rules(route: Obj) -> list[dict[str, Any]]:
+    spec = route.spec if isinstance(route.spec, dict) else {}
+    return [r for r in spec.get("rules") or [] if isinstance(r, dict)]
+
+
+def build_topology(index: ObjectIndex, grants: ReferenceGrants) -> Topology:
+    topo = Topology()
+    for ns in sorted(index.namespaces):
+        topo.add_path(namespace_ref(ns), (namespace_ref(ns),))
+    for gc in index.of_kind(GATEWAY_GROUP, "GatewayClass"):
+        topo.add_path(gc.ref, (gc.ref,))
+
+    listener_paths: dict[Ref, list[Path]] = {}
+    listeners_of: dict[Ref, list[dict[str, Any]]] = {}
+    for gw in index.of_kind(GATEWAY_GROUP, "Gateway"):
+        spec = gw.spec if isinstance(gw.spec, dict) else {}
+        gc_ref = Ref(GATEWAY_GROUP, "GatewayClass", None, str(spec.get("gatewayClassName", "")))
+        base: Path = (gc_ref,) if gc_ref in index.by_ref else ()
+        gw_path = extend(base, gw.ref)
+        topo.add_path(gw.ref, gw_path)
+        listeners = _listeners(gw)
+        listeners_of[gw.ref] = listeners
+        topo.sections[gw.ref] = [l["name"] for l in listeners]
+        for l in listeners:
+            lref = gw.ref.with_section(l["name"])
+            topo.add_path(lref, gw_path + (lref,))
+            listener_paths[lref] = [gw_path + (lref,)]
+
+    services_reached: set[Ref] = set()
+    for kind in ROUTE_KINDS:
+        for route in index.of_kind(GATEWAY_GROUP, kind):
+            route_paths = _route_paths(route, index, listeners_of, topo)
+            for p in route_paths:
+                topo.add_path(route.ref, p)
+            rules = _rules(route)
+            topo.sections[route.ref] = [r["name"] for r in rules if isinstance(r.get("name"), str)]
+            for rule in rules:
+                rname = rule.get("name") if isinstance(rule.get("name"), str) else None
+                bases = [p + (route.ref.with_section(rname),) for p in route_paths] if rname else route_paths
+                if rname:
+                    for b in bases:
+                        topo.add_path(route.ref.with_section(rname), b)
+                for bref in rule.get("backendRefs") or []:
+                    if isinstance(bref, dict):
+                        _add_backend(route, bref, bases, index, grants, topo, services_reached)
+
+    # Services (and their named ports) that no route reaches: Namespace > Service > port
+    for svc in index.of_kind(CORE_GROUP, "Service"):
+        ports = _service_ports(svc)
+        topo.sections[svc.ref] = [p["name"] for p in ports]
+        if svc.ref not in topo.paths:
+            topo.add_path(svc.ref, extend((), svc.ref))
+        for port in ports:
+            pref = svc.ref.with_section(port["name"])
+            if pref not in topo.paths:
+                topo.add_path(pref, extend((), svc.ref) + (pref,))
+    for kind in ("ServiceImport",):
+        for obj in index.by_kind.get(("multicluster.x-k8s.io", kind), []):
+            if obj.ref not in topo.paths:
+                topo.add_path(obj.ref, extend((), obj.ref))
+    return topo
+
+
+def _route_paths(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[dict[str, Any]]],
+                 topo: Topology) -> list[Path]:
+    """One path per listener the route is attached to; `Namespace > route` when none (S4.3)."""
+    spec = route.spec if isinstance(route.spec, dict) else {}
+    hostnames = spec.get("hostnames") if isinstance(spec.get("hostnames"), list) else []
+    parent_refs = [p for p in spec.get("parentRefs") or [] if isinstance(p, dict)]
+    topo.route_parents[route.ref] = parent_refs
+    paths: dict[Path, None] = {}
+    for pref in parent_refs:
+        group = pref.get("group") if pref.get("group") is not None else GATEWAY_GROUP
+        kind = pref.get("kind") or "Gateway"
+        if group != GATEWAY_GROUP or kind != "Gateway":
+            continue  # mesh parents (a Service) are not part of this hierarchy (S4.4)
+        gw_ref = Ref(GATEWAY_GROUP, "Gateway", pref.get("namespace") or route.namespace, str(pref.get("name", "")))
+        gw = index.by_ref.get(gw_ref)
+        if gw is None:
+            continue
+        for listener in listeners_of.get(gw_ref, []):
+            if pref.get("sectionName") is not None and pref.get("sectionName") != listener["name"]:
+                continue
+            if pref.get("port") is not None and pref.get("port") != listener.get("port"):
+                continue
+            if not _admits(listener, gw, route, index):
+                continue
+            if not hostnames_intersect(listener.get("hostname"), hostnames):
+                continue
+            lref = gw_ref.with_section(listener["name"])
+            for lp in topo.paths.get(lref, []):
+                paths[extend(lp, route.ref)] = None
+    if not paths:
+        paths[extend((), route.ref)] = None
+    return list(paths)
+
+
+def _service_ports(svc: Obj) -> list[dict[str, Any]]:
+    spec = svc.spec if isinstance(svc.spec, dict) else {}
+    return [p for p in spec.get("ports") or [] if isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"]]
+
+
+def _add_backend(route: Obj, bref: dict[str, Any], bases: list[Path], index: ObjectIndex,
+                 grants: ReferenceGrants, topo: Topology, services_reached: set[Ref]) -> None:
+    group = bref.get("group") or CORE_GROUP
+    kind = bref.get("kind") or "Service"
+    ns = bref.get("namespace") or route.namespace
+    name = bref.get("name")
+    if not isinstance(name, str) or not isinstance(ns, str):
+        return
+    if ns != route.namespace and not grants.allows(route.group, route.kind, route.namespace or "", group, kind, ns, name):
+        return  # S1.3: a cross-namespace backendRef needs a ReferenceGrant
+    ref = Ref(group, kind, ns, name)
+    obj = index.by_ref.get(ref)
+    if obj is None:
+        if group == CORE_GROUP and kind == "Service":
+            return  # S1.4: a Service absent from the input is not a node
+        topo.virtual.add(ref)
+    for base in bases:
+        bpath = extend(base, ref)
+        topo.add_path(ref, bpath)
+        if obj is not None and kind == "Service" and group == CORE_GROUP:
+            services_reached.add(ref)
+            port = bref.get("port")
+            for p in _service_ports(obj):
+                if port is None or p.get("port") == port:
+                    pref = ref.with_section(p["name"])
+                    topo.add_path(pref, bpath + (pref,))

@@ -1,0 +1,58 @@
+"""Running the CLI in-process exactly as a user would run it, and reading scenario files."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gwpolicy.cli.main import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+CONFORMANCE = SHARED / "conformance"
+GATEWAY_API = SHARED / "gateway-api"
+NOW = "2026-01-01T00:00:00Z"
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def run_cli(*args: str, stdin: str | None = None) -> Run:
+    """Call `gwpolicy ARGS` with captured stdout/stderr (and optional stdin)."""
+    out_buf, err = io.BytesIO(), io.StringIO()
+    out = io.TextIOWrapper(out_buf, encoding="utf-8")
+    old = sys.stdout, sys.stderr, sys.stdin
+    sys.stdout, sys.stderr = out, err
+    if stdin is not None:
+        sys.stdin = io.StringIO(stdin)
+    try:
+        code = main(list(args))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        out.flush()
+        sys.stdout, sys.stderr, sys.stdin = old
+    return Run(code, out_buf.getvalue().decode(), err.getvalue())
+
+
+def write_manifests(tmp_path: Path, objects: list[dict[str, Any]], name: str = "manifests.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    return path
+
+
+def scenario_files() -> list[Path]:
+    return sorted(CONFORMANCE.glob("**/*.yaml"))
