@@ -110,3 +110,16 @@ def _carries_breadcrumb(item: dict[str, Any], kind: str) -> bool:
 def test_scenario(path: Path, tmp_path: Path) -> None:
     problems = check_scenario(path, tmp_path)
     assert not problems, f"scenario {path.relative_to(CONFORMANCE)}:\n  " + "\n  ".join(problems)
+
+
+def test_the_runner_reports_a_wrong_expectation(tmp_path: Path) -> None:
+    # a runner that cannot fail proves nothing: break one expectation of a real scenario
+    original = CONFORMANCE / "seeds" / "seed-two-paths.yaml"
+    scenario = yaml.safe_load(original.read_text())
+    scenario["expect"]["effective"][0]["spec"] = {"retries": 99}
+    scenario["expect"]["status"] = [{"policy": "RetryPolicy/default/a", "accepted": "False", "reason": "Conflicted"}]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump(scenario))
+    problems = check_scenario(broken, tmp_path)
+    assert any("want spec" in p or "want {'retries': 99}" in p for p in problems), problems
+    assert any("want False/Conflicted" in p for p in problems), problems

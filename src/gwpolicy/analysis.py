@@ -108,23 +108,31 @@ def _level_entry(kind: PolicyKind, policies: list[Policy], outcomes: dict[Ref, l
                      for stanza, settings in p.stanzas.items()]
             candidates.append((p.ref, cands))
         entry.contributions, losers = settle_conflicts(candidates)
+        by_ref = {p.ref: p for p in policies}
         for loser, winner in losers.items():
             _conflicted(outcomes[loser], target, winner,
-                        f"{_name(winner)} was created earlier (or sorts first by name) and sets the same "
-                        f"fields to other values on {_where(target)}; this policy is not applied there (S5.4).")
+                        f"Conflicts with {_name(winner)}, which sets the same fields to other values on "
+                        f"{_where(target)} and {_why_first(by_ref[winner], by_ref[loser])}; this policy is not "
+                        f"applied there (S5.4). Change or remove one of them.")
         return entry
     if kind.strategy == "None":
         winner, *rest = policies
         entry.direct = [(winner.stanzas.get("direct", {}), "direct", winner.ref)]
         for p in rest:
             _conflicted(outcomes[p.ref], target, winner.ref,
-                        f"{_name(winner.ref)} already targets {_where(target)} and is older (or sorts first by name); "
-                        f"only one {kind.kind} applies per target (S6.1).")
+                        f"Conflicts with {_name(winner.ref)}, which also targets {_where(target)} and "
+                        f"{_why_first(winner, p)}; only one {kind.kind} applies per target (S6.1).")
         return entry
     for p in policies:
         for stanza, settings in p.stanzas.items():
             (entry.direct if stanza == "direct" else entry.inherited).append((settings, stanza, p.ref))
     return entry
+
+
+def _why_first(winner: Policy, loser: Policy) -> str:
+    if winner.obj.created != loser.obj.created:
+        return f"is older ({winner.obj.created} before {loser.obj.created})"
+    return "was created at the same time and comes first by namespace/name"
 
 
 def _conflicted(outs: list[TargetOutcome], target: Ref, winner: Ref, message: str) -> None:

@@ -125,9 +125,10 @@ def _load_yaml(text: str, name: str) -> list[Any]:
 
 def _doc_start_lines(text: str) -> list[int]:
     """First line of each YAML document, counted as PyYAML counts documents."""
-    starts = [text.count("\n", 0, m.start()) + 1 for m in _DOC_SEP.finditer(text)]
+    seps = [text.count("\n", 0, m.start()) + 1 for m in _DOC_SEP.finditer(text)]
     first = _first_content_line(text)
-    if not starts or starts[0] != first:
+    starts = [line + 1 for line in seps]  # the document's first line is the one after `---`
+    if not seps or seps[0] != first:
         starts.insert(0, first)
     return starts
 
