@@ -50,6 +50,53 @@ class Analysis:
     now: str
     warnings: list[str] = field(default_factory=list)
     _status: list[StatusChange] | None = None
+    _by_target: dict[Ref, list[TargetOutcome]] | None = None
+    _affects: dict[Ref, set[Ref]] | None = None
+    _status_by_ref: dict[Ref, StatusChange] | None = None
+    _by_effective_target: dict[Ref, list[EffectivePolicy]] | None = None
+
+    def effective_of(self, target: Ref) -> list[EffectivePolicy]:
+        """Effective policies of one object or section, every path and kind."""
+        if self._by_effective_target is None:
+            by: dict[Ref, list[EffectivePolicy]] = {}
+            for ep in self.effective:
+                by.setdefault(ep.target, []).append(ep)
+            self._by_effective_target = by
+        return self._by_effective_target.get(target, [])
+
+    def status_change_of(self, ref: Ref) -> StatusChange | None:
+        if self._status_by_ref is None:
+            self._status_by_ref = {ch.object: ch for ch in self.status_changes()}
+        return self._status_by_ref.get(ref)
+
+    def outcomes_at(self, target: Ref) -> list[TargetOutcome]:
+        """Outcomes of every policy that declares `target` (object or section), oldest policy first."""
+        if self._by_target is None:
+            by: dict[Ref, list[TargetOutcome]] = {}
+            for outs in self.outcomes.values():
+                for o in outs:
+                    if o.declared is not None:
+                        by.setdefault(o.declared, []).append(o)
+            self._by_target = by
+        return self._by_target.get(target, [])
+
+    def policies_affecting(self, obj: Ref) -> set[Ref]:
+        """Policies that supply at least one leaf to the object or one of its sections (S8.4)."""
+        out: set[Ref] = set()
+        for refs in self.affected.get(obj, {}).values():
+            out |= refs
+        return out
+
+    def objects_affected_by(self, policy: Ref) -> list[Ref]:
+        """Objects (not sections) the policy supplies a leaf to, sorted."""
+        if self._affects is None:
+            rev: dict[Ref, set[Ref]] = {}
+            for obj, kinds in self.affected.items():
+                for refs in kinds.values():
+                    for p in refs:
+                        rev.setdefault(p, set()).add(obj)
+            self._affects = rev
+        return sorted(self._affects.get(policy, ()), key=Ref.sort_key)
 
     def status_changes(self) -> list[StatusChange]:
         """S9 `status`: one item per object whose status or annotations our write would change."""

@@ -1,14 +1,22 @@
-"""`gwpolicy` entry point: kubectl-like flags, errors on stderr, exit codes (0 ok, 1 error)."""
+"""`gwpolicy` entry point: kubectl-like flags, errors on stderr, exit codes (0 ok, 1 error).
+
+Also installed as `kubectl-gwpolicy`, so `kubectl gwpolicy ...` works; kubectl hands every flag
+to the plugin, which handles `-n`, `--context` and `--kubeconfig` itself.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from gwpolicy import __version__
 from gwpolicy.analysis import Analysis, analyse
+from gwpolicy.cli.context import Ctx
+from gwpolicy.cli.kubeconfig import context_namespace
+from gwpolicy.cli.printers import Style
+from gwpolicy.cli.resources import NotFound, find_object, split_ref
 from gwpolicy.load import LoadError, load_paths
 from gwpolicy.output import effective_list, encode, status_list
 from gwpolicy.status import DEFAULT_CONTROLLER
@@ -21,57 +29,123 @@ class CliError(Exception):
 def _common(p: argparse.ArgumentParser, formats: Sequence[str]) -> None:
     p.add_argument("-f", "--filename", action="append", default=[], metavar="FILE|DIR|-",
                    help="manifests to analyse (repeatable; a directory is read recursively; - is stdin)")
-    p.add_argument("-n", "--namespace", help="only objects in this namespace (also the namespace of "
-                   "namespaced objects that name none)")
-    p.add_argument("-A", "--all-namespaces", action="store_true", help="objects in every namespace (the default for files)")
+    p.add_argument("-n", "--namespace", help="namespace of the names given, and of what is listed")
+    p.add_argument("-A", "--all-namespaces", action="store_true", help="list objects of every namespace")
     p.add_argument("-o", "--output", default=formats[0], choices=formats, help="output format")
+    p.add_argument("--context", help="kubeconfig context (its namespace is the default namespace)")
+    p.add_argument("--kubeconfig", help="path to the kubeconfig file")
     p.add_argument("--controller-name", default=DEFAULT_CONTROLLER, help="controllerName of our status entries")
     p.add_argument("--now", default=os.environ.get("GWPOLICY_NOW"),
-                   help="time to write as lastTransitionTime (default: now; for reproducible output)")
+                   help="the current time, RFC 3339 (default: now); fixes AGE and lastTransitionTime for reproducible output")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gwpolicy", description="Gateway API policy attachment: "
-                                     "effective policy, status and blast radius of policies.")
+    parser = argparse.ArgumentParser(prog="gwpolicy", description="Gateway API policy attachment (GEP-713): "
+                                     "which policies affect an object and why, what a policy affects, "
+                                     "and the status a controller writes.")
     parser.add_argument("--version", action="version", version=f"gwpolicy {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    p = sub.add_parser("get", help="list policies, policy kinds, or objects with the policies that affect them")
+    p.add_argument("type", metavar="TYPE[/NAME]", help="policies, policykinds, or a kind (gateways, httproutes, svc, retrypolicies...)")
+    p.add_argument("name", nargs="?", metavar="NAME", help="only this object")
+    _common(p, ("table", "wide", "json", "yaml", "name"))
+    p = sub.add_parser("describe", help="which policies affect an object and what results, or what a policy does")
+    p.add_argument("ref", metavar="TYPE/NAME")
+    p.add_argument("name", nargs="?", help=argparse.SUPPRESS)
+    _common(p, ("text",))
+    p = sub.add_parser("explain", help="the precedence ladder of one field on each path")
+    p.add_argument("ref", metavar="TYPE/NAME[#SECTION]")
+    p.add_argument("field", metavar="FIELD", help="dotted field of the settings (a prefix shows every field below it)")
+    p.add_argument("--kind", help="only this policy kind")
+    _common(p, ("table", "json", "yaml"))
+    p = sub.add_parser("impact", help="what a policy affects and what deleting it would change")
+    p.add_argument("ref", metavar="POLICYTYPE/NAME")
+    _common(p, ("table", "json", "yaml"))
+    p = sub.add_parser("whatif", help="what applying changed objects, or deleting one, would change")
+    grp = p.add_mutually_exclusive_group(required=True)
+    grp.add_argument("--apply", action="append", metavar="FILE|DIR|-", help="changed or new objects")
+    grp.add_argument("--delete", metavar="TYPE/NAME", help="an object to delete")
+    _common(p, ("table", "json", "yaml"))
+    p = sub.add_parser("graph", help="the topology with policies on what they target")
+    _common(p, ("dot", "mermaid", "svg"))
     p = sub.add_parser("effective", help="effective policy of every object, path and policy kind (S9)")
     _common(p, ("json", "yaml"))
-    p = sub.add_parser("status", help="status the controller would write (S9)")
+    p = sub.add_parser("status", help="the status the controller would write (S9)")
     _common(p, ("json", "yaml"))
     return parser
 
 
-def load_analysis(args: argparse.Namespace) -> Analysis:
+def _load(args: argparse.Namespace, namespace: str) -> tuple[Analysis, Callable[[list[dict[str, Any]]], Analysis]]:
     if not args.filename:
-        raise CliError("no input: give manifests with -f FILE|DIR|- (reading a live cluster needs the controller issue)")
+        raise CliError("no input: give manifests with -f FILE|DIR|- (reading a live cluster comes with the controller)")
     loaded = load_paths(args.filename)
     for w in loaded.warnings:
         print(f"Warning: {w}", file=sys.stderr)
-    a = analyse(loaded.objects, loaded.origins, default_namespace=args.namespace or "default",
-                controller=args.controller_name, now=args.now)
+
+    def run(raws: list[dict[str, Any]], origins=None) -> Analysis:
+        return analyse(raws, origins, default_namespace=namespace, controller=args.controller_name, now=args.now)
+
+    a = run(loaded.objects, loaded.origins)
     for w in a.warnings:
         print(f"Warning: {w}", file=sys.stderr)
-    return a
+    return a, run
 
 
-def _scope(args: argparse.Namespace) -> str | None:
-    return None if args.all_namespaces else args.namespace
+def _ctx(args: argparse.Namespace, a: Analysis, namespace: str) -> Ctx:
+    return Ctx(a, namespace, bool(args.all_namespaces), args.output, Style())
 
 
-def cmd_effective(args: argparse.Namespace) -> int:
-    a = load_analysis(args)
-    sys.stdout.buffer.write(encode(effective_list(a, _scope(args)), args.output))
-    return 0
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    a = load_analysis(args)
-    sys.stdout.buffer.write(encode(status_list(a, _scope(args)), args.output))
-    return 0
-
-
-COMMANDS = {"effective": cmd_effective, "status": cmd_status}
+def run_command(args: argparse.Namespace) -> tuple[bytes, str | None]:
+    """(stdout, stderr note) of one command; raises CliError/NotFound/LoadError for errors."""
+    namespace = args.namespace or context_namespace(args.kubeconfig, args.context)
+    a, reanalyse = _load(args, namespace)
+    ctx = _ctx(args, a, namespace)
+    cmd = args.command
+    if cmd == "effective":
+        return encode(effective_list(a, None if args.all_namespaces or not args.namespace else args.namespace), args.output), None
+    if cmd == "status":
+        return encode(status_list(a, None if args.all_namespaces or not args.namespace else args.namespace), args.output), None
+    if cmd == "get":
+        from gwpolicy.cli.get import cmd_get
+        what, name = args.type, args.name
+        if "/" in what:
+            what, name = split_ref(what)
+        return cmd_get(ctx, what, name)
+    if cmd == "describe":
+        from gwpolicy.cli.describe import describe_policy, describe_target
+        ref = find_object(a, args.ref, namespace, args.name)
+        text = describe_policy(ctx, ref) if ref in a.policies else describe_target(ctx, ref)
+        return text.encode(), None
+    if cmd == "explain":
+        from gwpolicy.cli.explain_cmd import cmd_explain
+        text, section = args.ref, None
+        if "#" in text:
+            text, section = text.split("#", 1)
+        ref = find_object(a, text, namespace).with_section(section)
+        if section is not None and section not in a.topology.sections.get(ref.object, []):
+            raise NotFound(f'{ref.kind} "{ref.name}" has no section "{section}"')
+        return cmd_explain(ctx, ref, args.field, args.kind), None
+    if cmd == "impact":
+        from gwpolicy.cli.impact import cmd_impact
+        ref = find_object(a, args.ref, namespace)
+        if ref not in a.policies:
+            raise CliError(f"{args.ref} is not a policy; impact takes POLICYTYPE/NAME")
+        return cmd_impact(ctx, ref, reanalyse), None
+    if cmd == "whatif":
+        from gwpolicy.cli.impact import cmd_whatif
+        apply_raws = None
+        if args.apply:
+            changed = load_paths(args.apply)
+            for w in changed.warnings:
+                print(f"Warning: {w}", file=sys.stderr)
+            apply_raws = changed.objects
+        delete = find_object(a, args.delete, namespace) if args.delete else None
+        return cmd_whatif(ctx, apply_raws, delete, reanalyse), None
+    if cmd == "graph":
+        from gwpolicy.cli.graph import cmd_graph
+        ctx.all_namespaces = ctx.all_namespaces or not args.namespace  # the whole picture unless -n narrows it
+        return cmd_graph(ctx), None
+    raise CliError(f"unknown command {cmd}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,14 +155,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 1
     try:
-        return COMMANDS[args.command](args)
-    except (LoadError, CliError) as exc:
+        out, note = run_command(args)
+    except (LoadError, CliError, NotFound) as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
-    except BrokenPipeError:
-        return 0
     except KeyboardInterrupt:
         return 130
+    try:
+        if out:
+            sys.stdout.buffer.write(out)
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return 0
+    if note:
+        print(note, file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,193 @@
+"""`gwpolicy describe TYPE/NAME`: for a target, which policies and what settings, field by field and
+from where; for a policy, its targets, status in words, what it affects and which of its fields survive.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import orjson
+
+from gwpolicy.analysis import Analysis
+from gwpolicy.attach import ACCEPTED
+from gwpolicy.cli.context import Ctx, label, short
+from gwpolicy.cli.printers import age, table
+from gwpolicy.effective import EffectivePolicy
+from gwpolicy.explain import fates, ladder
+from gwpolicy.merge.leaves import field_name
+from gwpolicy.refs import Ref
+from gwpolicy.status import ancestor_results
+from gwpolicy.topology import Path
+
+
+def show(value: Any) -> str:
+    """A JSON value as one short line: strings bare, the rest as compact JSON."""
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+def indent(text: str, n: int = 2) -> str:
+    pad = " " * n
+    return "".join(pad + line + "\n" if line else "\n" for line in text.splitlines())
+
+
+def path_text(path: Path, home: str | None = None) -> str:
+    return " > ".join(label(level, home) for level in path)
+
+
+def header(ctx: Ctx, pairs: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in pairs) + 2
+    return "".join(f"{ctx.style.bold((k + ':').ljust(width))}{v}\n" for k, v in pairs)
+
+
+def policies_around(a: Analysis, obj: Ref) -> list[tuple[Any, Ref]]:
+    """Every policy outcome declared on a level of any path of the object or of its sections."""
+    levels: dict[Ref, None] = {}
+    for ref in [obj] + [obj.with_section(s) for s in a.topology.sections.get(obj, [])]:
+        for path in a.topology.paths.get(ref, ()):
+            for level in path:
+                levels[level] = None
+    levels[obj] = None
+    seen = []
+    for level in levels:
+        for o in a.outcomes_at(level):
+            seen.append((o, level))
+    seen.sort(key=lambda ol: (ol[0].policy.kind.kind, ol[0].policy.obj.age_key))
+    return seen
+
+
+def describe_target(ctx: Ctx, obj: Ref) -> str:
+    a = ctx.analysis
+    s = ctx.style
+    o = a.index.by_ref.get(obj)
+    affecting = a.policies_affecting(obj)
+    kinds = sorted({k for _, k in a.affected.get(obj, {})})
+    pairs = [("Name", obj.name)]
+    if obj.namespace:
+        pairs.append(("Namespace", obj.namespace))
+    pairs.append(("Kind", f"{obj.kind}.{obj.group}" if obj.group else obj.kind))
+    if o is None:
+        pairs.append(("Virtual", "yes: named by a backendRef, not an object of the input (S1.4)"))
+    else:
+        pairs.append(("Created", f"{o.created} ({age(o.created, a.now)} ago)" if o.created[:4] != "9999" else "<unknown>"))
+    pairs.append(("Affected", s.state("yes") + f": {len(affecting)} {'policy' if len(affecting) == 1 else 'policies'} of "
+                  f"{len(kinds)} {'kind' if len(kinds) == 1 else 'kinds'} ({', '.join(kinds)}) supply settings"
+                  if affecting else s.bad("no") + ": no policy supplies a setting"))
+    sections = a.topology.sections.get(obj, [])
+    if sections:
+        pairs.append(("Sections", ", ".join(sections)))
+    out = header(ctx, pairs)
+
+    around = policies_around(a, obj)
+    out += "\n" + s.bold("Policies:") + "\n"
+    if not around:
+        out += "  <none>\n"
+    else:
+        rows = []
+        for outcome, level in around:
+            p = outcome.policy
+            where = "this object" if level == obj else ("this " + _section_word(obj) + f" {level.section}" if level.object == obj
+                                                      else f"inherited from {label(level, obj.namespace)}")
+            status = "True" if outcome.reason == ACCEPTED else f"False ({outcome.reason})"
+            supplies = "yes" if p.ref in affecting else "no"
+            rows.append([f"{p.kind.kind}/{short(p.ref)}", where, p.cls + ("" if p.cls == "direct" else f" ({'+'.join(p.stanzas)})"),
+                         status, supplies])
+        out += indent(table(["POLICY", "ATTACHED", "CLASS", "ACCEPTED", "SUPPLIES"], rows))
+        problems = [(o, lv) for o, lv in around if o.reason != ACCEPTED]
+        for outcome, _ in problems:
+            out += f"  {s.bad('!')} {outcome.policy.kind.kind}/{short(outcome.policy.ref)}: {outcome.message}\n"
+
+    targets = [obj] + [obj.with_section(sec) for sec in sections]
+    for t in targets:
+        items = a.effective_of(t)
+        title = "Effective policy" if t.section is None else f"Effective policy of {_section_word(obj)} {t.section}"
+        out += "\n" + s.bold(title + ":") + "\n"
+        if not items:
+            out += "  <none>\n"
+            continue
+        out += indent(_effective_block(ctx, a, t, items))
+    return out
+
+
+def _section_word(obj: Ref) -> str:
+    return {"Gateway": "listener", "Service": "port"}.get(obj.kind, "rule")
+
+
+def _effective_block(ctx: Ctx, a: Analysis, target: Ref, items: list[EffectivePolicy]) -> str:
+    """Per policy kind, each distinct result once with the paths that share it: every field with its
+    source, stanza and level, and the values it beat."""
+    groups: dict[tuple, list[EffectivePolicy]] = {}
+    for ep in items:
+        groups.setdefault((ep.kind.kind, ep.kind.group, id(ep.result)), []).append(ep)
+    out = ""
+    for (_, _, _), eps in sorted(groups.items(), key=lambda kv: kv[0][:2]):
+        ep = eps[0]
+        paths = [e.path for e in eps]
+        out += f"{ctx.style.bold(ep.kind.kind)} ({ep.kind.strategy}), on {len(paths)} path{'s' if len(paths) > 1 else ''}:\n"
+        for p in paths:
+            out += f"  {ctx.style.dim(path_text(p, target.namespace))}\n"
+        cands = ladder(a, ep)
+        rows = []
+        for path_leaf, (value, stanza, source) in sorted(ep.result.leaves.items(), key=lambda kv: field_name(kv[0])):
+            fname = field_name(path_leaf)
+            level = next((label(c.level, target.namespace) for c in cands
+                          if c.field == fname and c.verdict == "effective" and c.level), "-")
+            src = f"{source.kind}/{short(source)}" if source else "object"
+            beat = [f"{show(c.value)} ({_who(c)}" + (", Conflicted)" if c.verdict == "conflicted" else ")")
+                    for c in cands if c.field == fname and c.verdict in ("beaten", "conflicted")]
+            rows.append([fname, show(value), src, stanza or "-", level, "; ".join(beat) or "-"])
+        out += indent(table(["FIELD", "VALUE", "SOURCE", "STANZA", "LEVEL", "BEAT"], rows))
+    return out
+
+
+def _who(c) -> str:
+    return f"{c.stanza} {c.policy.kind}/{short(c.policy)}" if c.policy else "the object's own value"
+
+
+def describe_policy(ctx: Ctx, ref: Ref) -> str:
+    a = ctx.analysis
+    s = ctx.style
+    p = a.policies[ref]
+    o = p.obj
+    pairs = [("Name", ref.name)]
+    if ref.namespace:
+        pairs.append(("Namespace", ref.namespace))
+    pairs += [("Kind", f"{ref.kind}.{ref.group}"),
+              ("Policy kind", f"{p.kind.strategy}, recognised by {p.kind.recognized_by}, status on {p.kind.status_ancestor}"),
+              ("Class", p.cls + ("" if p.cls == "direct" else f" ({', '.join(p.stanzas)})")),
+              ("Created", f"{o.created} ({age(o.created, a.now)} ago)" if o.created[:4] != "9999" else "<unknown>")]
+    out = header(ctx, pairs)
+    out += "\n" + s.bold("Settings:") + "\n"
+    for stanza, settings in p.stanzas.items():
+        out += f"  {stanza}: {show(settings)}\n"
+    out += "\n" + s.bold("Targets:") + "\n"
+    rows = []
+    for t in a.outcomes[ref]:
+        rows.append([label(t.declared, ref.namespace) if t.declared else "<none>",
+                     "True" if t.reason == ACCEPTED else "False", t.reason, t.message])
+    out += indent(table(["TARGET", "ACCEPTED", "REASON", "MESSAGE"], rows))
+    anc = ancestor_results(p, a.outcomes[ref], a.topology)
+    out += "\n" + s.bold("Status (one entry per ancestor, S8.1):") + "\n"
+    rows = [[label(r, ref.namespace), "True" if t.reason == ACCEPTED else "False", t.reason]
+            for r, t in sorted(anc.items(), key=lambda kv: kv[0].sort_key())]
+    out += indent(table(["ANCESTOR", "ACCEPTED", "REASON"], rows))
+    affected = a.objects_affected_by(ref)
+    counts = Counter(r.kind for r in affected)
+    out += "\n" + s.bold("Affects:") + f" {len(affected)} object{'s' if len(affected) != 1 else ''}"
+    out += (" (" + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ")\n") if affected else "\n"
+    for r in affected:
+        out += f"  {label(r, ref.namespace)}\n"
+    fs = fates(a, ref)
+    tally = Counter(f.fate for f in fs)
+    out += "\n" + s.bold("Fields (S6.2):") + (f" effective on {tally['effective']} paths, partially on {tally['partially']}, "
+                                               f"overridden on {tally['overridden']}\n" if fs else " takes part in no effective policy\n")
+    if fs:
+        rows: dict[tuple[str, ...], int] = {}
+        for f in fs:
+            via = next((label(level, ref.namespace) for level in f.item.path if level.kind == "Gateway" and level.section is None), "-")
+            key = (label(f.item.target, ref.namespace), via, f.fate, ",".join(f.survived) or "-", ",".join(f.lost) or "-")
+            rows[key] = rows.get(key, 0) + 1
+        out += indent(table(["TARGET", "VIA", "FATE", "SURVIVES", "LOST", "PATHS"], [list(k) + [str(n)] for k, n in rows.items()]))
+    return out

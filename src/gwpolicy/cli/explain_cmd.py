@@ -1,0 +1,52 @@
+"""`gwpolicy explain TYPE/NAME FIELD`: the whole precedence ladder of one field on every path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gwpolicy.cli.context import Ctx, label, short
+from gwpolicy.cli.describe import indent, path_text, show
+from gwpolicy.cli.printers import table
+from gwpolicy.cli.resources import NotFound
+from gwpolicy.explain import ladder
+from gwpolicy.output import encode
+from gwpolicy.refs import Ref
+
+
+def _matches(candidate_field: str, wanted: str) -> bool:
+    return candidate_field == wanted or candidate_field.startswith((wanted + ".", wanted + "["))
+
+
+def cmd_explain(ctx: Ctx, target: Ref, fieldname: str, kind: str | None) -> bytes:
+    a = ctx.analysis
+    blocks: list[dict[str, Any]] = []
+    for ep in a.effective_of(target):
+        if kind and ep.kind.kind.lower() != kind.lower():
+            continue
+        cands = [c for c in ladder(a, ep) if _matches(c.field, fieldname)]
+        if not cands:
+            continue
+        effective = {c.field: c.value for c in cands if c.verdict == "effective"}
+        blocks.append({"path": ep.path, "kind": ep.kind, "candidates": cands, "effective": effective})
+    if not blocks:
+        raise NotFound(f'field "{fieldname}" is not set by any policy on {label(target)}')
+    if ctx.output in ("json", "yaml"):
+        doc = {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "FieldExplanation", "target": target.to_target_json(),
+               "field": fieldname,
+               "paths": [{"path": [lv.to_json() for lv in b["path"]], "policyKind": b["kind"].to_json(),
+                          "strategy": b["kind"].strategy, "effective": b["effective"],
+                          "candidates": [c.to_json() for c in b["candidates"]]} for b in blocks]}
+        return encode(doc, ctx.output)
+    s = ctx.style
+    out = ""
+    for b in blocks:
+        out += s.bold(f"{b['kind'].kind} ({b['kind'].strategy})") + f" on {label(target)}\n"
+        out += s.dim("Path: ") + path_text(b["path"], target.namespace) + "\n"
+        rows = []
+        for i, c in enumerate(b["candidates"], 1):
+            rank = str(i) if c.verdict != "conflicted" else "-"
+            rows.append([rank, c.field, show(c.value), c.stanza, f"{c.policy.kind}/{short(c.policy)}" if c.policy else "object",
+                         label(c.level, target.namespace) if c.level else "-",
+                         s.state(c.verdict) if c.verdict == "effective" else s.bad(c.verdict), c.why])
+        out += indent(table(["#", "FIELD", "VALUE", "STANZA", "FROM", "LEVEL", "VERDICT", "WHY"], rows)) + "\n"
+    return out.encode()

@@ -1,0 +1,78 @@
+"""`impact` (what deleting a policy would change) and `whatif` (what an edit or deletion would change)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gwpolicy.analysis import Analysis
+from gwpolicy.cli.context import Ctx, label, short
+from gwpolicy.cli.describe import indent, show
+from gwpolicy.cli.printers import table
+from gwpolicy.explain import diff_effective, diff_status
+from gwpolicy.model import build_index
+from gwpolicy.output import encode
+from gwpolicy.refs import Ref
+
+
+def _ref_of(j: dict[str, Any]) -> Ref:
+    return Ref(j["group"], j["kind"], j.get("namespace"), j["name"], j.get("sectionName"))
+
+
+def _changes_table(changes: list[dict[str, Any]], home: str | None) -> str:
+    """One row per target, kind, field and change, with how many paths it happens on."""
+    rows: dict[tuple, int] = {}
+    for ch in changes:
+        key = (label(_ref_of(ch["target"]), home), ch["policyKind"]["kind"], ch["field"],
+               "<unset>" if ch["before"] is None else show(ch["before"]),
+               "<unset>" if ch["after"] is None else show(ch["after"]))
+        rows[key] = rows.get(key, 0) + 1
+    return table(["TARGET", "KIND", "FIELD", "BEFORE", "AFTER", "PATHS"], [list(k) + [str(n)] for k, n in rows.items()])
+
+
+def cmd_impact(ctx: Ctx, policy: Ref, reanalyse) -> bytes:
+    """The blast radius of a policy: what it affects, and what deleting it would change."""
+    before = ctx.analysis
+    after: Analysis = reanalyse([o.raw for r, o in before.index.by_ref.items() if r != policy])
+    changes = diff_effective(before, after)
+    affected = before.objects_affected_by(policy)
+    if ctx.output in ("json", "yaml"):
+        return encode({"policy": policy.to_json(), "affected": [r.to_json() for r in affected], "changes": changes}, ctx.output)
+    s = ctx.style
+    out = s.bold(f"{policy.kind} {short(policy)}") + f" affects {len(affected)} object{'s' if len(affected) != 1 else ''}"
+    out += ":\n" + "".join(f"  {label(r, policy.namespace)}\n" for r in affected) if affected else ".\n"
+    out += "\n" + s.bold(f"Deleting it would change {len(changes)} effective setting{'s' if len(changes) != 1 else ''}") + (":\n" if changes else ".\n")
+    if changes:
+        out += indent(_changes_table(changes, policy.namespace))
+    return out.encode()
+
+
+def cmd_whatif(ctx: Ctx, apply_raws: list[dict[str, Any]] | None, delete: Ref | None, reanalyse) -> bytes:
+    """The difference in effective policy and in status between the current objects and the changed ones."""
+    before = ctx.analysis
+    replaced: set[Ref] = set()
+    if apply_raws:
+        replaced = set(build_index(apply_raws, default_namespace=ctx.namespace).by_ref)
+    if delete is not None:
+        replaced.add(delete)
+    raws = [o.raw for r, o in before.index.by_ref.items() if r not in replaced] + list(apply_raws or [])
+    after: Analysis = reanalyse(raws)
+    effective = diff_effective(before, after)
+    status = diff_status(before, after)
+    if ctx.output in ("json", "yaml"):
+        return encode({"effective": effective, "status": status}, ctx.output)
+    s = ctx.style
+    out = s.bold(f"Effective policy: {len(effective)} setting{'s' if len(effective) != 1 else ''} would change") + (":\n" if effective else ".\n")
+    if effective:
+        out += indent(_changes_table(effective, None))
+    out += "\n" + s.bold(f"Status: {len(status)} change{'s' if len(status) != 1 else ''}") + (":\n" if status else ".\n")
+    rows = []
+    for ch in status:
+        obj = label(_ref_of(ch["object"]))
+        if ch.get("breadcrumb"):
+            rows.append([obj, "(breadcrumb)", ",".join(ch["before"]) or "<none>", ",".join(ch["after"]) or "<none>"])
+        else:
+            fmt = lambda c: "<none>" if c is None else f"{c['status']}/{c['reason']}"  # noqa: E731
+            rows.append([obj, label(_ref_of(ch["ancestor"])), fmt(ch["before"]), fmt(ch["after"])])
+    if rows:
+        out += indent(table(["OBJECT", "ANCESTOR", "BEFORE", "AFTER"], rows))
+    return out.encode()

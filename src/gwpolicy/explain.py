@@ -1,0 +1,241 @@
+"""Why the effective policy is what it is: the precedence ladder per leaf, how each policy fares
+on each path (S6.2), and the difference between two analyses (what an edit or a deletion changes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from gwpolicy.analysis import Analysis
+from gwpolicy.attach import CONFLICTED, TargetOutcome
+from gwpolicy.effective import EffectivePolicy, KindKey, settings_schema
+from gwpolicy.merge.fieldmerge import DEFAULTS, DIRECT, OBJECT, OVERRIDES
+from gwpolicy.merge.leaves import LeafPath, field_name, flatten
+from gwpolicy.merge.values import same
+from gwpolicy.refs import Ref
+from gwpolicy.status import ancestor_results
+from gwpolicy.topology import Path
+
+RULE_WORDS = {
+    1: "S5.2 rule 1: overrides above the target; the least specific level wins",
+    2: "S5.2 rule 2: direct policies that apply to the target beat inherited ones on it",
+    3: "S5.2 rule 3: overrides at the target's level",
+    4: "S5.2 rule 4: the target's own value beats every default",
+    5: "S5.2 rule 5: defaults; the most specific level wins",
+}
+
+
+@dataclass
+class Candidate:
+    """One value offered for one leaf on one path, and what became of it."""
+
+    field: str
+    value: Any
+    stanza: str
+    policy: Ref | None
+    level: Ref | None
+    rule: int  # S5.2 rung (1-5), or the position in an S6 chain
+    verdict: str = ""  # effective | beaten | overlapped | conflicted | not applied
+    why: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"field": self.field, "value": self.value, "stanza": self.stanza,
+                "policy": self.policy.to_json() if self.policy else None,
+                "level": self.level.to_json() if self.level else None,
+                "rule": self.rule, "verdict": self.verdict, "why": self.why}
+
+
+def levels_d(a: Analysis, target: Ref, path: Path, kk: KindKey) -> int:
+    """Index of D on the path (S5.2, S5.5)."""
+    n = len(path) - 1
+    entry = a.entries.get((kk, path[n]))
+    if target.section is not None and not (entry is not None and entry.has_direct):
+        return n - 1
+    return n
+
+
+def _accepted_at(a: Analysis, kk: KindKey, level: Ref) -> list[tuple[Ref, dict[str, dict[str, Any]]]]:
+    """Policies of the kind accepted on `level`, oldest first, with their stanzas."""
+    out = []
+    for o in a.outcomes_at(level):
+        p = o.policy
+        if p.kind.key == kk and o.reason == "Accepted":
+            out.append((p.ref, p.stanzas))
+    return out
+
+
+def _conflicted_at(a: Analysis, kk: KindKey, level: Ref) -> list[TargetOutcome]:
+    return [o for o in a.outcomes_at(level) if o.policy.kind.key == kk and o.reason == CONFLICTED]
+
+
+def ladder(a: Analysis, ep: EffectivePolicy) -> list[Candidate]:
+    """Every candidate value for every leaf of one effective policy, in precedence order, with verdicts."""
+    kind = ep.kind
+    kk = kind.key
+    path, target = ep.path, ep.target
+    d = levels_d(a, target, path, kk)
+    n = len(path) - 1
+    order: list[tuple[int, int, str]] = []  # (rule, level index, stanza)
+    if kind.strategy == "FieldMerge":
+        order += [(1, i, OVERRIDES) for i in range(0, max(d, 0))]
+        order += [(2, d, DIRECT)]
+        order += [(3, i, OVERRIDES) for i in range(max(d, 0), n + 1)]
+        order += [(4, n, OBJECT)]
+        order += [(5, i, DEFAULTS) for i in range(n, -1, -1)]
+    else:
+        order += [(i + 1, i, "*") for i in range(n + 1)]
+    result = ep.result.leaves
+    cands: list[Candidate] = []
+    for rule, i, stanza in order:
+        level = path[i]
+        if stanza == OBJECT:
+            own = a.evaluator.object_value(target.object, kind)
+            for leaf, (value, _) in (own.leaves.items() if own else ()):
+                cands.append(Candidate(field_name(leaf), value, OBJECT, None, target.object, rule))
+            continue
+        for pref, stanzas in _accepted_at(a, kk, level):
+            for st, settings in stanzas.items():
+                if stanza != "*" and st != stanza:
+                    continue
+                if st == DIRECT and i != d:
+                    continue
+                for leaf, value in flatten(settings, settings_schema(kind, st)).items():
+                    cands.append(Candidate(field_name(leaf), value, st, pref, level, rule))
+    conflicted = {id(o): o for i, level in enumerate(path) for o in _conflicted_at(a, kk, level)
+                  if o.policy.cls != DIRECT or i == d}  # a direct policy takes part only at D (S5.5)
+    for o in conflicted.values():
+        for st, settings in o.policy.stanzas.items():
+            for leaf, value in flatten(settings, settings_schema(kind, st)).items():
+                cands.append(Candidate(field_name(leaf), value, st, o.policy.ref, o.declared, 0,
+                                       "conflicted", o.message))
+    names = {field_name(p): (p, v) for p, v in result.items()}
+    for c in cands:
+        if c.verdict:
+            continue
+        won = names.get(c.field)
+        if won is not None:
+            value, stanza, source = won[1]
+            if source == c.policy and stanza == c.stanza and same(value, c.value):
+                c.verdict, c.why = "effective", _win_reason(kind.strategy, c.rule)
+                continue
+            c.verdict = "beaten"
+            c.why = f"{_source_label(stanza, source)} takes precedence" + (
+                f" ({_win_reason(kind.strategy, _rule_of(cands, c.field, source, stanza))})" if kind.strategy == "FieldMerge" else
+                f" ({kind.strategy} strategy, S6)")
+            continue
+        if any(f.startswith(c.field + ".") or c.field.startswith(f + ".") or c.field.startswith(f + "[") for f in names):
+            c.verdict, c.why = "overlapped", "a higher-ranked leaf overlaps this one (S5.1)"
+        else:
+            c.verdict, c.why = "not applied", (f"dropped by the {kind.strategy} strategy (S6)" if kind.strategy != "FieldMerge"
+                                               else "deleted or replaced")
+    return cands
+
+
+def _rule_of(cands: list[Candidate], fieldname: str, source: Ref | None, stanza: str) -> int:
+    for c in cands:
+        if c.field == fieldname and c.policy == source and c.stanza == stanza:
+            return c.rule
+    return 0
+
+
+def _win_reason(strategy: str, rule: int) -> str:
+    if strategy == "FieldMerge":
+        return RULE_WORDS.get(rule, "S5.2")
+    if strategy == "None":
+        return "S6.1: the oldest direct policy on the target"
+    return f"S6 {strategy}: what survives the merge chain, most established first"
+
+
+def _source_label(stanza: str, source: Ref | None) -> str:
+    return "the object's own value" if source is None else f"{stanza} of {source}"
+
+
+@dataclass
+class Fate:
+    """How one policy fares on one path (S6.2)."""
+
+    item: EffectivePolicy
+    fate: str  # effective | partially | overridden
+    survived: list[str]
+    lost: list[str]
+
+
+def fates(a: Analysis, policy_ref: Ref) -> list[Fate]:
+    """S6.2 on every path where the policy takes part: effective, partially, or overridden."""
+    policy = a.policies[policy_ref]
+    kk = policy.kind.key
+    levels = {o.declared for o in a.outcomes[policy_ref] if o.reason == "Accepted" and o.declared is not None}
+    if not levels:
+        return []
+    own: dict[str, dict[LeafPath, Any]] = {st: flatten(s, settings_schema(policy.kind, st)) for st, s in policy.stanzas.items()}
+    out = []
+    for ep in a.effective:
+        if ep.kind.key != kk or not any(level in levels for level in ep.path):
+            continue
+        if policy.cls == "direct":
+            d = levels_d(a, ep.target, ep.path, kk)
+            if ep.path[d] not in levels:
+                continue
+        survived, lost = [], []
+        for st, leaves in own.items():
+            for leaf in leaves:
+                got = ep.result.leaves.get(leaf)
+                (survived if got is not None and got[2] == policy_ref else lost).append(field_name(leaf))
+        fate = "effective" if not lost else ("partially" if survived else "overridden")
+        out.append(Fate(ep, fate, sorted(set(survived)), sorted(set(lost))))
+    return out
+
+
+def leaf_map(items: Iterable[EffectivePolicy]) -> dict[tuple[Ref, Path, KindKey], dict[str, Any]]:
+    return {(ep.target, ep.path, ep.kind.key): {field_name(p): v for p, (v, _, _) in ep.result.leaves.items()}
+            for ep in items}
+
+
+def diff_effective(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
+    """Every leaf whose effective value differs between two analyses (null where it is gone or new)."""
+    b, af = leaf_map(before.effective), leaf_map(after.effective)
+    kinds = {**{k.key: k for k in after.kinds.values()}, **{k.key: k for k in before.kinds.values()}}
+    changes = []
+    for key in sorted(set(b) | set(af), key=lambda k: (k[0].sort_key(), [l.sort_key() for l in k[1]], k[2])):
+        old, new = b.get(key, {}), af.get(key, {})
+        if old == new:
+            continue
+        target, path, kk = key
+        for fieldname in sorted(set(old) | set(new)):
+            if fieldname in old and fieldname in new and same(old[fieldname], new[fieldname]):
+                continue
+            changes.append({"target": target.to_target_json(), "path": [l.to_json() for l in path],
+                            "policyKind": kinds[kk].to_json(), "field": fieldname,
+                            "before": old.get(fieldname), "after": new.get(fieldname)})
+    return changes
+
+
+def diff_status(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
+    """Policy conditions and breadcrumbs that an edit would change."""
+    out: list[dict[str, Any]] = []
+    refs = sorted(set(before.policies) | set(after.policies), key=Ref.sort_key)
+    for ref in refs:
+        old = _conditions(before, ref)
+        new = _conditions(after, ref)
+        for anc in sorted(set(old) | set(new), key=Ref.sort_key):
+            if old.get(anc) != new.get(anc):
+                out.append({"object": ref.to_json(), "ancestor": anc.to_json(),
+                            "before": _cond_json(old.get(anc)), "after": _cond_json(new.get(anc))})
+    for obj in sorted(set(before.affected) | set(after.affected), key=Ref.sort_key):
+        old_k = sorted(k for _, k in before.affected.get(obj, {}))
+        new_k = sorted(k for _, k in after.affected.get(obj, {}))
+        if old_k != new_k:
+            out.append({"object": obj.to_json(), "breadcrumb": True, "before": old_k, "after": new_k})
+    return out
+
+
+def _conditions(a: Analysis, ref: Ref) -> dict[Ref, tuple[str, str]]:
+    if ref not in a.policies:
+        return {}
+    res = ancestor_results(a.policies[ref], a.outcomes[ref], a.topology)
+    return {anc: ("True" if o.reason == "Accepted" else "False", o.reason) for anc, o in res.items()}
+
+
+def _cond_json(c: tuple[str, str] | None) -> dict[str, str] | None:
+    return {"status": c[0], "reason": c[1]} if c else None

@@ -1,0 +1,56 @@
+"""Golden output of every command on the bundled parable (tables and JSON), as gwctl keeps it.
+
+Regenerate after an intended change with `GWPOLICY_UPDATE_GOLDEN=1 ./dev test tests/test_cli_golden.py`
+and read the diff: it is the change users will see.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from helpers import NOW, ROOT, run_cli
+
+PARABLE = str(ROOT / "examples" / "parable")
+CHANGE = str(ROOT / "tests" / "data" / "cake-api-retries-edit.yaml")
+GOLDEN = ROOT / "tests" / "golden"
+
+CASES = {
+    "get-policies-all": ["get", "policies", "-A"],
+    "get-policies-wide": ["get", "policies", "-n", "baker", "-o", "wide"],
+    "get-policies-name": ["get", "policies", "-n", "payments", "-o", "name"],
+    "get-policies-json": ["get", "retrypolicies", "-n", "infra", "-o", "json"],
+    "get-policykinds": ["get", "policykinds"],
+    "get-policykinds-json": ["get", "policykinds", "-o", "json"],
+    "get-httproutes": ["get", "httproutes", "-n", "baker", "-o", "wide"],
+    "get-gateways-yaml": ["get", "gtw", "-n", "infra", "-o", "yaml"],
+    "describe-route": ["describe", "httproute/cake", "-n", "baker"],
+    "describe-service": ["describe", "svc", "cake", "-n", "baker"],
+    "describe-gateway": ["describe", "gateways/prod-web", "-n", "infra"],
+    "describe-policy": ["describe", "retrypolicy/baker-retries", "-n", "baker"],
+    "describe-conflicted-policy": ["describe", "HealthCheckPolicy/cake-health-v2", "-n", "baker"],
+    "explain-table": ["explain", "httproute/cake", "maxRetries", "-n", "baker"],
+    "explain-section-json": ["explain", "httproute/cake#api", "backoff", "-n", "baker", "-o", "json"],
+    "impact-table": ["impact", "timeoutpolicy/https-timeouts", "-n", "infra"],
+    "impact-json": ["impact", "retrypolicy/cake-retries", "-n", "baker", "-o", "json"],
+    "whatif-delete": ["whatif", "--delete", "healthcheckpolicy/cake-health", "-n", "baker"],
+    "whatif-apply-json": ["whatif", "--apply", CHANGE, "-n", "baker", "-o", "json"],
+    "graph-dot": ["graph", "-n", "payments"],
+    "graph-mermaid": ["graph", "-o", "mermaid", "-n", "payments"],
+    "effective-json": ["effective", "-n", "payments"],
+    "status-yaml": ["status", "-n", "grocer", "-o", "yaml"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden(name: str) -> None:
+    run = run_cli(*CASES[name], "-f", PARABLE, "--now", NOW)
+    assert run.code == 0, run.err
+    assert "Traceback" not in run.err
+    got = run.out.replace(str(ROOT), "<root>")
+    path = GOLDEN / f"{name}.out"
+    if os.environ.get("GWPOLICY_UPDATE_GOLDEN"):
+        path.write_text(got)
+    assert path.exists(), f"no golden file {path.name}; run with GWPOLICY_UPDATE_GOLDEN=1 to create it"
+    assert got == path.read_text(), f"output of {' '.join(CASES[name])} changed; see {path}"
