@@ -108,3 +108,26 @@ def test_every_gateway_api_example_and_crd_loads():
     assert "Traceback" not in run.err
     run = run_cli("status", "-f", str(GATEWAY_API / "examples"), "-o", "yaml")
     assert run.code == 0, run.err
+
+
+def test_streamed_effective_json_is_byte_for_byte_the_whole_document(tmp_path):
+    import io
+
+    import orjson
+
+    from gwpolicy.analysis import analyse
+    from gwpolicy.load import load_paths
+    from gwpolicy.output import effective_list, write_effective
+    from helpers import ROOT
+
+    loaded = load_paths([str(ROOT / "examples" / "parable")])
+    a = analyse(loaded.objects, now="2026-01-01T00:00:00Z")
+    for ns in (None, "payments", "nobody"):
+        buf = io.BytesIO()
+        write_effective(a, buf, "json", ns, chunk=1000)
+        whole = orjson.dumps(effective_list(a, ns), option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+        assert buf.getvalue() == whole
+    buf = io.BytesIO()
+    write_effective(a, buf, "yaml", "payments")
+    import yaml
+    assert yaml.safe_load(buf.getvalue()) == effective_list(a, "payments")

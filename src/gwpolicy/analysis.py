@@ -7,11 +7,12 @@ walks is sorted, so a shuffled input gives the same effective policies and statu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import time
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from gwpolicy.attach import ACCEPTED, CONFLICTED, TargetOutcome, resolve_targets
-from gwpolicy.effective import EffectivePolicy, Evaluator, KindKey, LevelEntry, settings_schema
+from gwpolicy.effective import EffectivePolicy, Evaluator, KindKey, LevelEntry, Result, settings_schema
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.merge.fieldmerge import Candidate, settle_conflicts
 from gwpolicy.merge.leaves import flatten
@@ -45,15 +46,32 @@ class Analysis:
     entries: dict[tuple[KindKey, Ref], LevelEntry]
     evaluator: Evaluator
     effective: list[EffectivePolicy]
-    affected: dict[Ref, dict[KindKey, set[Ref]]]  # object -> policy kind -> policies that supply a leaf
     controller: str
     now: str
     warnings: list[str] = field(default_factory=list)
     _status: list[StatusChange] | None = None
+    _affected: dict[Ref, dict[KindKey, set[Ref]]] | None = None
     _by_target: dict[Ref, list[TargetOutcome]] | None = None
     _affects: dict[Ref, set[Ref]] | None = None
     _status_by_ref: dict[Ref, StatusChange] | None = None
     _by_effective_target: dict[Ref, list[EffectivePolicy]] | None = None
+
+    @property
+    def affected(self) -> dict[Ref, dict[KindKey, set[Ref]]]:
+        """Object -> policy kind -> the policies that supply at least one leaf to it or its sections (S8.4)."""
+        if self._affected is None:
+            by_result: dict[tuple[Ref, KindKey], dict[int, Result]] = {}
+            for ep in self.effective:
+                if ep.result.policies:
+                    by_result.setdefault((ep.target.object, ep.kind.key), {})[id(ep.result)] = ep.result
+            affected: dict[Ref, dict[KindKey, set[Ref]]] = {}
+            for (owner, kk), results in by_result.items():
+                policies: set[Ref] = set()
+                for res in results.values():
+                    policies |= res.policies
+                affected.setdefault(owner, {})[kk] = policies
+            self._affected = affected
+        return self._affected
 
     def effective_of(self, target: Ref) -> list[EffectivePolicy]:
         """Effective policies of one object or section, every path and kind."""
@@ -107,10 +125,14 @@ class Analysis:
 
 def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None, *,
             default_namespace: str = "default", controller: str = DEFAULT_CONTROLLER,
-            now: str | None = None) -> Analysis:
+            now: str | None = None, timings: dict[str, float] | None = None) -> Analysis:
+    """Analyse objects; `timings`, when given, receives seconds per phase (for the benchmark)."""
+    clock = _Clock(timings)
     index = build_index(raws, origins, default_namespace)
     grants = ReferenceGrants(index)
+    clock.lap("index")
     topo = build_topology(index, grants)
+    clock.lap("topology")
     kinds = build_kinds(index)
     warnings = list(index.warnings) + list(topo.warnings)
     for pk in sorted(kinds.values(), key=lambda k: k.key):
@@ -125,23 +147,31 @@ def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None
             if o.reason == ACCEPTED and o.declared is not None:
                 attached.setdefault((p.kind.key, o.declared), []).append(p)
     entries = {key: _level_entry(kinds[key[0]], ps, outcomes, key[1]) for key, ps in attached.items()}
+    clock.lap("attachment")
     evaluator = Evaluator(kinds, entries, index)
     effective: list[EffectivePolicy] = []
-    affected: dict[Ref, dict[KindKey, set[Ref]]] = {}
-    kinds_at = evaluator.kinds_at
+    add = effective.append
+    evaluate_node = evaluator.evaluate_node
     for target in topo.targets():
-        owner = target.object
         for path in topo.paths[target]:
-            if not any(level in kinds_at for level in path):
-                continue
-            for kk in evaluator.kinds_on(path):
-                res = evaluator.evaluate(target, path, kk)
+            for kk, res in evaluate_node(target, path):
                 if res.leaves:
-                    effective.append(EffectivePolicy(target, path, kinds[kk], res))
-                    if res.policies:
-                        affected.setdefault(owner, {}).setdefault(kk, set()).update(res.policies)
+                    add(EffectivePolicy(target, path, kinds[kk], res))
+    clock.lap("merge")
     return Analysis(index, topo, kinds, {p.ref: p for p in policies}, outcomes, entries, evaluator,
-                    effective, affected, controller, now or utc_now(), warnings)
+                    effective, controller, now or utc_now(), warnings)
+
+
+class _Clock:
+    def __init__(self, timings: dict[str, float] | None) -> None:
+        self.timings = timings
+        self.t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        if self.timings is not None:
+            now = time.perf_counter()
+            self.timings[name] = self.timings.get(name, 0.0) + now - self.t
+            self.t = now
 
 
 def _level_entry(kind: PolicyKind, policies: list[Policy], outcomes: dict[Ref, list[TargetOutcome]],

@@ -113,7 +113,7 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
     obj_ref = declared.object
     if not topo.exists(obj_ref):
         if obj_ref in index.by_ref:  # S1.4: any object of the input can be a (virtual) target
-            topo.add_path(obj_ref, extend((), obj_ref))
+            topo.add_path(obj_ref, extend(topo.root, obj_ref))
         else:
             label = f"{ns}/{name}" if ns else name
             return TargetOutcome(policy, declared, NOT_FOUND, f"{where}: {kind} {label} does not exist", where)
@@ -122,4 +122,6 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
         label = f"{ns}/{name}" if ns else name
         return TargetOutcome(policy, declared, NOT_FOUND,
                              f"{where}: {kind} {label} has no {word} named {section!r}", where)
-    return TargetOutcome(policy, declared, ACCEPTED, "the policy is accepted", where)
+    label = f"{ns}/{name}" if ns else name
+    on = f" {_SECTION_WORD.get(kind, 'rule' if kind.endswith('Route') else 'section')} {section}" if section else ""
+    return TargetOutcome(policy, declared, ACCEPTED, f"Attached to {kind} {label}{on}.", where)

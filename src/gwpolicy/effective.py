@@ -17,7 +17,7 @@ from gwpolicy.merge.values import dig, is_unset, nest
 from gwpolicy.model import ObjectIndex
 from gwpolicy.policies import PolicyKind
 from gwpolicy.refs import Ref
-from gwpolicy.topology import Path, Topology
+from gwpolicy.topology import PathNode
 
 KindKey = tuple[str, str]
 
@@ -76,13 +76,39 @@ class Result:
 @dataclass(slots=True)
 class EffectivePolicy:
     target: Ref
-    path: Path
+    path: PathNode
     kind: PolicyKind
     result: Result
 
 
+@dataclass(frozen=True, slots=True)
+class Trail:
+    """What the levels of a path prefix give for one policy kind, in the orders the ladder reads them."""
+
+    ov: tuple[Contribution, ...] = ()  # overrides, most general first
+    df_rev: tuple[Contribution, ...] = ()  # defaults, most specific first
+    inh: tuple[LevelEntry, ...] = ()  # entries with inherited policies (Atomic/Patch), most general first
+
+
+EMPTY_TRAIL = Trail()
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    trails: dict[KindKey, Trail]
+    kinds: tuple[KindKey, ...]
+
+
+EMPTY_SUMMARY = Summary({}, ())
+_NO_ENTRIES: dict = {}
+
+
 class Evaluator:
-    """Computes effective policies from level entries; holds the memo of distinct ladders."""
+    """Computes effective policies from level entries; holds the memo of distinct ladders.
+
+    Each path node carries a `Summary` of the policies along its prefix, derived from its parent's,
+    so a ladder is assembled from two summaries and the target's own level, whatever the path length.
+    """
 
     def __init__(self, kinds: dict[KindKey, PolicyKind], entries: dict[tuple[KindKey, Ref], LevelEntry],
                  index: ObjectIndex) -> None:
@@ -92,82 +118,136 @@ class Evaluator:
         self.memo: dict[tuple, Result] = {}
         self._object_values: dict[tuple[Ref, KindKey], Contribution | None] = {}
         self.kinds_at: dict[Ref, list[KindKey]] = {}
-        for (kk, ref) in entries:
+        self.entries_at: dict[Ref, dict[KindKey, LevelEntry]] = {}
+        for (kk, ref), entry in entries.items():
             self.kinds_at.setdefault(ref, []).append(kk)
+            self.entries_at.setdefault(ref, {})[kk] = entry
         for lst in self.kinds_at.values():
             lst.sort()
 
-    def kinds_on(self, path: Path) -> list[KindKey]:
-        found: set[KindKey] = set()
-        for level in path:
-            ks = self.kinds_at.get(level)
-            if ks:
-                found.update(ks)
-        return sorted(found)
+    def summary(self, node: PathNode | None) -> Summary:
+        if node is None or node.level is None:
+            return EMPTY_SUMMARY
+        s = node.summary
+        if s is not None:
+            return s  # type: ignore[return-value]
+        above = self.summary(node.parent)
+        kks = self.kinds_at.get(node.level)
+        if not kks:
+            node.summary = above
+            return above
+        trails = dict(above.trails)
+        at = self.entries_at[node.level]
+        for kk in kks:
+            e = at[kk]
+            t = trails.get(kk, EMPTY_TRAIL)
+            c = e.contributions
+            trails[kk] = Trail(t.ov + (c[OVERRIDES],) if OVERRIDES in c else t.ov,
+                               (c[DEFAULTS],) + t.df_rev if DEFAULTS in c else t.df_rev,
+                               t.inh + (e,) if e.inherited else t.inh)
+        s = node.summary = Summary(trails, tuple(sorted(trails)))
+        return s
 
-    def evaluate(self, target: Ref, path: Path, kk: KindKey) -> Result:
-        kind = self.kinds[kk]
-        entries = self.entries
-        levels = [entries.get((kk, level)) for level in path]
-        n = len(path) - 1
-        d = n
-        if target.section is not None and not (levels[n] is not None and levels[n].has_direct):
-            d = n - 1  # S5.5: the owner's direct policies apply to a section that has none of its own
-        if kind.strategy == "FieldMerge":
-            return self._fieldmerge(target, kind, levels, d)
-        if kind.strategy == "None":
-            entry = levels[d] if d >= 0 else None
-            winner = entry.direct[:1] if entry is not None else []
-            key = ("None", id(entry))
-            if key not in self.memo:
-                self.memo[key] = Result(resolve(chain(winner, "Atomic")))
-            return self.memo[key]
-        key_parts: list[tuple[int, bool]] = []
-        for i, e in enumerate(levels):
-            if e is not None and (e.inherited or (i == d and e.direct)):
-                key_parts.append((id(e), i == d))
-        key = (kind.strategy, tuple(key_parts))
-        res = self.memo.get(key)
-        if res is None:
-            seq: list[tuple[dict[str, Any], str, Ref]] = []
-            for i, e in enumerate(levels):
-                if e is None:
-                    continue
-                level_seq = list(e.inherited) + (list(e.direct) if i == d else [])
-                level_seq.sort(key=lambda s: self._age(s[2]))
-                seq.extend(level_seq)
-            res = self.memo[key] = Result(resolve(chain(seq, kind.strategy)))
-        return res
+    def kinds_on(self, path: PathNode) -> tuple[KindKey, ...]:
+        return self.summary(path).kinds
+
+    def evaluate(self, target: Ref, node: PathNode, kk: KindKey) -> Result:
+        for k, res in self.evaluate_node(target, node, (kk,)):
+            return res
+        raise KeyError(kk)
+
+    def evaluate_node(self, target: Ref, node: PathNode,
+                      kks: tuple[KindKey, ...] | None = None) -> list[tuple[KindKey, Result]]:
+        """Effective policy of `target` on the path `node`, for every kind along it (or those given).
+
+        This is the hot loop of the engine: one call per path, with the summaries looked up once.
+        """
+        here = self.summary(node)
+        if kks is None:
+            kks = here.kinds
+        if not kks:
+            return []
+        memo = self.memo
+        level = node.level
+        parent = node.parent
+        own_at = self.entries_at.get(level, _NO_ENTRIES)
+        parent_at: dict[KindKey, LevelEntry] | None = None
+        is_section = target.section is not None
+        owner = target.object if is_section else target
+        above_node = self.summary(parent)  # used when D is the node itself
+        above_owner: Summary | None = None  # used when D is the section's owner
+        out: list[tuple[KindKey, Result]] = []
+        for kk in kks:
+            kind = self.kinds[kk]
+            own = own_at.get(kk)
+            if is_section and not (own is not None and own.has_direct):
+                d_is_node = False
+                if parent_at is None:
+                    parent_at = self.entries_at.get(parent.level, _NO_ENTRIES)
+                d_entry = parent_at.get(kk)  # S5.5: the owner's direct policies apply
+            else:
+                d_is_node = True
+                d_entry = own
+            strategy = kind.strategy
+            if strategy == "FieldMerge":
+                if d_is_node:
+                    t = above_node.trails.get(kk)
+                else:
+                    if above_owner is None:
+                        above_owner = self.summary(parent.parent)
+                    t = above_owner.trails.get(kk)
+                key = list(t.ov) if t is not None else []
+                if d_entry is not None:
+                    c = d_entry.contributions
+                    if c:
+                        if DIRECT in c:
+                            key.append(c[DIRECT])
+                        if OVERRIDES in c:
+                            key.append(c[OVERRIDES])
+                if not d_is_node and own is not None and OVERRIDES in own.contributions:
+                    key.append(own.contributions[OVERRIDES])
+                if kind.field_mappings:
+                    obj = self.object_value(owner, kind)
+                    if obj is not None:
+                        key.append(obj)
+                t = here.trails.get(kk)
+                if t is not None:
+                    key.extend(t.df_rev)
+                tkey = tuple(key)
+                res = memo.get(tkey)
+                if res is None:
+                    res = memo[tkey] = Result(ladder(tkey))
+            elif strategy == "None":
+                key2 = ("None", id(d_entry))
+                res = memo.get(key2)
+                if res is None:
+                    winner = d_entry.direct[:1] if d_entry is not None else []
+                    res = memo[key2] = Result(resolve(chain(winner, "Atomic")))
+            else:
+                direct = d_entry if d_entry is not None and d_entry.direct else None
+                t = here.trails.get(kk)
+                key3 = (strategy, t.inh if t is not None else (), id(direct), d_is_node)
+                res = memo.get(key3)
+                if res is None:
+                    res = memo[key3] = Result(resolve(chain(self._sequence(node, kk, level if d_is_node else parent.level),
+                                                            strategy)))
+            out.append((kk, res))
+        return out
+
+    def _sequence(self, node: PathNode, kk: KindKey, d_level: Ref) -> list[tuple[dict[str, Any], str, Ref]]:
+        """S6 order along a path: by level, then older first; direct policies only at D."""
+        seq: list[tuple[dict[str, Any], str, Ref]] = []
+        for level in node.levels:
+            e = self.entries.get((kk, level))
+            if e is None:
+                continue
+            level_seq = list(e.inherited) + (list(e.direct) if level == d_level else [])
+            level_seq.sort(key=lambda s: self._age(s[2]))
+            seq.extend(level_seq)
+        return seq
 
     def _age(self, ref: Ref) -> tuple[str, str, str]:
         return self.index.by_ref[ref].age_key
-
-    def _fieldmerge(self, target: Ref, kind: PolicyKind, levels: list[LevelEntry | None], d: int) -> Result:
-        cands: list[Contribution] = []
-        n = len(levels) - 1
-        for i in range(0, max(d, 0)):
-            e = levels[i]
-            if e is not None and OVERRIDES in e.contributions:
-                cands.append(e.contributions[OVERRIDES])
-        e = levels[d] if d >= 0 else None
-        if e is not None and DIRECT in e.contributions:
-            cands.append(e.contributions[DIRECT])
-        for i in range(max(d, 0), n + 1):
-            e = levels[i]
-            if e is not None and OVERRIDES in e.contributions:
-                cands.append(e.contributions[OVERRIDES])
-        own = self.object_value(target.object, kind)
-        if own is not None:
-            cands.append(own)
-        for i in range(n, -1, -1):
-            e = levels[i]
-            if e is not None and DEFAULTS in e.contributions:
-                cands.append(e.contributions[DEFAULTS])
-        key = tuple(cands)
-        res = self.memo.get(key)
-        if res is None:
-            res = self.memo[key] = Result(ladder(cands))
-        return res
 
     def object_value(self, owner: Ref, kind: PolicyKind) -> Contribution | None:
         """S5.2 rule 4: the target's own value of a setting the kind maps onto its fields."""

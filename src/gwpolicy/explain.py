@@ -187,8 +187,8 @@ def fates(a: Analysis, policy_ref: Ref) -> list[Fate]:
     return out
 
 
-def leaf_map(items: Iterable[EffectivePolicy]) -> dict[tuple[Ref, Path, KindKey], dict[str, Any]]:
-    return {(ep.target, ep.path, ep.kind.key): {field_name(p): v for p, (v, _, _) in ep.result.leaves.items()}
+def leaf_map(items: Iterable[EffectivePolicy]) -> dict[tuple[Ref, tuple[Ref, ...], KindKey], dict[str, Any]]:
+    return {(ep.target, ep.path.levels, ep.kind.key): {field_name(p): v for p, (v, _, _) in ep.result.leaves.items()}
             for ep in items}
 
 

@@ -124,10 +124,15 @@ def _load_yaml(text: str, name: str) -> list[Any]:
 
 
 def _doc_start_lines(text: str) -> list[int]:
-    """First line of each YAML document, counted as PyYAML counts documents."""
-    seps = [text.count("\n", 0, m.start()) + 1 for m in _DOC_SEP.finditer(text)]
+    """First line of each YAML document, counted as PyYAML counts documents (one pass over the text)."""
+    seps: list[int] = []
+    line, pos = 1, 0
+    for m in _DOC_SEP.finditer(text):
+        line += text.count("\n", pos, m.start())
+        pos = m.start()
+        seps.append(line)
     first = _first_content_line(text)
-    starts = [line + 1 for line in seps]  # the document's first line is the one after `---`
+    starts = [n + 1 for n in seps]  # the document's first line is the one after `---`
     if not seps or seps[0] != first:
         starts.insert(0, first)
     return starts

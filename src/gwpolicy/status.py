@@ -106,11 +106,9 @@ def policy_status(policy: Policy, outcomes: list[TargetOutcome], topo: Topology,
 
 
 def outcome_message(o: TargetOutcome, ancestor: Ref) -> str:
-    """S8.2: why, in words a user can act on."""
-    if o.reason == ACCEPTED:
-        where = f" on {_label(o.declared)}" if o.declared is not None else ""
-        via = f" (reported on {_label(ancestor)})" if o.declared is not None and ancestor != o.declared else ""
-        return f"Policy is accepted{where}{via}."
+    """S8.2: why, in words a user can act on; for Accepted, where it is attached and where reported."""
+    if o.reason == ACCEPTED and o.declared is not None and ancestor != o.declared:
+        return f"{o.message[:-1]}; reported on {_label(ancestor)}."
     return o.message
 
 

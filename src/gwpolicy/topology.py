@@ -15,28 +15,85 @@ from gwpolicy.kinds import PROTOCOL_ROUTE_KINDS, ROUTE_KINDS
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 
-Path = tuple[Ref, ...]
+
+class PathNode:
+    """One path, as a node in a tree of shared prefixes: a level and the path above it.
+
+    Nodes are interned (a parent has one child per level), so two ways to the same path are the
+    same node, and everything computed for a prefix (policies along it, its JSON) is computed once
+    for every path below it. A node behaves as the tuple of its levels.
+    """
+
+    __slots__ = ("level", "parent", "children", "namespaces", "_levels", "_json", "summary")
+
+    def __init__(self, level: Ref | None, parent: "PathNode | None", namespaces: frozenset[str]) -> None:
+        self.level = level
+        self.parent = parent
+        self.children: dict[Ref, PathNode] | None = None
+        self.namespaces = namespaces
+        self._levels: tuple[Ref, ...] | None = None
+        self._json: list[dict[str, object]] | None = None
+        self.summary: object = None  # filled by the evaluator: policies along this prefix
+
+    def child(self, level: Ref, namespaces: frozenset[str] | None = None) -> "PathNode":
+        if self.children is None:
+            self.children = {}
+        node = self.children.get(level)
+        if node is None:
+            node = self.children[level] = PathNode(level, self, namespaces if namespaces is not None else self.namespaces)
+        return node
+
+    @property
+    def levels(self) -> tuple[Ref, ...]:
+        if self._levels is None:
+            self._levels = (self.parent.levels if self.parent is not None else ()) + (
+                (self.level,) if self.level is not None else ())
+        return self._levels
+
+    def to_json(self) -> list[dict[str, object]]:
+        """S9 `path`, built once per node from its parent's."""
+        if self._json is not None:
+            return self._json
+        above = self.parent.to_json() if self.parent is not None else []
+        json = above + [self.level.to_json()] if self.level is not None else above
+        if self.children is not None:  # only prefixes are asked again; a leaf's list is used once
+            self._json = json
+        return json
+
+    def __iter__(self):
+        return iter(self.levels)
+
+    def __len__(self) -> int:
+        return len(self.levels)
+
+    def __getitem__(self, i):
+        return self.levels[i]
+
+    def __repr__(self) -> str:
+        return " > ".join(map(str, self.levels))
+
+
+Path = PathNode
 
 
 def namespace_ref(name: str) -> Ref:
     return Ref(CORE_GROUP, "Namespace", None, name)
 
 
-def extend(path: Path, ref: Ref) -> Path:
-    """Append `ref`, with its Namespace level first when the path has none for it yet (S4.2)."""
+def extend(path: PathNode, ref: Ref) -> PathNode:
+    """The path one level down, with the Namespace level first when the path has none for it yet (S4.2)."""
     ns = ref.namespace
-    if ns is not None and ref.section is None:
-        nsref = namespace_ref(ns)
-        if nsref not in path:
-            return path + (nsref, ref)
-    return path + (ref,)
+    if ns is not None and ref.section is None and ns not in path.namespaces:
+        path = path.child(namespace_ref(ns), path.namespaces | {ns})
+    return path.child(ref)
 
 
 @dataclass
 class Topology:
     """Targetable nodes, their sections, and every path to each (S4.3)."""
 
-    paths: dict[Ref, dict[Path, None]] = field(default_factory=dict)
+    paths: dict[Ref, dict[PathNode, None]] = field(default_factory=dict)
+    root: PathNode = field(default_factory=lambda: PathNode(None, None, frozenset()))
     sections: dict[Ref, list[str]] = field(default_factory=dict)
     virtual: set[Ref] = field(default_factory=set)
     route_parents: dict[Ref, list[dict[str, Any]]] = field(default_factory=dict)
@@ -55,7 +112,7 @@ class Topology:
     def add_path(self, ref: Ref, path: Path) -> None:
         self.paths.setdefault(ref, {})[path] = None
 
-    def paths_of(self, ref: Ref) -> list[Path]:
+    def paths_of(self, ref: Ref) -> list[PathNode]:
         return list(self.paths.get(ref, ()))
 
 
@@ -133,16 +190,15 @@ def _rules(route: Obj) -> list[dict[str, Any]]:
 def build_topology(index: ObjectIndex, grants: ReferenceGrants) -> Topology:
     topo = Topology()
     for ns in sorted(index.namespaces):
-        topo.add_path(namespace_ref(ns), (namespace_ref(ns),))
+        topo.add_path(namespace_ref(ns), extend(topo.root, namespace_ref(ns)))
     for gc in index.of_kind(GATEWAY_GROUP, "GatewayClass"):
-        topo.add_path(gc.ref, (gc.ref,))
+        topo.add_path(gc.ref, topo.root.child(gc.ref))
 
-    listener_paths: dict[Ref, list[Path]] = {}
     listeners_of: dict[Ref, list[dict[str, Any]]] = {}
     for gw in index.of_kind(GATEWAY_GROUP, "Gateway"):
         spec = gw.spec if isinstance(gw.spec, dict) else {}
         gc_ref = Ref(GATEWAY_GROUP, "GatewayClass", None, str(spec.get("gatewayClassName", "")))
-        base: Path = (gc_ref,) if gc_ref in index.by_ref else ()
+        base = topo.root.child(gc_ref) if gc_ref in index.by_ref else topo.root
         gw_path = extend(base, gw.ref)
         topo.add_path(gw.ref, gw_path)
         listeners = _listeners(gw)
@@ -150,10 +206,10 @@ def build_topology(index: ObjectIndex, grants: ReferenceGrants) -> Topology:
         topo.sections[gw.ref] = [l["name"] for l in listeners]
         for l in listeners:
             lref = gw.ref.with_section(l["name"])
-            topo.add_path(lref, gw_path + (lref,))
-            listener_paths[lref] = [gw_path + (lref,)]
+            topo.add_path(lref, gw_path.child(lref))
 
     services_reached: set[Ref] = set()
+    ports_of = {svc.ref: _service_ports(svc) for svc in index.of_kind(CORE_GROUP, "Service")}
     for kind in ROUTE_KINDS:
         for route in index.of_kind(GATEWAY_GROUP, kind):
             route_paths = _route_paths(route, index, listeners_of, topo)
@@ -163,39 +219,39 @@ def build_topology(index: ObjectIndex, grants: ReferenceGrants) -> Topology:
             topo.sections[route.ref] = [r["name"] for r in rules if isinstance(r.get("name"), str)]
             for rule in rules:
                 rname = rule.get("name") if isinstance(rule.get("name"), str) else None
-                bases = [p + (route.ref.with_section(rname),) for p in route_paths] if rname else route_paths
+                bases = [p.child(route.ref.with_section(rname)) for p in route_paths] if rname else route_paths
                 if rname:
                     for b in bases:
                         topo.add_path(route.ref.with_section(rname), b)
                 for bref in rule.get("backendRefs") or []:
                     if isinstance(bref, dict):
-                        _add_backend(route, bref, bases, index, grants, topo, services_reached)
+                        _add_backend(route, bref, bases, index, grants, topo, services_reached, ports_of)
 
     # Services (and their named ports) that no route reaches: Namespace > Service > port
     for svc in index.of_kind(CORE_GROUP, "Service"):
-        ports = _service_ports(svc)
+        ports = ports_of[svc.ref]
         topo.sections[svc.ref] = [p["name"] for p in ports]
         if svc.ref not in topo.paths:
-            topo.add_path(svc.ref, extend((), svc.ref))
+            topo.add_path(svc.ref, extend(topo.root, svc.ref))
         for port in ports:
             pref = svc.ref.with_section(port["name"])
             if pref not in topo.paths:
-                topo.add_path(pref, extend((), svc.ref) + (pref,))
+                topo.add_path(pref, extend(topo.root, svc.ref).child(pref))
     for kind in ("ServiceImport",):
         for obj in index.by_kind.get(("multicluster.x-k8s.io", kind), []):
             if obj.ref not in topo.paths:
-                topo.add_path(obj.ref, extend((), obj.ref))
+                topo.add_path(obj.ref, extend(topo.root, obj.ref))
     return topo
 
 
 def _route_paths(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[dict[str, Any]]],
-                 topo: Topology) -> list[Path]:
+                 topo: Topology) -> list[PathNode]:
     """One path per listener the route is attached to; `Namespace > route` when none (S4.3)."""
     spec = route.spec if isinstance(route.spec, dict) else {}
     hostnames = spec.get("hostnames") if isinstance(spec.get("hostnames"), list) else []
     parent_refs = [p for p in spec.get("parentRefs") or [] if isinstance(p, dict)]
     topo.route_parents[route.ref] = parent_refs
-    paths: dict[Path, None] = {}
+    paths: dict[PathNode, None] = {}
     for pref in parent_refs:
         group = pref.get("group") if pref.get("group") is not None else GATEWAY_GROUP
         kind = pref.get("kind") or "Gateway"
@@ -218,7 +274,7 @@ def _route_paths(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[di
             for lp in topo.paths.get(lref, []):
                 paths[extend(lp, route.ref)] = None
     if not paths:
-        paths[extend((), route.ref)] = None
+        paths[extend(topo.root, route.ref)] = None
     return list(paths)
 
 
@@ -227,8 +283,9 @@ def _service_ports(svc: Obj) -> list[dict[str, Any]]:
     return [p for p in spec.get("ports") or [] if isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"]]
 
 
-def _add_backend(route: Obj, bref: dict[str, Any], bases: list[Path], index: ObjectIndex,
-                 grants: ReferenceGrants, topo: Topology, services_reached: set[Ref]) -> None:
+def _add_backend(route: Obj, bref: dict[str, Any], bases: list[PathNode], index: ObjectIndex,
+                 grants: ReferenceGrants, topo: Topology, services_reached: set[Ref],
+                 ports_of: dict[Ref, list[dict[str, Any]]]) -> None:
     group = bref.get("group") or CORE_GROUP
     kind = bref.get("kind") or "Service"
     ns = bref.get("namespace") or route.namespace
@@ -249,7 +306,7 @@ def _add_backend(route: Obj, bref: dict[str, Any], bases: list[Path], index: Obj
         if obj is not None and kind == "Service" and group == CORE_GROUP:
             services_reached.add(ref)
             port = bref.get("port")
-            for p in _service_ports(obj):
+            for p in ports_of[ref]:
                 if port is None or p.get("port") == port:
                     pref = ref.with_section(p["name"])
-                    topo.add_path(pref, bpath + (pref,))
+                    topo.add_path(pref, bpath.child(pref))

@@ -1,0 +1,1 @@
+"""Synthetic clusters and the benchmark that measures gwpolicy on them (docs/performance.md)."""
