@@ -1,0 +1,72 @@
+"""One measured run in a fresh process (so that peak RSS is the run's own).
+
+Usage: python -m gwpolicy.bench.child parse|phases|effective FILE RESULT.json
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import resource
+import sys
+import time
+
+
+def parse(path: str) -> dict[str, float]:
+    """The baseline: PyYAML's C loader alone, as a user of PyYAML would call it."""
+    import yaml
+
+    t = time.perf_counter()
+    with open(path, encoding="utf-8") as fh:
+        docs = list(yaml.load_all(fh.read(), Loader=yaml.CSafeLoader))
+    return {"parse": time.perf_counter() - t, "objects": float(len(docs))}
+
+
+def phases(path: str) -> dict[str, float]:
+    """What `gwpolicy effective` and `gwpolicy status` do, phase by phase."""
+    gc.disable()  # as the CLI does
+    from gwpolicy.analysis import analyse
+    from gwpolicy.load import load_paths
+    from gwpolicy.output import status_list, write_effective
+
+    out: dict[str, float] = {}
+    t = time.perf_counter()
+    loaded = load_paths([path])
+    out["load"] = time.perf_counter() - t
+    a = analyse(loaded.objects, loaded.origins, now="2026-01-01T00:00:00Z", timings=out)
+    t = time.perf_counter()
+    with open("/dev/null", "wb") as sink:
+        write_effective(a, sink, "json")
+    out["output"] = time.perf_counter() - t
+    t = time.perf_counter()
+    changes = status_list(a)["items"]
+    out["status"] = time.perf_counter() - t
+    out["items"] = float(len(a.effective))
+    out["status_items"] = float(len(changes))
+    return out
+
+
+def effective(path: str) -> dict[str, float]:
+    """`gwpolicy effective -f FILE -o json > /dev/null`, exactly as the command line runs it."""
+    import os
+
+    from gwpolicy.cli.main import main as cli
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    code = cli(["effective", "-f", path, "-o", "json"])
+    return {"exit": float(code)}
+
+
+def main() -> None:
+    mode, path, result = sys.argv[1:4]
+    t = time.perf_counter()
+    data = {"parse": parse, "phases": phases, "effective": effective}[mode](path)
+    data["wall"] = time.perf_counter() - t
+    data["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with open(result, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""`gwpolicy bench`: generate synthetic clusters and measure gwpolicy on them (docs/performance.md).
+
+Every figure comes from a fresh process; each measurement is repeated and the fastest run kept,
+since a shared 2-core machine only ever adds time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from gwpolicy.bench.generate import write_yaml
+
+
+def _child(mode: str, path: str) -> dict[str, float]:
+    with tempfile.NamedTemporaryFile(suffix=".json") as res:
+        subprocess.run([sys.executable, "-m", "gwpolicy.bench.child", mode, path, res.name], check=True)
+        with open(res.name, encoding="utf-8") as fh:
+            return json.load(fh)
+
+
+def _end_to_end(path: str) -> tuple[float, float]:
+    """Wall time (process start to exit) and peak RSS (MB) of `gwpolicy effective -f FILE -o json > /dev/null`."""
+    t = time.perf_counter()
+    res = _child("effective", path)
+    return time.perf_counter() - t, res["maxrss_mb"]
+
+
+def measure(routes: int, workdir: str, repeat: int) -> dict[str, Any]:
+    path = os.path.join(workdir, f"cluster-{routes}.yaml")
+    if not os.path.exists(path):
+        write_yaml(routes, path)
+    size_mb = os.path.getsize(path) / 1e6
+    parse = min((_child("parse", path) for _ in range(repeat)), key=lambda r: r["parse"])
+    phases = min((_child("phases", path) for _ in range(repeat)), key=lambda r: r["wall"])
+    e2e = [_end_to_end(path) for _ in range(repeat)]
+    wall = min(w for w, _ in e2e)
+    rss = max(r for _, r in e2e)
+    return {"routes": routes, "objects": int(parse["objects"]), "yaml_mb": round(size_mb, 1),
+            "parse_s": parse["parse"], "phases": phases, "effective_s": wall, "effective_rss_mb": rss,
+            "ratio_to_parse": wall / parse["parse"]}
+
+
+def exponents(rows: list[dict[str, Any]], key: str) -> list[str]:
+    out = []
+    for a, b in zip(rows, rows[1:]):
+        ya, yb = a[key], b[key]
+        out.append(f"{a['routes']}->{b['routes']}: {math.log(yb / ya) / math.log(b['routes'] / a['routes']):.2f}")
+    return out
+
+
+def report(rows: list[dict[str, Any]], controller: list[dict[str, Any]] | None = None) -> str:
+    lines = [f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+             f"{platform.platform()}", ""]
+    head = ["routes", "objects", "YAML MB", "parse s", "load", "index", "topology", "attach", "merge", "output",
+            "status", "items", "effective e2e s", "x parse", "peak RSS MB"]
+    body = []
+    for r in rows:
+        p = r["phases"]
+        body.append([str(r["routes"]), str(r["objects"]), f"{r['yaml_mb']:.1f}", f"{r['parse_s']:.2f}",
+                     f"{p['load']:.2f}", f"{p['index']:.2f}", f"{p['topology']:.2f}", f"{p['attachment']:.2f}",
+                     f"{p['merge']:.2f}", f"{p['output']:.2f}", f"{p['status']:.2f}", str(int(p["items"])),
+                     f"{r['effective_s']:.2f}", f"{r['ratio_to_parse']:.2f}", f"{r['effective_rss_mb']:.0f}"])
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    lines.append(" | ".join(h.rjust(w) for h, w in zip(head, widths)))
+    lines.append("-|-".join("-" * w for w in widths))
+    for b in body:
+        lines.append(" | ".join(c.rjust(w) for c, w in zip(b, widths)))
+    if len(rows) > 1:
+        lines.append("")
+        lines.append("growth exponent of effective e2e time (1.0 = linear): " + ", ".join(exponents(rows, "effective_s")))
+        merge_rows = [dict(r, merge=r["phases"]["merge"] + r["phases"]["topology"]) for r in rows]
+        lines.append("growth exponent of topology+merge: " + ", ".join(exponents(merge_rows, "merge")))
+    if controller:
+        lines.append("")
+        lines.append("controller (sandbox API server on loopback):")
+        for c in controller:
+            lines.append("  " + ", ".join(f"{k}={v}" for k, v in c.items()))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gwpolicy bench")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate", help="write a synthetic cluster as YAML")
+    g.add_argument("--routes", type=int, required=True)
+    g.add_argument("--seed", type=int, default=1)
+    g.add_argument("-o", "--output", default="-")
+    r = sub.add_parser("run", help="measure the engine (and the controller) on synthetic clusters")
+    r.add_argument("--sizes", default="1000,10000,50000", help="route counts, comma-separated")
+    r.add_argument("--repeat", type=int, default=2)
+    r.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gwpolicy-bench"))
+    r.add_argument("--controller", action="store_true", help="also measure the controller against the sandbox")
+    r.add_argument("--controller-routes", type=int, default=20000)
+    r.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    if args.cmd == "generate":
+        if args.output == "-":
+            import yaml
+
+            from gwpolicy.bench.generate import cluster
+            yaml.dump_all(cluster(args.routes, args.seed), sys.stdout, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+                          sort_keys=False)
+        else:
+            n = write_yaml(args.routes, args.output, args.seed)
+            print(f"wrote {n} objects to {args.output}", file=sys.stderr)
+        return 0
+    os.makedirs(args.workdir, exist_ok=True)
+    rows = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        print(f"measuring {size} routes...", file=sys.stderr)
+        rows.append(measure(size, args.workdir, args.repeat))
+    controller = None
+    if args.controller:
+        from gwpolicy.bench.controller import measure_controller
+        controller = [measure_controller(args.controller_routes, args.workdir)]
+    text = report(rows, controller)
+    print(text, end="")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"engine": rows, "controller": controller}, fh, indent=2)
+    return 0

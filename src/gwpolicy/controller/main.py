@@ -1,0 +1,58 @@
+"""`gwpolicy controller`: run the controller until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import signal
+import sys
+
+from gwpolicy.controller.app import Controller, Options
+from gwpolicy.status import DEFAULT_CONTROLLER
+
+
+def parse(argv: list[str]) -> Options:
+    p = argparse.ArgumentParser(prog="gwpolicy controller", description="Keep policy status (GEP-713, GEP-1364) "
+                                "and breadcrumbs true in a cluster, for any policy kind.")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--controller-name", default=DEFAULT_CONTROLLER, help="controllerName of our status entries")
+    p.add_argument("--namespace", help="watch namespaced objects of this namespace only")
+    p.add_argument("--listen", default="0.0.0.0:8080", help="address of /healthz, /readyz, /metrics")
+    p.add_argument("--lease-namespace", default=Options.lease_namespace, help="namespace of the leader-election Lease")
+    p.add_argument("--lease-duration", type=float, default=15.0, help="seconds a leader holds the lease without renewing")
+    p.add_argument("--identity", default=Options.identity, help="this replica's name in the Lease")
+    p.add_argument("--no-leader-election", action="store_true", help="write without holding a lease (one replica only)")
+    p.add_argument("--breadcrumb-qps", type=float, default=50.0, help="breadcrumb writes per second at most")
+    p.add_argument("-v", "--verbose", action="store_true")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx2").setLevel(logging.DEBUG if a.verbose else logging.WARNING)
+    return Options(kubeconfig=a.kubeconfig, context=a.context, controller_name=a.controller_name, namespace=a.namespace,
+                   listen=a.listen, lease_namespace=a.lease_namespace, lease_duration=a.lease_duration,
+                   identity=a.identity, leader_election=not a.no_leader_election, breadcrumb_qps=a.breadcrumb_qps)
+
+
+async def run(opts: Options) -> None:
+    c = Controller(opts)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await c.start()
+    print(f"gwpolicy controller {opts.identity} serving health and metrics on port {c.port}", file=sys.stderr, flush=True)
+    await stop.wait()
+    await c.stop()
+
+
+def main(argv: list[str]) -> int:
+    opts = parse(argv)
+    gc.freeze()  # what start-up allocated lives for the whole run
+    try:
+        asyncio.run(run(opts))
+    except KeyboardInterrupt:
+        pass
+    return 0

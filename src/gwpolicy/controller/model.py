@@ -1,0 +1,107 @@
+"""The cluster as the controller knows it: the objects its informers hold and the analysis of them.
+
+Changes that can alter the analysis (spec, labels, new or deleted objects) mark it stale; changes to
+status or to our annotation only (among them the echo of our own writes) do not: those objects are
+only compared again with what they should carry. What an object should carry is always computed
+from its newest copy, so other controllers' entries and transition times are kept.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gwpolicy.analysis import Analysis, analyse, utc_now
+from gwpolicy.kinds import split_api_version
+from gwpolicy.model import Obj
+from gwpolicy.refs import Ref
+from gwpolicy.status import ANNOTATION, breadcrumbs, policy_status
+
+_VOLATILE_META = ("resourceVersion", "managedFields", "generation")
+
+
+def _essence(raw: dict[str, Any]) -> dict[str, Any]:
+    """What the analysis reads of an object: everything but status, bookkeeping and our annotation."""
+    meta = {k: v for k, v in (raw.get("metadata") or {}).items() if k not in _VOLATILE_META}
+    ann = meta.get("annotations")
+    if isinstance(ann, dict) and ANNOTATION in ann:
+        meta["annotations"] = {k: v for k, v in ann.items() if k != ANNOTATION}
+    return {"spec": raw.get("spec"), "metadata": meta, "rest": {k: v for k, v in raw.items()
+                                                                 if k not in ("spec", "metadata", "status")}}
+
+
+class ClusterModel:
+    def __init__(self, controller: str, default_namespace: str = "default") -> None:
+        self.controller = controller
+        self.default_namespace = default_namespace
+        self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self.analysis: Analysis | None = None
+        self.stale = True
+        self.touched: set[Ref] = set()
+        self.last_reconcile_seconds = 0.0
+        self.reconciles = 0
+
+    @staticmethod
+    def key(raw: dict[str, Any]) -> tuple[str, str, str, str]:
+        group, _ = split_api_version(raw.get("apiVersion", ""))
+        meta = raw.get("metadata") or {}
+        return (group, raw.get("kind", ""), meta.get("namespace") or "", meta.get("name") or "")
+
+    @staticmethod
+    def ref_of(raw: dict[str, Any]) -> Ref:
+        g, k, ns, n = ClusterModel.key(raw)
+        return Ref(g, k, ns or None, n)
+
+    def event(self, etype: str, raw: dict[str, Any]) -> None:
+        key = self.key(raw)
+        old = self.objects.get(key)
+        if etype == "DELETED":
+            if self.objects.pop(key, None) is not None:
+                self.stale = True
+            return
+        self.objects[key] = raw
+        if old is not None and _essence(old) == _essence(raw):
+            self.touched.add(self.ref_of(raw))  # status or our annotation only: compare it again
+        else:
+            self.stale = True
+
+    def current(self, ref: Ref) -> dict[str, Any] | None:
+        return self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
+
+    def reconcile(self) -> list[Ref]:
+        """Bring the analysis up to date; the objects whose status or annotations must be checked."""
+        if not self.stale:
+            touched, self.touched = self.touched, set()
+            return sorted(touched, key=Ref.sort_key)
+        t = time.perf_counter()
+        raws = list(self.objects.values())
+        self.analysis = analyse(raws, default_namespace=self.default_namespace, controller=self.controller)
+        self.stale = False
+        self.touched = set()
+        changes = [ch.object for ch in self.analysis.status_changes()]
+        self.last_reconcile_seconds = time.perf_counter() - t
+        self.reconciles += 1
+        return changes
+
+    def desired(self, ref: Ref) -> tuple[dict[str, Any], dict[str, str]] | None:
+        """The status and annotations the object should carry now, from its newest copy."""
+        a = self.analysis
+        raw = self.current(ref)
+        if a is None or raw is None:
+            return None
+        known = a.index.by_ref.get(ref)
+        if known is None:
+            return None
+        obj = Obj(raw, known.ref, known.version, known.origin)
+        now = utc_now()
+        if ref in a.policies:
+            policy = a.policies[ref]
+            fresh = type(policy)(obj, policy.kind, policy.cls, policy.stanzas, policy.target_refs,
+                                 policy.target_field, policy.invalid)
+            status = policy_status(fresh, a.outcomes[ref], a.topology, self.controller, now)
+            ann = dict(raw["metadata"].get("annotations") or {})
+            return status, ann
+        if ref in a.topology.paths:
+            kinds = [kk[1] for kk in a.affected.get(ref, {})]
+            return breadcrumbs(obj, kinds, a.topology, self.controller, now)
+        return None

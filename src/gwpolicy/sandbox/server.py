@@ -1,0 +1,404 @@
+"""The sandbox's HTTP face (aiohttp): discovery, CRUD, patch and apply, the status subresource,
+watch with bookmarks and 410 Gone, Kubernetes Status errors, Table output for kubectl, and a
+fault-injection endpoint (`/sandbox/faults`) for tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from gwpolicy.sandbox.resources import Resource
+from gwpolicy.sandbox.store import ApiFailure, Event, Store, field_matcher, label_matcher
+
+VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-gwpolicy-sandbox", "gitCommit": "sandbox",
+           "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23", "compiler": "gc",
+           "platform": "linux/amd64"}
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(data).encode(), status=status, content_type="application/json")
+
+
+def _fail(exc: ApiFailure) -> web.Response:
+    return _json(exc.status(), exc.code)
+
+
+def _age(ts: str | None) -> str:
+    from gwpolicy.cli.printers import age
+
+    return age(ts or "", datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def _table(r: Resource, objs: list[dict[str, Any]], rv: str) -> dict[str, Any]:
+    cols = [{"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0},
+            {"name": "Age", "type": "string", "format": "", "description": "Age", "priority": 0}]
+    rows = [{"cells": [o["metadata"]["name"], _age(o["metadata"].get("creationTimestamp"))],
+             "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}}
+            for o in objs]
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv},
+            "columnDefinitions": cols, "rows": rows}
+
+
+def _wants_table(request: web.Request) -> bool:
+    return "as=Table" in request.headers.get("Accept", "")
+
+
+class Sandbox:
+    """The server: one Store, the aiohttp application, and the watches in flight."""
+
+    def __init__(self, store: Store | None = None, bookmark_interval: float = 1.0, log: bool = False) -> None:
+        self.log = log
+        self.store = store or Store()
+        self.bookmark_interval = bookmark_interval
+        self.watch_queues: set[asyncio.Queue] = set()
+        self.app = web.Application(client_max_size=256 * 1024 * 1024)
+        self.app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        self.store.listeners.append(self._fanout)
+        self.requests = 0
+
+    def _fanout(self, ev: Event) -> None:
+        for q in list(self.watch_queues):
+            q.put_nowait(ev)
+
+    def drop_watches(self) -> None:
+        for q in list(self.watch_queues):
+            q.put_nowait(None)  # the stream closes without a word, as a broken connection does
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        self.requests += 1
+        if self.log:
+            print(f"{request.method} {request.path_qs} [{request.headers.get('Content-Type', '')}] "
+                  f"accept={request.headers.get('Accept', '')}", file=sys.stderr, flush=True)
+        if self.store.faults.latency:
+            await asyncio.sleep(self.store.faults.latency)
+        path = request.path.rstrip("/") or "/"
+        try:
+            if path.startswith("/sandbox/"):
+                return await self.control(request, path)
+            if path in ("/healthz", "/readyz", "/livez"):
+                return web.Response(text="ok")
+            if path == "/version":
+                return _json(VERSION)
+            if path.startswith("/openapi/v3"):
+                return _json(self.openapi_v3(path[len("/openapi/v3"):].strip("/")))
+            if path == "/api":
+                return _json({"kind": "APIVersions", "versions": ["v1"],
+                              "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}]})
+            if path == "/apis":
+                groups = []
+                for g, versions in sorted(self.store.registry.groups().items()):
+                    groups.append({"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in versions],
+                                   "preferredVersion": {"groupVersion": f"{g}/{versions[0]}", "version": versions[0]}})
+                return _json({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+            parts = path.strip("/").split("/")
+            if parts[0] == "api" and len(parts) >= 2:
+                group, version, rest = "", parts[1], parts[2:]
+            elif parts[0] == "apis" and len(parts) >= 2:
+                group = parts[1]
+                if len(parts) == 2:
+                    versions = self.store.registry.groups().get(group)
+                    if not versions:
+                        raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
+                    return _json({"kind": "APIGroup", "apiVersion": "v1", "name": group,
+                                  "versions": [{"groupVersion": f"{group}/{v}", "version": v} for v in versions],
+                                  "preferredVersion": {"groupVersion": f"{group}/{versions[0]}", "version": versions[0]}})
+                version, rest = parts[2], parts[3:]
+            else:
+                raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
+            if not rest:
+                resources = self.store.registry.in_version(group, version)
+                if not resources and group:
+                    raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
+                return _json({"kind": "APIResourceList", "apiVersion": "v1",
+                              "groupVersion": f"{group}/{version}" if group else version,
+                              "resources": [x for r in resources for x in r.to_api_resource()]})
+            return await self.resource_request(request, group, version, rest)
+        except ApiFailure as exc:
+            return _fail(exc)
+
+    def openapi_v3(self, gv: str) -> dict[str, Any]:
+        """Just enough OpenAPI v3 for kubectl: the index, and per group-version the paths whose PATCH
+        takes `fieldValidation` (so kubectl leaves validation to the server) with CRD schemas."""
+        reg = self.store.registry
+        if not gv:
+            paths = {"api/v1": {"serverRelativeURL": f"/openapi/v3/api/v1?hash={self.store.rv}"}}
+            for g, versions in reg.groups().items():
+                for v in versions:
+                    paths[f"apis/{g}/{v}"] = {"serverRelativeURL": f"/openapi/v3/apis/{g}/{v}?hash={self.store.rv}"}
+            return {"paths": paths}
+        parts = gv.split("/")
+        group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
+        if not reg.in_version(group, version):
+            raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
+        paths: dict[str, Any] = {}
+        schemas: dict[str, Any] = {}
+        base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+        for r in reg.in_version(group, version):
+            gvk = {"group": group, "version": version, "kind": r.kind}
+            params = [{"name": n, "in": "query", "schema": {"type": "string"}} for n in
+                      ("dryRun", "fieldManager", "fieldValidation", "force")]
+            op = {"x-kubernetes-group-version-kind": gvk, "parameters": params, "responses": {"200": {"description": "OK"}}}
+            item = f"{base}/namespaces/{{namespace}}/{r.plural}/{{name}}" if r.namespaced else f"{base}/{r.plural}/{{name}}"
+            coll = f"{base}/namespaces/{{namespace}}/{r.plural}" if r.namespaced else f"{base}/{r.plural}"
+            paths[item] = {m: dict(op, **{"x-kubernetes-action": a}) for m, a in
+                           (("get", "get"), ("put", "put"), ("patch", "patch"), ("delete", "delete"))}
+            paths[coll] = {m: dict(op, **{"x-kubernetes-action": a}) for m, a in (("get", "list"), ("post", "post"))}
+            name = f"{'.'.join(reversed(group.split('.'))) if group else 'io.k8s.api.core'}.{version}.{r.kind}"
+            schema = dict(reg.schemas.get((group, r.plural)) or {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+            schema["x-kubernetes-group-version-kind"] = [gvk]
+            schemas[name] = schema
+        return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": VERSION["gitVersion"]},
+                "paths": paths, "components": {"schemas": schemas}}
+
+    async def control(self, request: web.Request, path: str) -> web.Response:
+        if path == "/sandbox/stats":
+            return _json({"writes": self.store.writes, "resourceVersion": self.store.rv, "requests": self.requests,
+                          "watches": len(self.watch_queues)})
+        if path == "/sandbox/faults" and request.method == "POST":
+            spec = await request.json()
+            f = self.store.faults
+            if spec.get("dropWatches"):
+                self.drop_watches()
+            if spec.get("compact"):
+                self.store.compact()
+                if spec.get("dropWatches", True):
+                    self.drop_watches()
+            for nth, code in spec.get("failWrites") or []:
+                f.fail_writes.append((f.writes_seen + int(nth), int(code)))
+            if "latency" in spec:
+                f.latency = float(spec["latency"])
+            return _json({"ok": True})
+        raise ApiFailure(404, "NotFound", "no such sandbox control")
+
+    async def resource_request(self, request: web.Request, group: str, version: str, rest: list[str]) -> web.StreamResponse:
+        registry = self.store.registry
+        ns = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            ns, rest = rest[1], rest[2:]
+        plural = rest[0]
+        r = registry.by_plural.get((group, plural))
+        if r is None or version not in r.versions:
+            raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
+        name = rest[1] if len(rest) >= 2 else None
+        sub = rest[2] if len(rest) >= 3 else None
+        if sub not in (None, "status"):
+            raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
+        if sub == "status" and not r.status_subresource:
+            raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
+        if r.namespaced and name is not None and ns is None:
+            raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
+        q = request.query
+        method = request.method
+        store = self.store
+        manager = q.get("fieldManager")
+        if name is None:
+            if method == "GET":
+                if q.get("watch") in ("true", "1"):
+                    return await self.watch(request, r, ns)
+                objs = store.list(r, ns, q.get("labelSelector"), q.get("fieldSelector"))
+                for o in objs:
+                    o["apiVersion"] = r.api_version(version)
+                rv = str(store.rv)
+                if _wants_table(request):
+                    return _json(_table(r, objs, rv))
+                return _json({"kind": r.list_kind, "apiVersion": r.api_version(version),
+                              "metadata": {"resourceVersion": rv}, "items": objs})
+            if method == "POST":
+                body = await self._body(request)
+                if r.namespaced and ns is None:
+                    ns = (body.get("metadata") or {}).get("namespace") or "default"
+                if q.get("dryRun"):
+                    return _json(body, 201)
+                return _json(store.create(r, ns or "", body, manager, version), 201)
+            raise ApiFailure(405, "MethodNotAllowed", f"{method} is not supported on a collection here")
+        ns = ns or ""
+        if method == "GET":
+            obj = store.get(r, ns, name)
+            obj["apiVersion"] = r.api_version(version)
+            if _wants_table(request):
+                return _json(_table(r, [obj], obj["metadata"]["resourceVersion"]))
+            return _json(obj)
+        if method == "PUT":
+            body = await self._body(request)
+            return _json(store.update(r, ns, name, body, subresource=sub, manager=manager or "unknown", version=version))
+        if method == "PATCH":
+            body = await self._body(request)
+            ct = request.headers.get("Content-Type", "application/merge-patch+json")
+            if q.get("dryRun"):
+                return _json(store.get(r, ns, name))
+            existed = (r.group, r.plural, ns if r.namespaced else "", name) in store.objects
+            out = store.patch(r, ns, name, ct, body, subresource=sub, manager=manager,
+                              force=q.get("force") in ("true", "1"), version=version)
+            return _json(out, 200 if existed else 201)
+        if method == "DELETE":
+            out = store.delete(r, ns, name)
+            if (r.group, r.plural, ns if r.namespaced else "", name) in store.objects:
+                return _json(out)  # finalizers pending: the object stays, marked for deletion
+            return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                          "details": {"name": name, "group": r.group, "kind": r.plural, "uid": out["metadata"].get("uid")}})
+        raise ApiFailure(405, "MethodNotAllowed", f"{method} is not supported")
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        ct = request.headers.get("Content-Type", "")
+        try:
+            if "yaml" in ct:
+                return yaml.safe_load(raw) or {}
+            return json.loads(raw or b"{}")
+        except (ValueError, yaml.YAMLError) as exc:
+            raise ApiFailure(400, "BadRequest", f"the request body could not be decoded: {exc}") from exc
+
+    async def watch(self, request: web.Request, r: Resource, ns: str | None) -> web.StreamResponse:
+        q = request.query
+        lm, fm = label_matcher(q.get("labelSelector")), field_matcher(q.get("fieldSelector"))
+        table = _wants_table(request)
+        bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
+        timeout = float(q.get("timeoutSeconds") or 1800)
+        rv_text = q.get("resourceVersion") or ""
+        queue: asyncio.Queue = asyncio.Queue()
+        self.watch_queues.add(queue)  # subscribe before reading history, so nothing falls between
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+        await resp.prepare(request)
+        version = request.path.split("/")[3] if request.path.startswith("/apis/") else "v1"
+
+        def matches(obj: dict[str, Any], ens: str) -> bool:
+            return (ns is None or not r.namespaced or ens == ns) and lm(obj["metadata"].get("labels") or {}) and fm(obj)
+
+        async def send(etype: str, obj: dict[str, Any]) -> None:
+            obj = dict(obj, apiVersion=r.api_version(version)) if etype != "ERROR" else obj
+            if table and etype != "ERROR" and etype != "BOOKMARK":
+                obj = _table(r, [obj], obj["metadata"]["resourceVersion"])
+            await resp.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
+
+        try:
+            last = 0
+            if rv_text in ("", "0"):
+                for obj in self.store.list(r, ns, q.get("labelSelector"), q.get("fieldSelector")):
+                    await send("ADDED", obj)
+                last = self.store.rv
+            else:
+                try:
+                    history = self.store.events_since(int(rv_text))
+                except ApiFailure as exc:
+                    await send("ERROR", exc.status())
+                    return resp
+                except ValueError:
+                    await send("ERROR", ApiFailure(400, "BadRequest", f"invalid resourceVersion {rv_text!r}").status())
+                    return resp
+                last = int(rv_text)
+                for ev in history:
+                    if ev.group == r.group and ev.plural == r.plural and matches(ev.obj, ev.namespace):
+                        await send(ev.type, ev.obj)
+                    last = ev.rv
+            deadline = time.monotonic() + timeout
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    ev = await asyncio.wait_for(queue.get(), min(remaining, self.bookmark_interval))
+                except asyncio.TimeoutError:
+                    if bookmarks:
+                        await send("BOOKMARK", {"kind": r.kind, "apiVersion": r.api_version(version),
+                                                "metadata": {"resourceVersion": str(self.store.rv)}})
+                    continue
+                if ev is None:  # injected fault: drop the stream mid-flight
+                    request.transport.close() if request.transport else None
+                    return resp
+                if ev.rv <= last:
+                    continue
+                last = ev.rv
+                if ev.group == r.group and ev.plural == r.plural and matches(ev.obj, ev.namespace):
+                    await send(ev.type, ev.obj)
+        except (ConnectionResetError, asyncio.CancelledError):
+            return resp
+        finally:
+            self.watch_queues.discard(queue)
+        try:
+            await resp.write_eof()
+        except ConnectionResetError:
+            pass
+        return resp
+
+
+def write_kubeconfig(path: str, port: int, namespace: str = "default") -> None:
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "gwpolicy-sandbox",
+           "clusters": [{"name": "gwpolicy-sandbox", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+           "users": [{"name": "gwpolicy-sandbox", "user": {"token": "sandbox"}}],
+           "contexts": [{"name": "gwpolicy-sandbox", "context": {"cluster": "gwpolicy-sandbox", "user": "gwpolicy-sandbox",
+                                                                  "namespace": namespace}}]}
+    with open(path, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(cfg, fh, sort_keys=False)
+
+
+class SandboxServer:
+    """A sandbox listening on 127.0.0.1; `restart()` stops and starts the HTTP side on the same port
+    with the same storage, as an API server restart does (etcd keeps the data)."""
+
+    def __init__(self, sandbox: Sandbox, port: int = 0) -> None:
+        self.sandbox = sandbox
+        self.port = port
+        self.runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> int:
+        self.runner = web.AppRunner(self.sandbox.app, access_log=None, handler_cancellation=True)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", self.port, shutdown_timeout=0.2, reuse_address=True)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self.port
+
+    async def stop(self) -> None:
+        self.sandbox.drop_watches()
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+    async def restart(self, down: float = 0.3) -> None:
+        await self.stop()
+        await asyncio.sleep(down)
+        await self.start()
+
+
+async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: bool = False,
+                bookmark_interval: float = 1.0, preload: list[dict[str, Any]] | None = None) -> None:
+    sandbox = Sandbox(Store(keep_creation_timestamp=keep_creation_timestamp), bookmark_interval,
+                      log=bool(os.environ.get("GWPOLICY_SANDBOX_LOG")))
+    for obj in preload or []:
+        _preload(sandbox.store, obj)
+    server = SandboxServer(sandbox, port)
+    actual = await server.start()
+    if kubeconfig_out:
+        write_kubeconfig(kubeconfig_out, actual)
+    print(f"gwpolicy sandbox listening on http://127.0.0.1:{actual}" +
+          (f"; kubeconfig written to {kubeconfig_out}" if kubeconfig_out else ""), flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await server.stop()
+
+
+def _preload(store: Store, obj: dict[str, Any]) -> None:
+    from gwpolicy.kinds import split_api_version
+
+    group, version = split_api_version(obj["apiVersion"])
+    r = store.registry.by_kind.get((group, obj["kind"]))
+    if r is None:
+        raise ApiFailure(404, "NotFound", f"no resource for {obj['kind']} in {obj['apiVersion']}")
+    ns = (obj["metadata"].get("namespace") or "default") if r.namespaced else ""
+    if r.namespaced and ("", "namespaces", "", ns) not in store.objects:
+        store.create(store.registry.by_plural[("", "namespaces")], "", {"metadata": {"name": ns}})
+    store.create(r, ns, obj, "gwpolicy-sandbox-preload", version)

@@ -1,0 +1,189 @@
+"""The sandbox behaves like kube-apiserver for what gwpolicy and kubectl use."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+
+import pytest
+
+from sandbox_proc import GW_CRDS, SandboxProcess, wait_for
+
+GW = "/apis/gateway.networking.k8s.io/v1"
+
+
+@pytest.fixture(scope="module")
+def sb(tmp_path_factory):
+    s = SandboxProcess(tmp_path_factory.mktemp("sandbox"))
+    s.kubectl("apply", "--server-side", "-f", str(GW_CRDS / "gateway.networking.k8s.io_gateways.yaml"),
+              "-f", str(GW_CRDS / "gateway.networking.k8s.io_httproutes.yaml"),
+              "-f", str(GW_CRDS / "gateway.networking.k8s.io_gatewayclasses.yaml"))
+    s.http.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "t"}})
+    yield s
+    s.close()
+
+
+def gateway(name: str, **spec) -> dict:
+    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": name, "namespace": "t"},
+            "spec": {"gatewayClassName": "c", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}], **spec}}
+
+
+def test_discovery_from_crds(sb):
+    groups = sb.http.get("/apis").json()
+    assert any(g["name"] == "gateway.networking.k8s.io" for g in groups["groups"])
+    res = {r["name"]: r for r in sb.http.get(GW).json()["resources"]}
+    assert res["gateways"]["namespaced"] is True and res["gatewayclasses"]["namespaced"] is False
+    assert "gateways/status" in res
+    assert "gateway-api" in res["gateways"].get("categories", [])
+    assert sb.http.get("/version").json()["major"] == "1"
+
+
+def test_create_get_list_and_errors_are_kubernetes_status(sb):
+    r = sb.http.post(f"{GW}/namespaces/t/gateways", json=gateway("a"))
+    assert r.status_code == 201
+    obj = r.json()
+    assert obj["metadata"]["uid"] and obj["metadata"]["creationTimestamp"] and obj["metadata"]["generation"] == 1
+    again = sb.http.post(f"{GW}/namespaces/t/gateways", json=gateway("a"))
+    assert again.status_code == 409 and again.json()["reason"] == "AlreadyExists" and again.json()["kind"] == "Status"
+    missing = sb.http.get(f"{GW}/namespaces/t/gateways/nope")
+    assert missing.status_code == 404 and missing.json()["reason"] == "NotFound"
+    lst = sb.http.get(f"{GW}/namespaces/t/gateways").json()
+    assert lst["kind"] == "GatewayList" and lst["metadata"]["resourceVersion"]
+    nons = sb.http.post(f"{GW}/namespaces/ghost/gateways", json=gateway("x"))
+    assert nons.status_code == 404
+
+
+def test_update_needs_the_current_resource_version(sb):
+    obj = sb.http.post(f"{GW}/namespaces/t/gateways", json=gateway("b")).json()
+    stale = json.loads(json.dumps(obj))
+    obj["spec"]["gatewayClassName"] = "d"
+    ok = sb.http.put(f"{GW}/namespaces/t/gateways/b", json=obj)
+    assert ok.status_code == 200 and ok.json()["metadata"]["generation"] == 2
+    stale["spec"]["gatewayClassName"] = "e"
+    conflict = sb.http.put(f"{GW}/namespaces/t/gateways/b", json=stale)
+    assert conflict.status_code == 409 and conflict.json()["reason"] == "Conflict"
+
+
+def test_generation_moves_on_spec_changes_only_and_status_is_apart(sb):
+    obj = sb.http.post(f"{GW}/namespaces/t/gateways", json=gateway("c")).json()
+    labelled = sb.http.patch(f"{GW}/namespaces/t/gateways/c", json={"metadata": {"labels": {"x": "y"}}},
+                             headers={"Content-Type": "application/merge-patch+json"}).json()
+    assert labelled["metadata"]["generation"] == 1
+    st = sb.http.patch(f"{GW}/namespaces/t/gateways/c/status", json={"status": {"conditions": [{"type": "T"}]}},
+                       headers={"Content-Type": "application/merge-patch+json"}).json()
+    assert st["status"]["conditions"] == [{"type": "T"}] and st["metadata"]["generation"] == 1
+    # a write to the main resource cannot change status
+    put = dict(st, status={"conditions": []})
+    kept = sb.http.put(f"{GW}/namespaces/t/gateways/c", json=put).json()
+    assert kept["status"]["conditions"] == [{"type": "T"}]
+    bumped = sb.http.patch(f"{GW}/namespaces/t/gateways/c", json=[{"op": "replace", "path": "/spec/gatewayClassName", "value": "z"}],
+                           headers={"Content-Type": "application/json-patch+json"}).json()
+    assert bumped["metadata"]["generation"] == 2 and int(bumped["metadata"]["resourceVersion"]) > int(obj["metadata"]["resourceVersion"])
+
+
+def test_server_side_apply_owns_fields_and_reports_conflicts(sb):
+    apply = {"Content-Type": "application/apply-patch+yaml"}
+    url = f"{GW}/namespaces/t/gateways/d"
+    r = sb.http.patch(url, params={"fieldManager": "alice"}, json=gateway("d"), headers=apply)
+    assert r.status_code == 201
+    managers = {m["manager"] for m in r.json()["metadata"]["managedFields"]}
+    assert managers == {"alice"}
+    bob = gateway("d")
+    bob["spec"]["gatewayClassName"] = "bobs"
+    conflict = sb.http.patch(url, params={"fieldManager": "bob"}, json=bob, headers=apply)
+    assert conflict.status_code == 409
+    assert "conflict with \"alice\"" in conflict.json()["message"] and ".spec.gatewayClassName" in conflict.json()["message"]
+    forced = sb.http.patch(url, params={"fieldManager": "bob", "force": "true"}, json=bob, headers=apply)
+    assert forced.status_code == 200 and forced.json()["spec"]["gatewayClassName"] == "bobs"
+    # alice applies again without the field: it stays, bob owns it; alice's own dropped field goes away
+    alice = gateway("d", addresses=[{"value": "1.2.3.4"}])
+    sb.http.patch(url, params={"fieldManager": "alice", "force": "true"}, json=alice, headers=apply)
+    del alice["spec"]["addresses"]
+    out = sb.http.patch(url, params={"fieldManager": "alice"}, json=alice, headers=apply).json()
+    assert "addresses" not in out["spec"]
+    stale = dict(gateway("d"), metadata={"name": "d", "namespace": "t", "resourceVersion": "1"})
+    assert sb.http.patch(url, params={"fieldManager": "alice", "force": "true"}, json=stale, headers=apply).status_code == 409
+
+
+def test_finalizers_hold_deletion(sb):
+    gw = gateway("e")
+    gw["metadata"]["finalizers"] = ["x.io/hold"]
+    sb.http.post(f"{GW}/namespaces/t/gateways", json=gw)
+    held = sb.http.delete(f"{GW}/namespaces/t/gateways/e").json()
+    assert held["metadata"]["deletionTimestamp"]
+    assert sb.http.get(f"{GW}/namespaces/t/gateways/e").status_code == 200
+    sb.http.patch(f"{GW}/namespaces/t/gateways/e", json={"metadata": {"finalizers": None}},
+                  headers={"Content-Type": "application/merge-patch+json"})
+    assert sb.http.get(f"{GW}/namespaces/t/gateways/e").status_code == 404
+
+
+def _watch_lines(sb, path: str, **params) -> list[dict]:
+    with sb.http.stream("GET", path, params={"watch": "true", **params}, timeout=10) as r:
+        return [json.loads(line) for line in r.iter_lines() if line]
+
+
+def test_watch_from_a_version_with_bookmarks_and_timeout(sb):
+    rv = sb.http.get(f"{GW}/namespaces/t/gateways").json()["metadata"]["resourceVersion"]
+
+    def later():
+        sb.http.post(f"{GW}/namespaces/t/gateways", json=gateway("w1"))
+        sb.http.delete(f"{GW}/namespaces/t/gateways/w1")
+
+    threading.Timer(0.2, later).start()
+    events = _watch_lines(sb, f"{GW}/namespaces/t/gateways", resourceVersion=rv, allowWatchBookmarks="true",
+                          timeoutSeconds="1")
+    kinds = [(e["type"], e["object"]["metadata"].get("name")) for e in events if e["type"] != "BOOKMARK"]
+    assert kinds == [("ADDED", "w1"), ("DELETED", "w1")]
+    assert any(e["type"] == "BOOKMARK" and e["object"]["metadata"]["resourceVersion"] for e in events)
+
+
+def test_watch_from_a_compacted_version_is_410_gone(sb):
+    rv = sb.http.get(f"{GW}/namespaces/t/gateways").json()["metadata"]["resourceVersion"]
+    sb.http.post(f"{GW}/namespaces/t/gateways", json=gateway("g1"))
+    sb.http.post("/sandbox/faults", json={"compact": True})
+    events = _watch_lines(sb, f"{GW}/namespaces/t/gateways", resourceVersion=rv, timeoutSeconds="1")
+    assert events[0]["type"] == "ERROR" and events[0]["object"]["code"] == 410
+
+
+def test_selectors(sb):
+    for name, team in (("s1", "a"), ("s2", "b")):
+        gw = gateway(name)
+        gw["metadata"]["labels"] = {"team": team}
+        sb.http.post(f"{GW}/namespaces/t/gateways", json=gw)
+    names = lambda **p: [o["metadata"]["name"] for o in sb.http.get(f"{GW}/namespaces/t/gateways", params=p).json()["items"]]
+    assert names(labelSelector="team=a") == ["s1"]
+    assert names(labelSelector="team in (a,b),team!=b") == ["s1"]
+    assert names(fieldSelector="metadata.name=s2") == ["s2"]
+
+
+def test_injected_write_failures(sb):
+    sb.http.post("/sandbox/faults", json={"failWrites": [[1, 500], [2, 409]]})
+    assert sb.http.post(f"{GW}/namespaces/t/gateways", json=gateway("f1")).status_code == 500
+    assert sb.http.post(f"{GW}/namespaces/t/gateways", json=gateway("f1")).status_code == 409
+    assert sb.http.post(f"{GW}/namespaces/t/gateways", json=gateway("f1")).status_code == 201
+
+
+def test_real_kubectl_apply_get_delete_and_watch(sb, tmp_path):
+    f = tmp_path / "gw.yaml"
+    f.write_text("apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: k, namespace: t}\n"
+                 "spec:\n  gatewayClassName: c\n  listeners: [{name: http, port: 80, protocol: HTTP}]\n")
+    out = sb.kubectl("apply", "--server-side", "-f", str(f))
+    assert "gateway.gateway.networking.k8s.io/k serverside-applied" in out.stdout
+    table = sb.kubectl("get", "gateways", "-n", "t")
+    assert table.stdout.splitlines()[0].split() == ["NAME", "AGE"] and any(l.startswith("k ") for l in table.stdout.splitlines())
+    y = sb.kubectl("get", "gateway", "k", "-n", "t", "-o", "yaml")
+    assert "gatewayClassName: c" in y.stdout and "uid:" in y.stdout
+    jp = sb.kubectl("get", "gateway", "k", "-n", "t", "-o", "jsonpath={.metadata.generation}")
+    assert jp.stdout == "1"
+    env_cmd = ["kubectl", "--cache-dir", str(sb.cache), "get", "gateways", "-n", "t", "-w", "--request-timeout", "5s"]
+    import os
+    watcher = subprocess.Popen(env_cmd, stdout=subprocess.PIPE, text=True, env=dict(os.environ, KUBECONFIG=str(sb.kubeconfig)))
+    try:
+        wait_for(lambda: sb.http.get("/sandbox/stats").json()["watches"] >= 1, 10)
+        sb.kubectl("delete", "gateway", "k", "-n", "t")
+        assert sb.kubectl("get", "gateway", "k", "-n", "t", check=False).returncode == 1
+    finally:
+        watcher.terminate()
+        seen = watcher.communicate(timeout=5)[0]
+    assert seen.count("\nk ") + seen.startswith("k ") >= 1
