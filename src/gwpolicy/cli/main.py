@@ -86,12 +86,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args: argparse.Namespace, namespace: str) -> tuple[Analysis, Callable[[list[dict[str, Any]]], Analysis]]:
-    if not args.filename:
-        raise CliError("no input: give manifests with -f FILE|DIR|- (reading a live cluster comes with the controller)")
     t0 = time.perf_counter()
-    loaded = load_paths(args.filename)
-    for w in loaded.warnings:
-        print(f"Warning: {w}", file=sys.stderr)
+    if args.filename:
+        loaded = load_paths(args.filename)
+        for w in loaded.warnings:
+            print(f"Warning: {w}", file=sys.stderr)
+    else:  # live mode: read the cluster of the kubeconfig (read-only)
+        from gwpolicy.cli.live import read_cluster
+        from gwpolicy.load import Loaded
+
+        try:
+            objects = read_cluster(args.kubeconfig, args.context)
+        except RuntimeError as exc:
+            raise CliError(str(exc)) from exc
+        loaded = Loaded(objects, [f"cluster: {o.get('kind')} {o['metadata'].get('name')}" for o in objects])
     if TIMINGS is not None:
         TIMINGS["load"] = time.perf_counter() - t0
 
@@ -192,6 +200,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001 - never a traceback for users; GWPOLICY_DEBUG=1 shows it
+        if os.environ.get("GWPOLICY_DEBUG"):
+            raise
+        print(f"Error: unexpected {type(exc).__name__}: {exc} (set GWPOLICY_DEBUG=1 for the traceback, "
+              "and please report it)", file=sys.stderr)
+        return 1
     try:
         t0 = time.perf_counter()
         if out:

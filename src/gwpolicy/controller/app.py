@@ -21,16 +21,12 @@ from gwpolicy.controller.informer import Informer
 from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LeaderElector
 from gwpolicy.controller.model import ClusterModel
-from gwpolicy.kinds import ROUTE_KINDS
-from gwpolicy.policies import POLICY_LABEL
 from gwpolicy.refs import Ref
 from gwpolicy.status import ANNOTATION, DEFAULT_CONTROLLER
 
 log = logging.getLogger("gwpolicy.controller")
 
-CRD = Kind("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False)
-BUILTIN = [Kind("", "v1", "Namespace", "namespaces", False), Kind("", "v1", "Service", "services", True)]
-GATEWAY_KINDS = {"GatewayClass", "Gateway", "ReferenceGrant", "BackendTLSPolicy", *ROUTE_KINDS}
+CRD, BUILTIN = kube.CRD, kube.BUILTIN
 
 
 class Metrics:
@@ -92,27 +88,12 @@ class Controller:
         inf.start()
         log.info("watching %s", kind.api_version + "/" + kind.plural)
 
-    def _wanted(self, group: str, kind: str, labels: dict[str, str]) -> bool:
-        if group == "gateway.networking.k8s.io" and kind in GATEWAY_KINDS:
-            return True
-        if kind.endswith("Policy") or POLICY_LABEL in labels:
-            return True
-        if (group, kind) == ("gwpolicy.io", "PolicyKind"):
-            return True
-        return any((pk.get("spec") or {}).get("group") == group and (pk.get("spec") or {}).get("kind") == kind
-                   for key, pk in self.model.objects.items() if key[:2] == ("gwpolicy.io", "PolicyKind"))
-
     def _consider_crd(self, crd: dict[str, Any]) -> None:
-        spec = crd.get("spec") or {}
-        names = spec.get("names") or {}
-        versions = [v for v in spec.get("versions") or [] if v.get("served", True)]
-        if not versions or not names.get("kind"):
-            return
-        storage = next((v for v in versions if v.get("storage")), versions[0])
-        labels = (crd.get("metadata") or {}).get("labels") or {}
-        if self._wanted(spec.get("group", ""), names["kind"], labels):
-            self._watch(Kind(spec.get("group", ""), storage["name"], names["kind"], names["plural"],
-                             spec.get("scope", "Namespaced") == "Namespaced"))
+        named = {((pk.get("spec") or {}).get("group", ""), (pk.get("spec") or {}).get("kind", ""))
+                 for key, pk in self.model.objects.items() if key[:2] == ("gwpolicy.io", "PolicyKind")}
+        kind = kube.kind_of_crd(crd, named)
+        if kind is not None:
+            self._watch(kind)
 
     async def on_event(self, etype: str, kind: Kind, raw: dict[str, Any]) -> None:
         self.last_event = time.monotonic()

@@ -93,3 +93,29 @@ async def apply_object(client: AsyncClient, k: Kind, obj: dict[str, Any], manage
     return to_dict(await client.patch(resource_class(k), meta["name"], obj,
                                       namespace=meta.get("namespace") if k.namespaced else None,
                                       patch_type=PatchType.APPLY, field_manager=manager, force=True))
+
+
+GATEWAY_KINDS = {"GatewayClass", "Gateway", "ReferenceGrant", "BackendTLSPolicy", "HTTPRoute", "GRPCRoute", "TLSRoute",
+                 "TCPRoute", "UDPRoute"}
+CRD = Kind("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False)
+BUILTIN = [Kind("", "v1", "Namespace", "namespaces", False), Kind("", "v1", "Service", "services", True)]
+
+
+def kind_of_crd(crd: dict[str, Any], policykinds: set[tuple[str, str]]) -> Kind | None:
+    """The kind a CRD serves, when gwpolicy must read it: Gateway API kinds, policy kinds (by label,
+    by a PolicyKind naming it, or by a name ending in Policy), and PolicyKind itself."""
+    from gwpolicy.policies import POLICY_LABEL
+
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    versions = [v for v in spec.get("versions") or [] if v.get("served", True)]
+    if not versions or not names.get("kind") or not names.get("plural"):
+        return None
+    group, kind = spec.get("group", ""), names["kind"]
+    labels = (crd.get("metadata") or {}).get("labels") or {}
+    wanted = ((group == "gateway.networking.k8s.io" and kind in GATEWAY_KINDS) or kind.endswith("Policy")
+              or POLICY_LABEL in labels or (group, kind) == ("gwpolicy.io", "PolicyKind") or (group, kind) in policykinds)
+    if not wanted:
+        return None
+    storage = next((v for v in versions if v.get("storage")), versions[0])
+    return Kind(group, storage["name"], kind, names["plural"], spec.get("scope", "Namespaced") == "Namespaced")

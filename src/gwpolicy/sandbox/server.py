@@ -161,7 +161,8 @@ class Sandbox:
 
     async def control(self, request: web.Request, path: str) -> web.Response:
         if path == "/sandbox/stats":
-            return _json({"writes": self.store.writes, "resourceVersion": self.store.rv, "requests": self.requests,
+            return _json({"writes": self.store.writes, "writesByResource": self.store.writes_by,
+                          "resourceVersion": self.store.rv, "requests": self.requests,
                           "watches": len(self.watch_queues)})
         if path == "/sandbox/faults" and request.method == "POST":
             spec = await request.json()
@@ -354,9 +355,9 @@ class SandboxServer:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> int:
-        self.runner = web.AppRunner(self.sandbox.app, access_log=None, handler_cancellation=True)
+        self.runner = web.AppRunner(self.sandbox.app, access_log=None, handler_cancellation=True, shutdown_timeout=0.2)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", self.port, shutdown_timeout=0.2, reuse_address=True)
+        site = web.TCPSite(self.runner, "127.0.0.1", self.port, reuse_address=True)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self.port
@@ -378,7 +379,7 @@ async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: 
     sandbox = Sandbox(Store(keep_creation_timestamp=keep_creation_timestamp), bookmark_interval,
                       log=bool(os.environ.get("GWPOLICY_SANDBOX_LOG")))
     for obj in preload or []:
-        _preload(sandbox.store, obj)
+        preload(sandbox.store, obj)
     server = SandboxServer(sandbox, port)
     actual = await server.start()
     if kubeconfig_out:
@@ -391,7 +392,7 @@ async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: 
         await server.stop()
 
 
-def _preload(store: Store, obj: dict[str, Any]) -> None:
+def preload(store: Store, obj: dict[str, Any]) -> None:
     from gwpolicy.kinds import split_api_version
 
     group, version = split_api_version(obj["apiVersion"])

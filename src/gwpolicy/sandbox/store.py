@@ -238,6 +238,7 @@ class Store:
         self.faults = Faults()
         self.listeners: list[Callable[[Event], None]] = []
         self.writes = 0
+        self.writes_by: dict[str, int] = {}
 
     # -- helpers
     def resource(self, group: str, plural: str) -> Resource:
@@ -265,8 +266,9 @@ class Store:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
 
-    def _write_check(self) -> None:
+    def _write_check(self, r: Resource) -> None:
         self.writes += 1
+        self.writes_by[r.plural] = self.writes_by.get(r.plural, 0) + 1
         self.faults.check_write()
 
     def _ns_check(self, r: Resource, ns: str) -> None:
@@ -293,7 +295,7 @@ class Store:
     # -- writes
     def create(self, r: Resource, ns: str, obj: dict[str, Any], manager: str | None = None,
                version: str | None = None) -> dict[str, Any]:
-        self._write_check()
+        self._write_check(r)
         meta = obj.setdefault("metadata", {})
         name = meta.get("name")
         if not name and meta.get("generateName"):
@@ -347,7 +349,7 @@ class Store:
                manager: str | None = None, version: str | None = None, check_rv: bool = True,
                operation: str = "Update", owned: set[FieldPath] | None = None) -> dict[str, Any]:
         """PUT semantics: replace the object (or only its status), with a resourceVersion precondition."""
-        self._write_check()
+        self._write_check(r)
         key = (r.group, r.plural, ns if r.namespaced else "", name)
         live = self.objects.get(key)
         if live is None:
@@ -530,7 +532,7 @@ class Store:
                            check_rv=False, operation="Apply", owned=set(applied_paths))
 
     def delete(self, r: Resource, ns: str, name: str) -> dict[str, Any]:
-        self._write_check()
+        self._write_check(r)
         key = (r.group, r.plural, ns if r.namespaced else "", name)
         live = self.objects.get(key)
         if live is None:

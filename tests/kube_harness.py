@@ -1,0 +1,135 @@
+"""Sandbox and controller in one event loop, for controller tests: faults, restarts and idleness."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+
+from gwpolicy.analysis import analyse
+from gwpolicy.controller.app import Controller, Options
+from gwpolicy.sandbox.seed import apply_all
+from gwpolicy.sandbox.server import Sandbox, SandboxServer, preload, write_kubeconfig
+from gwpolicy.sandbox.store import Store
+
+GW_CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-api" / "crd" / "standard"
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+
+
+def gateway_api_crds() -> list[dict[str, Any]]:
+    import yaml
+
+    out = []
+    for f in sorted(GW_CRDS.glob("gateway.networking.k8s.io_*.yaml")):
+        out += [d for d in yaml.load_all(f.read_text(), Loader=yaml.CSafeLoader) if d and d.get("kind") == "CustomResourceDefinition"]
+    out += [d for d in yaml.safe_load_all((DEPLOY / "10-policykind-crd.yaml").read_text()) if d]
+    return out
+
+
+CRDS = gateway_api_crds()
+
+
+class Cluster:
+    """`async with Cluster(tmp) as c`: a sandbox with Gateway API CRDs and the gwpolicy-system namespace."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.sandbox = Sandbox(Store(keep_creation_timestamp=True), bookmark_interval=0.2)
+        self.server = SandboxServer(self.sandbox)
+        self.kubeconfig = tmp / "kubeconfig"
+        self.controllers: list[Controller] = []
+
+    async def __aenter__(self) -> "Cluster":
+        for obj in CRDS + [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gwpolicy-system"}}]:
+            preload(self.sandbox.store, copy.deepcopy(obj))  # straight into storage: fast, and no manager
+        await self.server.start()
+        write_kubeconfig(str(self.kubeconfig), self.server.port)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        for c in self.controllers:
+            await c.stop()
+        await self.server.stop()
+
+    async def seed(self, objects: list[dict[str, Any]]) -> None:
+        await asyncio.to_thread(apply_all, self.server.url, copy.deepcopy(objects))
+
+    async def controller(self, **opts: Any) -> Controller:
+        o = Options(kubeconfig=str(self.kubeconfig), listen="127.0.0.1:0", lease_namespace="gwpolicy-system",
+                    lease_duration=opts.pop("lease_duration", 1.5), breadcrumb_qps=opts.pop("breadcrumb_qps", 0),
+                    debounce=0.01, **opts)
+        c = Controller(o)
+        await c.start()
+        self.controllers.append(c)
+        return c
+
+    async def idle(self, c: Controller, quiet: float = 0.3, timeout: float = 30) -> None:
+        """Until the controller has nothing to do and no event came for `quiet` seconds."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            synced = c.informers and all(i.synced.is_set() for i in c.informers.values())
+            if synced and not c.model.stale and not c.busy and not c.wake.is_set() and not (c.high or c.low) \
+                    and time.monotonic() - c.last_event > quiet:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"controller not idle: stale={c.model.stale} queued={len(c.high) + len(c.low)}")
+
+    def objects(self) -> list[dict[str, Any]]:
+        """Every object in the sandbox (what `gwpolicy status` would read from the cluster)."""
+        return [copy.deepcopy(o) for o in self.sandbox.store.objects.values()]
+
+    @property
+    def writes(self) -> int:
+        """Writes to anything but Leases (leader election renews its lease all along)."""
+        return sum(n for plural, n in self.sandbox.store.writes_by.items() if plural != "leases")
+
+    async def faults(self, **spec: Any) -> None:
+        async with httpx.AsyncClient(base_url=self.server.url) as http:
+            await http.post("/sandbox/faults", json=spec)
+
+
+def strip_times(value: Any) -> Any:
+    """Status without lastTransitionTime (the controller's clock is not the offline one)."""
+    if isinstance(value, dict):
+        return {k: strip_times(v) for k, v in value.items() if k != "lastTransitionTime"}
+    if isinstance(value, list):
+        return [strip_times(v) for v in value]
+    return value
+
+
+def offline_expectation(objects: list[dict[str, Any]], controller: str = "gwpolicy.io/policy-controller"):
+    """What `gwpolicy status` computes offline: object key -> (status, annotations) after the write."""
+    a = analyse(copy.deepcopy(objects), controller=controller, now="2000-01-01T00:00:00Z")
+    return {(ch.object.group, ch.object.kind, ch.object.namespace or "", ch.object.name):
+            (strip_times(ch.status), ch.annotations) for ch in a.status_changes()}
+
+
+def key_of(raw: dict[str, Any]) -> tuple[str, str, str, str]:
+    from gwpolicy.kinds import split_api_version
+
+    group, _ = split_api_version(raw["apiVersion"])
+    return (group, raw["kind"], raw["metadata"].get("namespace") or "", raw["metadata"]["name"])
+
+
+def differences(before: list[dict[str, Any]], after: list[dict[str, Any]], expected) -> list[str]:
+    """Where the cluster after the controller differs from the offline computation."""
+    problems = []
+    prev = {key_of(o): o for o in before}
+    for o in after:
+        k = key_of(o)
+        if k[1] == "Lease":
+            continue
+        got = (strip_times(o.get("status") or {}), dict(o["metadata"].get("annotations") or {}))
+        if k in expected:
+            want = expected[k]
+            if got != want:
+                problems.append(f"{k}: wrote {got}, offline says {want}")
+        elif k in prev:
+            old = (strip_times(prev[k].get("status") or {}), dict(prev[k]["metadata"].get("annotations") or {}))
+            if got != old:
+                problems.append(f"{k}: changed although offline says it needs no write: {old} -> {got}")
+    return problems

@@ -1,0 +1,170 @@
+"""The controller against the sandbox: equal to the offline computation, minimal writes, faults, HA."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+import yaml
+
+from helpers import CONFORMANCE, scenario_files
+from kube_harness import Cluster, differences, key_of, offline_expectation
+
+SCENARIOS = scenario_files()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def scenario(path: Path) -> list[dict]:
+    return yaml.safe_load(path.read_text())["manifests"]
+
+
+async def converge(tmp: Path, objects: list[dict]) -> list[str]:
+    async with Cluster(tmp) as c:
+        await c.seed(objects)
+        before = c.objects()
+        expected = offline_expectation(before)
+        ctl = await c.controller()
+        await c.idle(ctl)
+        return differences(before, c.objects(), expected)
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_controller_writes_what_gwpolicy_status_computes(path: Path, tmp_path: Path) -> None:
+    problems = run(converge(tmp_path, scenario(path)))
+    assert not problems, f"{path.relative_to(CONFORMANCE)}:\n  " + "\n  ".join(problems)
+
+
+PARABLE = Path(__file__).resolve().parent.parent / "examples" / "parable"
+
+
+def parable() -> list[dict]:
+    return [d for f in sorted(PARABLE.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+def test_one_policy_edit_writes_only_what_changes(tmp_path: Path) -> None:
+    async def go():
+        async with Cluster(tmp_path) as c:
+            await c.seed(parable())
+            ctl = await c.controller()
+            await c.idle(ctl)
+            writes = c.writes
+            await asyncio.sleep(0.5)
+            assert c.writes == writes, "an idle controller wrote"
+            before = c.objects()
+            # Ana's route policy: a new maxRetries that Charlie's override still beats; only its own status
+            # (observedGeneration) changes, no effective value, no breadcrumb
+            pol = next(o for o in before if o["metadata"]["name"] == "cake-retries")
+            edited = copy.deepcopy(pol)
+            edited["spec"]["defaults"]["maxRetries"] = 6
+            edited["metadata"]["generation"] += 1  # as the API server bumps it for a spec change
+            expected = offline_expectation([edited if key_of(o) == key_of(pol) else o for o in before])
+            await c.seed([edited])
+            seeded = c.writes
+            await c.idle(ctl)
+            assert c.writes - seeded == len(expected), f"wrote {c.writes - seeded}, offline needs {len(expected)}: {list(expected)}"
+            assert len(expected) == 1
+    run(go())
+
+
+def test_faults_dropped_streams_410_409_500_and_restart(tmp_path: Path) -> None:
+    async def go():
+        async with Cluster(tmp_path) as c:
+            objs = parable()
+            other = next(o for o in objs if o["metadata"]["name"] == "typo")
+            other["status"] = {"ancestors": [{"ancestorRef": {"group": "", "kind": "Namespace", "name": "baker"},
+                                              "controllerName": "someone.else/controller",
+                                              "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+                                                              "message": "theirs", "lastTransitionTime": "2020-01-01T00:00:00Z"}]}]}
+            await c.seed(objs)
+            await c.faults(failWrites=[[2, 409], [4, 500], [7, 409]], latency=0.002)
+            ctl = await c.controller()
+            await asyncio.sleep(0.3)
+            await c.faults(dropWatches=True)
+            await asyncio.sleep(0.2)
+            # a change while the controller is cut off, then history compacted: it must list again
+            await c.server.stop()
+            c.sandbox.store.compact()
+            await asyncio.sleep(0.3)
+            await c.server.start()
+            mod = next(o for o in objs if o["metadata"]["name"] == "baker-retries")
+            mod = copy.deepcopy(mod)
+            mod["spec"]["overrides"]["maxRetries"] = 2
+            await c.seed([mod])
+            await c.faults(compact=True)
+            await c.idle(ctl, quiet=0.5)
+            await c.server.restart()
+            await c.idle(ctl, quiet=0.5)
+            after = c.objects()
+            expected = offline_expectation(after)
+            assert expected == {}, f"the cluster is not what offline computes: {list(expected)[:5]}"
+            typo = next(o for o in after if o["metadata"]["name"] == "typo")
+            theirs = [e for e in typo["status"]["ancestors"] if e["controllerName"] == "someone.else/controller"]
+            assert theirs and theirs[0]["conditions"][0]["message"] == "theirs"
+            assert sum(i.relists for i in ctl.informers.values()) > len(ctl.informers)  # 410s led to new lists
+    run(go())
+
+
+def test_only_the_leader_writes_and_the_standby_takes_over(tmp_path: Path) -> None:
+    async def go():
+        async with Cluster(tmp_path) as c:
+            await c.seed(parable())
+            first = await c.controller(identity="one", lease_duration=1.0)
+            await asyncio.sleep(0.3)
+            second = await c.controller(identity="two", lease_duration=1.0)
+            await c.idle(first)
+            await asyncio.sleep(1.0)
+            assert first.elector.is_leader and not second.elector.is_leader
+            assert first.writes_done > 0 and second.writes_done == 0
+            await first.stop()
+            c.controllers.remove(first)
+            mod = copy.deepcopy(next(o for o in parable() if o["metadata"]["name"] == "typo"))
+            mod["spec"]["targetRefs"][0]["name"] = "cake"
+            await c.seed([mod])
+            for _ in range(60):
+                if second.elector.is_leader:
+                    break
+                await asyncio.sleep(0.05)
+            assert second.elector.is_leader, "the standby did not take over within the lease duration"
+            await c.idle(second)
+            assert second.writes_done > 0
+            assert offline_expectation(c.objects()) == {}
+    run(go())
+
+
+def test_health_ready_and_metrics(tmp_path: Path) -> None:
+    async def go():
+        async with Cluster(tmp_path) as c:
+            await c.seed(parable())
+            ctl = await c.controller()
+            await c.idle(ctl)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{ctl.port}") as http:
+                assert (await http.get("/healthz")).text == "ok"
+                assert (await http.get("/readyz")).status_code == 200
+                text = (await http.get("/metrics")).text
+            for name in ("gwpolicy_events_total", "gwpolicy_reconciles_total", "gwpolicy_writes_total",
+                         "gwpolicy_queue_depth", "gwpolicy_errors_total", "gwpolicy_leader"):
+                assert name in text
+            assert 'gwpolicy_leader 1.0' in text
+    run(go())
+
+
+def test_a_new_policy_kind_is_watched_without_restart(tmp_path: Path) -> None:
+    async def go():
+        async with Cluster(tmp_path) as c:
+            await c.seed(scenario(CONFORMANCE / "seeds" / "seed-two-paths.yaml"))
+            ctl = await c.controller()
+            await c.idle(ctl)
+            new = {"apiVersion": "late.example.io/v1", "kind": "LatePolicy", "metadata": {"name": "l", "namespace": "default"},
+                   "spec": {"targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw-a"},
+                            "defaults": {"x": 1}}}
+            await c.seed([new])
+            await c.idle(ctl, quiet=0.5)
+            late = next(o for o in c.objects() if o["kind"] == "LatePolicy")
+            assert late["status"]["ancestors"][0]["conditions"][0]["reason"] == "Accepted"
+    run(go())
