@@ -13,7 +13,7 @@ import httpx2 as httpx
 from gwpolicy.analysis import analyse
 from gwpolicy.controller.app import Controller, Options
 from gwpolicy.sandbox.seed import apply_all
-from gwpolicy.sandbox.server import Sandbox, SandboxServer, preload, write_kubeconfig
+from gwpolicy.sandbox.server import Sandbox, SandboxServer, preload_object, write_kubeconfig
 from gwpolicy.sandbox.store import Store
 
 GW_CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-api" / "crd" / "standard"
@@ -45,7 +45,7 @@ class Cluster:
 
     async def __aenter__(self) -> "Cluster":
         for obj in CRDS + [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gwpolicy-system"}}]:
-            preload(self.sandbox.store, copy.deepcopy(obj))  # straight into storage: fast, and no manager
+            preload_object(self.sandbox.store, copy.deepcopy(obj))  # straight into storage: fast, and no manager
         await self.server.start()
         write_kubeconfig(str(self.kubeconfig), self.server.port)
         return self
@@ -71,9 +71,7 @@ class Cluster:
         """Until the controller has nothing to do and no event came for `quiet` seconds."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            synced = c.informers and all(i.synced.is_set() for i in c.informers.values())
-            if synced and not c.model.stale and not c.busy and not c.wake.is_set() and not (c.high or c.low) \
-                    and time.monotonic() - c.last_event > quiet:
+            if c.idle and time.monotonic() - c.last_event > quiet:
                 return
             await asyncio.sleep(0.05)
         raise AssertionError(f"controller not idle: stale={c.model.stale} queued={len(c.high) + len(c.low)}")

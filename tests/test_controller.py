@@ -54,6 +54,8 @@ def test_one_policy_edit_writes_only_what_changes(tmp_path: Path) -> None:
             ctl = await c.controller()
             await c.idle(ctl)
             writes = c.writes
+            analyses = ctl.model.reconciles
+            assert analyses <= 2, f"the echoes of our own writes started {analyses} analyses"
             await asyncio.sleep(0.5)
             assert c.writes == writes, "an idle controller wrote"
             before = c.objects()
@@ -69,6 +71,8 @@ def test_one_policy_edit_writes_only_what_changes(tmp_path: Path) -> None:
             await c.idle(ctl)
             assert c.writes - seeded == len(expected), f"wrote {c.writes - seeded}, offline needs {len(expected)}: {list(expected)}"
             assert len(expected) == 1
+            assert ctl.model.reconciles == analyses, "a policy edit must not need a full analysis"
+            assert ctl.model.incremental_updates >= 1
     run(go())
 
 

@@ -45,16 +45,25 @@ class Analysis:
     outcomes: dict[Ref, list[TargetOutcome]]
     entries: dict[tuple[KindKey, Ref], LevelEntry]
     evaluator: Evaluator
-    effective: list[EffectivePolicy]
+    _effective: list[EffectivePolicy] | None
     controller: str
     now: str
     warnings: list[str] = field(default_factory=list)
+    attached: dict[tuple[KindKey, Ref], list[Policy]] = field(default_factory=dict)  # before conflicts, oldest first
     _status: list[StatusChange] | None = None
     _affected: dict[Ref, dict[KindKey, set[Ref]]] | None = None
     _by_target: dict[Ref, list[TargetOutcome]] | None = None
     _affects: dict[Ref, set[Ref]] | None = None
     _status_by_ref: dict[Ref, StatusChange] | None = None
     _by_effective_target: dict[Ref, list[EffectivePolicy]] | None = None
+
+    @property
+    def effective(self) -> list[EffectivePolicy]:
+        """Every effective policy, by target (sorted), path and kind."""
+        if self._effective is None:
+            by = self._by_effective_target or {}
+            self._effective = [ep for t in sorted(by, key=Ref.sort_key) for ep in by[t]]
+        return self._effective
 
     @property
     def affected(self) -> dict[Ref, dict[KindKey, set[Ref]]]:
@@ -146,6 +155,8 @@ def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None
         for o in outs:
             if o.reason == ACCEPTED and o.declared is not None:
                 attached.setdefault((p.kind.key, o.declared), []).append(p)
+            elif o.reason != ACCEPTED:
+                o.attached = False
     entries = {key: _level_entry(kinds[key[0]], ps, outcomes, key[1]) for key, ps in attached.items()}
     clock.lap("attachment")
     evaluator = Evaluator(kinds, entries, index)
@@ -159,7 +170,7 @@ def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None
                     add(EffectivePolicy(target, path, kinds[kk], res))
     clock.lap("merge")
     return Analysis(index, topo, kinds, {p.ref: p for p in policies}, outcomes, entries, evaluator,
-                    effective, controller, now or utc_now(), warnings)
+                    effective, controller, now or utc_now(), warnings, attached=attached)
 
 
 class _Clock:

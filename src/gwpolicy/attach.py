@@ -30,6 +30,22 @@ class TargetOutcome:
     field: str  # e.g. spec.targetRefs[2]
     winner: Ref | None = None  # the policy that beat this one, when Conflicted
     in_scope: bool = True  # False for S3 breaches: then nothing about the target is revealed
+    attached: bool = False  # it resolved and attaches (before conflicts are settled)
+
+    def reset(self) -> None:
+        """Back to Accepted, before the conflicts on its target are settled again."""
+        if self.attached:
+            self.reason, self.winner = ACCEPTED, None
+            self.message = self.accepted_message
+
+    @property
+    def accepted_message(self) -> str:
+        d = self.declared
+        if d is None:
+            return "Accepted."
+        label = f"{d.namespace}/{d.name}" if d.namespace else d.name
+        on = f" {_SECTION_WORD.get(d.kind, 'rule' if d.kind.endswith('Route') else 'section')} {d.section}" if d.section else ""
+        return f"Attached to {d.kind} {label}{on}."
 
     @property
     def resolved(self) -> Ref | None:
@@ -122,6 +138,6 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
         label = f"{ns}/{name}" if ns else name
         return TargetOutcome(policy, declared, NOT_FOUND,
                              f"{where}: {kind} {label} has no {word} named {section!r}", where)
-    label = f"{ns}/{name}" if ns else name
-    on = f" {_SECTION_WORD.get(kind, 'rule' if kind.endswith('Route') else 'section')} {section}" if section else ""
-    return TargetOutcome(policy, declared, ACCEPTED, f"Attached to {kind} {label}{on}.", where)
+    out = TargetOutcome(policy, declared, ACCEPTED, "", where, attached=True)
+    out.message = out.accepted_message
+    return out

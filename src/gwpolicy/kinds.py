@@ -57,3 +57,13 @@ def split_api_version(api_version: str) -> tuple[str, str]:
         group, version = api_version.rsplit("/", 1)
         return group, version
     return CORE_GROUP, api_version
+
+
+def plural_of(kind: str) -> str:
+    """The plural a CRD would most likely give a kind (`RetryPolicy` -> `retrypolicies`)."""
+    low = kind.lower()
+    if low.endswith("y") and not low.endswith(("ay", "ey", "oy", "uy")):
+        return low[:-1] + "ies"
+    if low.endswith(("s", "x", "ch", "sh")):
+        return low + "es"
+    return low + "s"

@@ -45,7 +45,8 @@ def cluster(routes: int, seed: int = 1) -> Iterator[dict[str, Any]]:
     yield {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
            "metadata": {"name": f"retrypolicies.{P}", "labels": {"gateway.networking.k8s.io/policy": "inherited"}},
            "spec": {"group": P, "scope": "Namespaced", "names": {"kind": "RetryPolicy", "plural": "retrypolicies"},
-                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                    "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
+                                  "schema": {"openAPIV3Schema": {
                         "type": "object", "properties": {"spec": {"type": "object", "properties": {
                             "defaults": {"type": "object", "properties": {"headers": {"type": "object", "additionalProperties": {"type": "string"}}}},
                             "overrides": {"type": "object", "properties": {"headers": {"type": "object", "additionalProperties": {"type": "string"}}}},

@@ -36,6 +36,19 @@ def _policies(a: Analysis, ctx: Ctx):
             yield ref, a.outcomes[ref]
 
 
+def _namespaced_blocks(by_ns: dict[str | None, list[str]], open_block, close: str) -> list[str]:
+    """Cluster-scoped lines first, then one block per namespace (a dot cluster, a mermaid subgraph)."""
+    lines: list[str] = []
+    for ns in sorted(by_ns, key=lambda n: n or ""):
+        if ns is None:
+            lines += ["  " + x for x in by_ns[ns]]
+            continue
+        lines.append(open_block(ns))
+        lines += ["    " + x for x in by_ns[ns]]
+        lines.append(close)
+    return lines
+
+
 def _id(ref: Ref) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", f"{ref.kind}_{ref.namespace or ''}_{ref.name}")
 
@@ -54,13 +67,7 @@ def to_dot(a: Analysis, ctx: Ctx) -> str:
         by_ns.setdefault(ref.namespace, []).append(
             f'"{_id(ref)}" [shape=note, style=filled, fillcolor="{"#d9f2d9" if ok else "#f7d4d4"}", '
             f'label="{ref.kind}\\n{ref.name}"];')
-    for ns in sorted(by_ns, key=lambda n: n or ""):
-        if ns is None:
-            lines += ["  " + x for x in by_ns[ns]]
-            continue
-        lines.append(f'  subgraph "cluster_{ns}" {{ label="namespace {ns}"; style=dashed;')
-        lines += ["    " + x for x in by_ns[ns]]
-        lines.append("  }")
+    lines += _namespaced_blocks(by_ns, lambda ns: f'  subgraph "cluster_{ns}" {{ label="namespace {ns}"; style=dashed;', "  }")
     for up, down in edges:
         lines.append(f'  "{_id(up)}" -> "{_id(down)}";')
     for ref, outs in _policies(a, ctx):
@@ -87,13 +94,8 @@ def to_mermaid(a: Analysis, ctx: Ctx) -> str:
     pols = list(_policies(a, ctx))
     for ref, outs in pols:
         by_ns.setdefault(ref.namespace, []).append(f'{_id(ref)}[/"{ref.kind} {ref.name}"/]')
-    for ns in sorted(by_ns, key=lambda n: n or ""):
-        if ns is None:
-            lines += ["  " + x for x in by_ns[ns]]
-            continue
-        lines.append(f'  subgraph ns_{re.sub("[^A-Za-z0-9_]", "_", ns)}["namespace {ns}"]')
-        lines += ["    " + x for x in by_ns[ns]]
-        lines.append("  end")
+    lines += _namespaced_blocks(by_ns, lambda ns: f'  subgraph ns_{re.sub("[^A-Za-z0-9_]", "_", ns)}["namespace {ns}"]',
+                                "  end")
     for up, down in edges:
         lines.append(f"  {_id(up)} --> {_id(down)}")
     node_set = set(nodes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gwpolicy.analysis import Analysis
-from gwpolicy.kinds import KNOWN_KINDS
+from gwpolicy.kinds import KNOWN_KINDS, plural_of
 from gwpolicy.refs import Ref
 
 
@@ -24,15 +24,6 @@ class ResourceType:
     def qualified(self) -> str:
         """`kind.group` as `-o name` prints it (`httproute.gateway.networking.k8s.io`)."""
         return f"{self.kind.lower()}.{self.group}" if self.group else self.kind.lower()
-
-
-def plural_of(kind: str) -> str:
-    low = kind.lower()
-    if low.endswith("y") and not low.endswith(("ay", "ey", "oy", "uy")):
-        return low[:-1] + "ies"
-    if low.endswith(("s", "x", "ch", "sh")):
-        return low + "es"
-    return low + "s"
 
 
 def known_types(a: Analysis) -> dict[str, ResourceType]:

@@ -77,6 +77,7 @@ class Controller:
         self.runner: web.AppRunner | None = None
         self.port: int | None = None
         self.busy = False
+        self.inflight = 0  # writes under way
 
     # ---------- discovery ----------
     def _watch(self, kind: Kind) -> None:
@@ -149,17 +150,24 @@ class Controller:
                 except asyncio.TimeoutError:
                     pass
                 continue
-            if self.high:
-                ref = next(iter(self.high))
-                del self.high[ref]
+            queue = self.high if self.high else self.low
+            ref = next(iter(queue))
+            del queue[ref]
+            self.inflight += 1
+            try:
                 await self.write(ref)
-            else:
-                ref = next(iter(self.low))
-                del self.low[ref]
-                await self.write(ref)
-                if interval:
-                    await asyncio.sleep(interval)
+            finally:
+                self.inflight -= 1
+            if queue is self.low and interval:
+                await asyncio.sleep(interval)
             self._gauge()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to analyse, queue or write (tests and the benchmark wait for this)."""
+        synced = bool(self.informers) and all(i.synced.is_set() for i in self.informers.values())
+        return (synced and not self.model.stale and not self.busy and not self.wake.is_set()
+                and not (self.high or self.low) and self.inflight == 0)
 
     @property
     def leading(self) -> bool:
@@ -200,6 +208,8 @@ class Controller:
                 code = exc.status.code
                 self.metrics.writes.labels("status", str(code)).inc()
                 if code == 404:
+                    self.metrics.errors.labels("write").inc()
+                    log.warning("cannot write %s: %s", ref, exc.status.message)
                     return
                 if code == 409:  # someone wrote in between: read it again and recompute
                     try:
@@ -236,9 +246,12 @@ class Controller:
 
         async def statusz(_: web.Request) -> web.Response:
             return web.json_response({
-                "leader": self.leading, "stale": self.model.stale, "busy": self.busy or self.wake.is_set(),
+                "leader": self.leading, "stale": self.model.stale,
+                "busy": self.busy or self.wake.is_set() or self.inflight > 0,
                 "queued": len(self.high) + len(self.low), "writes": self.writes_done,
                 "reconciles": self.model.reconciles, "lastReconcileSeconds": self.model.last_reconcile_seconds,
+                "incrementalUpdates": self.model.incremental_updates,
+                "lastUpdateSeconds": self.model.last_update_seconds,
                 "sinceLastEvent": time.monotonic() - self.last_event,
                 "synced": all(i.synced.is_set() for i in self.informers.values()),
                 "informers": {f"{k.group}/{k.plural}": {"relists": i.relists, "reconnects": i.reconnects}

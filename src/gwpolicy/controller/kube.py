@@ -26,6 +26,7 @@ class Kind:
     kind: str
     plural: str
     namespaced: bool
+    status_subresource: bool = True
 
     @property
     def api_version(self) -> str:
@@ -36,10 +37,11 @@ _CLASSES: dict[Kind, Any] = {}
 
 
 def resource_class(k: Kind) -> Any:
-    cls = _CLASSES.get(k)
+    key = Kind(k.group, k.version, k.kind, k.plural, k.namespaced)
+    cls = _CLASSES.get(key)
     if cls is None:
         make = create_namespaced_resource if k.namespaced else create_global_resource
-        cls = _CLASSES[k] = make(k.group, k.version, k.kind, k.plural)
+        cls = _CLASSES[key] = make(k.group, k.version, k.kind, k.plural)
     return cls
 
 
@@ -80,7 +82,10 @@ async def get_object(client: AsyncClient, k: Kind, name: str, namespace: str | N
 
 
 async def apply_status(client: AsyncClient, k: Kind, obj: dict[str, Any], manager: str) -> dict[str, Any]:
-    """Server-side apply to the status subresource; the body carries resourceVersion, so a stale read is a 409."""
+    """Server-side apply to the status subresource (to the object, for a CRD without one); the body
+    carries resourceVersion, so a stale read is a 409."""
+    if not k.status_subresource:
+        return await apply_object(client, k, obj, manager)
     res = resource_class(k).Status
     meta = obj["metadata"]
     return to_dict(await client.patch(res, meta["name"], obj, namespace=meta.get("namespace") if k.namespaced else None,
@@ -118,4 +123,5 @@ def kind_of_crd(crd: dict[str, Any], policykinds: set[tuple[str, str]]) -> Kind 
     if not wanted:
         return None
     storage = next((v for v in versions if v.get("storage")), versions[0])
-    return Kind(group, storage["name"], kind, names["plural"], spec.get("scope", "Namespaced") == "Namespaced")
+    return Kind(group, storage["name"], kind, names["plural"], spec.get("scope", "Namespaced") == "Namespaced",
+                (storage.get("subresources") or {}).get("status") is not None)

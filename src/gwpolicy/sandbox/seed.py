@@ -7,15 +7,8 @@ from typing import Any, Iterable
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
 
-from gwpolicy.kinds import KNOWN_KINDS, split_api_version
+from gwpolicy.kinds import KNOWN_KINDS, plural_of, split_api_version
 from gwpolicy.sandbox.resources import BUILTINS
-
-
-def plural_of(kind: str) -> str:
-    low = kind.lower()
-    if low.endswith("y") and not low.endswith(("ay", "ey", "oy", "uy")):
-        return low[:-1] + "ies"
-    return low + ("es" if low.endswith(("s", "x", "ch", "sh")) else "s")
 
 
 def synthesize_crds(objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -379,7 +379,10 @@ async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: 
     sandbox = Sandbox(Store(keep_creation_timestamp=keep_creation_timestamp), bookmark_interval,
                       log=bool(os.environ.get("GWPOLICY_SANDBOX_LOG")))
     for obj in preload or []:
-        preload(sandbox.store, obj)
+        try:
+            preload_object(sandbox.store, obj)
+        except ApiFailure as exc:
+            raise SystemExit(f"Error: cannot load {obj.get('kind')} {(obj.get('metadata') or {}).get('name')}: {exc.message}")
     server = SandboxServer(sandbox, port)
     actual = await server.start()
     if kubeconfig_out:
@@ -392,7 +395,7 @@ async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: 
         await server.stop()
 
 
-def preload(store: Store, obj: dict[str, Any]) -> None:
+def preload_object(store: Store, obj: dict[str, Any]) -> None:
     from gwpolicy.kinds import split_api_version
 
     group, version = split_api_version(obj["apiVersion"])

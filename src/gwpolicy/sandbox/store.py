@@ -335,7 +335,7 @@ class Store:
     def _after_write(self, r: Resource, obj: dict[str, Any], deleted: bool = False) -> None:
         if r.group == "apiextensions.k8s.io" and r.kind == "CustomResourceDefinition":
             self.registry.apply_crd(obj, deleted)
-            if not deleted:
+            if not deleted and not (obj.get("status") or {}).get("conditions"):
                 names = (obj.get("spec") or {}).get("names") or {}
                 obj["status"] = {"conditions": [
                     {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found",

@@ -1,0 +1,218 @@
+"""One policy created, changed or deleted, applied to an analysis in place (the controller's fast path).
+
+Only what the policy can change is recomputed: the conflicts on the targets it had and has, the
+path nodes at and below those targets (their summaries and effective policies), the breadcrumbs
+of the objects whose affecting policies change, and the status of the policies on those targets.
+Anything else (a new policy kind, a new namespace, topology changes) returns None: the caller
+runs a full analysis. A test holds that the result equals a full analysis of the same objects.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+from gwpolicy.analysis import Analysis, _level_entry
+from gwpolicy.attach import ACCEPTED, resolve_targets
+from gwpolicy.effective import EffectivePolicy
+from gwpolicy.grants import ReferenceGrants
+from gwpolicy.kinds import split_api_version
+from gwpolicy.model import Obj
+from gwpolicy.policies import TARGET_FIELDS, Policy, parse_policy
+from gwpolicy.refs import Ref
+from gwpolicy.topology import PathNode
+
+
+def policy_ref(a: Analysis, raw: dict[str, Any]) -> Ref | None:
+    """The reference of a raw object if it is (or was) a policy of a known kind, else None."""
+    group, _ = split_api_version(raw.get("apiVersion", ""))
+    kind = raw.get("kind", "")
+    if (group, kind) not in a.kinds:
+        return None
+    meta = raw.get("metadata") or {}
+    ns = meta.get("namespace") or None
+    same_kind = a.index.of_kind(group, kind)
+    if same_kind and (same_kind[0].namespace is not None) != (ns is not None):
+        return None  # scope differs from the kind's other objects: let a full analysis decide
+    return Ref(group, kind, ns, meta.get("name", ""))
+
+
+def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] | None:
+    """Replace (or delete, with raw None) one policy; the objects whose status may change, or None."""
+    kind = a.kinds.get((ref.group, ref.kind))
+    if kind is None:
+        return None
+    if raw is not None:
+        spec = raw.get("spec")
+        if kind.recognized_by == "name-heuristic" and not (isinstance(spec, dict) and any(f in spec for f in TARGET_FIELDS)):
+            return None  # it stops being a policy: a full analysis decides what it is
+        if ref.namespace is not None and ref.namespace not in a.index.namespaces:
+            return None  # a new namespace is a new level of the hierarchy
+    old = a.policies.get(ref)
+    if old is None and raw is None:
+        return set()
+    if old is None and kind.recognized_by == "name-heuristic" and not a.index.of_kind(ref.group, ref.kind):
+        return None
+    index = a.index
+    a.affected  # noqa: B018 - materialise it now, to compare against once the policy changed
+    a.effective_of(ref)  # and the per-target index of effective policies
+    paths_before = len(a.topology.paths)
+    # the object
+    objs = index.by_kind.setdefault((ref.group, ref.kind), [])
+    if ref in index.by_ref:
+        objs.remove(index.by_ref[ref])
+        del index.by_ref[ref]
+    new: Policy | None = None
+    if raw is not None:
+        _, version = split_api_version(raw.get("apiVersion", ""))
+        obj = Obj(raw, ref, version, "cluster")
+        index.by_ref[ref] = obj
+        keys = [o.ref.sort_key() for o in objs]
+        objs.insert(bisect.bisect(keys, ref.sort_key()), obj)
+        new = parse_policy(obj, kind)
+    # its targets, old and new
+    touched_levels: set[Ref] = set()
+    if old is not None:
+        touched_levels |= {o.declared for o in a.outcomes.get(ref, []) if o.attached and o.declared is not None}
+        del a.policies[ref]
+        a.outcomes.pop(ref, None)
+    if new is not None:
+        outs = resolve_targets(new, index, a.topology, ReferenceGrants(index) if _needs_grants(new) else _NO_GRANTS)
+        for o in outs:
+            if o.reason != ACCEPTED:
+                o.attached = False
+        if len(a.topology.paths) != paths_before:
+            return None  # it targets an object the hierarchy did not hold (S1.4): analyse it all
+        a.policies[ref] = new
+        a.outcomes[ref] = outs
+        touched_levels |= {o.declared for o in outs if o.attached and o.declared is not None}
+    kk = kind.key
+    check: set[Ref] = {ref} if new is not None else set()
+    for level in touched_levels:
+        key = (kk, level)
+        members = [p for p in a.attached.get(key, []) if p.ref != ref]
+        if new is not None and any(o.attached and o.declared == level for o in a.outcomes[ref]):
+            members.append(new)
+        members.sort(key=lambda p: (p.obj.age_key, p.ref.kind, p.ref.group))
+        for p in members:
+            for o in a.outcomes[p.ref]:
+                if o.declared == level:
+                    o.reset()
+            check.add(p.ref)
+        if members:
+            a.attached[key] = members
+            a.entries[key] = _level_entry(kind, members, a.outcomes, level)
+        else:
+            a.attached.pop(key, None)
+            a.entries.pop(key, None)
+        _reindex_level(a, kk, level)
+    check |= _recompute_below(a, touched_levels)
+    a._status = None
+    a._status_by_ref = None
+    a._affects = None
+    a._by_target = None
+    if len(a.evaluator.memo) > 200_000:
+        a.evaluator.memo.clear()
+    return check
+
+
+class _NoGrants:
+    def allows(self, *args: Any) -> bool:
+        return False
+
+
+_NO_GRANTS: Any = _NoGrants()
+
+
+def _needs_grants(p: Policy) -> bool:
+    ns = p.ref.namespace
+    return any(isinstance(t.get("namespace"), str) and t.get("namespace") not in (None, "", ns) for t in p.target_refs)
+
+
+def _reindex_level(a: Analysis, kk: tuple[str, str], level: Ref) -> None:
+    ev = a.evaluator
+    entry = a.entries.get((kk, level))
+    at = ev.entries_at.setdefault(level, {})
+    kinds = ev.kinds_at.setdefault(level, [])
+    if entry is None:
+        at.pop(kk, None)
+        if kk in kinds:
+            kinds.remove(kk)
+    else:
+        at[kk] = entry
+        if kk not in kinds:
+            bisect.insort(kinds, kk)
+    if not at:
+        ev.entries_at.pop(level, None)
+        ev.kinds_at.pop(level, None)
+
+
+def nodes_at(a: Analysis) -> dict[Ref, list[PathNode]]:
+    """Every path node by its level (built once, on the first incremental update)."""
+    topo = a.topology
+    idx = getattr(topo, "_nodes_at", None)
+    if idx is None:
+        idx = {}
+        stack = [topo.root]
+        while stack:
+            n = stack.pop()
+            if n.level is not None:
+                idx.setdefault(n.level, []).append(n)
+            if n.children:
+                stack.extend(n.children.values())
+        topo._nodes_at = idx  # type: ignore[attr-defined]
+    return idx
+
+
+def _recompute_below(a: Analysis, levels: set[Ref]) -> set[Ref]:
+    """New summaries and effective policies for every node at or below the levels; objects whose
+    affecting policies changed."""
+    idx = nodes_at(a)
+    seen: set[int] = set()
+    nodes: list[PathNode] = []
+    for level in levels:
+        stack = list(idx.get(level, ()))
+        while stack:
+            n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            n.summary = None
+            nodes.append(n)
+            if n.children:
+                stack.extend(n.children.values())
+    by = a._by_effective_target
+    assert by is not None
+    paths = a.topology.paths
+    kinds = a.kinds
+    owners: set[Ref] = set()
+    for n in nodes:
+        target = n.level
+        if target is None or n not in paths.get(target, ()):
+            continue  # a Namespace level inside a longer path is no target's path
+        fresh = [EffectivePolicy(target, n, kinds[kk], res) for kk, res in a.evaluator.evaluate_node(target, n) if res.leaves]
+        kept = [ep for ep in by.get(target, []) if ep.path is not n]
+        # keep the order a full analysis gives: paths as the topology lists them, kinds sorted
+        order = {node: i for i, node in enumerate(paths[target])}
+        merged = sorted(kept + fresh, key=lambda ep: (order.get(ep.path, 0), ep.kind.key))
+        if merged:
+            by[target] = merged
+        else:
+            by.pop(target, None)
+        owners.add(target.object)
+    a._effective = None
+    changed: set[Ref] = set()
+    affected = a.affected  # computed from scratch the first time, then kept up to date here
+    for owner in owners:
+        now: dict[tuple[str, str], set[Ref]] = {}
+        for t in [owner] + [owner.with_section(s) for s in a.topology.sections.get(owner, [])]:
+            for ep in by.get(t, []):
+                if ep.result.policies:
+                    now.setdefault(ep.kind.key, set()).update(ep.result.policies)
+        if now != affected.get(owner, {}):
+            changed.add(owner)
+            if now:
+                affected[owner] = now
+            else:
+                affected.pop(owner, None)
+    return changed
