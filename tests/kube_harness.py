@@ -58,6 +58,20 @@ class Cluster:
     async def seed(self, objects: list[dict[str, Any]]) -> None:
         await asyncio.to_thread(apply_all, self.server.url, copy.deepcopy(objects))
 
+    async def apply(self, obj: dict[str, Any], manager: str = "test") -> dict[str, Any]:
+        """Server-side apply one object as it is (no CRDs or namespaces made up around it)."""
+        from gwpolicy.kinds import split_api_version
+        from gwpolicy.sandbox.seed import url_of
+
+        group, _ = split_api_version(obj["apiVersion"])
+        r = self.sandbox.store.registry.by_kind[(group, obj["kind"])]
+        async with httpx.AsyncClient() as http:
+            resp = await http.patch(url_of(self.server.url, obj, r.plural, r.namespaced),
+                                    params={"fieldManager": manager, "force": "true"}, json=obj,
+                                    headers={"Content-Type": "application/apply-patch+yaml"})
+            resp.raise_for_status()
+            return resp.json()
+
     async def controller(self, **opts: Any) -> Controller:
         o = Options(kubeconfig=str(self.kubeconfig), listen="127.0.0.1:0", lease_namespace="gwpolicy-system",
                     lease_duration=opts.pop("lease_duration", 1.5), breadcrumb_qps=opts.pop("breadcrumb_qps", 0),
@@ -67,9 +81,12 @@ class Cluster:
         self.controllers.append(c)
         return c
 
-    async def idle(self, c: Controller, quiet: float = 0.3, timeout: float = 30) -> None:
-        """Until the controller has nothing to do and no event came for `quiet` seconds."""
+    async def idle(self, c: Controller, quiet: float = 0.3, timeout: float = 30, after: float | None = None) -> None:
+        """Until the controller has seen an event later than `after` (when given), has nothing to do,
+        and no event came for `quiet` seconds."""
         end = time.monotonic() + timeout
+        while after is not None and c.last_event <= after and time.monotonic() < end:
+            await asyncio.sleep(0.01)
         while time.monotonic() < end:
             if c.idle and time.monotonic() - c.last_event > quiet:
                 return

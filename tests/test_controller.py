@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from pathlib import Path
 
 import httpx2 as httpx
@@ -66,9 +67,10 @@ def test_one_policy_edit_writes_only_what_changes(tmp_path: Path) -> None:
             edited["spec"]["defaults"]["maxRetries"] = 6
             edited["metadata"]["generation"] += 1  # as the API server bumps it for a spec change
             expected = offline_expectation([edited if key_of(o) == key_of(pol) else o for o in before])
-            await c.seed([edited])
+            t0 = time.monotonic()
+            await c.apply(edited)
             seeded = c.writes
-            await c.idle(ctl)
+            await c.idle(ctl, after=t0)
             assert c.writes - seeded == len(expected), f"wrote {c.writes - seeded}, offline needs {len(expected)}: {list(expected)}"
             assert len(expected) == 1
             assert ctl.model.reconciles == analyses, "a policy edit must not need a full analysis"
@@ -99,9 +101,10 @@ def test_faults_dropped_streams_410_409_500_and_restart(tmp_path: Path) -> None:
             mod = next(o for o in objs if o["metadata"]["name"] == "baker-retries")
             mod = copy.deepcopy(mod)
             mod["spec"]["overrides"]["maxRetries"] = 2
-            await c.seed([mod])
+            t0 = time.monotonic()
+            await c.apply(mod)
             await c.faults(compact=True)
-            await c.idle(ctl, quiet=0.5)
+            await c.idle(ctl, quiet=0.5, after=t0)
             await c.server.restart()
             await c.idle(ctl, quiet=0.5)
             after = c.objects()
@@ -129,13 +132,14 @@ def test_only_the_leader_writes_and_the_standby_takes_over(tmp_path: Path) -> No
             c.controllers.remove(first)
             mod = copy.deepcopy(next(o for o in parable() if o["metadata"]["name"] == "typo"))
             mod["spec"]["targetRefs"][0]["name"] = "cake"
-            await c.seed([mod])
+            t0 = time.monotonic()
+            await c.apply(mod)
             for _ in range(60):
                 if second.elector.is_leader:
                     break
                 await asyncio.sleep(0.05)
             assert second.elector.is_leader, "the standby did not take over within the lease duration"
-            await c.idle(second)
+            await c.idle(second, after=t0)
             assert second.writes_done > 0
             assert offline_expectation(c.objects()) == {}
     run(go())
@@ -167,8 +171,29 @@ def test_a_new_policy_kind_is_watched_without_restart(tmp_path: Path) -> None:
             new = {"apiVersion": "late.example.io/v1", "kind": "LatePolicy", "metadata": {"name": "l", "namespace": "default"},
                    "spec": {"targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw-a"},
                             "defaults": {"x": 1}}}
+            t0 = time.monotonic()
             await c.seed([new])
-            await c.idle(ctl, quiet=0.5)
+            await c.idle(ctl, quiet=0.5, after=t0)
             late = next(o for o in c.objects() if o["kind"] == "LatePolicy")
             assert late["status"]["ancestors"][0]["conditions"][0]["reason"] == "Accepted"
+    run(go())
+
+
+def test_no_status_subresource_means_no_status_writes_and_no_loop(tmp_path: Path) -> None:
+    async def go():
+        crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "plainpolicies.x.io"},
+               "spec": {"group": "x.io", "scope": "Namespaced", "names": {"kind": "PlainPolicy", "plural": "plainpolicies"},
+                        "versions": [{"name": "v1", "served": True, "storage": True,
+                                      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+        objs = scenario(CONFORMANCE / "seeds" / "seed-two-paths.yaml") + [crd, {
+            "apiVersion": "x.io/v1", "kind": "PlainPolicy", "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw-a"}, "defaults": {"a": 1}}}]
+        async with Cluster(tmp_path) as c:
+            await c.seed(objs)
+            ctl = await c.controller()
+            await c.idle(ctl)
+            plain = next(o for o in c.objects() if o["kind"] == "PlainPolicy")
+            assert "status" not in plain and plain["metadata"]["generation"] == 1
+            assert ctl.model.reconciles <= 2
     run(go())

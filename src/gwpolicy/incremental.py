@@ -185,14 +185,18 @@ def _recompute_below(a: Analysis, levels: set[Ref]) -> set[Ref]:
     assert by is not None
     paths = a.topology.paths
     kinds = a.kinds
-    owners: set[Ref] = set()
+    per_target: dict[Ref, list[PathNode]] = {}
     for n in nodes:
         target = n.level
-        if target is None or n not in paths.get(target, ()):
-            continue  # a Namespace level inside a longer path is no target's path
-        fresh = [EffectivePolicy(target, n, kinds[kk], res) for kk, res in a.evaluator.evaluate_node(target, n) if res.leaves]
-        kept = [ep for ep in by.get(target, []) if ep.path is not n]
-        # keep the order a full analysis gives: paths as the topology lists them, kinds sorted
+        if target is not None and n in paths.get(target, ()):  # a Namespace level inside a path is no target's path
+            per_target.setdefault(target, []).append(n)
+    owners: set[Ref] = set()
+    for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
+        redo = set(fresh_nodes)
+        fresh = [EffectivePolicy(target, n, kinds[kk], res) for n in fresh_nodes
+                 for kk, res in a.evaluator.evaluate_node(target, n) if res.leaves]
+        kept = [ep for ep in by.get(target, []) if ep.path not in redo]
+        # the order a full analysis gives: paths as the topology lists them, kinds sorted
         order = {node: i for i, node in enumerate(paths[target])}
         merged = sorted(kept + fresh, key=lambda ep: (order.get(ep.path, 0), ep.kind.key))
         if merged:

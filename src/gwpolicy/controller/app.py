@@ -78,6 +78,7 @@ class Controller:
         self.port: int | None = None
         self.busy = False
         self.inflight = 0  # writes under way
+        self.no_status_warned: set[tuple[str, str]] = set()
 
     # ---------- discovery ----------
     def _watch(self, kind: Kind) -> None:
@@ -184,6 +185,14 @@ class Controller:
             if raw is None or want is None:
                 return
             status, annotations = want
+            if not kind.status_subresource and status != (raw.get("status") or {}):
+                # without a status subresource every status write bumps metadata.generation, so
+                # observedGeneration could never catch up: write nothing rather than loop
+                if (kind.group, kind.kind) not in self.no_status_warned:
+                    self.no_status_warned.add((kind.group, kind.kind))
+                    log.warning("%s has no status subresource in its CRD; gwpolicy writes no status to it", kind.kind)
+                self.metrics.errors.labels("no-status-subresource").inc()
+                status = raw.get("status") or {}
             try:
                 if status != (raw.get("status") or {}):
                     body = {"apiVersion": raw["apiVersion"], "kind": raw["kind"],

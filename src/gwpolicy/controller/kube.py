@@ -82,10 +82,7 @@ async def get_object(client: AsyncClient, k: Kind, name: str, namespace: str | N
 
 
 async def apply_status(client: AsyncClient, k: Kind, obj: dict[str, Any], manager: str) -> dict[str, Any]:
-    """Server-side apply to the status subresource (to the object, for a CRD without one); the body
-    carries resourceVersion, so a stale read is a 409."""
-    if not k.status_subresource:
-        return await apply_object(client, k, obj, manager)
+    """Server-side apply to the status subresource; the body carries resourceVersion, so a stale read is a 409."""
     res = resource_class(k).Status
     meta = obj["metadata"]
     return to_dict(await client.patch(res, meta["name"], obj, namespace=meta.get("namespace") if k.namespaced else None,

@@ -8,6 +8,7 @@ from its newest copy, so other controllers' entries and transition times are kep
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -96,13 +97,23 @@ class ClusterModel:
             return sorted(touched, key=Ref.sort_key)
         t = time.perf_counter()
         raws = list(self.objects.values())
-        self.analysis = analyse(raws, default_namespace=self.default_namespace, controller=self.controller)
+        # The analysis lives until the next full one: keep the cyclic collector off it (gc.freeze),
+        # and off the millions of objects an analysis allocates while it runs.
+        gc.unfreeze()
+        self.analysis = None
+        gc.collect()
+        gc.disable()
+        try:
+            self.analysis = analyse(raws, default_namespace=self.default_namespace, controller=self.controller)
+        finally:
+            gc.enable()
         self.stale = False
         self.touched = set()
         changes = [ch.object for ch in self.analysis.status_changes()]
         if self.incremental:  # pay once, now, what the first policy change would otherwise pay
             nodes_at(self.analysis)
             self.analysis.effective_of(Ref("", "", None, ""))
+        gc.freeze()
         self.last_reconcile_seconds = time.perf_counter() - t
         self.reconciles += 1
         return changes
