@@ -116,6 +116,7 @@ class Evaluator:
         self.entries = entries
         self.index = index
         self.memo: dict[tuple, Result] = {}
+        self.memo_base: int | None = None  # memo size after the full analysis (incremental.py)
         self._object_values: dict[tuple[Ref, KindKey], Contribution | None] = {}
         self.kinds_at: dict[Ref, list[KindKey]] = {}
         self.entries_at: dict[Ref, dict[KindKey, LevelEntry]] = {}

@@ -60,8 +60,8 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
     # the object
     objs = index.by_kind.setdefault((ref.group, ref.kind), [])
     if ref in index.by_ref:
-        objs.remove(index.by_ref[ref])
-        del index.by_ref[ref]
+        gone = index.by_ref.pop(ref)
+        objs[:] = [o for o in objs if o is not gone]
     new: Policy | None = None
     if raw is not None:
         _, version = split_api_version(raw.get("apiVersion", ""))
@@ -111,8 +111,12 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
     a._status_by_ref = None
     a._affects = None
     a._by_target = None
-    if len(a.evaluator.memo) > 200_000:
-        a.evaluator.memo.clear()
+    ev = a.evaluator
+    if ev.memo_base is None:
+        ev.memo_base = len(ev.memo)
+    elif len(ev.memo) > 2 * ev.memo_base + 10_000:  # results of ladders no path uses any more pile up
+        ev.memo.clear()
+        ev.memo_base = 0
     return check
 
 
@@ -192,13 +196,27 @@ def _recompute_below(a: Analysis, levels: set[Ref]) -> set[Ref]:
             per_target.setdefault(target, []).append(n)
     owners: set[Ref] = set()
     for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
-        redo = set(fresh_nodes)
-        fresh = [EffectivePolicy(target, n, kinds[kk], res) for n in fresh_nodes
-                 for kk, res in a.evaluator.evaluate_node(target, n) if res.leaves]
-        kept = [ep for ep in by.get(target, []) if ep.path not in redo]
-        # the order a full analysis gives: paths as the topology lists them, kinds sorted
-        order = {node: i for i, node in enumerate(paths[target])}
-        merged = sorted(kept + fresh, key=lambda ep: (order.get(ep.path, 0), ep.kind.key))
+        fresh: dict[PathNode, list[EffectivePolicy]] = {
+            n: [EffectivePolicy(target, n, kinds[kk], res) for kk, res in a.evaluator.evaluate_node(target, n) if res.leaves]
+            for n in fresh_nodes}
+        old = by.get(target, [])
+        merged: list[EffectivePolicy] = []
+        placed: set[PathNode] = set()
+        for ep in old:  # one pass: each changed path's items take the place of its old ones
+            n = ep.path
+            if n in fresh:
+                if n not in placed:
+                    placed.add(n)
+                    merged.extend(fresh[n])
+            else:
+                merged.append(ep)
+        if len(placed) < len(fresh):  # paths that had no effective policy before: sort them in
+            for n in fresh:
+                if n not in placed:
+                    merged.extend(fresh[n])
+            # the order a full analysis gives: paths as the topology lists them, kinds sorted
+            order = {node: i for i, node in enumerate(paths[target])}
+            merged.sort(key=lambda ep: (order.get(ep.path, 0), ep.kind.key))
         if merged:
             by[target] = merged
         else:

@@ -12,7 +12,7 @@ from gwpolicy.refs import Ref
 NO_TIMESTAMP = "9999-12-31T23:59:59Z"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Obj:
     """One Kubernetes object: identity, the fields every stage reads, and the raw dict."""
 

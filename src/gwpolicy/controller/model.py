@@ -110,6 +110,7 @@ class ClusterModel:
         self.stale = False
         self.touched = set()
         changes = [ch.object for ch in self.analysis.status_changes()]
+        self.analysis._status = self.analysis._status_by_ref = None  # dropped now, not during the next change
         if self.incremental:  # pay once, now, what the first policy change would otherwise pay
             nodes_at(self.analysis)
             self.analysis.effective_of(Ref("", "", None, ""))
