@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--repeat", type=int, default=2)
     r.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gwpolicy-bench"))
     r.add_argument("--controller", action="store_true", help="also measure the controller against the sandbox")
-    r.add_argument("--controller-routes", type=int, default=20000)
+    r.add_argument("--controller-routes", default="1000,10000,50000", help="route counts for the controller")
     r.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.cmd == "generate":
@@ -121,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     controller = None
     if args.controller:
         from gwpolicy.bench.controller import measure_controller
-        controller = [measure_controller(args.controller_routes, args.workdir)]
+        controller = []
+        for size in (int(x) for x in args.controller_routes.split(",")):
+            print(f"measuring the controller on {size} routes...", file=sys.stderr)
+            controller.append(measure_controller(size, args.workdir))
     text = report(rows, controller)
     print(text, end="")
     if args.json:
