@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from gwpolicy.merge.values import set_in
+
 
 class ListKey(NamedTuple):
     """One item of a `x-kubernetes-list-type: map` list, identified by its key fields."""
@@ -85,15 +87,9 @@ def unflatten(leaves: dict[LeafPath, Any]) -> dict[str, Any]:
     root: dict[Any, Any] = {}
     has_lists = False
     for path, value in leaves.items():
-        node = root
-        for seg in path[:-1]:
-            nxt = node.get(seg)
-            if not isinstance(nxt, dict):
-                nxt = node[seg] = {}
-            node = nxt
         if isinstance(path[-1], ListKey):
             has_lists = True
-        node[path[-1]] = value
+        set_in(root, path, value)
     return _lists(root) if has_lists else root
 
 

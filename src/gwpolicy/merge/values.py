@@ -36,3 +36,14 @@ def nest(path: tuple[str, ...], value: Any) -> dict[str, Any]:
     for seg in reversed(path):
         out = {seg: out}
     return out
+
+
+def set_in(root: dict[Any, Any], path: tuple[Any, ...], value: Any) -> None:
+    """Set `value` at `path`, making (or replacing non-object values with) objects on the way."""
+    node = root
+    for seg in path[:-1]:
+        nxt = node.get(seg)
+        if not isinstance(nxt, dict):
+            nxt = node[seg] = {}
+        node = nxt
+    node[path[-1]] = value

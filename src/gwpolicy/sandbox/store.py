@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import jsonpatch
 
+from gwpolicy.merge.values import set_in
 from gwpolicy.sandbox.resources import Registry, Resource
 
 Key = tuple[str, str, str, str]  # group, plural, namespace ("" when cluster-scoped), name
@@ -563,10 +564,4 @@ class Store:
 
 
 def _set(obj: dict[str, Any], path: FieldPath, value: Any) -> None:
-    node = obj
-    for seg in path[:-1]:
-        nxt = node.get(seg)
-        if not isinstance(nxt, dict):
-            nxt = node[seg] = {}
-        node = nxt
-    node[path[-1]] = copy.deepcopy(value)
+    set_in(obj, path, copy.deepcopy(value))
