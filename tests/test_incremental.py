@@ -60,3 +60,45 @@ def test_a_policy_change_in_place_equals_a_full_analysis(objs, rnd: random.Rando
              if (after_changes.get(r) and base.get(r) and after_changes[r].status != base[r].status)
              or (r in after_changes) != (r in base)}
     assert moved <= result | {ref}, moved - result
+
+
+def canonical(a):
+    """Effective items and status as sets: after a route change the order of a backend's paths may
+    differ from a fresh analysis (paths are listed as routes reach them), nothing else may."""
+    items = sorted(encode(i, "json") for i in effective_list(a)["items"])
+    status = sorted(encode(i, "json") for i in status_list(a)["items"])
+    affected = {o: {k: sorted(v, key=Ref.sort_key) for k, v in kinds.items()} for o, kinds in a.affected.items()}
+    return items, status, affected
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster(), st.randoms(use_true_random=False))
+def test_a_route_change_in_place_equals_a_full_analysis(objs, rnd: random.Random) -> None:
+    from gwpolicy.incremental import update_route
+
+    routes = [o for o in objs if o["kind"] == "HTTPRoute"]
+    if not routes:
+        return
+    a = analyse(copy.deepcopy(objs), now=NOW)
+    victim = rnd.choice(routes)
+    action = rnd.choice(["hostnames", "parents", "rules", "delete", "add"])
+    changed = copy.deepcopy(victim)
+    spec = changed["spec"]
+    if action == "hostnames":
+        spec["hostnames"] = [rnd.choice(["a.example.com", "other.org", "x.example.com"])]
+    elif action == "parents":
+        spec["parentRefs"] = spec["parentRefs"][:1] if len(spec["parentRefs"]) > 1 else \
+            copy.deepcopy(rnd.choice(routes)["spec"]["parentRefs"])
+    elif action == "rules":
+        spec["rules"] = copy.deepcopy(rnd.choice(routes)["spec"]["rules"])
+    elif action == "add":
+        changed["metadata"]["name"] += "-new"
+    after = [o for o in objs if o is not victim] + ([] if action == "delete" else [changed])
+    if action == "add":
+        after.append(victim)
+    ref = Ref("gateway.networking.k8s.io", "HTTPRoute", changed["metadata"]["namespace"], changed["metadata"]["name"])
+    result = update_route(a, ref, None if action == "delete" else copy.deepcopy(changed))
+    if result is None:
+        return
+    full = analyse(copy.deepcopy(after), now=NOW)
+    assert canonical(a) == canonical(full)

@@ -151,7 +151,7 @@ def _reindex_level(a: Analysis, kk: tuple[str, str], level: Ref) -> None:
         ev.kinds_at.pop(level, None)
 
 
-def nodes_at(a: Analysis) -> dict[Ref, list[PathNode]]:
+def nodes_at(a: Analysis) -> dict[Ref, dict[PathNode, None]]:
     """Every path node by its level (built once, on the first incremental update)."""
     topo = a.topology
     idx = getattr(topo, "_nodes_at", None)
@@ -161,7 +161,7 @@ def nodes_at(a: Analysis) -> dict[Ref, list[PathNode]]:
         while stack:
             n = stack.pop()
             if n.level is not None:
-                idx.setdefault(n.level, []).append(n)
+                idx.setdefault(n.level, {})[n] = None
             if n.children:
                 stack.extend(n.children.values())
         topo._nodes_at = idx  # type: ignore[attr-defined]
@@ -238,3 +238,142 @@ def _recompute_below(a: Analysis, levels: set[Ref]) -> set[Ref]:
             else:
                 affected.pop(owner, None)
     return changed
+
+
+def _subtree(node: PathNode) -> list[PathNode]:
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        if n.children:
+            stack.extend(n.children.values())
+    return out
+
+
+def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] | None:
+    """Replace (or delete) one route: its paths, its rules, and the paths of its backends through it.
+
+    The route's subtrees of path nodes are cut out and grown again; Services a route no longer
+    reaches get back their `Namespace > Service > port` paths; the policies on the route, its rules
+    and its backends are resolved again (their targets may have appeared or gone); what lies on
+    the new and changed paths is recomputed. Returns the objects to check, or None.
+    """
+    from gwpolicy.kinds import ROUTE_KINDS
+    from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP
+    from gwpolicy.topology import attach_route, extend
+
+    if ref.group != GATEWAY_GROUP or ref.kind not in ROUTE_KINDS or ref.namespace is None:
+        return None
+    if ref.namespace not in a.index.namespaces:
+        return None
+    topo, index = a.topology, a.index
+    a.affected  # noqa: B018 - materialise before changing anything
+    a.effective_of(ref)
+    idx = nodes_at(a)
+    old_obj = index.by_ref.get(ref)
+    # 1. cut the route's subtrees out
+    changed: set[Ref] = {ref}
+    old_backends: set[Ref] = set()
+    for node in list(topo.paths.get(ref, ())):
+        for m in _subtree(node):
+            lv = m.level
+            if lv is None:
+                continue
+            reg = topo.paths.get(lv)
+            if reg is not None and m in reg:
+                del reg[m]
+                changed.add(lv)
+                if lv.object != ref and lv.section is None:
+                    old_backends.add(lv)
+            at = idx.get(lv)
+            if at is not None:
+                at.pop(m, None)
+        if node.parent is not None and node.parent.children:
+            node.parent.children.pop(node.level, None)
+    for s in topo.sections.pop(ref, []):
+        changed.add(ref.with_section(s))
+        topo.paths.pop(ref.with_section(s), None)
+    topo.paths.pop(ref, None)
+    topo.route_parents.pop(ref, None)
+    # 2. the object
+    objs = index.by_kind.setdefault((ref.group, ref.kind), [])
+    if old_obj is not None:
+        del index.by_ref[ref]
+        objs[:] = [o for o in objs if o is not old_obj]
+    new_backends: set[Ref] = set()
+    if raw is not None:
+        _, version = split_api_version(raw.get("apiVersion", ""))
+        obj = Obj(raw, ref, version, "cluster")
+        index.by_ref[ref] = obj
+        keys = [o.ref.sort_key() for o in objs]
+        objs.insert(bisect.bisect(keys, ref.sort_key()), obj)
+        new_backends = attach_route(topo, obj, index, ReferenceGrants(index))
+        for s in topo.sections.get(ref, []):
+            changed.add(ref.with_section(s))
+    # 3. backends: standalone paths where no route reaches, none where one does; virtual ones may vanish
+    for b in old_backends | new_backends:
+        changed.add(b)
+        svc = b.group == CORE_GROUP and b.kind == "Service" and b in index.by_ref
+        standalone = extend(topo.root, b)
+        via_routes = [n for n in topo.paths.get(b, {}) if n is not standalone]
+        if svc:
+            if via_routes:
+                topo.paths.get(b, {}).pop(standalone, None)
+            else:
+                topo.add_path(b, standalone)
+            for p in topo.ports_of.get(b, []):
+                pref = b.with_section(p["name"])
+                changed.add(pref)
+                own = standalone.child(pref)
+                reg = topo.paths.get(pref, {})
+                others = [n for n in reg if n is not own]
+                if others:
+                    reg.pop(own, None)
+                else:
+                    topo.add_path(pref, own)
+        elif not topo.paths.get(b):
+            topo.paths.pop(b, None)
+            topo.virtual.discard(b)
+        elif b not in index.by_ref:
+            topo.virtual.add(b)
+    for t in list(changed):
+        if t in topo.paths and not topo.paths[t]:
+            del topo.paths[t]
+    # 4. the node index: new nodes below the route's new paths, and standalone ones
+    for t in changed:
+        for n in topo.paths.get(t, ()):
+            idx.setdefault(n.level, {})[n] = None
+            if n.parent is not None and n.parent.level is not None:  # a Namespace level the route added
+                idx.setdefault(n.parent.level, {})[n.parent] = None
+    for node in topo.paths.get(ref, ()):
+        for m in _subtree(node):
+            idx.setdefault(m.level, {})[m] = None
+    # 5. effective policies of what changed: drop those of paths that are gone, compute the rest
+    by = a._by_effective_target
+    assert by is not None
+    for t in changed:
+        live = topo.paths.get(t, {})
+        kept = [ep for ep in by.get(t, []) if ep.path in live]
+        if kept:
+            by[t] = kept
+        else:
+            by.pop(t, None)
+    check = _recompute_below(a, changed) | {ref} | {t.object for t in changed if t.object in index.by_ref}
+    affected = a.affected
+    for t in changed:  # owners whose every path went away
+        owner = t.object
+        if owner not in topo.paths and owner in affected:
+            del affected[owner]
+            check.add(owner)
+    # 6. policies on the route, its rules and its backends: their targets may have come or gone
+    a._by_target = None
+    declared = {o.policy.ref for t in changed for o in a.outcomes_at(t)}
+    declared |= {p for p, outs in a.outcomes.items() for o in outs if o.declared is not None and o.declared.object in changed}
+    for pref in sorted(declared, key=Ref.sort_key):
+        sub = update_policy(a, pref, a.index.by_ref[pref].raw)
+        if sub is None:
+            return None
+        check |= sub
+    a._status = a._status_by_ref = a._affects = a._by_target = None
+    a._effective = None
+    return check

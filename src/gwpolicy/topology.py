@@ -97,6 +97,8 @@ class Topology:
     sections: dict[Ref, list[str]] = field(default_factory=dict)
     virtual: set[Ref] = field(default_factory=set)
     route_parents: dict[Ref, list[dict[str, Any]]] = field(default_factory=dict)
+    listeners_of: dict[Ref, list[dict[str, Any]]] = field(default_factory=dict)
+    ports_of: dict[Ref, list[dict[str, Any]]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
     def exists(self, ref: Ref) -> bool:
@@ -210,22 +212,10 @@ def build_topology(index: ObjectIndex, grants: ReferenceGrants) -> Topology:
 
     services_reached: set[Ref] = set()
     ports_of = {svc.ref: _service_ports(svc) for svc in index.of_kind(CORE_GROUP, "Service")}
+    topo.listeners_of, topo.ports_of = listeners_of, ports_of
     for kind in ROUTE_KINDS:
         for route in index.of_kind(GATEWAY_GROUP, kind):
-            route_paths = _route_paths(route, index, listeners_of, topo)
-            for p in route_paths:
-                topo.add_path(route.ref, p)
-            rules = _rules(route)
-            topo.sections[route.ref] = [r["name"] for r in rules if isinstance(r.get("name"), str)]
-            for rule in rules:
-                rname = rule.get("name") if isinstance(rule.get("name"), str) else None
-                bases = [p.child(route.ref.with_section(rname)) for p in route_paths] if rname else route_paths
-                if rname:
-                    for b in bases:
-                        topo.add_path(route.ref.with_section(rname), b)
-                for bref in rule.get("backendRefs") or []:
-                    if isinstance(bref, dict):
-                        _add_backend(route, bref, bases, index, grants, topo, services_reached, ports_of)
+            attach_route(topo, route, index, grants)
 
     # Services (and their named ports) that no route reaches: Namespace > Service > port
     for svc in index.of_kind(CORE_GROUP, "Service"):
@@ -242,6 +232,26 @@ def build_topology(index: ObjectIndex, grants: ReferenceGrants) -> Topology:
             if obj.ref not in topo.paths:
                 topo.add_path(obj.ref, extend(topo.root, obj.ref))
     return topo
+
+
+def attach_route(topo: Topology, route: Obj, index: ObjectIndex, grants: ReferenceGrants) -> set[Ref]:
+    """Add a route, its named rules and its backends (and their ports) to the topology; the backends."""
+    reached: set[Ref] = set()
+    route_paths = _route_paths(route, index, topo.listeners_of, topo)
+    for p in route_paths:
+        topo.add_path(route.ref, p)
+    rules = _rules(route)
+    topo.sections[route.ref] = [r["name"] for r in rules if isinstance(r.get("name"), str)]
+    for rule in rules:
+        rname = rule.get("name") if isinstance(rule.get("name"), str) else None
+        bases = [p.child(route.ref.with_section(rname)) for p in route_paths] if rname else route_paths
+        if rname:
+            for b in bases:
+                topo.add_path(route.ref.with_section(rname), b)
+        for bref in rule.get("backendRefs") or []:
+            if isinstance(bref, dict):
+                _add_backend(route, bref, bases, index, grants, topo, reached, topo.ports_of)
+    return reached
 
 
 def _route_paths(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[dict[str, Any]]],
@@ -284,7 +294,7 @@ def _service_ports(svc: Obj) -> list[dict[str, Any]]:
 
 
 def _add_backend(route: Obj, bref: dict[str, Any], bases: list[PathNode], index: ObjectIndex,
-                 grants: ReferenceGrants, topo: Topology, services_reached: set[Ref],
+                 grants: ReferenceGrants, topo: Topology, services_reached: set[Ref],  # every backend reached
                  ports_of: dict[Ref, list[dict[str, Any]]]) -> None:
     group = bref.get("group") or CORE_GROUP
     kind = bref.get("kind") or "Service"
@@ -300,11 +310,11 @@ def _add_backend(route: Obj, bref: dict[str, Any], bases: list[PathNode], index:
         if group == CORE_GROUP and kind == "Service":
             return  # S1.4: a Service absent from the input is not a node
         topo.virtual.add(ref)
+    services_reached.add(ref)
     for base in bases:
         bpath = extend(base, ref)
         topo.add_path(ref, bpath)
         if obj is not None and kind == "Service" and group == CORE_GROUP:
-            services_reached.add(ref)
             port = bref.get("port")
             for p in ports_of[ref]:
                 if port is None or p.get("port") == port:

@@ -13,7 +13,8 @@ import time
 from typing import Any
 
 from gwpolicy.analysis import Analysis, analyse, utc_now
-from gwpolicy.incremental import nodes_at, policy_ref, update_policy
+from gwpolicy.incremental import nodes_at, policy_ref, update_policy, update_route
+from gwpolicy.kinds import ROUTE_KINDS
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import Obj
 from gwpolicy.refs import Ref
@@ -79,7 +80,11 @@ class ClusterModel:
             return
         ref = policy_ref(self.analysis, raw)
         t = time.perf_counter()
-        check = update_policy(self.analysis, ref, new) if ref is not None else None
+        if ref is not None:
+            check = update_policy(self.analysis, ref, new)
+        else:
+            route = self.ref_of(raw)
+            check = update_route(self.analysis, route, new) if route.kind in ROUTE_KINDS else None
         if check is None:
             self.stale = True
             return
