@@ -17,10 +17,26 @@ from gwpolicy.attach import ACCEPTED, resolve_targets
 from gwpolicy.effective import EffectivePolicy
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.kinds import split_api_version
-from gwpolicy.model import Obj
+from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.policies import TARGET_FIELDS, Policy, parse_policy
 from gwpolicy.refs import Ref
 from gwpolicy.topology import PathNode
+
+
+def replace_object(index: ObjectIndex, ref: Ref, raw: dict[str, Any] | None) -> Obj | None:
+    """Put the new copy of an object in the index (by reference, and in its kind's sorted list), or take it out."""
+    objs = index.by_kind.setdefault((ref.group, ref.kind), [])
+    gone = index.by_ref.pop(ref, None)
+    if gone is not None:
+        objs[:] = [o for o in objs if o is not gone]
+    if raw is None:
+        return None
+    _, version = split_api_version(raw.get("apiVersion", ""))
+    obj = Obj(raw, ref, version, "cluster")
+    index.by_ref[ref] = obj
+    keys = [o.ref.sort_key() for o in objs]
+    objs.insert(bisect.bisect(keys, ref.sort_key()), obj)
+    return obj
 
 
 def policy_ref(a: Analysis, raw: dict[str, Any]) -> Ref | None:
@@ -57,19 +73,8 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
     a.affected  # noqa: B018 - materialise it now, to compare against once the policy changed
     a.effective_of(ref)  # and the per-target index of effective policies
     paths_before = len(a.topology.paths)
-    # the object
-    objs = index.by_kind.setdefault((ref.group, ref.kind), [])
-    if ref in index.by_ref:
-        gone = index.by_ref.pop(ref)
-        objs[:] = [o for o in objs if o is not gone]
-    new: Policy | None = None
-    if raw is not None:
-        _, version = split_api_version(raw.get("apiVersion", ""))
-        obj = Obj(raw, ref, version, "cluster")
-        index.by_ref[ref] = obj
-        keys = [o.ref.sort_key() for o in objs]
-        objs.insert(bisect.bisect(keys, ref.sort_key()), obj)
-        new = parse_policy(obj, kind)
+    obj = replace_object(index, ref, raw)
+    new: Policy | None = parse_policy(obj, kind) if obj is not None else None
     # its targets, old and new
     touched_levels: set[Ref] = set()
     if old is not None:
@@ -270,7 +275,6 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     a.affected  # noqa: B018 - materialise before changing anything
     a.effective_of(ref)
     idx = nodes_at(a)
-    old_obj = index.by_ref.get(ref)
     # 1. cut the route's subtrees out
     changed: set[Ref] = {ref}
     old_backends: set[Ref] = set()
@@ -296,17 +300,9 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     topo.paths.pop(ref, None)
     topo.route_parents.pop(ref, None)
     # 2. the object
-    objs = index.by_kind.setdefault((ref.group, ref.kind), [])
-    if old_obj is not None:
-        del index.by_ref[ref]
-        objs[:] = [o for o in objs if o is not old_obj]
+    obj = replace_object(index, ref, raw)
     new_backends: set[Ref] = set()
-    if raw is not None:
-        _, version = split_api_version(raw.get("apiVersion", ""))
-        obj = Obj(raw, ref, version, "cluster")
-        index.by_ref[ref] = obj
-        keys = [o.ref.sort_key() for o in objs]
-        objs.insert(bisect.bisect(keys, ref.sort_key()), obj)
+    if obj is not None:
         new_backends = attach_route(topo, obj, index, ReferenceGrants(index))
         for s in topo.sections.get(ref, []):
             changed.add(ref.with_section(s))
