@@ -157,6 +157,13 @@ class Controller:
             self.inflight += 1
             try:
                 await self.write(ref)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the writer must outlive any one object's trouble
+                log.exception("writing %s failed; it stays queued", ref)
+                self.metrics.errors.labels("write").inc()
+                self.low[ref] = None
+                await asyncio.sleep(0.2)
             finally:
                 self.inflight -= 1
             if queue is self.low and interval:
@@ -225,6 +232,9 @@ class Controller:
                         fresh = await kube.get_object(self.client, kind, ref.name, ref.namespace)
                     except ApiError:
                         return
+                    except (httpx.HTTPError, OSError):  # the server went away: try again shortly
+                        await asyncio.sleep(min(0.1 * 2 ** attempt, 2.0))
+                        continue
                     self.model.event("MODIFIED", fresh)
                     continue
                 self.metrics.errors.labels("write").inc()
