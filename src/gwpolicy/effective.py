@@ -152,11 +152,6 @@ class Evaluator:
     def kinds_on(self, path: PathNode) -> tuple[KindKey, ...]:
         return self.summary(path).kinds
 
-    def evaluate(self, target: Ref, node: PathNode, kk: KindKey) -> Result:
-        for k, res in self.evaluate_node(target, node, (kk,)):
-            return res
-        raise KeyError(kk)
-
     def evaluate_node(self, target: Ref, node: PathNode,
                       kks: tuple[KindKey, ...] | None = None) -> list[tuple[KindKey, Result]]:
         """Effective policy of `target` on the path `node`, for every kind along it (or those given).

@@ -84,9 +84,6 @@ async def _measure(routes: int, path: str, timeout: float) -> dict[str, Any]:
             ns = pol["metadata"]["namespace"]
             base = f"/apis/policy.example.io/v1/namespaces/{ns}/retrypolicies"
             out["policy_edit"] = await _edit(c, http, f"{base}/{pol['metadata']['name']}", pol, timeout)
-            if os.environ.get("GWPOLICY_BENCH_DEBUG"):
-                got = http.get(f"{base}/{pol['metadata']['name']}").json()
-                print(got["metadata"]["generation"], got.get("status"), file=sys.stderr)
             route = copy.deepcopy(objs[("HTTPRoute", "route-000001")])
             route["spec"]["hostnames"] = ["renamed.example.com"]
             rns = route["metadata"]["namespace"]

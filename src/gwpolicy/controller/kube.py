@@ -89,14 +89,6 @@ async def apply_status(client: AsyncClient, k: Kind, obj: dict[str, Any], manage
                                       patch_type=PatchType.APPLY, field_manager=manager, force=True))
 
 
-async def apply_object(client: AsyncClient, k: Kind, obj: dict[str, Any], manager: str) -> dict[str, Any]:
-    """Server-side apply to the object itself (our annotation); fields we no longer apply are dropped."""
-    meta = obj["metadata"]
-    return to_dict(await client.patch(resource_class(k), meta["name"], obj,
-                                      namespace=meta.get("namespace") if k.namespaced else None,
-                                      patch_type=PatchType.APPLY, field_manager=manager, force=True))
-
-
 GATEWAY_KINDS = {"GatewayClass", "Gateway", "ReferenceGrant", "BackendTLSPolicy", "HTTPRoute", "GRPCRoute", "TLSRoute",
                  "TCPRoute", "UDPRoute"}
 CRD = Kind("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False)
