@@ -16,6 +16,8 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import OnErrorAction, OnErrorResult, PatchType
 
+from gwpolicy.kinds import ROUTE_KINDS
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -89,8 +91,7 @@ async def apply_status(client: AsyncClient, k: Kind, obj: dict[str, Any], manage
                                       patch_type=PatchType.APPLY, field_manager=manager, force=True))
 
 
-GATEWAY_KINDS = {"GatewayClass", "Gateway", "ReferenceGrant", "BackendTLSPolicy", "HTTPRoute", "GRPCRoute", "TLSRoute",
-                 "TCPRoute", "UDPRoute"}
+GATEWAY_KINDS = {"GatewayClass", "Gateway", "ReferenceGrant", "BackendTLSPolicy", *ROUTE_KINDS}
 CRD = Kind("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", False)
 BUILTIN = [Kind("", "v1", "Namespace", "namespaces", False), Kind("", "v1", "Service", "services", True)]
 
