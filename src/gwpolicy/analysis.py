@@ -19,7 +19,7 @@ from gwpolicy.merge.leaves import flatten
 from gwpolicy.model import Obj, ObjectIndex, build_index
 from gwpolicy.policies import Policy, PolicyKind, build_kinds, policy_objects
 from gwpolicy.refs import Ref
-from gwpolicy.status import DEFAULT_CONTROLLER, breadcrumbs, policy_status
+from gwpolicy.status import DEFAULT_CONTROLLER, breadcrumbs, carries_breadcrumb, policy_status
 from gwpolicy.topology import Topology, build_topology
 
 
@@ -69,27 +69,39 @@ class Analysis:
     def affected(self) -> dict[Ref, dict[KindKey, set[Ref]]]:
         """Object -> policy kind -> the policies that supply at least one leaf to it or its sections (S8.4)."""
         if self._affected is None:
+            # Results are shared by many paths: collect each distinct result once per (object, kind),
+            # then union their policies (hundreds of thousands of items, a few thousand results).
             by_result: dict[tuple[Ref, KindKey], dict[int, Result]] = {}
-            for ep in self.effective:
-                if ep.result.policies:
-                    by_result.setdefault((ep.target.object, ep.kind.key), {})[id(ep.result)] = ep.result
+            for target, eps in self._effective_by_target().items():
+                owner = target.object
+                for ep in eps:
+                    res = ep.result
+                    key = (owner, ep.kind.key)
+                    seen = by_result.get(key)
+                    if seen is None:
+                        seen = by_result[key] = {}
+                    seen[id(res)] = res
             affected: dict[Ref, dict[KindKey, set[Ref]]] = {}
             for (owner, kk), results in by_result.items():
                 policies: set[Ref] = set()
                 for res in results.values():
                     policies |= res.policies
-                affected.setdefault(owner, {})[kk] = policies
+                if policies:
+                    affected.setdefault(owner, {})[kk] = policies
             self._affected = affected
         return self._affected
 
     def effective_of(self, target: Ref) -> list[EffectivePolicy]:
         """Effective policies of one object or section, every path and kind."""
+        return self._effective_by_target().get(target, [])
+
+    def _effective_by_target(self) -> dict[Ref, list[EffectivePolicy]]:
         if self._by_effective_target is None:
             by: dict[Ref, list[EffectivePolicy]] = {}
             for ep in self.effective:
                 by.setdefault(ep.target, []).append(ep)
             self._by_effective_target = by
-        return self._by_effective_target.get(target, [])
+        return self._by_effective_target
 
     def status_change_of(self, ref: Ref) -> StatusChange | None:
         if self._status_by_ref is None:
@@ -250,6 +262,8 @@ def compute_status(a: Analysis) -> list[StatusChange]:
             continue  # virtual objects carry no breadcrumb (S8.4)
         kinds = [kk[1] for kk in a.affected.get(ref, {})]
         prior = changes.get(ref)
+        if not kinds and prior is None and not carries_breadcrumb(obj, a.controller):
+            continue  # nothing to add and nothing of ours to take away: the common case, made cheap
         if prior is not None:  # a policy that is itself a target: one write holds both
             obj = _with(obj, prior)
         status, annotations = breadcrumbs(obj, kinds, a.topology, a.controller, a.now)

@@ -162,6 +162,20 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
     return status, annotations
 
 
+def carries_breadcrumb(obj: Obj, controller: str) -> bool:
+    """Whether the object holds a breadcrumb of ours (S8.4); without one and unaffected, `breadcrumbs`
+    would return its status and annotations unchanged."""
+    ann = obj.metadata.get("annotations")
+    if isinstance(ann, dict) and ANNOTATION in ann:
+        return True
+    status = obj.raw.get("status")
+    if not isinstance(status, dict):
+        return False
+    conds, parents = status.get("conditions"), status.get("parents")
+    return (isinstance(conds, list) and any(isinstance(c, dict) and _ours_type(c.get("type")) for c in conds)) or \
+        (isinstance(parents, list) and any(isinstance(p, dict) and p.get("controllerName") == controller for p in parents))
+
+
 def _ours_type(ctype: Any) -> bool:
     return isinstance(ctype, str) and ctype.startswith("gwpolicy.io/") and ctype.endswith("Affected")
 

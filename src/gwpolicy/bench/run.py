@@ -60,6 +60,18 @@ def exponents(rows: list[dict[str, Any]], key: str) -> list[str]:
 def report(rows: list[dict[str, Any]], controller: list[dict[str, Any]] | None = None) -> str:
     lines = [f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
              f"{platform.platform()}", ""]
+    if rows:
+        lines += _engine_table(rows)
+    if controller:
+        lines.append("")
+        lines.append("controller (sandbox API server on loopback):")
+        for c in controller:
+            lines.append("  " + ", ".join(f"{k}={v}" for k, v in c.items()))
+    return "\n".join(lines) + "\n"
+
+
+def _engine_table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = []
     head = ["routes", "objects", "YAML MB", "parse s", "load", "index", "topology", "attach", "merge", "output",
             "status", "items", "effective e2e s", "x parse", "peak RSS MB"]
     body = []
@@ -79,12 +91,7 @@ def report(rows: list[dict[str, Any]], controller: list[dict[str, Any]] | None =
         lines.append("growth exponent of effective e2e time (1.0 = linear): " + ", ".join(exponents(rows, "effective_s")))
         merge_rows = [dict(r, merge=r["phases"]["merge"] + r["phases"]["topology"]) for r in rows]
         lines.append("growth exponent of topology+merge: " + ", ".join(exponents(merge_rows, "merge")))
-    if controller:
-        lines.append("")
-        lines.append("controller (sandbox API server on loopback):")
-        for c in controller:
-            lines.append("  " + ", ".join(f"{k}={v}" for k, v in c.items()))
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("-o", "--output", default="-")
     r = sub.add_parser("run", help="measure the engine (and the controller) on synthetic clusters")
-    r.add_argument("--sizes", default="1000,10000,50000", help="route counts, comma-separated")
+    r.add_argument("--sizes", default="1000,10000,50000", help="route counts, comma-separated (empty: no engine runs)")
     r.add_argument("--repeat", type=int, default=2)
     r.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gwpolicy-bench"))
     r.add_argument("--controller", action="store_true", help="also measure the controller against the sandbox")
@@ -115,14 +122,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     os.makedirs(args.workdir, exist_ok=True)
     rows = []
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in (int(s) for s in args.sizes.split(",") if s):
         print(f"measuring {size} routes...", file=sys.stderr)
         rows.append(measure(size, args.workdir, args.repeat))
     controller = None
     if args.controller:
         from gwpolicy.bench.controller import measure_controller
         controller = []
-        for size in (int(x) for x in args.controller_routes.split(",")):
+        for size in (int(x) for x in args.controller_routes.split(",") if x):
             print(f"measuring the controller on {size} routes...", file=sys.stderr)
             controller.append(measure_controller(size, args.workdir))
     text = report(rows, controller)

@@ -6,26 +6,32 @@ fault-injection endpoint (`/sandbox/faults`) for tests.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
 from datetime import datetime, timezone
 from typing import Any
 
+import orjson
 import yaml
 from aiohttp import web
 
 from gwpolicy.sandbox.resources import Resource
 from gwpolicy.sandbox.store import ApiFailure, Event, Store, field_matcher, label_matcher
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-gwpolicy-sandbox", "gitCommit": "sandbox",
            "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23", "compiler": "gc",
            "platform": "linux/amd64"}
 
 
+def _encode(data: Any) -> bytes:
+    return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+
+
 def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(body=json.dumps(data).encode(), status=status, content_type="application/json")
+    return web.Response(body=_encode(data), status=status, content_type="application/json")
 
 
 def _fail(exc: ApiFailure) -> web.Response:
@@ -252,9 +258,14 @@ class Sandbox:
         raw = await request.read()
         ct = request.headers.get("Content-Type", "")
         try:
-            if "yaml" in ct:
-                return yaml.safe_load(raw) or {}
-            return json.loads(raw or b"{}")
+            if not raw.strip():
+                return {}
+            try:  # JSON first, also for apply patches: clients send JSON, and YAML's parser is slow
+                return orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                if "yaml" not in ct:
+                    raise
+            return yaml.load(raw, Loader=_YAML_LOADER) or {}
         except (ValueError, yaml.YAMLError) as exc:
             raise ApiFailure(400, "BadRequest", f"the request body could not be decoded: {exc}") from exc
 
@@ -278,7 +289,7 @@ class Sandbox:
             obj = dict(obj, apiVersion=r.api_version(version)) if etype != "ERROR" else obj
             if table and etype != "ERROR" and etype != "BOOKMARK":
                 obj = _table(r, [obj], obj["metadata"]["resourceVersion"])
-            await resp.write(json.dumps({"type": etype, "object": obj}).encode() + b"\n")
+            await resp.write(_encode({"type": etype, "object": obj}) + b"\n")
 
         try:
             last = 0

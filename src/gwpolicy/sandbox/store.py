@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 import jsonpatch
+import orjson
 
 from gwpolicy.merge.values import set_in
 from gwpolicy.sandbox.resources import Registry, Resource
@@ -35,6 +36,15 @@ class ApiFailure(Exception):
 def not_found(r: Resource, name: str) -> ApiFailure:
     plural = f"{r.plural}.{r.group}" if r.group else r.plural
     return ApiFailure(404, "NotFound", f'{plural} "{name}" not found', {"name": name, "group": r.group, "kind": r.plural})
+
+
+def clone(value: Any) -> Any:
+    """A deep copy of JSON-like data: an orjson round trip is ~10x faster than copy.deepcopy, and
+    every object the store hands out or keeps is copied (callers must never share its dicts)."""
+    try:
+        return orjson.loads(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
+    except (TypeError, orjson.JSONEncodeError):  # not JSON-like (a YAML date, ...): the slow way
+        return copy.deepcopy(value)
 
 
 def now() -> str:
@@ -121,7 +131,7 @@ def field_matcher(text: str | None) -> Callable[[dict[str, Any]], bool]:
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     out = dict(target) if isinstance(target, dict) else {}
     for k, v in patch.items():
         if v is None:
@@ -249,7 +259,7 @@ class Store:
         return r
 
     def _emit(self, etype: str, r: Resource, ns: str, obj: dict[str, Any]) -> None:
-        ev = Event(self.rv, etype, r.group, r.plural, ns, copy.deepcopy(obj))
+        ev = Event(self.rv, etype, r.group, r.plural, ns, clone(obj))
         self.events.append(ev)
         if len(self.events) > self.window:
             drop = len(self.events) - self.window
@@ -281,7 +291,7 @@ class Store:
         obj = self.objects.get((r.group, r.plural, ns if r.namespaced else "", name))
         if obj is None:
             raise not_found(r, name)
-        return copy.deepcopy(obj)
+        return clone(obj)
 
     def list(self, r: Resource, ns: str | None, labels: str | None = None, fields: str | None = None) -> list[dict[str, Any]]:
         lm, fm = label_matcher(labels), field_matcher(fields)
@@ -289,7 +299,7 @@ class Store:
         for (g, p, ons, _), obj in self.objects.items():
             if g == r.group and p == r.plural and (ns is None or not r.namespaced or ons == ns) \
                     and lm(obj["metadata"].get("labels") or {}) and fm(obj):
-                out.append(copy.deepcopy(obj))
+                out.append(clone(obj))
         out.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
         return out
 
@@ -331,7 +341,7 @@ class Store:
         self.objects[key] = obj
         self._after_write(r, obj)
         self._emit("ADDED", r, ns if r.namespaced else "", obj)
-        return copy.deepcopy(obj)
+        return clone(obj)
 
     def _after_write(self, r: Resource, obj: dict[str, Any], deleted: bool = False) -> None:
         if r.group == "apiextensions.k8s.io" and r.kind == "CustomResourceDefinition":
@@ -361,15 +371,15 @@ class Store:
             raise ApiFailure(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": the object has been '
                              "modified; please apply your changes to the latest version and try again",
                              {"name": name, "group": r.group, "kind": r.plural})
-        result = copy.deepcopy(live)
+        result = clone(live)
         if subresource == "status":
             if "status" in new:
-                result["status"] = copy.deepcopy(new["status"])
+                result["status"] = clone(new["status"])
             else:
                 result.pop("status", None)
         else:
             keep_status = live.get("status") if r.status_subresource else None
-            result = copy.deepcopy(new)
+            result = clone(new)
             rm = result.setdefault("metadata", {})
             for k in ("uid", "creationTimestamp", "generation", "namespace", "name", "deletionTimestamp"):
                 if k in live["metadata"]:
@@ -381,7 +391,7 @@ class Store:
                 if keep_status is None:
                     result.pop("status", None)
                 else:
-                    result["status"] = copy.deepcopy(keep_status)
+                    result["status"] = clone(keep_status)
             if r.kind == "Namespace" and r.group == "":
                 rm.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
         result["apiVersion"] = r.api_version(version)
@@ -395,7 +405,7 @@ class Store:
                 changed = {p for p in changed if p[:1] == ("status",)}
             self._own(result, manager, operation, changed, subresource, r, replace=owned is not None)
         if result == live:
-            return copy.deepcopy(live)  # no change: no new resourceVersion, no event
+            return clone(live)  # no change: no new resourceVersion, no event
         return self._store_update(r, key, live, result)
 
     def _store_update(self, r: Resource, key: Key, live: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
@@ -404,11 +414,11 @@ class Store:
             del self.objects[key]
             self._after_write(r, result, deleted=True)
             self._emit("DELETED", r, key[2], result)
-            return copy.deepcopy(result)
+            return clone(result)
         self.objects[key] = result
         self._after_write(r, result)
         self._emit("MODIFIED", r, key[2], result)
-        return copy.deepcopy(result)
+        return clone(result)
 
     @staticmethod
     def _spec_of(obj: dict[str, Any], r: Resource) -> dict[str, Any]:
@@ -493,7 +503,7 @@ class Store:
             self.create(r, ns, obj, None, version)
             stored = self.objects[key]
             self._own(stored, manager, "Apply", set(applied_paths), None, r, replace=True)
-            return copy.deepcopy(stored)
+            return clone(stored)
         if meta.get("resourceVersion") and meta["resourceVersion"] != live["metadata"]["resourceVersion"]:
             plural = f"{r.plural}.{r.group}" if r.group else r.plural
             raise ApiFailure(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": the object has been '
@@ -515,7 +525,7 @@ class Store:
             text = "; ".join(f'conflict with "{m}": .{".".join(p)}' for m, p in sorted(set(conflicts)))
             raise ApiFailure(409, "Conflict", f"Apply failed with {len(causes)} conflict{'s' if len(causes) > 1 else ''}: {text}",
                              {"name": name, "group": r.group, "kind": r.plural, "causes": causes})
-        result = copy.deepcopy(live)
+        result = clone(live)
         previous: set[FieldPath] = set()
         for e in live["metadata"].get("managedFields") or []:
             if e.get("manager") == manager and e.get("operation") == "Apply" and e.get("subresource") == subresource:
@@ -540,18 +550,18 @@ class Store:
             raise not_found(r, name)
         if live["metadata"].get("finalizers"):
             if not live["metadata"].get("deletionTimestamp"):
-                result = copy.deepcopy(live)
+                result = clone(live)
                 result["metadata"]["deletionTimestamp"] = now()
                 result["metadata"]["deletionGracePeriodSeconds"] = 0
                 return self._store_update(r, key, live, result)
-            return copy.deepcopy(live)
+            return clone(live)
         if r.kind == "Namespace" and r.group == "":
             for k in [k for k in self.objects if k[2] == name and self.registry.by_plural.get(k[:2], r).namespaced]:
                 kr = self.registry.by_plural.get(k[:2])
                 if kr is not None:
                     self.delete(kr, k[2], k[3])
         del self.objects[key]
-        result = copy.deepcopy(live)
+        result = clone(live)
         self._bump(result)
         self._after_write(r, result, deleted=True)
         self._emit("DELETED", r, key[2], result)
@@ -564,4 +574,4 @@ class Store:
 
 
 def _set(obj: dict[str, Any], path: FieldPath, value: Any) -> None:
-    set_in(obj, path, copy.deepcopy(value))
+    set_in(obj, path, clone(value))
