@@ -110,16 +110,15 @@ class ClusterModel:
         gc.disable()
         try:
             self.analysis = analyse(raws, default_namespace=self.default_namespace, controller=self.controller)
+            self.stale = False
+            self.touched = set()
+            changes = [ch.object for ch in self.analysis.status_changes()]  # builds `affected` too
+            self.analysis._status = self.analysis._status_by_ref = None  # dropped now, not during the next change
+            if self.incremental:  # pay once, now, what the first policy change would otherwise pay
+                nodes_at(self.analysis)
+            gc.freeze()
         finally:
             gc.enable()
-        self.stale = False
-        self.touched = set()
-        changes = [ch.object for ch in self.analysis.status_changes()]
-        self.analysis._status = self.analysis._status_by_ref = None  # dropped now, not during the next change
-        if self.incremental:  # pay once, now, what the first policy change would otherwise pay
-            nodes_at(self.analysis)
-            self.analysis.effective_of(Ref("", "", None, ""))
-        gc.freeze()
         self.last_reconcile_seconds = time.perf_counter() - t
         self.reconciles += 1
         return changes
