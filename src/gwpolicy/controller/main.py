@@ -9,6 +9,8 @@ import logging
 import signal
 import sys
 
+from lightkube.core.exceptions import ConfigError
+
 from gwpolicy.controller.app import Controller, Options
 from gwpolicy.status import DEFAULT_CONTROLLER
 
@@ -55,4 +57,7 @@ def main(argv: list[str]) -> int:
         asyncio.run(run(opts))
     except KeyboardInterrupt:
         pass
+    except ConfigError as exc:  # no kubeconfig, an unknown context, no in-cluster service account
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
     return 0

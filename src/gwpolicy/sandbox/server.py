@@ -16,6 +16,8 @@ import orjson
 import yaml
 from aiohttp import web
 
+from gwpolicy.sandbox import protobuf
+from gwpolicy.sandbox.protobuf import ProtobufError
 from gwpolicy.sandbox.resources import Resource
 from gwpolicy.sandbox.store import ApiFailure, Event, Store, field_matcher, label_matcher
 
@@ -257,6 +259,11 @@ class Sandbox:
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
         ct = request.headers.get("Content-Type", "")
+        if "protobuf" in ct:  # kubectl's generators (kubectl create namespace ...) send built-in kinds so
+            try:
+                return protobuf.decode(raw)
+            except ProtobufError as exc:
+                raise ApiFailure(415, "UnsupportedMediaType", f"the protobuf body could not be decoded: {exc}") from exc
         try:
             if not raw.strip():
                 return {}
