@@ -214,3 +214,23 @@ def test_a_broken_protobuf_body_is_415_naming_the_problem(sb):
         r = sb.http.post("/api/v1/namespaces", content=body, headers={"Content-Type": "application/vnd.kubernetes.protobuf"})
         assert r.status_code == 415 and r.json()["reason"] == "UnsupportedMediaType"
         assert "protobuf body could not be decoded" in r.json()["message"]
+
+
+def test_server_dry_run_changes_nothing_and_kubectl_diff_shows_the_change(sb, tmp_path):
+    sb.kubectl("create", "namespace", "dry")
+    assert sb.kubectl("get", "ns", "dry", "-o", "jsonpath={.status.phase}").stdout == "Active"
+    sb.kubectl("create", "configmap", "cm", "-n", "dry", "--from-literal=a=b")
+    rv = sb.http.get("/api/v1/namespaces/dry/configmaps/cm").json()["metadata"]["resourceVersion"]
+    writes = sb.http.get("/sandbox/stats").json()["writes"]
+    sb.kubectl("create", "configmap", "cm2", "-n", "dry", "--from-literal=a=b", "--dry-run=server")
+    f = tmp_path / "cm.yaml"
+    f.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm, namespace: dry}\ndata: {a: z}\n")
+    diff = sb.kubectl("diff", "-f", str(f), check=False)
+    assert diff.returncode == 1 and "-  a: b" in diff.stdout and "+  a: z" in diff.stdout
+    sb.kubectl("apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", str(f))
+    sb.kubectl("delete", "configmap", "cm", "-n", "dry", "--dry-run=server")
+    sb.kubectl("delete", "namespace", "dry", "--dry-run=server")
+    live = sb.http.get("/api/v1/namespaces/dry/configmaps/cm").json()
+    assert live["data"] == {"a": "b"} and live["metadata"]["resourceVersion"] == rv
+    assert sb.http.get("/api/v1/namespaces/dry/configmaps/cm2").status_code == 404
+    assert sb.http.get("/sandbox/stats").json()["writes"] == writes

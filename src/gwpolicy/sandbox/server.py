@@ -9,6 +9,7 @@ import asyncio
 import os
 import sys
 import time
+from contextlib import nullcontext
 from datetime import datetime, timezone
 from typing import Any
 
@@ -225,9 +226,8 @@ class Sandbox:
                 body = await self._body(request)
                 if r.namespaced and ns is None:
                     ns = (body.get("metadata") or {}).get("namespace") or "default"
-                if q.get("dryRun"):
-                    return _json(body, 201)
-                return _json(store.create(r, ns or "", body, manager, version), 201)
+                with store.dry_run() if q.get("dryRun") else nullcontext():
+                    return _json(store.create(r, ns or "", body, manager, version), 201)
             raise ApiFailure(405, "MethodNotAllowed", f"{method} is not supported on a collection here")
         ns = ns or ""
         if method == "GET":
@@ -238,19 +238,23 @@ class Sandbox:
             return _json(obj)
         if method == "PUT":
             body = await self._body(request)
-            return _json(store.update(r, ns, name, body, subresource=sub, manager=manager or "unknown", version=version))
+            with store.dry_run() if q.get("dryRun") else nullcontext():
+                return _json(store.update(r, ns, name, body, subresource=sub, manager=manager or "unknown", version=version))
         if method == "PATCH":
             body = await self._body(request)
             ct = request.headers.get("Content-Type", "application/merge-patch+json")
-            if q.get("dryRun"):
-                return _json(store.get(r, ns, name))
             existed = (r.group, r.plural, ns if r.namespaced else "", name) in store.objects
-            out = store.patch(r, ns, name, ct, body, subresource=sub, manager=manager,
-                              force=q.get("force") in ("true", "1"), version=version)
+            with store.dry_run() if q.get("dryRun") else nullcontext():
+                out = store.patch(r, ns, name, ct, body, subresource=sub, manager=manager,
+                                  force=q.get("force") in ("true", "1"), version=version)
             return _json(out, 200 if existed else 201)
         if method == "DELETE":
-            out = store.delete(r, ns, name)
-            if (r.group, r.plural, ns if r.namespaced else "", name) in store.objects:
+            options = await self._body(request)  # DeleteOptions: kubectl sends dryRun here, not in the query
+            dry = q.get("dryRun") or (options.get("dryRun") if isinstance(options, dict) else None)
+            with store.dry_run() if dry else nullcontext():
+                out = store.delete(r, ns, name)
+                pending = (r.group, r.plural, ns if r.namespaced else "", name) in store.objects
+            if pending:
                 return _json(out)  # finalizers pending: the object stays, marked for deletion
             return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                           "details": {"name": name, "group": r.group, "kind": r.plural, "uid": out["metadata"].get("uid")}})

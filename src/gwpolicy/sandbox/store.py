@@ -8,9 +8,10 @@ from __future__ import annotations
 import copy
 import re
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jsonpatch
 import orjson
@@ -250,6 +251,20 @@ class Store:
         self.listeners: list[Callable[[Event], None]] = []
         self.writes = 0
         self.writes_by: dict[str, int] = {}
+        self._dry = False
+
+    @contextmanager
+    def dry_run(self) -> Iterator[None]:
+        """`dryRun=All`: the request runs in full (preconditions, conflicts, apply merging, the answer)
+        and leaves nothing behind: no object, no resourceVersion, no event, no registered CRD.
+        Stored objects are never changed in place, so a shallow copy of the index restores them."""
+        saved = dict(self.objects), self.rv
+        self._dry = True
+        try:
+            yield
+        finally:
+            self.objects, self.rv = saved
+            self._dry = False
 
     # -- helpers
     def resource(self, group: str, plural: str) -> Resource:
@@ -259,6 +274,8 @@ class Store:
         return r
 
     def _emit(self, etype: str, r: Resource, ns: str, obj: dict[str, Any]) -> None:
+        if self._dry:
+            return
         ev = Event(self.rv, etype, r.group, r.plural, ns, clone(obj))
         self.events.append(ev)
         if len(self.events) > self.window:
@@ -278,6 +295,8 @@ class Store:
         obj["metadata"]["resourceVersion"] = str(self.rv)
 
     def _write_check(self, r: Resource) -> None:
+        if self._dry:
+            return
         self.writes += 1
         self.writes_by[r.plural] = self.writes_by.get(r.plural, 0) + 1
         self.faults.check_write()
@@ -335,6 +354,8 @@ class Store:
             meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
         if r.status_subresource and r.group != "apiextensions.k8s.io":
             obj.pop("status", None)  # status is written through the status subresource only
+        if r.kind == "Namespace" and r.group == "":
+            obj["status"] = {"phase": "Active"}  # as the namespace controller would have it
         if manager:
             self._own(obj, manager, "Update", set(leaf_paths(obj)), None, r)
         self._bump(obj)
@@ -344,6 +365,8 @@ class Store:
         return clone(obj)
 
     def _after_write(self, r: Resource, obj: dict[str, Any], deleted: bool = False) -> None:
+        if self._dry:
+            return
         if r.group == "apiextensions.k8s.io" and r.kind == "CustomResourceDefinition":
             self.registry.apply_crd(obj, deleted)
             if not deleted and not (obj.get("status") or {}).get("conditions"):
@@ -386,7 +409,7 @@ class Store:
                     rm[k] = live["metadata"][k]
                 else:
                     rm.pop(k, None)
-            rm["managedFields"] = live["metadata"].get("managedFields", [])
+            rm["managedFields"] = clone(live["metadata"].get("managedFields", []))  # _own edits its entries
             if r.status_subresource:
                 if keep_status is None:
                     result.pop("status", None)
