@@ -63,11 +63,36 @@ def report(rows: list[dict[str, Any]], controller: list[dict[str, Any]] | None =
     if rows:
         lines += _engine_table(rows)
     if controller:
-        lines.append("")
-        lines.append("controller (sandbox API server on loopback):")
-        for c in controller:
-            lines.append("  " + ", ".join(f"{k}={v}" for k, v in c.items()))
+        if rows:
+            lines.append("")
+        lines += _controller_table(controller)
     return "\n".join(lines) + "\n"
+
+
+def _table(head: list[str], body: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    return [" | ".join(h.rjust(w) for h, w in zip(head, widths)), "-|-".join("-" * w for w in widths),
+            *(" | ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body)]
+
+
+def _controller_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Time to the first complete status, then per edit: reprocessing, settling and the writes it caused."""
+    def edit(e: dict[str, Any]) -> str:
+        return f"{e['reprocess_ms']} ms / {e['settle_s'] * 1000:.0f} ms / {e['writes']}"
+
+    head = ["routes", "first complete status s", "writes", "full analysis s", "policy edit", "route edit",
+            "namespace-wide policy edit"]
+    body = [[str(c["routes"]), f"{c['first_status_s']:.1f}", str(c["initial_writes"]), f"{c['full_analysis_s']:.2f}",
+             edit(c["policy_edit"]), edit(c["route_edit"]), edit(c["namespace_policy_edit"])] for c in rows]
+    lines = ["controller (sandbox API server on loopback); edits as reprocess / settle / API writes:"]
+    lines += _table(head, body)
+    if len(rows) > 1:
+        lines.append("growth exponent of the full analysis: " + ", ".join(exponents(rows, "full_analysis_s")))
+        lines.append("growth exponent of the time to first complete status: " + ", ".join(exponents(rows, "first_status_s")))
+    paths = {e["path"] for c in rows for e in (c["policy_edit"], c["route_edit"], c["namespace_policy_edit"])}
+    lines.append("every edit handled " + (f"in place ({', '.join(sorted(paths))})" if paths == {"incremental"}
+                                          else f"by: {', '.join(sorted(paths))}"))
+    return lines
 
 
 def _engine_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -81,11 +106,7 @@ def _engine_table(rows: list[dict[str, Any]]) -> list[str]:
                      f"{p['load']:.2f}", f"{p['index']:.2f}", f"{p['topology']:.2f}", f"{p['attachment']:.2f}",
                      f"{p['merge']:.2f}", f"{p['output']:.2f}", f"{p['status']:.2f}", str(int(p["items"])),
                      f"{r['effective_s']:.2f}", f"{r['ratio_to_parse']:.2f}", f"{r['effective_rss_mb']:.0f}"])
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    lines.append(" | ".join(h.rjust(w) for h, w in zip(head, widths)))
-    lines.append("-|-".join("-" * w for w in widths))
-    for b in body:
-        lines.append(" | ".join(c.rjust(w) for c, w in zip(b, widths)))
+    lines += _table(head, body)
     if len(rows) > 1:
         lines.append("")
         lines.append("growth exponent of effective e2e time (1.0 = linear): " + ", ".join(exponents(rows, "effective_s")))
