@@ -197,3 +197,22 @@ def test_no_status_subresource_means_no_status_writes_and_no_loop(tmp_path: Path
             assert "status" not in plain and plain["metadata"]["generation"] == 1
             assert ctl.model.reconciles <= 2
     run(go())
+
+
+def test_writers_in_parallel_keep_breadcrumbs_to_the_qps_and_policies_first(tmp_path: Path) -> None:
+    async def go():
+        async with Cluster(tmp_path) as c:
+            await c.seed(parable())
+            writes: list[tuple[float, bool]] = []  # (when, is a policy's status)
+            c.sandbox.store.listeners.append(lambda ev: writes.append((time.monotonic(), ev.group == "policy.acme.io"))
+                                             if ev.type == "MODIFIED" and ev.plural != "leases" else None)
+            qps = 40.0
+            ctl = await c.controller(breadcrumb_qps=qps, write_workers=4)
+            await c.idle(ctl, timeout=60)
+            crumbs = [t for t, is_policy in writes if not is_policy]
+            statuses = [t for t, is_policy in writes if is_policy]
+            assert len(crumbs) >= 10 and statuses
+            span = crumbs[-1] - crumbs[0]
+            assert span >= 0.9 * (len(crumbs) - 1) / qps, f"{len(crumbs)} breadcrumbs in {span:.2f}s beat {qps}/s"
+            assert max(statuses) <= crumbs[4], "policy status waits behind breadcrumbs"
+    run(go())

@@ -55,6 +55,7 @@ class Options:
     identity: str = f"{socket.gethostname()}-{os.getpid()}"
     leader_election: bool = True
     breadcrumb_qps: float = 50.0
+    write_workers: int = 4
     debounce: float = 0.02
 
 
@@ -78,6 +79,8 @@ class Controller:
         self.port: int | None = None
         self.busy = False
         self.inflight = 0  # writes under way
+        self.writing: set[Ref] = set()  # objects a writer holds
+        self.next_breadcrumb = 0.0  # monotonic time the next paced write may start
         self.no_status_warned: set[tuple[str, str]] = set()
 
     # ---------- discovery ----------
@@ -141,21 +144,39 @@ class Controller:
         self.metrics.queue_depth.labels("status").set(len(self.high))
         self.metrics.queue_depth.labels("breadcrumbs").set(len(self.low))
 
+    def _take(self) -> tuple[Ref | None, bool]:
+        """The next object to write (policy status first) that no other writer holds; and whether it
+        is a breadcrumb (paced)."""
+        if not self.leading or self.model.stale:
+            return None, False
+        for queue in (self.high, self.low):
+            for ref in queue:  # at most `write_workers` entries are skipped
+                if ref not in self.writing:
+                    del queue[ref]
+                    return ref, queue is self.low
+        return None, False
+
     async def write_loop(self) -> None:
+        """One of `write_workers` writers. Writes are bound by the API server's latency, not by us: a
+        few in flight keep it busy. Breadcrumbs are paced together to --breadcrumb-qps."""
         interval = 1.0 / self.opts.breadcrumb_qps if self.opts.breadcrumb_qps > 0 else 0.0
         while True:
-            if not (self.high or self.low) or not self.leading or self.model.stale:
+            ref, paced = self._take()
+            if ref is None:
                 self.queue_event.clear()
                 try:
                     await asyncio.wait_for(self.queue_event.wait(), 0.2)
                 except asyncio.TimeoutError:
                     pass
                 continue
-            queue = self.high if self.high else self.low
-            ref = next(iter(queue))
-            del queue[ref]
+            self.writing.add(ref)
             self.inflight += 1
             try:
+                if paced and interval:
+                    now = time.monotonic()
+                    wait, self.next_breadcrumb = self.next_breadcrumb - now, max(now, self.next_breadcrumb) + interval
+                    if wait > 0:
+                        await asyncio.sleep(wait)
                 await self.write(ref)
             except asyncio.CancelledError:
                 raise
@@ -165,9 +186,8 @@ class Controller:
                 self.low[ref] = None
                 await asyncio.sleep(0.2)
             finally:
+                self.writing.discard(ref)
                 self.inflight -= 1
-            if queue is self.low and interval:
-                await asyncio.sleep(interval)
             self._gauge()
 
     @property
@@ -294,7 +314,8 @@ class Controller:
         for k in [CRD, *BUILTIN]:
             self._watch(k)
         self.tasks.append(asyncio.create_task(self.reconcile_loop(), name="reconcile"))
-        self.tasks.append(asyncio.create_task(self.write_loop(), name="write"))
+        for i in range(max(1, self.opts.write_workers)):
+            self.tasks.append(asyncio.create_task(self.write_loop(), name=f"write-{i}"))
         if self.opts.leader_election:
             self.elector = LeaderElector(self.client, self.opts.identity, self.opts.lease_namespace,
                                          duration=self.opts.lease_duration, on_change=self._leader_changed)

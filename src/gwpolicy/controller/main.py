@@ -28,6 +28,7 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--identity", default=Options.identity, help="this replica's name in the Lease")
     p.add_argument("--no-leader-election", action="store_true", help="write without holding a lease (one replica only)")
     p.add_argument("--breadcrumb-qps", type=float, default=50.0, help="breadcrumb writes per second at most")
+    p.add_argument("--write-workers", type=int, default=4, help="writes in flight at most")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO, stream=sys.stderr,
@@ -35,7 +36,8 @@ def parse(argv: list[str]) -> Options:
     logging.getLogger("httpx2").setLevel(logging.DEBUG if a.verbose else logging.WARNING)
     return Options(kubeconfig=a.kubeconfig, context=a.context, controller_name=a.controller_name, namespace=a.namespace,
                    listen=a.listen, lease_namespace=a.lease_namespace, lease_duration=a.lease_duration,
-                   identity=a.identity, leader_election=not a.no_leader_election, breadcrumb_qps=a.breadcrumb_qps)
+                   identity=a.identity, leader_election=not a.no_leader_election, breadcrumb_qps=a.breadcrumb_qps,
+                   write_workers=a.write_workers)
 
 
 async def run(opts: Options) -> None:
