@@ -234,3 +234,23 @@ def test_server_dry_run_changes_nothing_and_kubectl_diff_shows_the_change(sb, tm
     assert live["data"] == {"a": "b"} and live["metadata"]["resourceVersion"] == rv
     assert sb.http.get("/api/v1/namespaces/dry/configmaps/cm2").status_code == 404
     assert sb.http.get("/sandbox/stats").json()["writes"] == writes
+
+
+@pytest.mark.parametrize("body, code, words", [
+    ([1, 2], 400, "must be a JSON or YAML object"),
+    ({"metadata": 5}, 422, "metadata: Invalid value: 5"),
+    ({"metadata": {"name": 5}}, 422, "metadata.name: Invalid value: 5"),
+    ({"metadata": {"name": "Bad_Name"}}, 422, 'Namespace "Bad_Name" is invalid: metadata.name'),
+    ({"metadata": {"name": "a", "labels": "x"}}, 422, "metadata.labels: Invalid value: \"x\": must be a map"),
+    ({"metadata": {"name": "a", "labels": {"k": "bad value!"}}}, 422, "a valid label must be"),
+    ({"metadata": {"name": "a", "finalizers": "x"}}, 422, "metadata.finalizers"),
+])
+def test_malformed_objects_are_refused_with_the_field_named(sb, body, code, words):
+    r = sb.http.post("/api/v1/namespaces", json=body)
+    assert r.status_code == code and r.json()["kind"] == "Status" and words in r.json()["message"], r.text
+    assert sb.http.get("/api/v1/namespaces/a").status_code == 404
+    # and through a patch of an object that exists: refused, the object unchanged
+    r = sb.http.patch("/api/v1/namespaces/t", json={"metadata": {"labels": 7}},
+                      headers={"Content-Type": "application/merge-patch+json"})
+    assert r.status_code == 422 and "metadata.labels" in r.json()["message"]
+    assert sb.http.get("/api/v1/namespaces/t").json()["metadata"]["labels"] == {"kubernetes.io/metadata.name": "t"}

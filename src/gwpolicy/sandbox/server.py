@@ -6,6 +6,7 @@ fault-injection endpoint (`/sandbox/faults`) for tests.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import time
@@ -22,6 +23,7 @@ from gwpolicy.sandbox.protobuf import ProtobufError
 from gwpolicy.sandbox.resources import Resource
 from gwpolicy.sandbox.store import ApiFailure, Event, Store, field_matcher, label_matcher
 
+log = logging.getLogger("gwpolicy.sandbox")
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-gwpolicy-sandbox", "gitCommit": "sandbox",
@@ -133,6 +135,11 @@ class Sandbox:
             return await self.resource_request(request, group, version, rest)
         except ApiFailure as exc:
             return _fail(exc)
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug of ours: a Status body as kube-apiserver sends, and the log
+            log.exception("%s %s failed", request.method, request.path_qs)
+            return _fail(ApiFailure(500, "InternalError", f"Internal error occurred: {type(exc).__name__}: {exc}"))
 
     def openapi_v3(self, gv: str) -> dict[str, Any]:
         """Just enough OpenAPI v3 for kubectl: the index, and per group-version the paths whose PATCH

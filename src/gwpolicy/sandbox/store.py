@@ -34,6 +34,52 @@ class ApiFailure(Exception):
                 "reason": self.reason, "details": self.details, "code": self.code}
 
 
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_QUALIFIED_NAME = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                             r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def invalid(r: Resource, name: Any, field: str, value: Any, why: str) -> ApiFailure:
+    """422 Invalid in kube-apiserver's words: `Kind "name" is invalid: field: Invalid value: v: why`."""
+    shown = orjson.dumps(value, default=str).decode()
+    subject = f'{r.kind} "{name}"' if isinstance(name, str) and name else r.kind
+    return ApiFailure(422, "Invalid", f"{subject} is invalid: {field}: Invalid value: {shown}: {why}",
+                      {"name": name if isinstance(name, str) else "", "group": r.group, "kind": r.kind,
+                       "causes": [{"reason": "FieldValueInvalid", "message": f"Invalid value: {shown}: {why}",
+                                   "field": field}]})
+
+
+def validate_metadata(r: Resource, obj: dict[str, Any]) -> None:
+    """What kube-apiserver checks of every object's metadata (ObjectMeta validation), so that no
+    malformed object reaches storage or the watchers."""
+    meta = obj["metadata"]
+    name = meta.get("name")
+    pattern, most = (_DNS_LABEL, 63) if r.kind == "Namespace" and r.group == "" else (_DNS_SUBDOMAIN, 253)
+    if not isinstance(name, str) or len(name) > most or not pattern.fullmatch(name):
+        raise invalid(r, name, "metadata.name", name, "a lowercase RFC 1123 "
+                      + ("label" if pattern is _DNS_LABEL else "subdomain") + " must consist of lower case "
+                      "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")
+    for field in ("labels", "annotations"):
+        value = meta.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise invalid(r, name, f"metadata.{field}", value, "must be a map of strings to strings")
+        for k, v in value.items():
+            if not _QUALIFIED_NAME.fullmatch(k) or len(k.rpartition("/")[2]) > 63:
+                raise invalid(r, name, f"metadata.{field}", k, "name part must consist of alphanumeric characters, "
+                              "'-', '_' or '.', and must start and end with an alphanumeric character")
+            if field == "labels" and (len(v) > 63 or not _LABEL_VALUE.fullmatch(v)):
+                raise invalid(r, name, "metadata.labels", v, "a valid label must be an empty string or consist "
+                              "of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                              "alphanumeric character")
+    finalizers = meta.get("finalizers")
+    if finalizers is not None and not (isinstance(finalizers, list) and all(isinstance(f, str) for f in finalizers)):
+        raise invalid(r, name, "metadata.finalizers", finalizers, "must be a list of strings")
+
+
 def not_found(r: Resource, name: str) -> ApiFailure:
     plural = f"{r.plural}.{r.group}" if r.group else r.plural
     return ApiFailure(404, "NotFound", f'{plural} "{name}" not found', {"name": name, "group": r.group, "kind": r.plural})
@@ -326,7 +372,11 @@ class Store:
     def create(self, r: Resource, ns: str, obj: dict[str, Any], manager: str | None = None,
                version: str | None = None) -> dict[str, Any]:
         self._write_check(r)
-        meta = obj.setdefault("metadata", {})
+        if not isinstance(obj, dict):
+            raise ApiFailure(400, "BadRequest", f"the body of a {r.kind} must be a JSON or YAML object")
+        if not isinstance(obj.setdefault("metadata", {}), dict):
+            raise invalid(r, None, "metadata", obj["metadata"], "must be an object")
+        meta = obj["metadata"]
         name = meta.get("name")
         if not name and meta.get("generateName"):
             name = meta["generateName"] + uuid.uuid4().hex[:5]
@@ -338,6 +388,7 @@ class Store:
             meta["namespace"] = ns
         else:
             meta.pop("namespace", None)
+        validate_metadata(r, obj)
         key = (r.group, r.plural, ns if r.namespaced else "", name)
         if key in self.objects:
             plural = f"{r.plural}.{r.group}" if r.group else r.plural
@@ -384,6 +435,8 @@ class Store:
                operation: str = "Update", owned: set[FieldPath] | None = None) -> dict[str, Any]:
         """PUT semantics: replace the object (or only its status), with a resourceVersion precondition."""
         self._write_check(r)
+        if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
+            raise ApiFailure(400, "BadRequest", f"the body of a {r.kind} must be an object, with an object as metadata")
         key = (r.group, r.plural, ns if r.namespaced else "", name)
         live = self.objects.get(key)
         if live is None:
@@ -415,10 +468,11 @@ class Store:
                     result.pop("status", None)
                 else:
                     result["status"] = clone(keep_status)
-            if r.kind == "Namespace" and r.group == "":
-                rm.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+            if r.kind == "Namespace" and r.group == "" and isinstance(rm.setdefault("labels", {}), dict):
+                rm["labels"]["kubernetes.io/metadata.name"] = name  # (labels of another shape: 422 below)
         result["apiVersion"] = r.api_version(version)
         result["kind"] = r.kind
+        validate_metadata(r, result)
         if self._spec_of(result, r) != self._spec_of(live, r):
             result["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1
         if manager:
@@ -503,8 +557,8 @@ class Store:
         """Server-side apply: merge the applied configuration, own its fields, drop fields no longer applied."""
         if not manager:
             raise ApiFailure(422, "Invalid", "PATCH is invalid: fieldManager: Required value: is required for apply patch")
-        if not isinstance(applied, dict):
-            raise ApiFailure(400, "BadRequest", "an apply patch must be an object")
+        if not isinstance(applied, dict) or not isinstance(applied.get("metadata") or {}, dict):
+            raise ApiFailure(400, "BadRequest", "an apply patch must be an object, with an object as metadata")
         meta = applied.get("metadata") or {}
         if meta.get("name") not in (None, name):
             raise ApiFailure(400, "BadRequest", "the name of the object does not match the name on the URL")
