@@ -6,9 +6,10 @@ walks is sorted, so a shuffled input gives the same effective policies and statu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from itertools import chain
 from typing import Any, Iterable
 
 from gwpolicy.attach import ACCEPTED, CONFLICTED, TargetOutcome, resolve_targets
@@ -25,6 +26,27 @@ from gwpolicy.topology import Topology, build_topology
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def policies_by_kind(eps: Iterable[EffectivePolicy]) -> dict[KindKey, set[Ref]]:
+    """Policy kind -> the policies that supply a leaf to these effective policies (S8.4). Results are
+    shared by many paths (a Service behind a thousand routes has thousands of items and a handful of
+    results): each distinct result is read once."""
+    results: dict[KindKey, dict[int, Result]] = {}
+    for ep in eps:
+        kk = ep.kind.key
+        seen = results.get(kk)
+        if seen is None:
+            seen = results[kk] = {}
+        seen[id(ep.result)] = ep.result
+    out: dict[KindKey, set[Ref]] = {}
+    for kk, distinct in results.items():
+        policies: set[Ref] = set()
+        for res in distinct.values():
+            policies |= res.policies
+        if policies:
+            out[kk] = policies
+    return out
 
 
 @dataclass
@@ -53,6 +75,7 @@ class Analysis:
     _status: list[StatusChange] | None = None
     _affected: dict[Ref, dict[KindKey, set[Ref]]] | None = None
     _by_target: dict[Ref, list[TargetOutcome]] | None = None
+    _declaring: dict[Ref, set[Ref]] | None = None  # object -> policies declaring it or a section of it
     _affects: dict[Ref, set[Ref]] | None = None
     _status_by_ref: dict[Ref, StatusChange] | None = None
     _by_effective_target: dict[Ref, list[EffectivePolicy]] | None = None
@@ -69,25 +92,14 @@ class Analysis:
     def affected(self) -> dict[Ref, dict[KindKey, set[Ref]]]:
         """Object -> policy kind -> the policies that supply at least one leaf to it or its sections (S8.4)."""
         if self._affected is None:
-            # Results are shared by many paths: collect each distinct result once per (object, kind),
-            # then union their policies (hundreds of thousands of items, a few thousand results).
-            by_result: dict[tuple[Ref, KindKey], dict[int, Result]] = {}
+            by_owner: dict[Ref, list[list[EffectivePolicy]]] = {}
             for target, eps in self._effective_by_target().items():
-                owner = target.object
-                for ep in eps:
-                    res = ep.result
-                    key = (owner, ep.kind.key)
-                    seen = by_result.get(key)
-                    if seen is None:
-                        seen = by_result[key] = {}
-                    seen[id(res)] = res
+                by_owner.setdefault(target.object, []).append(eps)
             affected: dict[Ref, dict[KindKey, set[Ref]]] = {}
-            for (owner, kk), results in by_result.items():
-                policies: set[Ref] = set()
-                for res in results.values():
-                    policies |= res.policies
-                if policies:
-                    affected.setdefault(owner, {})[kk] = policies
+            for owner, lists in by_owner.items():
+                kinds = policies_by_kind(chain.from_iterable(lists))
+                if kinds:
+                    affected[owner] = kinds
             self._affected = affected
         return self._affected
 
@@ -118,6 +130,18 @@ class Analysis:
                         by.setdefault(o.declared, []).append(o)
             self._by_target = by
         return self._by_target.get(target, [])
+
+    def policies_declaring(self, obj: Ref) -> set[Ref]:
+        """Policies with a targetRef to the object or to one of its sections, accepted or not (kept up
+        to date by incremental updates, so a route edit finds its policies without a scan)."""
+        if self._declaring is None:
+            d: dict[Ref, set[Ref]] = {}
+            for pref, outs in self.outcomes.items():
+                for o in outs:
+                    if o.declared is not None:
+                        d.setdefault(o.declared.object, set()).add(pref)
+            self._declaring = d
+        return self._declaring.get(obj, set())
 
     def policies_affecting(self, obj: Ref) -> set[Ref]:
         """Policies that supply at least one leaf to the object or one of its sections (S8.4)."""

@@ -10,9 +10,10 @@ runs a full analysis. A test holds that the result equals a full analysis of the
 from __future__ import annotations
 
 import bisect
+from itertools import chain
 from typing import Any
 
-from gwpolicy.analysis import Analysis, _level_entry
+from gwpolicy.analysis import Analysis, _level_entry, policies_by_kind
 from gwpolicy.attach import ACCEPTED, resolve_targets
 from gwpolicy.effective import EffectivePolicy
 from gwpolicy.grants import ReferenceGrants
@@ -26,17 +27,25 @@ from gwpolicy.topology import PathNode
 def replace_object(index: ObjectIndex, ref: Ref, raw: dict[str, Any] | None) -> Obj | None:
     """Put the new copy of an object in the index (by reference, and in its kind's sorted list), or take it out."""
     objs = index.by_kind.setdefault((ref.group, ref.kind), [])
+    key = ref.sort_key()
     gone = index.by_ref.pop(ref, None)
-    if gone is not None:
-        objs[:] = [o for o in objs if o is not gone]
+    if gone is not None:  # the list is sorted by reference: find it by bisection, not by a scan
+        i = bisect.bisect_left(objs, key, key=_sort_key)
+        if i < len(objs) and objs[i] is gone:
+            del objs[i]
+        else:
+            objs[:] = [o for o in objs if o is not gone]
     if raw is None:
         return None
     _, version = split_api_version(raw.get("apiVersion", ""))
     obj = Obj(raw, ref, version, "cluster")
     index.by_ref[ref] = obj
-    keys = [o.ref.sort_key() for o in objs]
-    objs.insert(bisect.bisect(keys, ref.sort_key()), obj)
+    objs.insert(bisect.bisect(objs, key, key=_sort_key), obj)
     return obj
+
+
+def _sort_key(o: Obj) -> tuple[str, str, str, str, str]:
+    return o.ref.sort_key()
 
 
 def policy_ref(a: Analysis, raw: dict[str, Any]) -> Ref | None:
@@ -77,10 +86,13 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
     new: Policy | None = parse_policy(obj, kind) if obj is not None else None
     # its targets, old and new
     touched_levels: set[Ref] = set()
+    declaring = a._declaring
     if old is not None:
         touched_levels |= {o.declared for o in a.outcomes.get(ref, []) if o.attached and o.declared is not None}
         del a.policies[ref]
-        a.outcomes.pop(ref, None)
+        for o in a.outcomes.pop(ref, []):
+            if declaring is not None and o.declared is not None:
+                declaring.get(o.declared.object, set()).discard(ref)
     if new is not None:
         outs = resolve_targets(new, index, a.topology, ReferenceGrants(index) if _needs_grants(new) else _NO_GRANTS)
         for o in outs:
@@ -90,6 +102,10 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
             return None  # it targets an object the hierarchy did not hold (S1.4): analyse it all
         a.policies[ref] = new
         a.outcomes[ref] = outs
+        if declaring is not None:
+            for o in outs:
+                if o.declared is not None:
+                    declaring.setdefault(o.declared.object, set()).add(ref)
         touched_levels |= {o.declared for o in outs if o.attached and o.declared is not None}
     kk = kind.key
     check: set[Ref] = {ref} if new is not None else set()
@@ -173,9 +189,9 @@ def nodes_at(a: Analysis) -> dict[Ref, dict[PathNode, None]]:
     return idx
 
 
-def _recompute_below(a: Analysis, levels: set[Ref]) -> set[Ref]:
+def _recompute_below(a: Analysis, levels: set[Ref], dirty: set[Ref] = frozenset()) -> set[Ref]:  # type: ignore[assignment]
     """New summaries and effective policies for every node at or below the levels; objects whose
-    affecting policies changed."""
+    affecting policies changed (`dirty`: owners to check in any case)."""
     idx = nodes_at(a)
     seen: set[int] = set()
     nodes: list[PathNode] = []
@@ -199,7 +215,7 @@ def _recompute_below(a: Analysis, levels: set[Ref]) -> set[Ref]:
         target = n.level
         if target is not None and n in paths.get(target, ()):  # a Namespace level inside a path is no target's path
             per_target.setdefault(target, []).append(n)
-    owners: set[Ref] = set()
+    owners: set[Ref] = set(dirty)
     for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
         fresh: dict[PathNode, list[EffectivePolicy]] = {
             n: [EffectivePolicy(target, n, kinds[kk], res) for kk, res in a.evaluator.evaluate_node(target, n) if res.leaves]
@@ -207,9 +223,11 @@ def _recompute_below(a: Analysis, levels: set[Ref]) -> set[Ref]:
         old = by.get(target, [])
         merged: list[EffectivePolicy] = []
         placed: set[PathNode] = set()
+        replaced: list[EffectivePolicy] = []
         for ep in old:  # one pass: each changed path's items take the place of its old ones
             n = ep.path
             if n in fresh:
+                replaced.append(ep)
                 if n not in placed:
                     placed.add(n)
                     merged.extend(fresh[n])
@@ -226,16 +244,16 @@ def _recompute_below(a: Analysis, levels: set[Ref]) -> set[Ref]:
             by[target] = merged
         else:
             by.pop(target, None)
-        owners.add(target.object)
+        # the policies the owner's other paths bring stay; if these paths bring the same ones as
+        # before, what affects the owner is unchanged (a Service behind many routes: no rescan)
+        if policies_by_kind(replaced) != policies_by_kind(chain.from_iterable(fresh.values())):
+            owners.add(target.object)
     a._effective = None
     changed: set[Ref] = set()
     affected = a.affected  # computed from scratch the first time, then kept up to date here
     for owner in owners:
-        now: dict[tuple[str, str], set[Ref]] = {}
-        for t in [owner] + [owner.with_section(s) for s in a.topology.sections.get(owner, [])]:
-            for ep in by.get(t, []):
-                if ep.result.policies:
-                    now.setdefault(ep.kind.key, set()).update(ep.result.policies)
+        targets = [owner] + [owner.with_section(s) for s in a.topology.sections.get(owner, [])]
+        now = policies_by_kind(chain.from_iterable(by.get(t, ()) for t in targets))
         if now != affected.get(owner, {}):
             changed.add(owner)
             if now:
@@ -347,14 +365,18 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     # 5. effective policies of what changed: drop those of paths that are gone, compute the rest
     by = a._by_effective_target
     assert by is not None
+    trimmed: set[Ref] = set()  # owners that lost effective policies with their paths
     for t in changed:
         live = topo.paths.get(t, {})
-        kept = [ep for ep in by.get(t, []) if ep.path in live]
+        before = by.get(t, [])
+        kept = [ep for ep in before if ep.path in live]
+        if len(kept) != len(before):
+            trimmed.add(t.object)
         if kept:
             by[t] = kept
         else:
             by.pop(t, None)
-    check = _recompute_below(a, changed) | {ref} | {t.object for t in changed if t.object in index.by_ref}
+    check = _recompute_below(a, changed, trimmed) | {ref} | {t.object for t in changed if t.object in index.by_ref}
     affected = a.affected
     for t in changed:  # owners whose every path went away
         owner = t.object
@@ -362,9 +384,7 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
             del affected[owner]
             check.add(owner)
     # 6. policies on the route, its rules and its backends: their targets may have come or gone
-    a._by_target = None
-    declared = {o.policy.ref for t in changed for o in a.outcomes_at(t)}
-    declared |= {p for p, outs in a.outcomes.items() for o in outs if o.declared is not None and o.declared.object in changed}
+    declared = set(chain.from_iterable(a.policies_declaring(obj) for obj in {t.object for t in changed}))
     for pref in sorted(declared, key=Ref.sort_key):
         sub = update_policy(a, pref, a.index.by_ref[pref].raw)
         if sub is None:
