@@ -134,6 +134,9 @@ class Analysis:
     def policies_declaring(self, obj: Ref) -> set[Ref]:
         """Policies with a targetRef to the object or to one of its sections, accepted or not (kept up
         to date by incremental updates, so a route edit finds its policies without a scan)."""
+        return self._declaring_index().get(obj, set())
+
+    def _declaring_index(self) -> dict[Ref, set[Ref]]:
         if self._declaring is None:
             d: dict[Ref, set[Ref]] = {}
             for pref, outs in self.outcomes.items():
@@ -141,7 +144,7 @@ class Analysis:
                     if o.declared is not None:
                         d.setdefault(o.declared.object, set()).add(pref)
             self._declaring = d
-        return self._declaring.get(obj, set())
+        return self._declaring
 
     def policies_affecting(self, obj: Ref) -> set[Ref]:
         """Policies that supply at least one leaf to the object or one of its sections (S8.4)."""

@@ -172,6 +172,14 @@ def _reindex_level(a: Analysis, kk: tuple[str, str], level: Ref) -> None:
         ev.kinds_at.pop(level, None)
 
 
+def prepare(a: Analysis) -> None:
+    """Build, right after a full analysis, the indexes the first incremental update would otherwise
+    build on its own time (at 50k routes, tens of milliseconds of the first edit)."""
+    nodes_at(a)
+    a.affected  # noqa: B018 - and with it the effective policies by target
+    a._declaring_index()
+
+
 def nodes_at(a: Analysis) -> dict[Ref, dict[PathNode, None]]:
     """Every path node by its level (built once, on the first incremental update)."""
     topo = a.topology

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from gwpolicy.analysis import Analysis, analyse, utc_now
-from gwpolicy.incremental import nodes_at, policy_ref, update_policy, update_route
+from gwpolicy.incremental import policy_ref, prepare, update_policy, update_route
 from gwpolicy.kinds import ROUTE_KINDS
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import Obj
@@ -21,6 +21,7 @@ from gwpolicy.refs import Ref
 from gwpolicy.status import ANNOTATION, breadcrumbs, policy_status
 
 _VOLATILE_META = ("resourceVersion", "managedFields", "generation")
+FREEZE_EVERY = 5000  # events
 
 
 def _essence(raw: dict[str, Any]) -> dict[str, Any]:
@@ -48,6 +49,7 @@ class ClusterModel:
         self.reconciles = 0
         self.incremental_updates = 0
         self.incremental = True
+        self._events_since_freeze = 0
 
     @staticmethod
     def key(raw: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -61,6 +63,14 @@ class ClusterModel:
         return Ref(g, k, ns or None, n)
 
     def event(self, etype: str, raw: dict[str, Any]) -> None:
+        self._events_since_freeze += 1
+        if self._events_since_freeze >= FREEZE_EVERY:
+            # The objects events bring live until the next event about the same object: keep the
+            # cyclic collector off them too, or its full collections pause the controller for
+            # seconds once the echoes of a first status (one per object) have come in.
+            self._events_since_freeze = 0
+            gc.collect(1)  # young cyclic garbage first, so that none is frozen
+            gc.freeze()
         key = self.key(raw)
         old = self.objects.get(key)
         if etype == "DELETED":
@@ -114,8 +124,8 @@ class ClusterModel:
             self.touched = set()
             changes = [ch.object for ch in self.analysis.status_changes()]  # builds `affected` too
             self.analysis._status = self.analysis._status_by_ref = None  # dropped now, not during the next change
-            if self.incremental:  # pay once, now, what the first policy change would otherwise pay
-                nodes_at(self.analysis)
+            if self.incremental:  # pay once, now, what the first change would otherwise pay
+                prepare(self.analysis)
             gc.freeze()
         finally:
             gc.enable()
