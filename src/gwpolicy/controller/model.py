@@ -71,6 +71,11 @@ class ClusterModel:
             self._events_since_freeze = 0
             gc.collect(1)  # young cyclic garbage first, so that none is frozen
             gc.freeze()
+        meta = raw.get("metadata")
+        if isinstance(meta, dict):
+            # nothing here reads managedFields (we apply with force), and after our status writes they
+            # are a good part of every object: the informer transform client-go controllers use too
+            meta.pop("managedFields", None)
         key = self.key(raw)
         old = self.objects.get(key)
         if etype == "DELETED":
