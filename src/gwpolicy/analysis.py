@@ -21,7 +21,7 @@ from gwpolicy.model import Obj, ObjectIndex, build_index
 from gwpolicy.policies import Policy, PolicyKind, build_kinds, policy_objects
 from gwpolicy.refs import Ref
 from gwpolicy.status import DEFAULT_CONTROLLER, breadcrumbs, carries_breadcrumb, policy_status
-from gwpolicy.topology import Topology, build_topology
+from gwpolicy.topology import PathNode, Topology, build_topology
 
 
 def utc_now() -> str:
@@ -78,14 +78,16 @@ class Analysis:
     _declaring: dict[Ref, set[Ref]] | None = None  # object -> policies declaring it or a section of it
     _affects: dict[Ref, set[Ref]] | None = None
     _status_by_ref: dict[Ref, StatusChange] | None = None
-    _by_effective_target: dict[Ref, list[EffectivePolicy]] | None = None
+    # target -> path -> its effective policies (in the topology's path order, kinds sorted): an
+    # incremental update replaces one path's items without walking a target's other paths
+    _by_effective_target: dict[Ref, dict[PathNode, list[EffectivePolicy]]] | None = None
 
     @property
     def effective(self) -> list[EffectivePolicy]:
         """Every effective policy, by target (sorted), path and kind."""
         if self._effective is None:
             by = self._by_effective_target or {}
-            self._effective = [ep for t in sorted(by, key=Ref.sort_key) for ep in by[t]]
+            self._effective = [ep for t in sorted(by, key=Ref.sort_key) for eps in by[t].values() for ep in eps]
         return self._effective
 
     @property
@@ -93,8 +95,8 @@ class Analysis:
         """Object -> policy kind -> the policies that supply at least one leaf to it or its sections (S8.4)."""
         if self._affected is None:
             by_owner: dict[Ref, list[list[EffectivePolicy]]] = {}
-            for target, eps in self._effective_by_target().items():
-                by_owner.setdefault(target.object, []).append(eps)
+            for target, per_path in self._effective_by_target().items():
+                by_owner.setdefault(target.object, []).extend(per_path.values())
             affected: dict[Ref, dict[KindKey, set[Ref]]] = {}
             for owner, lists in by_owner.items():
                 kinds = policies_by_kind(chain.from_iterable(lists))
@@ -105,13 +107,20 @@ class Analysis:
 
     def effective_of(self, target: Ref) -> list[EffectivePolicy]:
         """Effective policies of one object or section, every path and kind."""
-        return self._effective_by_target().get(target, [])
+        return [ep for eps in self._effective_by_target().get(target, {}).values() for ep in eps]
 
-    def _effective_by_target(self) -> dict[Ref, list[EffectivePolicy]]:
+    def _effective_by_target(self) -> dict[Ref, dict[PathNode, list[EffectivePolicy]]]:
         if self._by_effective_target is None:
-            by: dict[Ref, list[EffectivePolicy]] = {}
+            by: dict[Ref, dict[PathNode, list[EffectivePolicy]]] = {}
             for ep in self.effective:
-                by.setdefault(ep.target, []).append(ep)
+                per_path = by.get(ep.target)
+                if per_path is None:
+                    per_path = by[ep.target] = {}
+                eps = per_path.get(ep.path)
+                if eps is None:
+                    per_path[ep.path] = [ep]
+                else:
+                    eps.append(ep)
             self._by_effective_target = by
         return self._by_effective_target
 

@@ -178,6 +178,7 @@ def prepare(a: Analysis) -> None:
     nodes_at(a)
     a.affected  # noqa: B018 - and with it the effective policies by target
     a._declaring_index()
+    a._effective = None  # the flat list: every update drops it (and letting go of a million items takes ms)
 
 
 def nodes_at(a: Analysis) -> dict[Ref, dict[PathNode, None]]:
@@ -228,29 +229,21 @@ def _recompute_below(a: Analysis, levels: set[Ref], dirty: set[Ref] = frozenset(
         fresh: dict[PathNode, list[EffectivePolicy]] = {
             n: [EffectivePolicy(target, n, kinds[kk], res) for kk, res in a.evaluator.evaluate_node(target, n) if res.leaves]
             for n in fresh_nodes}
-        old = by.get(target, [])
-        merged: list[EffectivePolicy] = []
-        placed: set[PathNode] = set()
-        replaced: list[EffectivePolicy] = []
-        for ep in old:  # one pass: each changed path's items take the place of its old ones
-            n = ep.path
-            if n in fresh:
-                replaced.append(ep)
-                if n not in placed:
-                    placed.add(n)
-                    merged.extend(fresh[n])
+        per_path = by.get(target)
+        if per_path is None:
+            per_path = by[target] = {}
+        replaced = [ep for n in fresh for ep in per_path.get(n, ())]
+        added = False
+        for n, eps in fresh.items():
+            if eps:
+                added = added or n not in per_path
+                per_path[n] = eps  # an existing path keeps its place
             else:
-                merged.append(ep)
-        if len(placed) < len(fresh):  # paths that had no effective policy before: sort them in
-            for n in fresh:
-                if n not in placed:
-                    merged.extend(fresh[n])
-            # the order a full analysis gives: paths as the topology lists them, kinds sorted
+                per_path.pop(n, None)
+        if added:  # paths that had no effective policy before: the order a full analysis gives
             order = {node: i for i, node in enumerate(paths[target])}
-            merged.sort(key=lambda ep: (order.get(ep.path, 0), ep.kind.key))
-        if merged:
-            by[target] = merged
-        else:
+            by[target] = per_path = dict(sorted(per_path.items(), key=lambda kv: order.get(kv[0], 0)))
+        if not per_path:
             by.pop(target, None)
         # the policies the owner's other paths bring stay; if these paths bring the same ones as
         # before, what affects the owner is unchanged (a Service behind many routes: no rescan)
@@ -261,7 +254,7 @@ def _recompute_below(a: Analysis, levels: set[Ref], dirty: set[Ref] = frozenset(
     affected = a.affected  # computed from scratch the first time, then kept up to date here
     for owner in owners:
         targets = [owner] + [owner.with_section(s) for s in a.topology.sections.get(owner, [])]
-        now = policies_by_kind(chain.from_iterable(by.get(t, ()) for t in targets))
+        now = policies_by_kind(chain.from_iterable(eps for t in targets for eps in by.get(t, {}).values()))
         if now != affected.get(owner, {}):
             changed.add(owner)
             if now:
@@ -376,14 +369,16 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     trimmed: set[Ref] = set()  # owners that lost effective policies with their paths
     for t in changed:
         live = topo.paths.get(t, {})
-        before = by.get(t, [])
-        kept = [ep for ep in before if ep.path in live]
-        if len(kept) != len(before):
+        per_path = by.get(t)
+        if per_path is None:
+            continue
+        gone = [n for n in per_path if n not in live]
+        if gone:
             trimmed.add(t.object)
-        if kept:
-            by[t] = kept
-        else:
-            by.pop(t, None)
+            for n in gone:
+                del per_path[n]
+            if not per_path:
+                del by[t]
     check = _recompute_below(a, changed, trimmed) | {ref} | {t.object for t in changed if t.object in index.by_ref}
     affected = a.affected
     for t in changed:  # owners whose every path went away
