@@ -203,8 +203,6 @@ def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None
         for o in outs:
             if o.reason == ACCEPTED and o.declared is not None:
                 attached.setdefault((p.kind.key, o.declared), []).append(p)
-            elif o.reason != ACCEPTED:
-                o.attached = False
     entries = {key: _level_entry(kinds[key[0]], ps, outcomes, key[1]) for key, ps in attached.items()}
     clock.lap("attachment")
     evaluator = Evaluator(kinds, entries, index)

@@ -79,7 +79,7 @@ def resolve_targets(policy: Policy, index: ObjectIndex, topo: Topology, grants: 
         if out.declared is not None:
             seen.add(out.declared)
         if policy.invalid and out.reason != INVALID:
-            out.reason, out.message = INVALID, policy.invalid
+            out.reason, out.message, out.attached = INVALID, policy.invalid, False
         outcomes.append(out)
     if not outcomes:
         outcomes.append(TargetOutcome(policy, None, INVALID, policy.invalid or "the policy has no target (S2.2)", "spec"))

@@ -1,10 +1,12 @@
-"""One policy created, changed or deleted, applied to an analysis in place (the controller's fast path).
+"""One policy or one route created, changed or deleted, applied to an analysis in place (the
+controller's fast path).
 
-Only what the policy can change is recomputed: the conflicts on the targets it had and has, the
-path nodes at and below those targets (their summaries and effective policies), the breadcrumbs
-of the objects whose affecting policies change, and the status of the policies on those targets.
-Anything else (a new policy kind, a new namespace, topology changes) returns None: the caller
-runs a full analysis. A test holds that the result equals a full analysis of the same objects.
+Only what the change can affect is recomputed: for a policy, the conflicts on the targets it had and
+has; for a route, its paths and those of its backends through it; then the path nodes below (their
+summaries and effective policies), the breadcrumbs of the objects whose affecting policies change,
+and the status of the policies on those targets. Anything else (a new policy kind, a new namespace,
+other topology changes) returns None: the caller runs a full analysis. Property tests hold that the
+result equals a full analysis of the same objects.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ from itertools import chain
 from typing import Any
 
 from gwpolicy.analysis import Analysis, _level_entry, policies_by_kind
-from gwpolicy.attach import ACCEPTED, resolve_targets
+from gwpolicy.attach import resolve_targets
 from gwpolicy.effective import EffectivePolicy
 from gwpolicy.grants import ReferenceGrants
-from gwpolicy.kinds import split_api_version
+from gwpolicy.kinds import ROUTE_KINDS, split_api_version
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.policies import TARGET_FIELDS, Policy, parse_policy
-from gwpolicy.refs import Ref
-from gwpolicy.topology import PathNode
+from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.topology import PathNode, attach_route, extend
 
 
 def replace_object(index: ObjectIndex, ref: Ref, raw: dict[str, Any] | None) -> Obj | None:
@@ -79,8 +81,7 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
     if old is None and kind.recognized_by == "name-heuristic" and not a.index.of_kind(ref.group, ref.kind):
         return None
     index = a.index
-    a.affected  # noqa: B018 - materialise it now, to compare against once the policy changed
-    a.effective_of(ref)  # and the per-target index of effective policies
+    a.affected  # noqa: B018 - materialise it (and the effective policies by target) before anything changes
     paths_before = len(a.topology.paths)
     obj = replace_object(index, ref, raw)
     new: Policy | None = parse_policy(obj, kind) if obj is not None else None
@@ -95,9 +96,6 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
                 declaring.get(o.declared.object, set()).discard(ref)
     if new is not None:
         outs = resolve_targets(new, index, a.topology, ReferenceGrants(index) if _needs_grants(new) else _NO_GRANTS)
-        for o in outs:
-            if o.reason != ACCEPTED:
-                o.attached = False
         if len(a.topology.paths) != paths_before:
             return None  # it targets an object the hierarchy did not hold (S1.4): analyse it all
         a.policies[ref] = new
@@ -282,17 +280,12 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     and its backends are resolved again (their targets may have appeared or gone); what lies on
     the new and changed paths is recomputed. Returns the objects to check, or None.
     """
-    from gwpolicy.kinds import ROUTE_KINDS
-    from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP
-    from gwpolicy.topology import attach_route, extend
-
     if ref.group != GATEWAY_GROUP or ref.kind not in ROUTE_KINDS or ref.namespace is None:
         return None
     if ref.namespace not in a.index.namespaces:
         return None
     topo, index = a.topology, a.index
-    a.affected  # noqa: B018 - materialise before changing anything
-    a.effective_of(ref)
+    a.affected  # noqa: B018 - materialise it (and the effective policies by target) before anything changes
     idx = nodes_at(a)
     # 1. cut the route's subtrees out
     changed: set[Ref] = {ref}

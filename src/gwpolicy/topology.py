@@ -210,7 +210,6 @@ def build_topology(index: ObjectIndex, grants: ReferenceGrants) -> Topology:
             lref = gw.ref.with_section(l["name"])
             topo.add_path(lref, gw_path.child(lref))
 
-    services_reached: set[Ref] = set()
     ports_of = {svc.ref: _service_ports(svc) for svc in index.of_kind(CORE_GROUP, "Service")}
     topo.listeners_of, topo.ports_of = listeners_of, ports_of
     for kind in ROUTE_KINDS:

@@ -14,8 +14,7 @@ from typing import Any
 
 from gwpolicy.analysis import Analysis, analyse, utc_now
 from gwpolicy.incremental import policy_ref, prepare, update_policy, update_route
-from gwpolicy.kinds import ROUTE_KINDS
-from gwpolicy.kinds import split_api_version
+from gwpolicy.kinds import ROUTE_KINDS, split_api_version
 from gwpolicy.model import Obj
 from gwpolicy.refs import Ref
 from gwpolicy.status import ANNOTATION, breadcrumbs, policy_status
