@@ -14,7 +14,8 @@ import yaml
 from gwpolicy.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
+# ../shared beside the checkout; from a worktree below it (wt/NAME), the nearest ancestor that has one
+SHARED = next((d / "shared" for d in ROOT.parents if (d / "shared").is_dir()), ROOT.parent / "shared")
 CONFORMANCE = SHARED / "conformance"
 GATEWAY_API = SHARED / "gateway-api"
 NOW = "2026-01-01T00:00:00Z"

@@ -12,6 +12,8 @@ from gwpolicy.refs import parse_ref
 from helpers import CONFORMANCE, NOW, run_cli, scenario_files, write_manifests
 
 SCENARIOS = scenario_files()
+#: the project's own corners (issue 12 and later), in the same format, beside the shared ones
+PROJECT_SCENARIOS = sorted((Path(__file__).resolve().parent / "scenarios").glob("**/*.yaml"))
 CONTROLLER = "gwpolicy.io/policy-controller"
 
 
@@ -110,6 +112,16 @@ def _carries_breadcrumb(item: dict[str, Any], kind: str) -> bool:
 def test_scenario(path: Path, tmp_path: Path) -> None:
     problems = check_scenario(path, tmp_path)
     assert not problems, f"scenario {path.relative_to(CONFORMANCE)}:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("path", PROJECT_SCENARIOS, ids=[p.stem for p in PROJECT_SCENARIOS])
+def test_project_scenario(path: Path, tmp_path: Path) -> None:
+    problems = check_scenario(path, tmp_path)
+    assert not problems, f"scenario tests/scenarios/{path.name}:\n  " + "\n  ".join(problems)
+
+
+def test_the_project_scenarios_are_there() -> None:
+    assert len(PROJECT_SCENARIOS) >= 7, PROJECT_SCENARIOS
 
 
 def test_the_runner_reports_a_wrong_expectation(tmp_path: Path) -> None:

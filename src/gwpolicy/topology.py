@@ -35,12 +35,15 @@ class PathNode:
         self._json: list[dict[str, object]] | None = None
         self.summary: object = None  # filled by the evaluator: policies along this prefix
 
-    def child(self, level: Ref, namespaces: frozenset[str] | None = None) -> "PathNode":
+    def child(self, level: Ref) -> "PathNode":
+        """The path one level down. The namespaces a path holds follow from its levels alone, so an
+        interned node is right however it was first reached (S4.2: a Namespace is placed once)."""
         if self.children is None:
             self.children = {}
         node = self.children.get(level)
         if node is None:
-            node = self.children[level] = PathNode(level, self, namespaces if namespaces is not None else self.namespaces)
+            namespaces = self.namespaces | {level.name} if _is_namespace(level) else self.namespaces
+            node = self.children[level] = PathNode(level, self, namespaces)
         return node
 
     @property
@@ -80,11 +83,15 @@ def namespace_ref(name: str) -> Ref:
     return Ref(CORE_GROUP, "Namespace", None, name)
 
 
+def _is_namespace(level: Ref) -> bool:
+    return level.kind == "Namespace" and level.group == CORE_GROUP and level.section is None
+
+
 def extend(path: PathNode, ref: Ref) -> PathNode:
     """The path one level down, with the Namespace level first when the path has none for it yet (S4.2)."""
     ns = ref.namespace
     if ns is not None and ref.section is None and ns not in path.namespaces:
-        path = path.child(namespace_ref(ns), path.namespaces | {ns})
+        path = path.child(namespace_ref(ns))
     return path.child(ref)
 
 
