@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from build import GW, gateway, gatewayclass, namespace, parent, policy, route, target
+from build import GW, gateway, gatewayclass, meta, namespace, parent, policy, route, target
 from gen import cluster
 from gwpolicy.analysis import analyse
 from gwpolicy.output import effective_list, status_list
-from helpers import NOW
+from helpers import GATEWAY_API, NOW
 
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -70,3 +72,40 @@ def test_the_result_does_not_depend_on_the_gatewayclass_object_being_there(objs)
     assert _without_class_levels(effective_list(a)) == effective_list(b)
     status_a = [i for i in status_list(a)["items"] if i["object"]["kind"] != "GatewayClass"]
     assert status_a == status_list(b)["items"]
+
+
+# --- item 2: BackendTLSPolicy keeps its built-in semantics beside its labelled official CRD (S2.1) ---
+
+def _official_crd(channel: str, plural: str) -> dict:
+    return yaml.safe_load((GATEWAY_API / "crd" / channel / f"gateway.networking.k8s.io_{plural}.yaml").read_text())
+
+
+def _two_backend_tls_policies(channel: str | None) -> list[dict]:
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": meta("svc", "a"), "spec": {"ports": [{"name": "https", "port": 443}]}}
+    objs = [gatewayclass(), gateway("g", "a"), route("r", "a", [parent("g")], [{"backendRefs": [{"name": "svc", "port": 443}]}]), svc]
+    validation = {"hostname": "a.example.com", "wellKnownCACertificates": "System"}
+    # no field set two ways: a field-by-field merge would accept both; BackendTLSPolicy (None) takes one
+    objs.append(policy("BackendTLSPolicy", "first", "a", [target("Service", "svc")], ts="2024-01-01T00:00:01Z",
+                       group=GW, validation=validation))
+    objs.append(policy("BackendTLSPolicy", "second", "a", [target("Service", "svc")], ts="2024-01-01T00:00:02Z",
+                       group=GW, validation=validation, options={"example.io/tls-min-version": "1.3"}))
+    if channel:
+        objs.append(_official_crd(channel, "backendtlspolicies"))
+    return objs
+
+
+@pytest.mark.parametrize("channel", [None, "standard", "experimental"])
+def test_backendtlspolicy_keeps_its_semantics_when_its_labelled_crd_is_present(channel):
+    objs = _two_backend_tls_policies(channel)
+    if channel:
+        assert objs[-1]["metadata"]["labels"]["gateway.networking.k8s.io/policy"] == "Direct"
+    a = analyse(objs, now=NOW)
+    kind = a.kinds[(GW, "BackendTLSPolicy")]
+    assert (kind.recognized_by, kind.strategy, kind.status_ancestor) == ("built-in", "None", "Gateway")
+    by_name = {ch.object.name: ch.status for ch in a.status_changes() if ch.object.kind == "BackendTLSPolicy"}
+    for name, reason in (("first", "Accepted"), ("second", "Conflicted")):
+        (entry,) = by_name[name]["ancestors"]
+        assert entry["ancestorRef"]["kind"] == "Gateway", entry  # reported on the Gateway, never the Service
+        assert entry["conditions"][0]["reason"] == reason
+    assert specs_of(a, "Service/a/svc", "BackendTLSPolicy") == [{"validation": {"hostname": "a.example.com",
+                                                                                "wellKnownCACertificates": "System"}}]

@@ -68,21 +68,19 @@ def build_kinds(index: ObjectIndex) -> dict[tuple[str, str], PolicyKind]:
         pk = PolicyKind(group, kind, "descriptor")
         _apply_descriptor(pk, spec, obj)
         kinds[pk.key] = pk
+    btls = (GATEWAY_GROUP, "BackendTLSPolicy")
+    if btls not in kinds:  # built in, second only to a descriptor: its own labelled CRD does not change it
+        kinds[btls] = PolicyKind(GATEWAY_GROUP, "BackendTLSPolicy", "built-in", attachment="Direct",
+                                 strategy="None", status_ancestor="Gateway",
+                                 target_kinds=((CORE_GROUP, "Service"),))
     for key, crd in index.crds.items():
         value = crd.labels.get(POLICY_LABEL)
-        if key in kinds:
+        if key in kinds:  # a descriptor or a built-in kind: the CRD gives only its schema
             kinds[key].schema = _crd_schema(crd)
             continue
         if isinstance(value, str) and value.lower() in ("inherited", "direct", "true"):
             attachment = {"inherited": "Inherited", "direct": "Direct"}.get(value.lower())
             kinds[key] = PolicyKind(key[0], key[1], "crd-label", attachment=attachment, schema=_crd_schema(crd))
-    btls = (GATEWAY_GROUP, "BackendTLSPolicy")
-    if btls not in kinds:
-        crd = index.crds.get(btls)
-        kinds[btls] = PolicyKind(GATEWAY_GROUP, "BackendTLSPolicy", "built-in", attachment="Direct",
-                                 strategy="None", status_ancestor="Gateway",
-                                 target_kinds=((CORE_GROUP, "Service"),),
-                                 schema=_crd_schema(crd) if crd else None)
     for (group, kind), objs in index.by_kind.items():
         if (group, kind) in kinds or not kind.endswith("Policy"):
             continue
