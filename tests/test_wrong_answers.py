@@ -13,7 +13,7 @@ from build import GW, gateway, gatewayclass, meta, namespace, parent, policy, ro
 from gen import cluster
 from gwpolicy.analysis import analyse
 from gwpolicy.output import effective_list, status_list
-from helpers import GATEWAY_API, NOW
+from helpers import GATEWAY_API, NOW, run_cli
 
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -109,3 +109,91 @@ def test_backendtlspolicy_keeps_its_semantics_when_its_labelled_crd_is_present(c
         assert entry["conditions"][0]["reason"] == reason
     assert specs_of(a, "Service/a/svc", "BackendTLSPolicy") == [{"validation": {"hostname": "a.example.com",
                                                                                 "wellKnownCACertificates": "System"}}]
+
+
+# --- item 4: creationTimestamp in every form, normalised to RFC 3339 UTC (S5.4) ---
+
+def _conflicting_pair(ts_a: str, ts_b: str) -> str:
+    """Two RetryPolicies setting one field two ways on one route; their timestamps as written (YAML text)."""
+    return f"""\
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r, namespace: a}}
+spec: {{rules: [{{}}]}}
+---
+apiVersion: example.io/v1
+kind: RetryPolicy
+metadata:
+  name: pa
+  namespace: a
+  creationTimestamp: {ts_a}
+spec:
+  targetRef: {{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r}}
+  defaults: {{retries: 1}}
+---
+apiVersion: example.io/v1
+kind: RetryPolicy
+metadata:
+  name: pb
+  namespace: a
+  creationTimestamp: {ts_b}
+spec:
+  targetRef: {{group: gateway.networking.k8s.io, kind: HTTPRoute, name: r}}
+  defaults: {{retries: 2}}
+"""
+
+
+def _status_of(tmp_path, text: str) -> tuple[dict[str, tuple[str, str]], str]:
+    f = tmp_path / "in.yaml"
+    f.write_text(text)
+    run = run_cli("status", "-f", str(f), "-o", "json", "--now", NOW)
+    assert run.code == 0, run.err
+    out = {}
+    for item in run.json()["items"]:
+        if item["object"]["kind"] == "RetryPolicy":
+            (entry,) = item["status"]["ancestors"]
+            cond = entry["conditions"][0]
+            out[item["object"]["name"]] = (cond["reason"], cond["message"])
+    return out, run.err
+
+
+@pytest.mark.parametrize("ts_a, ts_b", [
+    ("2024-01-01T00:00:00Z", '"2024-06-01T00:00:00Z"'),  # unquoted: a YAML timestamp, once ignored
+    ('"2024-01-01T01:00:00+02:00"', '"2024-01-01T00:00:00Z"'),  # an offset: 23:00 UTC the day before
+    ("2024-01-01T00:00:00", '"2024-01-01T00:00:01Z"'),  # no zone (taken as UTC): once a crash
+    ('"2024-01-01T00:00:00.5Z"', '"2024-01-01T00:00:00.75Z"'),  # fractions of a second sort as time
+    ('"2024-01-01 00:00:00Z"', '"2024-01-01T00:00:00.000001Z"'),  # a space for the T
+    ('"2024-01-01T00:00:00Z"', "null"),  # missing: the newest
+])
+def test_the_older_policy_wins_whatever_form_its_timestamp_has(tmp_path, ts_a, ts_b):
+    status, err = _status_of(tmp_path, _conflicting_pair(ts_a, ts_b))
+    assert status["pa"][0] == "Accepted"
+    reason, message = status["pb"]
+    assert reason == "Conflicted"
+    assert "9999" not in message and "+02:00" not in message
+    assert "RetryPolicy a/pa" in message and "is older" in message
+    assert err == ""
+
+
+def test_messages_name_normalised_times_and_never_the_missing_time_sentinel(tmp_path):
+    status, _ = _status_of(tmp_path, _conflicting_pair('"2024-01-01T01:00:00+02:00"', "null"))
+    message = status["pb"][1]
+    assert "created 2023-12-31T23:00:00Z" in message and "no creationTimestamp" in message
+    status, _ = _status_of(tmp_path, _conflicting_pair("null", "null"))
+    assert status["pb"][0] == "Conflicted"  # a tie: pa comes first by name
+    assert "9999" not in status["pb"][1] and "neither has a creationTimestamp" in status["pb"][1]
+
+
+def test_an_unreadable_timestamp_is_a_warning_with_file_and_line(tmp_path):
+    status, err = _status_of(tmp_path, _conflicting_pair('"2024-01-01T00:00:00Z"', "last tuesday"))
+    assert status["pb"][0] == "Conflicted"  # it counts as the newest
+    f = tmp_path / "in.yaml"
+    assert f"{f}:16: RetryPolicy a/pb: metadata.creationTimestamp: 'last tuesday' is not an RFC 3339 time" in err, err
+
+
+def test_get_and_status_show_the_normalised_timestamp(tmp_path):
+    f = tmp_path / "in.yaml"
+    f.write_text(_conflicting_pair("2024-01-01T02:00:00+02:00", '"2024-01-01T00:00:01Z"'))
+    run = run_cli("get", "retrypolicies", "-n", "a", "-f", str(f), "-o", "json")
+    assert run.code == 0, run.err
+    assert [i["metadata"]["creationTimestamp"] for i in run.json()["items"]] == ["2024-01-01T00:00:00Z", "2024-01-01T00:00:01Z"]

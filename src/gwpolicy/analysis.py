@@ -264,8 +264,14 @@ def _level_entry(kind: PolicyKind, policies: list[Policy], outcomes: dict[Ref, l
 
 
 def _why_first(winner: Policy, loser: Policy) -> str:
-    if winner.obj.created != loser.obj.created:
-        return f"is older ({winner.obj.created} before {loser.obj.created})"
+    """Why the winner comes first in the age order (S5.4), with the times as RFC 3339 UTC."""
+    won, lost = winner.obj.created_at, loser.obj.created_at
+    if won is not None and lost is None:
+        return f"is older (created {won}; this policy has no creationTimestamp, so it counts as the newest)"
+    if won is not None and winner.obj.time.sort_key != loser.obj.time.sort_key:
+        return f"is older ({won} before {lost})"
+    if won is None:
+        return "comes first by namespace/name (neither has a creationTimestamp)"
     return "was created at the same time and comes first by namespace/name"
 
 

@@ -7,8 +7,10 @@ from typing import Any, Iterable
 
 from gwpolicy.kinds import is_known_namespaced, split_api_version
 from gwpolicy.refs import Ref
+from gwpolicy.timestamps import CreationTime, creation_time
 
-#: sorts objects without a creationTimestamp after every object that has one
+#: what `Obj.created` says for an object without a readable creationTimestamp (sorts as the newest);
+#: never shown to a user: messages use `Obj.created_at`
 NO_TIMESTAMP = "9999-12-31T23:59:59Z"
 
 
@@ -20,6 +22,7 @@ class Obj:
     ref: Ref
     version: str
     origin: str
+    _time: CreationTime | None = field(default=None, repr=False)
 
     @property
     def group(self) -> str:
@@ -51,10 +54,21 @@ class Obj:
         return labels if isinstance(labels, dict) else {}
 
     @property
+    def time(self) -> CreationTime:
+        """creationTimestamp read in any form (timestamps.py), once."""
+        if self._time is None:
+            self._time = creation_time(self.metadata.get("creationTimestamp"))
+        return self._time
+
+    @property
+    def created_at(self) -> str | None:
+        """creationTimestamp as RFC 3339 UTC text; None when it is missing or unreadable."""
+        return self.time.text
+
+    @property
     def created(self) -> str:
-        """creationTimestamp as RFC 3339 text (sorts by time); missing sorts as newest."""
-        ts = self.metadata.get("creationTimestamp")
-        return ts if isinstance(ts, str) and ts else NO_TIMESTAMP
+        """creationTimestamp as RFC 3339 UTC text; NO_TIMESTAMP when missing (for age columns)."""
+        return self.time.text or NO_TIMESTAMP
 
     @property
     def generation(self) -> int | None:
@@ -63,8 +77,9 @@ class Obj:
 
     @property
     def age_key(self) -> tuple[str, str, str]:
-        """S5.4 order: older first, then `{namespace}/{name}` alphabetically."""
-        return (self.created, self.ref.namespace or "", self.ref.name)
+        """S5.4 order: older first (the instant, whatever the zone it was written in; no timestamp is
+        newest), then `{namespace}/{name}` alphabetically."""
+        return (self.time.sort_key, self.ref.namespace or "", self.ref.name)
 
 
 @dataclass
@@ -127,7 +142,15 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
         if not namespaced:
             ns = None
         ref = Ref(group, kind, ns, meta["name"])
-        obj = Obj(raw, ref, version, origin)
+        time = creation_time(meta.get("creationTimestamp"))
+        if time.problem is not None:
+            index.warnings.append(f"{origin}: {kind} {ref.namespace + '/' if ref.namespace else ''}{ref.name}: "
+                                  f"metadata.creationTimestamp: {time.problem}; the object counts as the newest")
+        elif time.text is not None and meta.get("creationTimestamp") != time.text:
+            # RFC 3339 UTC as the API server writes it, in a copy: outputs show one form, JSON can hold it
+            meta = dict(meta, creationTimestamp=time.text)
+            raw = dict(raw, metadata=meta)
+        obj = Obj(raw, ref, version, origin, time)
         if ref in index.by_ref:
             index.warnings.append(f"{origin}: {ref} appears again (first at {index.by_ref[ref].origin}); the later one is used")
             old = index.by_ref[ref]
