@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from build import GW, gateway, gatewayclass, meta, namespace, parent, policy, route, target
 from gen import cluster
 from gwpolicy.analysis import analyse
+from gwpolicy.cli.impact import as_update
 from gwpolicy.output import effective_list, status_list
-from helpers import GATEWAY_API, NOW, run_cli
+from helpers import GATEWAY_API, NOW, ROOT, run_cli
 
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -197,3 +198,58 @@ def test_get_and_status_show_the_normalised_timestamp(tmp_path):
     run = run_cli("get", "retrypolicies", "-n", "a", "-f", str(f), "-o", "json")
     assert run.code == 0, run.err
     assert [i["metadata"]["creationTimestamp"] for i in run.json()["items"]] == ["2024-01-01T00:00:00Z", "2024-01-01T00:00:01Z"]
+
+
+# --- item 3: `whatif --apply` of an edit is an update of the existing object ---
+
+PARABLE = ROOT / "examples" / "parable"
+CAKE_RETRIES_WITH_A_LABEL = """\
+apiVersion: policy.acme.io/v1
+kind: RetryPolicy
+metadata:
+  name: cake-retries
+  namespace: baker
+  labels: {team: cake}
+spec:
+  targetRefs:
+  - {group: gateway.networking.k8s.io, kind: HTTPRoute, name: cake}
+  defaults:
+    maxRetries: 5
+    retryOn: [5xx, reset]
+"""
+
+
+def test_whatif_of_a_label_added_by_hand_changes_nothing(tmp_path):
+    edit = tmp_path / "edit.yaml"
+    edit.write_text(CAKE_RETRIES_WITH_A_LABEL)  # as written by hand: no creationTimestamp, uid or generation
+    run = run_cli("whatif", "-f", str(PARABLE), "--apply", str(edit), "-n", "baker", "-o", "json", "--now", NOW)
+    assert run.code == 0, run.err
+    assert run.json() == {"effective": [], "status": []}
+
+
+def test_whatif_of_a_spec_edit_keeps_the_age_of_the_existing_object(tmp_path):
+    edit = tmp_path / "edit.yaml"
+    edit.write_text(CAKE_RETRIES_WITH_A_LABEL.replace("retryOn: [5xx, reset]", "retryOn: [5xx]")
+                    .replace("  labels: {team: cake}\n", '  creationTimestamp: "2030-01-01T00:00:00Z"\n'))
+    run = run_cli("whatif", "-f", str(PARABLE), "--apply", str(edit), "-n", "baker", "-o", "json", "--now", NOW)
+    assert run.code == 0, run.err
+    # still older than cake-retries-again, so still Accepted: only its own values move
+    assert run.json()["status"] == []
+    changes = {(c["target"]["name"], c["field"], str(c["before"]), str(c["after"])) for c in run.json()["effective"]}
+    assert changes == {("cake", "retryOn", "['5xx', 'reset']", "['5xx']")}, changes
+
+
+def test_an_update_keeps_server_fields_and_bumps_generation_on_a_spec_change():
+    stored = {"apiVersion": "x.io/v1", "kind": "P", "metadata": {"name": "p", "creationTimestamp": "2024-01-01T00:00:00Z",
+                                                                "uid": "u-1", "generation": 3}, "spec": {"a": 1},
+              "status": {"ancestors": []}}
+    label_only = {"apiVersion": "x.io/v1", "kind": "P", "metadata": {"name": "p", "labels": {"x": "y"}}, "spec": {"a": 1}}
+    updated = as_update(stored, label_only)
+    assert updated["metadata"] == {"name": "p", "labels": {"x": "y"}, "creationTimestamp": "2024-01-01T00:00:00Z",
+                                   "uid": "u-1", "generation": 3}
+    assert updated["status"] == {"ancestors": []}
+    spec_edit = dict(label_only, spec={"a": 2}, status={"forged": True})
+    spec_edit["metadata"] = {"name": "p", "creationTimestamp": "2030-01-01T00:00:00Z", "generation": 99}
+    updated = as_update(stored, spec_edit)
+    assert updated["metadata"]["generation"] == 4 and updated["metadata"]["creationTimestamp"] == "2024-01-01T00:00:00Z"
+    assert updated["status"] == {"ancestors": []}

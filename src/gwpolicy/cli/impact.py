@@ -46,12 +46,53 @@ def cmd_impact(ctx: Ctx, policy: Ref, reanalyse) -> bytes:
     return out.encode()
 
 
+#: set by the API server, never by the client: an update keeps them from the stored object
+_SERVER_FIELDS = ("creationTimestamp", "uid")
+
+
+def as_update(stored: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
+    """The object the API server would store when `edit` updates `stored` (same identity).
+
+    It keeps creationTimestamp and uid (so the age order, S5.4, does not change), bumps generation
+    when the spec changes (as for custom resources: everything but metadata and status), and keeps
+    the stored status, which an update of the main resource cannot change.
+    """
+    out = dict(edit)
+    old_meta = stored.get("metadata") if isinstance(stored.get("metadata"), dict) else {}
+    meta = dict(edit.get("metadata") or {})
+    for key in _SERVER_FIELDS:
+        if key in old_meta:
+            meta[key] = old_meta[key]
+        else:
+            meta.pop(key, None)
+    generation = old_meta.get("generation")
+    if isinstance(generation, int) and not isinstance(generation, bool):
+        changed = {k: v for k, v in edit.items() if k not in ("metadata", "status", "apiVersion")} != \
+            {k: v for k, v in stored.items() if k not in ("metadata", "status", "apiVersion")}
+        meta["generation"] = generation + 1 if changed else generation
+    else:
+        meta.pop("generation", None)
+    out["metadata"] = meta
+    if "status" in stored:
+        out["status"] = stored["status"]
+    else:
+        out.pop("status", None)
+    return out
+
+
 def cmd_whatif(ctx: Ctx, apply_raws: list[dict[str, Any]] | None, delete: Ref | None, reanalyse) -> bytes:
-    """The difference in effective policy and in status between the current objects and the changed ones."""
+    """The difference in effective policy and in status between the current objects and the changed ones.
+
+    An applied object with the identity of an existing one is an update of it (`as_update`); any
+    other is created now, so it is the newest.
+    """
     before = ctx.analysis
     replaced: set[Ref] = set()
     if apply_raws:
-        replaced = set(build_index(apply_raws, default_namespace=ctx.namespace).by_ref)
+        edits = build_index(apply_raws, default_namespace=ctx.namespace)
+        replaced = set(edits.by_ref)
+        apply_raws = [as_update(before.index.by_ref[r].raw, o.raw) if r in before.index.by_ref else o.raw
+                      for r, o in edits.by_ref.items()]
     if delete is not None:
         replaced.add(delete)
     raws = [o.raw for r, o in before.index.by_ref.items() if r not in replaced] + list(apply_raws or [])
