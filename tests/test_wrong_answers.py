@@ -253,3 +253,26 @@ def test_an_update_keeps_server_fields_and_bumps_generation_on_a_spec_change():
     updated = as_update(stored, spec_edit)
     assert updated["metadata"]["generation"] == 4 and updated["metadata"]["creationTimestamp"] == "2024-01-01T00:00:00Z"
     assert updated["status"] == {"ancestors": []}
+
+
+# --- item 6: a targetRef field of the wrong type makes the policy Invalid, naming the field ---
+
+@pytest.mark.parametrize("key, value, words", [
+    ("sectionName", 80, "spec.targetRef.sectionName: must be a string, not a number 80"),
+    ("sectionName", True, "spec.targetRef.sectionName: must be a string, not a boolean True"),
+    ("sectionName", "", "spec.targetRef.sectionName: must not be empty"),
+    ("namespace", 5, "spec.targetRef.namespace: must be a string, not a number 5"),
+    ("namespace", ["a"], "spec.targetRef.namespace: must be a string, not a list ['a']"),
+    ("group", 1, "spec.targetRef.group: must be a string, not a number 1"),
+])
+def test_a_targetref_field_of_the_wrong_type_makes_the_policy_invalid(key, value, words):
+    t = dict(target("Gateway", "g"), **{key: value})
+    objs = [gatewayclass(), gateway("g", "a"), route("r", "a", [parent("g")]),
+            policy("TimeoutPolicy", "p", "a", t, defaults={"timeout": "1s"})]
+    a = analyse(objs, now=NOW)
+    (o,) = a.outcomes[next(r for r in a.policies if r.name == "p")]
+    assert o.reason == "Invalid" and o.message.startswith(words), o.message
+    assert not a.effective  # its scope does not widen to the whole Gateway: it applies nowhere
+    (change,) = [ch for ch in a.status_changes() if ch.object.name == "p"]
+    cond = change.status["ancestors"][0]["conditions"][0]
+    assert (cond["status"], cond["reason"]) == ("False", "Invalid") and cond["message"].startswith(words)

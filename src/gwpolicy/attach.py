@@ -53,6 +53,19 @@ class TargetOutcome:
         return self.declared if self.reason in (ACCEPTED, CONFLICTED) else None
 
 
+def _json_type(value: Any) -> str:
+    """The JSON name of a value's type, as a user wrote it."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"
+
+
 def target_is_namespaced(group: str, kind: str, index: ObjectIndex) -> bool:
     known = is_known_namespaced(group, kind)
     if known is not None:
@@ -90,16 +103,25 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
                  topo: Topology, grants: ReferenceGrants) -> TargetOutcome:
     kind, name = tref.get("kind"), tref.get("name")
     if not isinstance(kind, str) or not kind or not isinstance(name, str) or not name:
-        return TargetOutcome(policy, None, INVALID, f"{where}: kind and name are required (S2.2)", where)
+        return TargetOutcome(policy, None, INVALID, f"{where}: kind and name are required", where)
+    # a field given with the wrong type is an error, never dropped: without its sectionName or
+    # namespace the target would silently widen to the whole object or move to the policy's namespace
+    for key in ("group", "namespace", "sectionName"):
+        value = tref.get(key)
+        if value is not None and not isinstance(value, str):
+            return TargetOutcome(policy, None, INVALID,
+                                 f"{where}.{key}: must be a string, not {_json_type(value)} {value!r}", where)
+        if key != "group" and value == "":
+            return TargetOutcome(policy, None, INVALID, f"{where}.{key}: must not be empty; leave it out instead", where)
     group = tref.get("group")
-    if not isinstance(group, str):
+    if group is None:
         group = default_group(kind)
         if group is None:
             group = index.kind_groups.get(kind, CORE_GROUP)
-    section = tref.get("sectionName") if isinstance(tref.get("sectionName"), str) and tref.get("sectionName") else None
+    section = tref.get("sectionName")
     pns = policy.ref.namespace
     if target_is_namespaced(group, kind, index):
-        ns = tref.get("namespace") if isinstance(tref.get("namespace"), str) and tref.get("namespace") else pns
+        ns = tref.get("namespace") or pns
         if ns is None:
             return TargetOutcome(policy, Ref(group, kind, None, name, section), INVALID,
                                  f"{where}: {kind} {name} is namespaced, and a cluster-scoped policy must name its namespace (S3.6)",
