@@ -276,3 +276,20 @@ def test_a_targetref_field_of_the_wrong_type_makes_the_policy_invalid(key, value
     (change,) = [ch for ch in a.status_changes() if ch.object.name == "p"]
     cond = change.status["ancestors"][0]["conditions"][0]
     assert (cond["status"], cond["reason"]) == ("False", "Invalid") and cond["message"].startswith(words)
+
+
+# --- item 7: a policy that targets a policy; whatif and paths; dotted keys; graph ids ---
+
+def test_a_policy_that_targets_a_policy_is_invalid():
+    objs = [gatewayclass(), gateway("g", "a"),
+            policy("TimeoutPolicy", "base", "a", target("Gateway", "g"), defaults={"timeout": "1s"}),
+            policy("TimeoutPolicy", "meta", "a", {"group": "example.io", "kind": "TimeoutPolicy", "name": "base"},
+                   defaults={"timeout": "2s"}),
+            policy("RetryPolicy", "other-kind", "a", {"group": "example.io", "kind": "TimeoutPolicy", "name": "base"},
+                   defaults={"retries": 2})]
+    a = analyse(objs, now=NOW)
+    for name in ("meta", "other-kind"):
+        (o,) = a.outcomes[next(r for r in a.policies if r.name == name)]
+        assert o.reason == "Invalid" and "cannot target another policy" in o.message, o.message
+    assert not [ep for ep in a.effective if ep.target.kind.endswith("Policy")]
+    assert specs_of(a, "Gateway/a/g", "TimeoutPolicy") == [{"timeout": "1s"}]

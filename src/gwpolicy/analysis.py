@@ -191,6 +191,7 @@ def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None
     topo = build_topology(index, grants)
     clock.lap("topology")
     kinds = build_kinds(index)
+    topo.policy_kinds = frozenset(kinds)
     warnings = list(index.warnings) + list(topo.warnings)
     for pk in sorted(kinds.values(), key=lambda k: k.key):
         warnings.extend(pk.warnings)

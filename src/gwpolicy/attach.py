@@ -143,6 +143,10 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
             policy.ref.group, policy.ref.kind, pns, group, kind, ns, name):
         return invalid(f"{kind} {ns}/{name} is in another namespace and no ReferenceGrant in {ns} allows "
                        f"{policy.ref.kind} from {pns} to refer to it (S3.4)")
+    if (group, kind) in topo.policy_kinds:
+        return TargetOutcome(policy, declared, INVALID,
+                             f"{where}: {kind} is a policy kind, and a policy cannot target another policy; "
+                             f"target the Gateway API object, Namespace or backend it is about", where)
     allowed = policy.kind.target_kinds
     if allowed is not None and (group, kind) not in allowed:
         names = ", ".join(k for _, k in allowed) or "nothing"

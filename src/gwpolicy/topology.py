@@ -107,6 +107,8 @@ class Topology:
     listeners_of: dict[Ref, list[dict[str, Any]]] = field(default_factory=dict)
     ports_of: dict[Ref, list[dict[str, Any]]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: (group, kind) of every policy kind: never a target, though its objects are in the input
+    policy_kinds: frozenset[tuple[str, str]] = frozenset()
 
     def exists(self, ref: Ref) -> bool:
         return ref.object in self.paths
