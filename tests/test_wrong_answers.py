@@ -13,8 +13,9 @@ from build import GW, gateway, gatewayclass, meta, namespace, parent, policy, ro
 from gen import cluster
 from gwpolicy.analysis import analyse
 from gwpolicy.cli.impact import as_update
+from gwpolicy.explain import ladder
 from gwpolicy.output import effective_list, status_list
-from helpers import GATEWAY_API, NOW, ROOT, run_cli
+from helpers import GATEWAY_API, NOW, ROOT, run_cli, write_manifests
 
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -293,3 +294,27 @@ def test_a_policy_that_targets_a_policy_is_invalid():
         assert o.reason == "Invalid" and "cannot target another policy" in o.message, o.message
     assert not [ep for ep in a.effective if ep.target.kind.endswith("Policy")]
     assert specs_of(a, "Gateway/a/g", "TimeoutPolicy") == [{"timeout": "1s"}]
+
+
+def test_a_setting_key_with_a_dot_is_not_the_nested_field_of_the_same_name():
+    objs = [gatewayclass(), gateway("g", "a"), route("r", "a", [parent("g")]),
+            policy("HeaderPolicy", "dotted", "a", target("HTTPRoute", "r"), defaults={"a.b": 1}),
+            policy("HeaderPolicy", "nested", "a", target("Gateway", "g"), defaults={"a": {"b": 2}})]
+    a = analyse(objs, now=NOW)
+    (ep,) = [ep for ep in a.effective if str(ep.target) == "HTTPRoute/a/r"]
+    assert ep.result.spec == {"a.b": 1, "a": {"b": 2}}  # two settings, neither beats the other
+    assert {s["field"]: s["policy"]["name"] for s in ep.result.sources} == {"a\\.b": "dotted", "a.b": "nested"}
+    verdicts = sorted((c.field, c.policy.name, c.verdict) for c in ladder(a, ep))
+    assert verdicts == [("a.b", "nested", "effective"), ("a\\.b", "dotted", "effective")]
+
+
+def test_explain_of_a_dotted_key_shows_one_row_that_wins(tmp_path):
+    objs = [gatewayclass(), gateway("g", "a"), route("r", "a", [parent("g")]),
+            policy("HeaderPolicy", "dotted", "a", target("HTTPRoute", "r"), defaults={"a.b": 1}),
+            policy("HeaderPolicy", "nested", "a", target("Gateway", "g"), defaults={"a": {"b": 2}})]
+    f = write_manifests(tmp_path, objs)
+    for asked, want in (("a\\.b", [("a\\.b", "dotted", "effective")]), ("a.b", [("a.b", "nested", "effective")])):
+        run = run_cli("explain", "httproute/r", asked, "-n", "a", "-f", str(f), "-o", "json")
+        assert run.code == 0, run.err
+        rows = [(c["field"], c["policy"]["name"], c["verdict"]) for p in run.json()["paths"] for c in p["candidates"]]
+        assert rows == want

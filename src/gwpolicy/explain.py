@@ -11,7 +11,7 @@ from gwpolicy.analysis import Analysis
 from gwpolicy.attach import CONFLICTED, TargetOutcome
 from gwpolicy.effective import EffectivePolicy, KindKey, settings_schema
 from gwpolicy.merge.fieldmerge import DEFAULTS, DIRECT, OBJECT, OVERRIDES
-from gwpolicy.merge.leaves import LeafPath, field_name, flatten
+from gwpolicy.merge.leaves import LeafPath, field_name, flatten, overlaps
 from gwpolicy.merge.values import same
 from gwpolicy.refs import Ref
 from gwpolicy.status import ancestor_results
@@ -38,6 +38,7 @@ class Candidate:
     rule: int  # S5.2 rung (1-5), or the position in an S6 chain
     verdict: str = ""  # effective | beaten | overlapped | conflicted | not applied
     why: str = ""
+    leaf: LeafPath = ()  # the leaf itself: names are for people, leaves are what is compared
 
     def to_json(self) -> dict[str, Any]:
         return {"field": self.field, "value": self.value, "stanza": self.stanza,
@@ -92,7 +93,7 @@ def ladder(a: Analysis, ep: EffectivePolicy) -> list[Candidate]:
         if stanza == OBJECT:
             own = a.evaluator.object_value(target.object, kind)
             for leaf, (value, _) in (own.leaves.items() if own else ()):
-                cands.append(Candidate(field_name(leaf), value, OBJECT, None, target.object, rule))
+                cands.append(Candidate(field_name(leaf), value, OBJECT, None, target.object, rule, leaf=leaf))
             continue
         for pref, stanzas in _accepted_at(a, kk, level):
             for st, settings in stanzas.items():
@@ -101,30 +102,29 @@ def ladder(a: Analysis, ep: EffectivePolicy) -> list[Candidate]:
                 if st == DIRECT and i != d:
                     continue
                 for leaf, value in flatten(settings, settings_schema(kind, st)).items():
-                    cands.append(Candidate(field_name(leaf), value, st, pref, level, rule))
+                    cands.append(Candidate(field_name(leaf), value, st, pref, level, rule, leaf=leaf))
     conflicted = {id(o): o for i, level in enumerate(path) for o in _conflicted_at(a, kk, level)
                   if o.policy.cls != DIRECT or i == d}  # a direct policy takes part only at D (S5.5)
     for o in conflicted.values():
         for st, settings in o.policy.stanzas.items():
             for leaf, value in flatten(settings, settings_schema(kind, st)).items():
                 cands.append(Candidate(field_name(leaf), value, st, o.policy.ref, o.declared, 0,
-                                       "conflicted", o.message))
-    names = {field_name(p): (p, v) for p, v in result.items()}
+                                       "conflicted", o.message, leaf=leaf))
     for c in cands:
         if c.verdict:
             continue
-        won = names.get(c.field)
+        won = result.get(c.leaf)
         if won is not None:
-            value, stanza, source = won[1]
+            value, stanza, source = won
             if source == c.policy and stanza == c.stanza and same(value, c.value):
                 c.verdict, c.why = "effective", _win_reason(kind.strategy, c.rule)
                 continue
             c.verdict = "beaten"
             c.why = f"{_source_label(stanza, source)} takes precedence" + (
-                f" ({_win_reason(kind.strategy, _rule_of(cands, c.field, source, stanza))})" if kind.strategy == "FieldMerge" else
+                f" ({_win_reason(kind.strategy, _rule_of(cands, c.leaf, source, stanza))})" if kind.strategy == "FieldMerge" else
                 f" ({kind.strategy} strategy, S6)")
             continue
-        if any(f.startswith(c.field + ".") or c.field.startswith(f + ".") or c.field.startswith(f + "[") for f in names):
+        if any(overlaps(c.leaf, leaf) for leaf in result):
             c.verdict, c.why = "overlapped", "a higher-ranked leaf overlaps this one (S5.1)"
         else:
             c.verdict, c.why = "not applied", (f"dropped by the {kind.strategy} strategy (S6)" if kind.strategy != "FieldMerge"
@@ -132,9 +132,9 @@ def ladder(a: Analysis, ep: EffectivePolicy) -> list[Candidate]:
     return cands
 
 
-def _rule_of(cands: list[Candidate], fieldname: str, source: Ref | None, stanza: str) -> int:
+def _rule_of(cands: list[Candidate], leaf: LeafPath, source: Ref | None, stanza: str) -> int:
     for c in cands:
-        if c.field == fieldname and c.policy == source and c.stanza == stanza:
+        if c.leaf == leaf and c.policy == source and c.stanza == stanza:
             return c.rule
     return 0
 

@@ -24,14 +24,22 @@ class ListKey(NamedTuple):
 LeafPath = tuple[Any, ...]  # str segments, and a ListKey as the last segment of a list-map item
 
 
+def escape_key(key: str) -> str:
+    r"""A settings key as one segment of a dotted name: `.`, `[` and `\` inside it are escaped with `\`
+    (as kubectl's JSONPath does), so the key `a.b` (`a\.b`) never reads as the field `b` inside `a`."""
+    if "." not in key and "[" not in key and "\\" not in key:
+        return key
+    return key.replace("\\", "\\\\").replace(".", "\\.").replace("[", "\\[")
+
+
 def field_name(path: LeafPath) -> str:
-    """Dotted name of a leaf as S9 prints it: `a.b`, `headers[name=x]`."""
+    r"""Dotted name of a leaf as S9 prints it: `a.b`, `headers[name=x]`, `annotations.example\.io/x`."""
     out = ""
     for seg in path:
         if isinstance(seg, ListKey):
             out += str(seg)
         else:
-            out += ("." if out else "") + seg
+            out += ("." if out else "") + escape_key(str(seg))
     return out
 
 
