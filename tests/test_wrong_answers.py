@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import yaml
@@ -12,9 +13,11 @@ from hypothesis import strategies as st
 from build import GW, gateway, gatewayclass, meta, namespace, parent, policy, route, target
 from gen import cluster
 from gwpolicy.analysis import analyse
+from gwpolicy.cli import graph
 from gwpolicy.cli.impact import as_update
 from gwpolicy.explain import ladder
 from gwpolicy.output import effective_list, status_list
+from gwpolicy.refs import Ref
 from helpers import GATEWAY_API, NOW, ROOT, run_cli, write_manifests
 
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -318,3 +321,30 @@ def test_explain_of_a_dotted_key_shows_one_row_that_wins(tmp_path):
         assert run.code == 0, run.err
         rows = [(c["field"], c["policy"]["name"], c["verdict"]) for p in run.json()["paths"] for c in p["candidates"]]
         assert rows == want
+
+
+def _svc(name: str, ns: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta(name, ns), "spec": {"ports": [{"name": "http", "port": 80}]}}
+
+
+@pytest.mark.parametrize("fmt, node", [("dot", r'^\s+("[^"]+") \[label='), ("mermaid", r'^\s+(\w+)\["')])
+def test_graph_gives_each_object_its_own_node(tmp_path, fmt, node):
+    f = write_manifests(tmp_path, [_svc("b-c", "a"), _svc("c", "a-b"), _svc("b.c", "a"), _svc("b_c", "a")])
+    run = run_cli("graph", "-A", "-o", fmt, "-f", str(f))
+    assert run.code == 0, run.err
+    ids = re.findall(node, run.out, re.MULTILINE)
+    assert len(ids) == 4 == len(set(ids)), run.out
+
+
+refs = st.builds(Ref, st.sampled_from(["", GW, "example.io", "x-y.io"]), st.sampled_from(["Service", "Gateway", "A_B"]),
+                 st.one_of(st.none(), st.text(max_size=4)), st.text(max_size=4), st.none())  # objects: no section
+
+
+@PROPERTY
+@given(refs, refs)
+def test_graph_ids_of_distinct_objects_differ(a, b):
+    shared = frozenset({"Service", "Gateway", "A_B"})  # the group is part of every id here
+    if a != b:
+        assert graph._mermaid_id(a, shared) != graph._mermaid_id(b, shared)
+        assert graph._dot_id(a, shared) != graph._dot_id(b, shared)
+    assert re.fullmatch(r"[A-Za-z0-9_]+", graph._mermaid_id(a, shared))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 
@@ -10,6 +9,7 @@ from gwpolicy.analysis import Analysis
 from gwpolicy.attach import ACCEPTED
 from gwpolicy.cli.context import Ctx
 from gwpolicy.cli.resources import NotFound
+from gwpolicy.kinds import default_group
 from gwpolicy.refs import Ref
 
 
@@ -49,27 +49,66 @@ def _namespaced_blocks(by_ns: dict[str | None, list[str]], open_block, close: st
     return lines
 
 
-def _id(ref: Ref) -> str:
-    return re.sub(r"[^A-Za-z0-9_]", "_", f"{ref.kind}_{ref.namespace or ''}_{ref.name}")
+def _part(text: str) -> str:
+    """One part of a reference, with the characters that separate parts escaped as in a URL."""
+    return text.replace("%", "%25").replace("/", "%2F").replace("@", "%40")
+
+
+def _kinds_of_several_groups(a: Analysis) -> frozenset[str]:
+    """Kinds that objects of more than one group share: only their ids need the group."""
+    groups: dict[str, set[str]] = {}
+    for ref in list(a.topology.paths) + list(a.policies):
+        groups.setdefault(ref.kind, set()).add(ref.group)
+    return frozenset(k for k, gs in groups.items() if len(gs) > 1)
+
+
+def _ref_text(ref: Ref, shared: frozenset[str]) -> str:
+    """`Kind/namespace/name` (`Kind/name` when cluster-scoped), and `@group` for a kind that several
+    groups share: one text per object, so that no two nodes share an id."""
+    parts = [ref.kind] + ([ref.namespace] if ref.namespace is not None else []) + [ref.name]
+    text = "/".join(_part(p) for p in parts)
+    return f"{text}@{_part(ref.group)}" if ref.kind in shared else text
+
+
+def _dot_id(ref: Ref, shared: frozenset[str]) -> str:
+    """A dot id is a quoted string: the reference itself."""
+    return '"' + _ref_text(ref, shared).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_MERMAID_CODES = {"-": "_d", ".": "_p", "/": "_s", "_": "_u", "@": "_a", "%": "_c"}
+
+
+def _mermaid_code(text: str) -> str:
+    """Mermaid ids are letters, digits and `_`: each other character becomes `_` and a code letter
+    (a prefix-free code, so distinct texts keep distinct ids, and `__` never occurs in one)."""
+    return "".join(c if c.isascii() and c.isalnum() else _MERMAID_CODES.get(c, f"_x{ord(c):06x}") for c in text)
+
+
+def _mermaid_id(ref: Ref, shared: frozenset[str]) -> str:
+    return _mermaid_code(_ref_text(ref, shared))
 
 
 def to_dot(a: Analysis, ctx: Ctx) -> str:
     nodes, edges = _nodes_and_edges(a, ctx)
+    shared = _kinds_of_several_groups(a)
+
+    def node_id(ref: Ref) -> str:
+        return _dot_id(ref, shared)
     lines = ["digraph gwpolicy {", '  rankdir=TB;', '  node [shape=box, style="rounded", fontname="Helvetica", fontsize=10];',
              '  edge [fontname="Helvetica", fontsize=9];']
     by_ns: dict[str | None, list[str]] = {}
     for n in nodes:
         sections = a.topology.sections.get(n, [])
         extra = ("\\n" + ", ".join(sections)) if sections else ""
-        by_ns.setdefault(n.namespace, []).append(f'"{_id(n)}" [label="{n.kind}\\n{n.name}{extra}"];')
+        by_ns.setdefault(n.namespace, []).append(f'{node_id(n)} [label="{n.kind}\\n{n.name}{extra}"];')
     for ref, outs in _policies(a, ctx):
         ok = all(o.reason == ACCEPTED for o in outs)
         by_ns.setdefault(ref.namespace, []).append(
-            f'"{_id(ref)}" [shape=note, style=filled, fillcolor="{"#d9f2d9" if ok else "#f7d4d4"}", '
+            f'{node_id(ref)} [shape=note, style=filled, fillcolor="{"#d9f2d9" if ok else "#f7d4d4"}", '
             f'label="{ref.kind}\\n{ref.name}"];')
     lines += _namespaced_blocks(by_ns, lambda ns: f'  subgraph "cluster_{ns}" {{ label="namespace {ns}"; style=dashed;', "  }")
     for up, down in edges:
-        lines.append(f'  "{_id(up)}" -> "{_id(down)}";')
+        lines.append(f'  {node_id(up)} -> {node_id(down)};')
     for ref, outs in _policies(a, ctx):
         for o in outs:
             if o.declared is None or (o.declared.object not in set(nodes) and o.declared.kind != "Namespace"):
@@ -80,24 +119,28 @@ def to_dot(a: Analysis, ctx: Ctx) -> str:
             lbl = (o.declared.section or "") + ("" if o.reason == ACCEPTED else f" {o.reason}")
             if tgt.kind == "Namespace":
                 continue
-            lines.append(f'  "{_id(ref)}" -> "{_id(tgt)}" [style={style}, color="{color}", label="{lbl.strip()}"];')
+            lines.append(f'  {node_id(ref)} -> {node_id(tgt)} [style={style}, color="{color}", label="{lbl.strip()}"];')
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
 def to_mermaid(a: Analysis, ctx: Ctx) -> str:
     nodes, edges = _nodes_and_edges(a, ctx)
+    shared = _kinds_of_several_groups(a)
+
+    def node_id(ref: Ref) -> str:
+        return _mermaid_id(ref, shared)
     lines = ["flowchart TD"]
     by_ns: dict[str | None, list[str]] = {}
     for n in nodes:
-        by_ns.setdefault(n.namespace, []).append(f'{_id(n)}["{n.kind} {n.name}"]')
+        by_ns.setdefault(n.namespace, []).append(f'{node_id(n)}["{n.kind} {n.name}"]')
     pols = list(_policies(a, ctx))
     for ref, outs in pols:
-        by_ns.setdefault(ref.namespace, []).append(f'{_id(ref)}[/"{ref.kind} {ref.name}"/]')
-    lines += _namespaced_blocks(by_ns, lambda ns: f'  subgraph ns_{re.sub("[^A-Za-z0-9_]", "_", ns)}["namespace {ns}"]',
+        by_ns.setdefault(ref.namespace, []).append(f'{node_id(ref)}[/"{ref.kind} {ref.name}"/]')
+    lines += _namespaced_blocks(by_ns, lambda ns: f'  subgraph ns__{_mermaid_code(ns)}["namespace {ns}"]',
                                 "  end")
     for up, down in edges:
-        lines.append(f"  {_id(up)} --> {_id(down)}")
+        lines.append(f"  {node_id(up)} --> {node_id(down)}")
     node_set = set(nodes)
     for ref, outs in pols:
         for o in outs:
@@ -105,7 +148,7 @@ def to_mermaid(a: Analysis, ctx: Ctx) -> str:
                 continue
             text = (o.declared.section or "") + ("" if o.reason == ACCEPTED else f" {o.reason}")
             arrow = f"-.->|{text.strip()}|" if text.strip() else "-.->"
-            lines.append(f"  {_id(ref)} {arrow} {_id(o.declared.object)}")
+            lines.append(f"  {node_id(ref)} {arrow} {node_id(o.declared.object)}")
     return "\n".join(lines) + "\n"
 
 
