@@ -89,11 +89,47 @@ def check_scenario(path: Path, tmp_path: Path) -> list[str]:
             if got != (exp["accepted"], exp["reason"]):
                 problems.append(f"status of {exp['policy']} on {e['ancestorRef']}: Accepted={got[0]}/{got[1]}, "
                                 f"want {exp['accepted']}/{exp['reason']}")
+    if "whatif" in scenario:  # a project extension: the changes `whatif` predicts, compared exactly
+        problems += _check_whatif(scenario["whatif"], manifests, tmp_path)
     for exp in expect.get("affected") or []:
         item = by_object.get(exp["object"])
         got = _carries_breadcrumb(item, exp["policyKind"]) if item else False
         if got != exp["affected"]:
             problems.append(f"breadcrumb {exp['policyKind']} on {exp['object']}: {got}, want {exp['affected']}")
+    return problems
+
+
+def _check_whatif(whatif: dict[str, Any], manifests: Path, tmp_path: Path) -> list[str]:
+    """`whatif: {apply: [objects] | delete: Kind/ns/name, effective: [...], status: [...]}`: each
+    effective change as `{target, field, before, after}` (every path counted once), each status
+    change as `{object, ancestor, before, after}` with `Status/Reason` conditions; both as sets."""
+    args = ["whatif", "-f", str(manifests), "-o", "json", "--now", NOW]
+    if "apply" in whatif:
+        args += ["--apply", str(write_manifests(tmp_path, whatif["apply"], "apply.yaml"))]
+    if "delete" in whatif:
+        ref = parse_ref(whatif["delete"])
+        args += ["--delete", f"{ref.kind}/{ref.name}"] + (["-n", ref.namespace] if ref.namespace else [])
+    run = run_cli(*args)
+    if run.code != 0:
+        return [f"gwpolicy whatif exited {run.code}: {run.err}"]
+    out = run.json()
+
+    def ref_text(j: dict[str, Any]) -> str:
+        base = f"{j['kind']}/{j['namespace']}/{j['name']}" if j.get("namespace") else f"{j['kind']}/{j['name']}"
+        return base + (f"#{j['sectionName']}" if j.get("sectionName") else "")
+
+    def cond(c: dict[str, Any] | None) -> str | None:
+        return None if c is None else f"{c['status']}/{c['reason']}"
+
+    got_eff = {(ref_text(c["target"]), c["field"], repr(c["before"]), repr(c["after"])) for c in out["effective"]}
+    want_eff = {(c["target"], c["field"], repr(c.get("before")), repr(c.get("after"))) for c in whatif.get("effective") or []}
+    got_st = {(ref_text(c["object"]), ref_text(c["ancestor"]), cond(c["before"]), cond(c["after"]))
+              for c in out["status"] if not c.get("breadcrumb")}
+    want_st = {(c["object"], c["ancestor"], c.get("before"), c.get("after")) for c in whatif.get("status") or []}
+    problems = []
+    for what, got, want in (("effective", got_eff, want_eff), ("status", got_st, want_st)):
+        problems += [f"whatif {what}: unexpected change {g}" for g in sorted(got - want)]
+        problems += [f"whatif {what}: missing change {w}" for w in sorted(want - got)]
     return problems
 
 

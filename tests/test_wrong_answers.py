@@ -348,3 +348,22 @@ def test_graph_ids_of_distinct_objects_differ(a, b):
         assert graph._mermaid_id(a, shared) != graph._mermaid_id(b, shared)
         assert graph._dot_id(a, shared) != graph._dot_id(b, shared)
     assert re.fullmatch(r"[A-Za-z0-9_]+", graph._mermaid_id(a, shared))
+
+
+def test_whatif_counts_values_that_change_not_paths_that_move(tmp_path):
+    objs = [gatewayclass(), gateway("g", "a"), route("r", "a", [parent("g")]), route("s", "a", [parent("g")]),
+            policy("TimeoutPolicy", "ns", "a", target("Namespace", "a"), defaults={"timeout": "1s", "retries": 1}),
+            policy("TimeoutPolicy", "on-s", "a", target("HTTPRoute", "s"), defaults={"retries": 3}),
+            policy("TimeoutPolicy", "gw", "a", target("Gateway", "g"), defaults={"retries": 2})]
+    f = write_manifests(tmp_path, objs)
+    run = run_cli("whatif", "-f", str(f), "--delete", "gateway/g", "-n", "a", "-o", "json", "--now", NOW)
+    assert run.code == 0, run.err
+    changes = sorted(((c["target"]["kind"], c["target"]["name"], c["target"]["sectionName"], c["field"],
+                       c["before"], c["after"]) for c in run.json()["effective"]), key=repr)
+    # r's paths move from under the Gateway to its Namespace: its timeout stays 1s (not a change), its
+    # retries lose the Gateway's default (a change); s keeps both its values; the Gateway's own go
+    assert changes == sorted([
+        ("Gateway", "g", None, "retries", 2, None), ("Gateway", "g", None, "timeout", "1s", None),
+        ("Gateway", "g", "http", "retries", 2, None), ("Gateway", "g", "http", "timeout", "1s", None),
+        ("HTTPRoute", "r", None, "retries", 2, None), ("HTTPRoute", "r", None, "retries", None, 1),
+    ], key=repr), changes

@@ -193,22 +193,59 @@ def leaf_map(items: Iterable[EffectivePolicy]) -> dict[tuple[Ref, tuple[Ref, ...
 
 
 def diff_effective(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
-    """Every leaf whose effective value differs between two analyses (null where it is gone or new)."""
+    """Every effective value that an edit changes (null where it is gone or new).
+
+    On a path both analyses have, each field whose value differs is a change. A path that only one
+    of them has (a Gateway deleted, a route attached elsewhere) is a change of topology, not of
+    values: a value on it counts only when the target has it on no path of the other analysis, so
+    a setting that stays the same is never counted because the path to it moved.
+    """
     b, af = leaf_map(before.effective), leaf_map(after.effective)
     kinds = {**{k.key: k for k in after.kinds.values()}, **{k.key: k for k in before.kinds.values()}}
+    values_before, values_after = _values_by_target(b), _values_by_target(af)
     changes = []
     for key in sorted(set(b) | set(af), key=lambda k: (k[0].sort_key(), [l.sort_key() for l in k[1]], k[2])):
-        old, new = b.get(key, {}), af.get(key, {})
+        old, new = b.get(key), af.get(key)
         if old == new:
             continue
         target, path, kk = key
-        for fieldname in sorted(set(old) | set(new)):
-            if fieldname in old and fieldname in new and same(old[fieldname], new[fieldname]):
-                continue
+        if old is None or new is None:  # a path only one side has: compare with the other side's values
+            mine = new if old is None else old
+            others = (values_before if old is None else values_after).get((target, kk), {})
+            fields = [f for f in sorted(mine) if _canon(mine[f]) not in others.get(f, ())]
+            old, new = old or {}, new or {}
+        else:
+            fields = [f for f in sorted(set(old) | set(new))
+                      if not (f in old and f in new and same(old[f], new[f]))]
+        for fieldname in fields:
             changes.append({"target": target.to_target_json(), "path": [l.to_json() for l in path],
                             "policyKind": kinds[kk].to_json(), "field": fieldname,
                             "before": old.get(fieldname), "after": new.get(fieldname)})
     return changes
+
+
+def _values_by_target(leaves: dict[tuple[Ref, tuple[Ref, ...], KindKey], dict[str, Any]]
+                      ) -> dict[tuple[Ref, KindKey], dict[str, set[Any]]]:
+    """(target, kind) -> field -> the values it has on the target's paths (as `_canon` keys)."""
+    out: dict[tuple[Ref, KindKey], dict[str, set[Any]]] = {}
+    for (target, _, kk), fields in leaves.items():
+        per = out.setdefault((target, kk), {})
+        for f, v in fields.items():
+            per.setdefault(f, set()).add(_canon(v))
+    return out
+
+
+def _canon(value: Any) -> Any:
+    """A hashable key equal for two JSON values exactly when `same` holds (true is not 1; 1 is 1.0)."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, (int, float)):
+        return ("number", value)
+    if isinstance(value, dict):
+        return ("object", frozenset((k, _canon(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return ("list", tuple(_canon(v) for v in value))
+    return ("other", value)
 
 
 def diff_status(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
