@@ -367,3 +367,118 @@ def test_whatif_counts_values_that_change_not_paths_that_move(tmp_path):
         ("Gateway", "g", "http", "retries", 2, None), ("Gateway", "g", "http", "timeout", "1s", None),
         ("HTTPRoute", "r", None, "retries", 2, None), ("HTTPRoute", "r", None, "retries", None, 1),
     ], key=repr), changes
+
+
+# --- item 5: status within the limits of the Gateway API CRD schemas ---
+
+def _status_schema(plural: str) -> dict:
+    crd = _official_crd("standard", plural)
+    version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
+    return version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+
+
+LIMITS = {
+    "policy ancestors": _status_schema("backendtlspolicies")["ancestors"]["maxItems"],
+    "ancestor conditions": _status_schema("backendtlspolicies")["ancestors"]["items"]["properties"]["conditions"]["maxItems"],
+    "route parents": _status_schema("httproutes")["parents"]["maxItems"],
+    "parent conditions": _status_schema("httproutes")["parents"]["items"]["properties"]["conditions"]["maxItems"],
+    "gateway conditions": _status_schema("gateways")["conditions"]["maxItems"],
+    "gatewayclass conditions": _status_schema("gatewayclasses")["conditions"]["maxItems"],
+}
+NINE_KINDS = [f"Kind{i}Policy" for i in range(9)]
+
+
+def _foreign_condition(ctype: str) -> dict:
+    return {"type": ctype, "status": "True", "reason": ctype, "message": "", "lastTransitionTime": NOW}
+
+
+def test_the_limits_are_the_crds():
+    assert LIMITS == {"policy ancestors": 16, "ancestor conditions": 8, "route parents": 32, "parent conditions": 8,
+                      "gateway conditions": 8, "gatewayclass conditions": 8}
+
+
+def test_a_gateway_affected_by_more_kinds_than_its_conditions_hold_names_the_rest():
+    gw = gateway("g", "a")
+    gw["status"] = {"conditions": [_foreign_condition("Accepted"), _foreign_condition("Programmed")]}
+    objs = [gatewayclass(), gw] + [policy(k, k.lower(), "a", target("Gateway", "g"), defaults={"x": 1}) for k in NINE_KINDS]
+    a = analyse(objs, now=NOW)
+    (change,) = [ch for ch in a.status_changes() if ch.object.kind == "Gateway"]
+    conds = change.status["conditions"]
+    assert len(conds) == LIMITS["gateway conditions"]
+    assert [c["type"] for c in conds[:2]] == ["Accepted", "Programmed"]  # other controllers' stay whole
+    own = [c["type"] for c in conds[2:-1]]
+    assert own == [f"gwpolicy.io/{k}Affected" for k in NINE_KINDS[:5]]
+    summary = conds[-1]
+    assert summary["type"] == "gwpolicy.io/PolicyAffected"
+    assert all(k in summary["message"] for k in NINE_KINDS[5:]) and "-n a" in summary["message"]
+
+
+def test_a_gateway_whose_conditions_are_full_carries_the_annotation():
+    gw = gateway("g", "a")
+    gw["status"] = {"conditions": [_foreign_condition(f"T{i}") for i in range(LIMITS["gateway conditions"])]}
+    objs = [gatewayclass(), gw, policy("K0Policy", "p", "a", target("Gateway", "g"), defaults={"x": 1})]
+    (change,) = [ch for ch in analyse(objs, now=NOW).status_changes() if ch.object.kind == "Gateway"]
+    assert len(change.status["conditions"]) == LIMITS["gateway conditions"]
+    assert change.annotations == {"gwpolicy.io/PolicyAffected": "true"}
+
+
+def test_a_route_with_many_parents_and_kinds_stays_within_its_limits():
+    gws = [gateway(f"g{i}", "a") for i in range(20)]
+    r = route("r", "a", [parent(f"g{i}") for i in range(20)])
+    r["status"] = {"parents": [{"parentRef": parent(f"g{i}"), "controllerName": "example.net/gateway",
+                                "conditions": [_foreign_condition("Accepted")]} for i in range(20)]}
+    objs = [gatewayclass(), r] + gws + [policy(k, k.lower(), "a", target("HTTPRoute", "r"), defaults={"x": 1})
+                                        for k in NINE_KINDS]
+    a = analyse(objs, now=NOW)
+    (change,) = [ch for ch in a.status_changes() if ch.object.kind == "HTTPRoute"]
+    parents = change.status["parents"]
+    assert len(parents) == LIMITS["route parents"]
+    ours = [p for p in parents if p["controllerName"] == "gwpolicy.io/policy-controller"]
+    assert [p["parentRef"]["name"] for p in ours] == [f"g{i}" for i in range(12)]  # in parentRefs order
+    assert all(len(p["conditions"]) == LIMITS["parent conditions"] for p in ours)
+    # eight parentRefs have no entry of ours: the annotation says the route is affected
+    assert change.annotations == {"gwpolicy.io/PolicyAffected": "true"}
+
+
+def test_a_policy_with_more_ancestors_than_status_holds_says_which_are_left_out():
+    n = LIMITS["policy ancestors"]
+    gws = [gateway(f"g{i:02d}", "a") for i in range(n)]
+    p = policy("TimeoutPolicy", "p", "a", [target("Gateway", f"g{i:02d}") for i in range(n)], defaults={"x": 1})
+    p["status"] = {"ancestors": [{"ancestorRef": {"group": GW, "kind": "Gateway", "namespace": "a", "name": "other"},
+                                  "controllerName": "example.net/other", "conditions": [_foreign_condition("Accepted")]}]}
+    a = analyse([gatewayclass(), p] + gws, now=NOW)
+    (change,) = [ch for ch in a.status_changes() if ch.object.kind == "TimeoutPolicy"]
+    ancestors = change.status["ancestors"]
+    assert len(ancestors) == n and ancestors[0]["controllerName"] == "example.net/other"
+    assert [e["ancestorRef"]["name"] for e in ancestors[1:]] == [f"g{i:02d}" for i in range(n - 1)]
+    last = ancestors[-1]["conditions"][0]["message"]
+    assert "1 more ancestor of this policy is not listed" in last and "Gateway a/g15" in last, last
+    assert all(len(e["conditions"]) <= LIMITS["ancestor conditions"] for e in ancestors)
+
+
+@PROPERTY
+@given(cluster(), st.integers(0, LIMITS["gateway conditions"]), st.integers(0, 12))
+def test_status_never_exceeds_the_crd_limits(objs, foreign, extra_kinds):
+    objs = copy.deepcopy(objs)
+    for o in objs:
+        if o["kind"] == "Gateway":
+            o["status"] = {"conditions": [_foreign_condition(f"T{i}") for i in range(foreign)]}
+            objs += [policy(f"Extra{i}Policy", f"e{i}", o["metadata"]["namespace"],
+                            target("Gateway", o["metadata"]["name"]), defaults={"x": i}) for i in range(extra_kinds)]
+            break
+    a = analyse(copy.deepcopy(objs), now=NOW)
+    written = {ch.object: ch for ch in a.status_changes()}
+    again = []
+    for obj in a.index.by_ref.values():
+        raw = copy.deepcopy(obj.raw)
+        if obj.ref in written:
+            raw["status"], raw["metadata"]["annotations"] = written[obj.ref].status, written[obj.ref].annotations
+        again.append(raw)
+    assert analyse(again, now="2030-01-01T00:00:00Z").status_changes() == []  # what was cut stays cut, stably
+    for ch in written.values():
+        st_ = ch.status
+        assert len(st_.get("ancestors", [])) <= LIMITS["policy ancestors"]
+        assert len(st_.get("conditions", [])) <= LIMITS["gateway conditions"]
+        assert len(st_.get("parents", [])) <= LIMITS["route parents"]
+        for entry in st_.get("parents", []) + st_.get("ancestors", []):
+            assert len(entry["conditions"]) <= LIMITS["parent conditions"]

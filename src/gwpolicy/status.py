@@ -18,7 +18,13 @@ from gwpolicy.topology import Topology, namespace_ref
 
 DEFAULT_CONTROLLER = "gwpolicy.io/policy-controller"
 ANNOTATION = "gwpolicy.io/PolicyAffected"
-MAX_ANCESTORS = 16
+#: what the Gateway API CRDs allow (maxItems): a status beyond them is rejected by the API server
+MAX_ANCESTORS = 16  # a policy's status.ancestors
+MAX_PARENTS = 32  # a route's status.parents
+MAX_CONDITIONS = 8  # status.conditions of a Gateway or GatewayClass, and of each route parent entry
+#: a breadcrumb condition that stands for the kinds whose own condition found no room
+SUMMARY_CONDITION = "gwpolicy.io/PolicyAffected"
+_NAMED_AT_MOST = 10  # names listed in a message before "and N more" (messages are capped too)
 
 
 def affected_condition_type(kind: str) -> str:
@@ -101,8 +107,44 @@ def policy_status(policy: Policy, outcomes: list[TargetOutcome], topo: Topology,
                                      policy.obj.generation, prev_cond, now)],
         })
     room = max(0, MAX_ANCESTORS - len(others))
+    if len(ours) > room > 0:  # the last entry that fits says which ones did not (S8.1: cut in ancestorRef order)
+        left_out = [Ref(**_ref_args(e["ancestorRef"])) for e in ours[room:]]
+        last = ours[room - 1]["conditions"][0]
+        last["message"] += (f" {len(left_out)} more ancestor{'s' if len(left_out) != 1 else ''} of this policy "
+                            f"{'are' if len(left_out) != 1 else 'is'} not listed, because status.ancestors holds "
+                            f"at most {MAX_ANCESTORS} entries: {_names([_label(r) for r in left_out])}; "
+                            f"run 'gwpolicy describe {policy.ref.kind.lower()}/{policy.ref.name}"
+                            f"{' -n ' + policy.ref.namespace if policy.ref.namespace else ''}' to see them.")
     status["ancestors"] = others + ours[:room]
     return status
+
+
+def _ref_args(aref: dict[str, Any]) -> dict[str, Any]:
+    return {"group": aref["group"], "kind": aref["kind"], "namespace": aref.get("namespace"),
+            "name": aref["name"], "section": aref.get("sectionName")}
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:_NAMED_AT_MOST])
+    return shown + (f" and {len(names) - _NAMED_AT_MOST} more" if len(names) > _NAMED_AT_MOST else "")
+
+
+def _affected_conditions(kinds: list[str], room: int, describe: str, gen: int | None,
+                         previous: Any, now: str) -> list[dict[str, Any]]:
+    """One `gwpolicy.io/<Kind>Affected` condition per kind (S8.4), within `room` conditions: when they
+    do not all fit, the last one that fits is `gwpolicy.io/PolicyAffected`, naming the other kinds."""
+    def one(ctype: str, message: str) -> dict[str, Any]:
+        return condition(ctype, "True", "PolicyAffected", message, gen, _find(previous, ctype), now)
+
+    if len(kinds) <= room:
+        return [one(affected_condition_type(k), f"Affected by a {k}; run '{describe}' to see how.") for k in kinds]
+    if room <= 0:
+        return []
+    shown, rest = kinds[:room - 1], kinds[room - 1:]
+    out = [one(affected_condition_type(k), f"Affected by a {k}; run '{describe}' to see how.") for k in shown]
+    out.append(one(SUMMARY_CONDITION, f"Also affected by {_names(rest)}: conditions hold at most {MAX_CONDITIONS} "
+                                      f"entries, so these have no condition of their own; run '{describe}' to see how."))
+    return out
 
 
 def outcome_message(o: TargetOutcome, ancestor: Ref) -> str:
@@ -129,37 +171,43 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
     gen = obj.generation
     kind, group = obj.kind, obj.group
     parent_refs = topo.route_parents.get(obj.ref, [])
+    describe = f"gwpolicy describe {kind.lower()}/{obj.name}" + (f" -n {obj.namespace}" if obj.namespace else "")
     if group == GATEWAY_GROUP and kind in ("Gateway", "GatewayClass"):
         conds = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
         kept = [c for c in conds if not _ours_type(c.get("type"))]
-        ours = [condition(affected_condition_type(k), "True", "PolicyAffected",
-                          f"Affected by a {k}; run 'gwpolicy describe {kind.lower()}/{obj.name}' to see how.",
-                          gen, _find(conds, affected_condition_type(k)), now) for k in kinds]
+        room = MAX_CONDITIONS - len(kept)
+        ours = _affected_conditions(kinds, room, describe, gen, conds, now)
         if ours or len(kept) != len(conds):
             status["conditions"] = kept + ours
+        # no room at all in status.conditions: the annotation carries the breadcrumb (S8.4)
+        _set_annotation(annotations, bool(kinds) and room <= 0)
         return status, annotations
     if group == GATEWAY_GROUP and kind in ROUTE_KINDS and parent_refs:
         parents = [p for p in status.get("parents") or [] if isinstance(p, dict)]
         kept = [p for p in parents if p.get("controllerName") != controller]
         previous = {_parent_key(p.get("parentRef") or {}): p for p in parents if p.get("controllerName") == controller}
+        room = max(0, MAX_PARENTS - len(kept))
         ours = []
         if kinds:
-            for pref in parent_refs:
+            for pref in parent_refs[:room]:
                 prev = previous.get(_parent_key(pref))
-                prev_conds = (prev or {}).get("conditions")
                 ours.append({"parentRef": dict(pref), "controllerName": controller,
-                             "conditions": [condition(affected_condition_type(k), "True", "PolicyAffected",
-                                                      f"Affected by a {k}; run 'gwpolicy describe {kind.lower()}/{obj.name} -n {obj.namespace}' to see how.",
-                                                      gen, _find(prev_conds, affected_condition_type(k)), now)
-                                            for k in kinds]})
+                             "conditions": _affected_conditions(kinds, MAX_CONDITIONS, describe, gen,
+                                                                (prev or {}).get("conditions"), now)})
         if ours or len(kept) != len(parents):
             status["parents"] = kept + ours
+        # parentRefs without an entry of ours (status.parents is full): the annotation carries the breadcrumb
+        _set_annotation(annotations, bool(kinds) and len(parent_refs) > room)
         return status, annotations
-    if kinds:
+    _set_annotation(annotations, bool(kinds))
+    return status, annotations
+
+
+def _set_annotation(annotations: dict[str, str], affected: bool) -> None:
+    if affected:
         annotations[ANNOTATION] = "true"
     else:
         annotations.pop(ANNOTATION, None)
-    return status, annotations
 
 
 def carries_breadcrumb(obj: Obj, controller: str) -> bool:
