@@ -52,7 +52,7 @@ def test_ana_sees_that_charlies_override_beats_her_default():
         assert ("cake-retries", "beaten") in verdicts
         assert ("cake-retries-again", "conflicted") in verdicts
         winner = next(c for c in block["candidates"] if c["verdict"] == "effective")
-        assert "S5.2 rule 1" in winner["why"]
+        assert "override above the target" in winner["why"]
 
 
 def test_charlie_sees_the_blast_radius_of_the_namespace_policy():

@@ -482,3 +482,32 @@ def test_status_never_exceeds_the_crd_limits(objs, foreign, extra_kinds):
         assert len(st_.get("parents", [])) <= LIMITS["route parents"]
         for entry in st_.get("parents", []) + st_.get("ancestors", []):
             assert len(entry["conditions"]) <= LIMITS["parent conditions"]
+
+
+# --- messages state the rule in words; the docs cite the contract's sections ---
+
+SECTION_NUMBER = re.compile(r"\bS\d+(\.\d+)?\b")
+
+
+@PROPERTY
+@given(cluster())
+def test_no_message_of_the_engine_cites_a_section_number(objs):
+    a = analyse(copy.deepcopy(objs), now=NOW)
+    texts = [o.message for outs in a.outcomes.values() for o in outs]
+    texts += [c.get("message", "") for ch in a.status_changes() for e in ch.status.get("ancestors", [])
+              for c in e["conditions"]]
+    texts += [c.why for ep in a.effective[:20] for c in ladder(a, ep)]
+    assert not [t for t in texts if SECTION_NUMBER.search(t)]
+
+
+def test_invalid_and_conflict_messages_have_no_section_numbers(tmp_path):
+    objs = [gatewayclass(), gateway("g", "a"),
+            policy("TimeoutPolicy", "both", "a", target("Gateway", "g"), defaults={"x": 1}),
+            policy("TimeoutPolicy", "cls", "a", target("GatewayClass", "cls"), defaults={"x": 1}),
+            policy("TimeoutPolicy", "other-ns", "a", target("Namespace", "b"), defaults={"x": 1}),
+            policy("TimeoutPolicy", "conflict", "a", target("Gateway", "g"), ts="2024-01-01T00:00:02Z", defaults={"x": 2})]
+    objs[2]["spec"]["targetRefs"] = [target("Gateway", "g")]  # both targetRef and targetRefs
+    a = analyse(objs, now=NOW)
+    messages = {r.name: o.message for r, outs in a.outcomes.items() for o in outs}
+    assert set(messages) == {"both", "cls", "other-ns", "conflict"}
+    assert not [m for m in messages.values() if SECTION_NUMBER.search(m)], messages

@@ -248,7 +248,7 @@ def _level_entry(kind: PolicyKind, policies: list[Policy], outcomes: dict[Ref, l
             _conflicted(outcomes[loser], target, winner,
                         f"Conflicts with {_name(winner)}, which sets the same fields to other values on "
                         f"{_where(target)} and {_why_first(by_ref[winner], by_ref[loser])}; this policy is not "
-                        f"applied there (S5.4). Change or remove one of them.")
+                        f"applied there. Change or remove one of them.")
         return entry
     if kind.strategy == "None":
         winner, *rest = policies
@@ -256,7 +256,7 @@ def _level_entry(kind: PolicyKind, policies: list[Policy], outcomes: dict[Ref, l
         for p in rest:
             _conflicted(outcomes[p.ref], target, winner.ref,
                         f"Conflicts with {_name(winner.ref)}, which also targets {_where(target)} and "
-                        f"{_why_first(winner, p)}; only one {kind.kind} applies per target (S6.1).")
+                        f"{_why_first(winner, p)}; only one {kind.kind} applies per target.")
         return entry
     for p in policies:
         for stanza, settings in p.stanzas.items():

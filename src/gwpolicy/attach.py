@@ -95,7 +95,7 @@ def resolve_targets(policy: Policy, index: ObjectIndex, topo: Topology, grants: 
             out.reason, out.message, out.attached = INVALID, policy.invalid, False
         outcomes.append(out)
     if not outcomes:
-        outcomes.append(TargetOutcome(policy, None, INVALID, policy.invalid or "the policy has no target (S2.2)", "spec"))
+        outcomes.append(TargetOutcome(policy, None, INVALID, policy.invalid or "the policy has no target", "spec"))
     return outcomes
 
 
@@ -124,7 +124,7 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
         ns = tref.get("namespace") or pns
         if ns is None:
             return TargetOutcome(policy, Ref(group, kind, None, name, section), INVALID,
-                                 f"{where}: {kind} {name} is namespaced, and a cluster-scoped policy must name its namespace (S3.6)",
+                                 f"{where}: {kind} {name} is namespaced, and a cluster-scoped policy must name its namespace",
                                  where, in_scope=False)
     else:
         ns = None
@@ -136,13 +136,13 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
     # S3.7: scope first, so that a policy cannot probe other namespaces
     if kind == "GatewayClass" and group == GATEWAY_GROUP and pns is not None:
         return invalid(f"GatewayClass {name} can only be targeted by a cluster-scoped policy; "
-                       f"{policy.ref.kind} is namespaced (S3.2)")
+                       f"{policy.ref.kind} is namespaced")
     if kind == "Namespace" and group == CORE_GROUP and pns is not None and name != pns:
-        return invalid(f"a policy in namespace {pns} may target only its own Namespace, not {name} (S3.3)")
+        return invalid(f"a policy in namespace {pns} may target only its own Namespace, not {name}")
     if ns is not None and pns is not None and ns != pns and not grants.allows(
             policy.ref.group, policy.ref.kind, pns, group, kind, ns, name):
         return invalid(f"{kind} {ns}/{name} is in another namespace and no ReferenceGrant in {ns} allows "
-                       f"{policy.ref.kind} from {pns} to refer to it (S3.4)")
+                       f"{policy.ref.kind} from {pns} to refer to it")
     if (group, kind) in topo.policy_kinds:
         return TargetOutcome(policy, declared, INVALID,
                              f"{where}: {kind} is a policy kind, and a policy cannot target another policy; "
@@ -151,7 +151,7 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
     if allowed is not None and (group, kind) not in allowed:
         names = ", ".join(k for _, k in allowed) or "nothing"
         return TargetOutcome(policy, declared, INVALID,
-                             f"{where}: {policy.kind.kind} cannot target {kind}; it targets {names} (S3.5)", where)
+                             f"{where}: {policy.kind.kind} cannot target {kind}; it targets {names}", where)
     obj_ref = declared.object
     if not topo.exists(obj_ref):
         if obj_ref in index.by_ref:  # S1.4: any object of the input can be a (virtual) target

@@ -18,11 +18,11 @@ from gwpolicy.status import ancestor_results
 from gwpolicy.topology import Path
 
 RULE_WORDS = {
-    1: "S5.2 rule 1: overrides above the target; the least specific level wins",
-    2: "S5.2 rule 2: direct policies that apply to the target beat inherited ones on it",
-    3: "S5.2 rule 3: overrides at the target's level",
-    4: "S5.2 rule 4: the target's own value beats every default",
-    5: "S5.2 rule 5: defaults; the most specific level wins",
+    1: "an override above the target's level: the least specific level wins",
+    2: "a direct policy that applies to the target: it beats inherited ones on it",
+    3: "an override at the target's level",
+    4: "the target's own value: it beats every default",
+    5: "a default: the most specific level wins",
 }
 
 
@@ -122,12 +122,12 @@ def ladder(a: Analysis, ep: EffectivePolicy) -> list[Candidate]:
             c.verdict = "beaten"
             c.why = f"{_source_label(stanza, source)} takes precedence" + (
                 f" ({_win_reason(kind.strategy, _rule_of(cands, c.leaf, source, stanza))})" if kind.strategy == "FieldMerge" else
-                f" ({kind.strategy} strategy, S6)")
+                f" ({kind.strategy} merge strategy)")
             continue
         if any(overlaps(c.leaf, leaf) for leaf in result):
-            c.verdict, c.why = "overlapped", "a higher-ranked leaf overlaps this one (S5.1)"
+            c.verdict, c.why = "overlapped", "a higher-ranked value overlaps this one (a field and a field inside it)"
         else:
-            c.verdict, c.why = "not applied", (f"dropped by the {kind.strategy} strategy (S6)" if kind.strategy != "FieldMerge"
+            c.verdict, c.why = "not applied", (f"dropped by the {kind.strategy} merge strategy" if kind.strategy != "FieldMerge"
                                                else "deleted or replaced")
     return cands
 
@@ -141,10 +141,10 @@ def _rule_of(cands: list[Candidate], leaf: LeafPath, source: Ref | None, stanza:
 
 def _win_reason(strategy: str, rule: int) -> str:
     if strategy == "FieldMerge":
-        return RULE_WORDS.get(rule, "S5.2")
+        return RULE_WORDS.get(rule, "precedence")
     if strategy == "None":
-        return "S6.1: the oldest direct policy on the target"
-    return f"S6 {strategy}: what survives the merge chain, most established first"
+        return "the oldest direct policy on the target applies"
+    return f"{strategy} merge: what survives the chain of policies, most established first"
 
 
 def _source_label(stanza: str, source: Ref | None) -> str:

@@ -149,29 +149,29 @@ def parse_policy(obj: Obj, kind: PolicyKind) -> Policy:
     targets: list[dict[str, Any]] = []
     target_field = "spec.targetRefs" if has_many else "spec.targetRef"
     if has_one and has_many:
-        invalid = "spec.targetRef and spec.targetRefs are both set; use one of them (S2.2)"
+        invalid = "spec.targetRef and spec.targetRefs are both set; use one of them"
     elif has_one:
         if isinstance(spec["targetRef"], dict):
             targets = [spec["targetRef"]]
         else:
-            invalid = "spec.targetRef: must be an object with group, kind and name (S2.2)"
+            invalid = "spec.targetRef: must be an object with group, kind and name"
     elif has_many:
         refs = spec["targetRefs"]
         if not isinstance(refs, list) or not refs:
-            invalid = "spec.targetRefs: must list 1 to 16 targets; it is empty (S2.2)"
+            invalid = "spec.targetRefs: must list 1 to 16 targets; it is empty"
         elif len(refs) > 16:
-            invalid = f"spec.targetRefs: lists {len(refs)} targets; at most 16 are allowed (S2.2)"
+            invalid = f"spec.targetRefs: lists {len(refs)} targets; at most 16 are allowed"
         elif not all(isinstance(r, dict) for r in refs):
-            invalid = "spec.targetRefs: every entry must be an object with group, kind and name (S2.2)"
+            invalid = "spec.targetRefs: every entry must be an object with group, kind and name"
         else:
             targets = list(refs)
     else:
-        invalid = "spec: has neither targetRef nor targetRefs, so the policy targets nothing (S2.2)"
+        invalid = "spec: has neither targetRef nor targetRefs, so the policy targets nothing"
     # stanzas (S2.3)
     found: dict[str, dict[str, Any]] = {}
     for canonical, other in STANZAS:
         if canonical in spec and other in spec:
-            invalid = invalid or f"spec.{other} and spec.{canonical} are both set; spell the stanza one way (S2.3)"
+            invalid = invalid or f"spec.{other} and spec.{canonical} are both set; spell the stanza one way"
         key = canonical if canonical in spec else other if other in spec else None
         if key is None:
             continue
@@ -179,7 +179,7 @@ def parse_policy(obj: Obj, kind: PolicyKind) -> Policy:
         if value is None:
             value = {}
         if not isinstance(value, dict):
-            invalid = invalid or f"spec.{key}: must be an object of settings (S2.4)"
+            invalid = invalid or f"spec.{key}: must be an object of settings"
             value = {}
         found[canonical] = value
     direct_only = kind.attachment == "Direct" or kind.strategy == "None"
@@ -187,9 +187,9 @@ def parse_policy(obj: Obj, kind: PolicyKind) -> Policy:
         cls = "inherited"
         if direct_only:
             why = "its kind is Direct" if kind.attachment == "Direct" else "its kind uses mergeStrategy None"
-            invalid = invalid or f"spec.{next(iter(found))}: a stanza is not allowed because {why} (S2.3)"
+            invalid = invalid or f"spec.{next(iter(found))}: a stanza is not allowed because {why}"
         elif kind.strategy in ("Atomic", "Patch") and len(found) > 1:
-            invalid = invalid or f"spec: holds both overrides and defaults, but mergeStrategy {kind.strategy} allows one stanza (S6.0)"
+            invalid = invalid or f"spec: holds both overrides and defaults, but mergeStrategy {kind.strategy} allows one stanza"
         stanzas = found
     elif kind.attachment == "Inherited" and not direct_only:
         cls = "inherited"
