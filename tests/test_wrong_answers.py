@@ -511,3 +511,21 @@ def test_invalid_and_conflict_messages_have_no_section_numbers(tmp_path):
     messages = {r.name: o.message for r, outs in a.outcomes.items() for o in outs}
     assert set(messages) == {"both", "cls", "other-ns", "conflict"}
     assert not [m for m in messages.values() if SECTION_NUMBER.search(m)], messages
+
+
+# --- found on the way: the memo of effective results was keyed by id() of level entries ---
+
+def _incremental_property():
+    import test_incremental
+    from hypothesis import seed
+
+    inner = test_incremental.test_a_policy_change_in_place_equals_a_full_analysis.hypothesis.inner_test
+    return seed(4)(settings(max_examples=120, deadline=None, database=None,
+                            suppress_health_check=[HealthCheck.too_slow])(
+        given(cluster(), st.randoms(use_true_random=False), test_incremental.settings_strategy)(inner)))
+
+
+def test_an_incremental_edit_never_reads_a_stale_result_of_a_replaced_entry():
+    # seed 4 of the incremental property found it: a Patch policy edited to no settings kept its old
+    # effective item, because a new level entry took the freed id() of the one it replaced
+    _incremental_property()()

@@ -214,7 +214,9 @@ class Evaluator:
                 if res is None:
                     res = memo[tkey] = Result(ladder(tkey))
             elif strategy == "None":
-                key2 = ("None", id(d_entry))
+                # the entry itself, not its id(): a memo outlives entries an incremental update
+                # replaces, and a new entry may get a freed one's id (LevelEntry hashes by identity)
+                key2 = ("None", d_entry)
                 res = memo.get(key2)
                 if res is None:
                     winner = d_entry.direct[:1] if d_entry is not None else []
@@ -222,7 +224,7 @@ class Evaluator:
             else:
                 direct = d_entry if d_entry is not None and d_entry.direct else None
                 t = here.trails.get(kk)
-                key3 = (strategy, t.inh if t is not None else (), id(direct), d_is_node)
+                key3 = (strategy, t.inh if t is not None else (), direct, d_is_node)
                 res = memo.get(key3)
                 if res is None:
                     res = memo[key3] = Result(resolve(chain(self._sequence(node, kk, level if d_is_node else parent.level),
