@@ -202,7 +202,8 @@ def diff_effective(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
     """
     b, af = leaf_map(before.effective), leaf_map(after.effective)
     kinds = {**{k.key: k for k in after.kinds.values()}, **{k.key: k for k in before.kinds.values()}}
-    values_before, values_after = _values_by_target(b), _values_by_target(af)
+    moved = {(k[0], k[2]) for k in set(b).symmetric_difference(af)}  # targets with a path on one side only
+    values_before, values_after = _values_by_target(b, moved), _values_by_target(af, moved)
     changes = []
     for key in sorted(set(b) | set(af), key=lambda k: (k[0].sort_key(), [l.sort_key() for l in k[1]], k[2])):
         old, new = b.get(key), af.get(key)
@@ -224,11 +225,14 @@ def diff_effective(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
     return changes
 
 
-def _values_by_target(leaves: dict[tuple[Ref, tuple[Ref, ...], KindKey], dict[str, Any]]
-                      ) -> dict[tuple[Ref, KindKey], dict[str, set[Any]]]:
-    """(target, kind) -> field -> the values it has on the target's paths (as `_canon` keys)."""
+def _values_by_target(leaves: dict[tuple[Ref, tuple[Ref, ...], KindKey], dict[str, Any]],
+                      wanted: set[tuple[Ref, KindKey]]) -> dict[tuple[Ref, KindKey], dict[str, set[Any]]]:
+    """(target, kind) -> field -> the values it has on the target's paths (as `_canon` keys), for
+    the wanted (target, kind) pairs only."""
     out: dict[tuple[Ref, KindKey], dict[str, set[Any]]] = {}
     for (target, _, kk), fields in leaves.items():
+        if (target, kk) not in wanted:
+            continue
         per = out.setdefault((target, kk), {})
         for f, v in fields.items():
             per.setdefault(f, set()).add(_canon(v))
