@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import yaml
@@ -18,6 +19,7 @@ from gwpolicy.cli.impact import as_update
 from gwpolicy.explain import ladder
 from gwpolicy.output import effective_list, status_list
 from gwpolicy.refs import Ref
+from gwpolicy.timestamps import creation_time
 from helpers import GATEWAY_API, NOW, ROOT, run_cli, write_manifests
 
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -529,3 +531,25 @@ def test_an_incremental_edit_never_reads_a_stale_result_of_a_replaced_entry():
     # seed 4 of the incremental property found it: a Patch policy edited to no settings kept its old
     # effective item, because a new level entry took the freed id() of the one it replaced
     _incremental_property()()
+
+
+moments = st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(2100, 1, 1),
+                       timezones=st.sampled_from([timezone.utc, timezone(timedelta(hours=2)), timezone(timedelta(hours=-7, minutes=-30))]))
+
+
+def _forms(moment: datetime) -> list:
+    """The ways an input can hold one instant."""
+    utc = moment.astimezone(timezone.utc)
+    return [moment, utc, utc.replace(tzinfo=None), moment.isoformat(), utc.isoformat().replace("+00:00", "Z"),
+            utc.replace(tzinfo=None).isoformat(sep=" ")]
+
+
+@PROPERTY
+@given(moments, moments)
+def test_every_form_of_a_timestamp_orders_as_its_instant(a, b):
+    for fa in _forms(a):
+        for fb in _forms(b):
+            ta, tb = creation_time(fa), creation_time(fb)
+            assert ta.text is not None and ta.text.endswith("Z") and ta.problem is None
+            assert (ta.sort_key < tb.sort_key) == (a < b) and (ta.sort_key == tb.sort_key) == (a == b)
+            assert creation_time(ta.text) == ta  # the normalised text reads back as itself
