@@ -270,6 +270,8 @@ def test_an_update_keeps_server_fields_and_bumps_generation_on_a_spec_change():
     ("namespace", 5, "spec.targetRef.namespace: must be a string, not a number 5"),
     ("namespace", ["a"], "spec.targetRef.namespace: must be a string, not a list ['a']"),
     ("group", 1, "spec.targetRef.group: must be a string, not a number 1"),
+    ("name", 7, "spec.targetRef.name: must be a string, not a number 7"),
+    ("kind", {"k": "Gateway"}, "spec.targetRef.kind: must be a string, not an object"),
 ])
 def test_a_targetref_field_of_the_wrong_type_makes_the_policy_invalid(key, value, words):
     t = dict(target("Gateway", "g"), **{key: value})

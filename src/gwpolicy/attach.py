@@ -102,11 +102,11 @@ def resolve_targets(policy: Policy, index: ObjectIndex, topo: Topology, grants: 
 def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: ObjectIndex,
                  topo: Topology, grants: ReferenceGrants) -> TargetOutcome:
     kind, name = tref.get("kind"), tref.get("name")
-    if not isinstance(kind, str) or not kind or not isinstance(name, str) or not name:
+    if not kind or not name:
         return TargetOutcome(policy, None, INVALID, f"{where}: kind and name are required", where)
     # a field given with the wrong type is an error, never dropped: without its sectionName or
     # namespace the target would silently widen to the whole object or move to the policy's namespace
-    for key in ("group", "namespace", "sectionName"):
+    for key in ("kind", "name", "group", "namespace", "sectionName"):
         value = tref.get(key)
         if value is not None and not isinstance(value, str):
             return TargetOutcome(policy, None, INVALID,
