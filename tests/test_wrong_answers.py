@@ -11,8 +11,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from build import GW, gateway, gatewayclass, meta, namespace, parent, policy, route, target
+from build import GW, gateway, gatewayclass, meta, parent, policy, route, target
 from gen import cluster
+from gwpolicy import status as status_module
 from gwpolicy.analysis import analyse
 from gwpolicy.cli import graph
 from gwpolicy.cli.impact import as_update
@@ -396,9 +397,11 @@ def _foreign_condition(ctype: str) -> dict:
     return {"type": ctype, "status": "True", "reason": ctype, "message": "", "lastTransitionTime": NOW}
 
 
-def test_the_limits_are_the_crds():
-    assert LIMITS == {"policy ancestors": 16, "ancestor conditions": 8, "route parents": 32, "parent conditions": 8,
-                      "gateway conditions": 8, "gatewayclass conditions": 8}
+def test_the_engine_limits_are_those_of_the_crds():
+    assert status_module.MAX_ANCESTORS == LIMITS["policy ancestors"]
+    assert status_module.MAX_PARENTS == LIMITS["route parents"]
+    assert status_module.MAX_CONDITIONS == LIMITS["parent conditions"] == LIMITS["gateway conditions"] \
+        == LIMITS["gatewayclass conditions"] == LIMITS["ancestor conditions"]
 
 
 def test_a_gateway_affected_by_more_kinds_than_its_conditions_hold_names_the_rest():
@@ -534,6 +537,8 @@ def test_an_incremental_edit_never_reads_a_stale_result_of_a_replaced_entry():
     # effective item, because a new level entry took the freed id() of the one it replaced
     _incremental_property()()
 
+
+# --- item 4 again: the age order of every form, for any instant ---
 
 moments = st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(2100, 1, 1),
                        timezones=st.sampled_from([timezone.utc, timezone(timedelta(hours=2)), timezone(timedelta(hours=-7, minutes=-30))]))

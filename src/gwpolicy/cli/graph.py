@@ -9,7 +9,6 @@ from gwpolicy.analysis import Analysis
 from gwpolicy.attach import ACCEPTED
 from gwpolicy.cli.context import Ctx
 from gwpolicy.cli.resources import NotFound
-from gwpolicy.kinds import default_group
 from gwpolicy.refs import Ref
 
 
