@@ -29,6 +29,11 @@ def gateway(name: str, **spec) -> dict:
             "spec": {"gatewayClassName": "c", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}], **spec}}
 
 
+def condition(ctype: str, status: str = "True") -> dict:
+    """A condition as the CRDs require one (every field of metav1.Condition but observedGeneration)."""
+    return {"type": ctype, "status": status, "reason": "Testing", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+
 def test_discovery_from_crds(sb):
     groups = sb.http.get("/apis").json()
     assert any(g["name"] == "gateway.networking.k8s.io" for g in groups["groups"])
@@ -70,13 +75,13 @@ def test_generation_moves_on_spec_changes_only_and_status_is_apart(sb):
     labelled = sb.http.patch(f"{GW}/namespaces/t/gateways/c", json={"metadata": {"labels": {"x": "y"}}},
                              headers={"Content-Type": "application/merge-patch+json"}).json()
     assert labelled["metadata"]["generation"] == 1
-    st = sb.http.patch(f"{GW}/namespaces/t/gateways/c/status", json={"status": {"conditions": [{"type": "T"}]}},
+    st = sb.http.patch(f"{GW}/namespaces/t/gateways/c/status", json={"status": {"conditions": [condition("T")]}},
                        headers={"Content-Type": "application/merge-patch+json"}).json()
-    assert st["status"]["conditions"] == [{"type": "T"}] and st["metadata"]["generation"] == 1
+    assert st["status"]["conditions"] == [condition("T")] and st["metadata"]["generation"] == 1
     # a write to the main resource cannot change status
     put = dict(st, status={"conditions": []})
     kept = sb.http.put(f"{GW}/namespaces/t/gateways/c", json=put).json()
-    assert kept["status"]["conditions"] == [{"type": "T"}]
+    assert kept["status"]["conditions"] == [condition("T")]
     bumped = sb.http.patch(f"{GW}/namespaces/t/gateways/c", json=[{"op": "replace", "path": "/spec/gatewayClassName", "value": "z"}],
                            headers={"Content-Type": "application/json-patch+json"}).json()
     assert bumped["metadata"]["generation"] == 2 and int(bumped["metadata"]["resourceVersion"]) > int(obj["metadata"]["resourceVersion"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gwpolicy.sandbox.schema import CompiledSchema, crd_schemas
+
 
 @dataclass(frozen=True)
 class Resource:
@@ -67,6 +69,7 @@ class Registry:
     by_kind: dict[tuple[str, str], Resource] = field(default_factory=dict)
     from_crd: dict[str, tuple[str, str]] = field(default_factory=dict)  # CRD name -> (group, plural)
     schemas: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    validators: dict[tuple[str, str], dict[str, CompiledSchema]] = field(default_factory=dict)  # per served version
 
     def __post_init__(self) -> None:
         for r in BUILTINS:
@@ -86,6 +89,8 @@ class Registry:
         old = self.from_crd.pop(name, None)
         if old:
             self.remove(*old)
+            self.schemas.pop(old, None)
+            self.validators.pop(old, None)
         if deleted:
             return
         spec = crd.get("spec") or {}
@@ -105,6 +110,7 @@ class Registry:
         schema = (storage.get("schema") or {}).get("openAPIV3Schema")
         if isinstance(schema, dict):
             self.schemas[(r.group, r.plural)] = schema
+        self.validators[(r.group, r.plural)] = crd_schemas(crd)  # compiled once per CRD write (and cached)
 
     def groups(self) -> dict[str, list[str]]:
         """Group -> served versions (preferred first), for /apis."""

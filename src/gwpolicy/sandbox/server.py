@@ -197,6 +197,22 @@ class Sandbox:
         raise ApiFailure(404, "NotFound", "no such sandbox control")
 
     async def resource_request(self, request: web.Request, group: str, version: str, rest: list[str]) -> web.StreamResponse:
+        """One request on a resource, with the request's field validation and the warnings it earned."""
+        fv = request.query.get("fieldValidation") or "Warn"
+        if fv not in ("Strict", "Warn", "Ignore"):
+            raise ApiFailure(400, "BadRequest", f'fieldValidation parameter unsupported: "{fv}"; '
+                             'must be one of "Ignore", "Warn", or "Strict"')
+        self.store.field_validation, self.store.warnings = fv, []
+        try:
+            resp = await self._resource_request(request, group, version, rest)
+        finally:
+            warnings, self.store.warnings, self.store.field_validation = self.store.warnings, [], "Warn"
+        if warnings and not resp.prepared:
+            for w in warnings:
+                resp.headers.add("Warning", '299 - "' + w.replace('"', '\\"') + '"')
+        return resp
+
+    async def _resource_request(self, request: web.Request, group: str, version: str, rest: list[str]) -> web.StreamResponse:
         registry = self.store.registry
         ns = None
         if rest[0] == "namespaces" and len(rest) >= 3:

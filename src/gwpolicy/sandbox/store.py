@@ -18,6 +18,7 @@ import orjson
 
 from gwpolicy.merge.values import set_in
 from gwpolicy.sandbox.resources import Registry, Resource
+from gwpolicy.sandbox.schema import CelError, FieldError, crd_schemas
 
 Key = tuple[str, str, str, str]  # group, plural, namespace ("" when cluster-scoped), name
 
@@ -41,14 +42,24 @@ _QUALIFIED_NAME = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-
                              r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
-def invalid(r: Resource, name: Any, field: str, value: Any, why: str) -> ApiFailure:
-    """422 Invalid in kube-apiserver's words: `Kind "name" is invalid: field: Invalid value: v: why`."""
-    shown = orjson.dumps(value, default=str).decode()
-    subject = f'{r.kind} "{name}"' if isinstance(name, str) and name else r.kind
-    return ApiFailure(422, "Invalid", f"{subject} is invalid: {field}: Invalid value: {shown}: {why}",
+def qualified_kind(r: Resource) -> str:
+    """`HTTPRoute.gateway.networking.k8s.io`, `Service`: the kind as kube-apiserver's messages name it."""
+    return f"{r.kind}.{r.group}" if r.group else r.kind
+
+
+def invalid_fields(r: Resource, name: Any, errors: list[FieldError]) -> ApiFailure:
+    """422 Invalid in kube-apiserver's words: `Kind.group "name" is invalid: field: why` (several in [...]),
+    with one details.causes entry per field."""
+    subject = f'{qualified_kind(r)} "{name}"' if isinstance(name, str) and name else qualified_kind(r)
+    text = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
+    return ApiFailure(422, "Invalid", f"{subject} is invalid: {text}",
                       {"name": name if isinstance(name, str) else "", "group": r.group, "kind": r.kind,
-                       "causes": [{"reason": "FieldValueInvalid", "message": f"Invalid value: {shown}: {why}",
-                                   "field": field}]})
+                       "causes": [{"reason": e.reason, "message": e.body, "field": e.field} for e in errors]})
+
+
+def invalid(r: Resource, name: Any, field: str, value: Any, why: str) -> ApiFailure:
+    shown = orjson.dumps(value, default=str).decode()
+    return invalid_fields(r, name, [FieldError(field, "FieldValueInvalid", f"Invalid value: {shown}: {why}")])
 
 
 def validate_metadata(r: Resource, obj: dict[str, Any]) -> None:
@@ -298,6 +309,8 @@ class Store:
         self.writes = 0
         self.writes_by: dict[str, int] = {}
         self._dry = False
+        self.field_validation = "Warn"  # of the request in hand: Strict, Warn or Ignore (?fieldValidation=)
+        self.warnings: list[str] = []  # for the request in hand's Warning headers
 
     @contextmanager
     def dry_run(self) -> Iterator[None]:
@@ -347,6 +360,34 @@ class Store:
         self.writes_by[r.plural] = self.writes_by.get(r.plural, 0) + 1
         self.faults.check_write()
 
+    def _admit(self, r: Resource, obj: dict[str, Any], old: dict[str, Any] | None, version: str | None) -> dict[str, Any]:
+        """What the API server does to a custom resource between decoding and storage: prune, default,
+        validate against the CRD's schema and CEL rules (422 naming every field); and a CRD's own rules
+        must compile. Built-in kinds pass unchanged (their validation is not modelled)."""
+        if r.group == "apiextensions.k8s.io" and r.kind == "CustomResourceDefinition":
+            try:
+                crd_schemas(obj)
+            except CelError as exc:
+                raise invalid_fields(r, obj["metadata"].get("name"), [FieldError("", "FieldValueInvalid", str(exc))]) from exc
+            return obj
+        by_version = self.registry.validators.get((r.group, r.plural))
+        if not by_version:
+            return obj
+        schema = by_version.get(version or r.versions[0]) or by_version.get(r.versions[0])
+        if schema is None:
+            return obj
+        outcome = schema.admit(obj, old)
+        if outcome.unknown:
+            fields = ", ".join(f'unknown field "{u}"' for u in outcome.unknown)
+            if self.field_validation == "Strict":
+                raise ApiFailure(400, "BadRequest", f'{r.kind} in version "{version or r.versions[0]}" cannot be '
+                                 f"handled as a {r.kind}: strict decoding error: {fields}")
+            if self.field_validation != "Ignore":
+                self.warnings.extend(f'unknown field "{u}"' for u in outcome.unknown)
+        if outcome.errors:
+            raise invalid_fields(r, obj["metadata"].get("name"), outcome.errors)
+        return outcome.obj
+
     def _ns_check(self, r: Resource, ns: str) -> None:
         if r.namespaced and ("", "namespaces", "", ns) not in self.objects:
             raise ApiFailure(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
@@ -389,6 +430,9 @@ class Store:
         else:
             meta.pop("namespace", None)
         validate_metadata(r, obj)
+        if r.status_subresource and r.group != "apiextensions.k8s.io":
+            obj.pop("status", None)  # status is written through the status subresource only (then defaulted)
+        obj = self._admit(r, obj, None, version)
         key = (r.group, r.plural, ns if r.namespaced else "", name)
         if key in self.objects:
             plural = f"{r.plural}.{r.group}" if r.group else r.plural
@@ -403,8 +447,6 @@ class Store:
         meta.pop("deletionTimestamp", None)
         if r.kind == "Namespace" and r.group == "":
             meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
-        if r.status_subresource and r.group != "apiextensions.k8s.io":
-            obj.pop("status", None)  # status is written through the status subresource only
         if r.kind == "Namespace" and r.group == "":
             obj["status"] = {"phase": "Active"}  # as the namespace controller would have it
         if manager:
@@ -473,6 +515,7 @@ class Store:
         result["apiVersion"] = r.api_version(version)
         result["kind"] = r.kind
         validate_metadata(r, result)
+        result = self._admit(r, result, live, version)
         if self._spec_of(result, r) != self._spec_of(live, r):
             result["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1
         if manager:
@@ -524,8 +567,10 @@ class Store:
                 mine["subresource"] = subresource
             obj["metadata"]["managedFields"].append(mine)
         current = set() if replace else paths_from_fields_v1(mine.get("fieldsV1") or {})
-        mine["fieldsV1"] = fields_v1(current | paths)
-        mine["time"] = now()
+        owned = fields_v1(current | paths)
+        if owned != mine.get("fieldsV1") or not mine.get("time"):
+            mine["fieldsV1"] = owned
+            mine["time"] = now()  # only when the set changes: a no-op apply must leave the object as it was
         if not paths and replace:
             obj["metadata"]["managedFields"].remove(mine)
 
