@@ -58,6 +58,18 @@ BUILTINS = (
     Resource("rbac.authorization.k8s.io", ("v1",), "ClusterRole", "clusterroles", "clusterrole", False, False),
     Resource("rbac.authorization.k8s.io", ("v1",), "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", False, False),
     Resource("apps", ("v1",), "Deployment", "deployments", "deployment", True, True, ("deploy",), ("all",)),
+    Resource("rbac.authorization.k8s.io", ("v1",), "Role", "roles", "role", True, False),
+    Resource("rbac.authorization.k8s.io", ("v1",), "RoleBinding", "rolebindings", "rolebinding", True, False),
+    # stored and served, not enforced (deploy/ and the Gateway API bundle apply them)
+    Resource("admissionregistration.k8s.io", ("v1",), "ValidatingAdmissionPolicy", "validatingadmissionpolicies",
+             "validatingadmissionpolicy", False, True, (), ("api-extensions",)),
+    Resource("admissionregistration.k8s.io", ("v1",), "ValidatingAdmissionPolicyBinding",
+             "validatingadmissionpolicybindings", "validatingadmissionpolicybinding", False, False, (), ("api-extensions",)),
+    Resource("admissionregistration.k8s.io", ("v1",), "ValidatingWebhookConfiguration",
+             "validatingwebhookconfigurations", "validatingwebhookconfiguration", False, False, (), ("api-extensions",)),
+    Resource("admissionregistration.k8s.io", ("v1",), "MutatingWebhookConfiguration",
+             "mutatingwebhookconfigurations", "mutatingwebhookconfiguration", False, False, (), ("api-extensions",)),
+    Resource("discovery.k8s.io", ("v1",), "EndpointSlice", "endpointslices", "endpointslice", True, False),
 )
 
 

@@ -19,12 +19,15 @@ import yaml
 from aiohttp import web
 
 from gwpolicy.sandbox import protobuf
+from gwpolicy.sandbox.persist import DataDirError
 from gwpolicy.sandbox.protobuf import ProtobufError
 from gwpolicy.sandbox.resources import Resource
-from gwpolicy.sandbox.store import ApiFailure, Event, Store, field_matcher, label_matcher
+from gwpolicy.sandbox.store import ApiFailure, Event, FaultRule, Store, field_matcher, label_matcher
 
 log = logging.getLogger("gwpolicy.sandbox")
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+MAX_REQUEST_BYTES = 3 * 1024 * 1024  # kube-apiserver's limit on a write's body
 
 VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-gwpolicy-sandbox", "gitCommit": "sandbox",
            "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23", "compiler": "gc",
@@ -70,6 +73,7 @@ class Sandbox:
         self.log = log
         self.store = store or Store()
         self.bookmark_interval = bookmark_interval
+        self.too_large_wait = 3.0  # seconds a read from a future resourceVersion waits before 504
         self.watch_queues: set[asyncio.Queue] = set()
         self.app = web.Application(client_max_size=256 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self.dispatch)
@@ -189,8 +193,15 @@ class Sandbox:
                 self.store.compact()
                 if spec.get("dropWatches", True):
                     self.drop_watches()
-            for nth, code in spec.get("failWrites") or []:
-                f.fail_writes.append((f.writes_seen + int(nth), int(code)))
+            if spec.get("clear"):
+                f.rules.clear()
+            client = {"user_agent": spec.get("userAgent"), "field_manager": spec.get("fieldManager")}
+            for nth, code in spec.get("failWrites") or []:  # the nth write from now (of that client) fails once
+                f.rules.append(FaultRule(int(code), int(nth), **client))
+            for rule in spec.get("failRequests") or []:
+                f.rules.append(FaultRule(int(rule["code"]), int(rule.get("nth", 1)), int(rule.get("times", -1)),
+                                         rule.get("verb"), rule.get("resource"), rule.get("userAgent"),
+                                         rule.get("fieldManager")))
             if "latency" in spec:
                 f.latency = float(spec["latency"])
             return _json({"ok": True})
@@ -203,6 +214,7 @@ class Sandbox:
             raise ApiFailure(400, "BadRequest", f'fieldValidation parameter unsupported: "{fv}"; '
                              'must be one of "Ignore", "Warn", or "Strict"')
         self.store.field_validation, self.store.warnings = fv, []
+        self.store.faults.client = (request.headers.get("User-Agent", ""), request.query.get("fieldManager", ""))
         try:
             resp = await self._resource_request(request, group, version, rest)
         finally:
@@ -236,7 +248,10 @@ class Sandbox:
         if name is None:
             if method == "GET":
                 if q.get("watch") in ("true", "1"):
+                    store.faults.check("watch", r.plural)
                     return await self.watch(request, r, ns)
+                store.faults.check("list", r.plural)
+                await self.wait_for_version(q.get("resourceVersion"))
                 objs = store.list(r, ns, q.get("labelSelector"), q.get("fieldSelector"))
                 for o in objs:
                     o["apiVersion"] = r.api_version(version)
@@ -254,6 +269,7 @@ class Sandbox:
             raise ApiFailure(405, "MethodNotAllowed", f"{method} is not supported on a collection here")
         ns = ns or ""
         if method == "GET":
+            store.faults.check("get", r.plural)
             obj = store.get(r, ns, name)
             obj["apiVersion"] = r.api_version(version)
             if _wants_table(request):
@@ -283,8 +299,32 @@ class Sandbox:
                           "details": {"name": name, "group": r.group, "kind": r.plural, "uid": out["metadata"].get("uid")}})
         raise ApiFailure(405, "MethodNotAllowed", f"{method} is not supported")
 
+    async def wait_for_version(self, rv_text: str | None) -> int:
+        """A resourceVersion this server has not reached yet: wait for it a little, as kube-apiserver's
+        watch cache does (3 s), then refuse it as it does: 504 Timeout, cause ResourceVersionTooLarge."""
+        try:
+            wanted = int(rv_text or 0)
+        except ValueError:
+            raise ApiFailure(400, "BadRequest", f"invalid resourceVersion {rv_text!r}: must be an integer") from None
+        deadline = time.monotonic() + self.too_large_wait
+        while wanted > self.store.rv and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if wanted > self.store.rv:
+            raise ApiFailure(504, "Timeout", f"Too large resource version: {wanted}, current: {self.store.rv}",
+                             {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                              "retryAfterSeconds": 1})
+        return wanted
+
     async def _body(self, request: web.Request) -> Any:
-        raw = await request.read()
+        if request.content_length is not None and request.content_length > MAX_REQUEST_BYTES:
+            raise ApiFailure(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_REQUEST_BYTES}")
+        chunks, size = [], 0
+        async for chunk in request.content.iter_any():  # a chunked body has no Content-Length to check
+            size += len(chunk)
+            if size > MAX_REQUEST_BYTES:
+                raise ApiFailure(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_REQUEST_BYTES}")
+            chunks.append(chunk)
+        raw = b"".join(chunks)
         ct = request.headers.get("Content-Type", "")
         if "protobuf" in ct:  # kubectl's generators (kubectl create namespace ...) send built-in kinds so
             try:
@@ -333,12 +373,9 @@ class Sandbox:
                 last = self.store.rv
             else:
                 try:
-                    history = self.store.events_since(int(rv_text))
-                except ApiFailure as exc:
+                    history = self.store.events_since(await self.wait_for_version(rv_text))
+                except ApiFailure as exc:  # too old (410) or too large (504): one ERROR event, as there
                     await send("ERROR", exc.status())
-                    return resp
-                except ValueError:
-                    await send("ERROR", ApiFailure(400, "BadRequest", f"invalid resourceVersion {rv_text!r}").status())
                     return resp
                 last = int(rv_text)
                 for ev in history:
@@ -420,10 +457,15 @@ class SandboxServer:
 
 
 async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: bool = False,
-                bookmark_interval: float = 1.0, preload: list[dict[str, Any]] | None = None) -> None:
-    sandbox = Sandbox(Store(keep_creation_timestamp=keep_creation_timestamp), bookmark_interval,
-                      log=bool(os.environ.get("GWPOLICY_SANDBOX_LOG")))
-    for obj in preload or []:
+                bookmark_interval: float = 1.0, preload: list[dict[str, Any]] | None = None,
+                data_dir: str | None = None) -> None:
+    try:
+        store = Store(keep_creation_timestamp=keep_creation_timestamp, data_dir=data_dir)
+    except DataDirError as exc:
+        raise SystemExit(f"Error: {exc}") from None
+    sandbox = Sandbox(store, bookmark_interval, log=bool(os.environ.get("GWPOLICY_SANDBOX_LOG")))
+    restored = data_dir is not None and store.rv > 4
+    for obj in [] if restored else preload or []:  # a restored sandbox has its objects already
         try:
             preload_object(sandbox.store, obj)
         except ApiFailure as exc:
