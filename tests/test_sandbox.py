@@ -176,7 +176,7 @@ def test_real_kubectl_apply_get_delete_and_watch(sb, tmp_path):
     out = sb.kubectl("apply", "--server-side", "-f", str(f))
     assert "gateway.gateway.networking.k8s.io/k serverside-applied" in out.stdout
     table = sb.kubectl("get", "gateways", "-n", "t")
-    assert table.stdout.splitlines()[0].split() == ["NAME", "AGE"] and any(l.startswith("k ") for l in table.stdout.splitlines())
+    assert table.stdout.splitlines()[0].split() == ["NAME", "CLASS", "ADDRESS", "PROGRAMMED", "AGE"] and any(l.startswith("k ") for l in table.stdout.splitlines())
     y = sb.kubectl("get", "gateway", "k", "-n", "t", "-o", "yaml")
     assert "gatewayClassName: c" in y.stdout and "uid:" in y.stdout
     jp = sb.kubectl("get", "gateway", "k", "-n", "t", "-o", "jsonpath={.metadata.generation}")

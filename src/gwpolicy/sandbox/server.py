@@ -11,7 +11,6 @@ import os
 import sys
 import time
 from contextlib import nullcontext
-from datetime import datetime, timezone
 from typing import Any
 
 import orjson
@@ -23,6 +22,7 @@ from gwpolicy.sandbox.persist import DataDirError
 from gwpolicy.sandbox.protobuf import ProtobufError
 from gwpolicy.sandbox.resources import Resource
 from gwpolicy.sandbox.store import ApiFailure, Event, FaultRule, Store, field_matcher, label_matcher
+from gwpolicy.sandbox.table import table
 
 log = logging.getLogger("gwpolicy.sandbox")
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -44,22 +44,6 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 def _fail(exc: ApiFailure) -> web.Response:
     return _json(exc.status(), exc.code)
-
-
-def _age(ts: str | None) -> str:
-    from gwpolicy.cli.printers import age
-
-    return age(ts or "", datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
-
-
-def _table(r: Resource, objs: list[dict[str, Any]], rv: str) -> dict[str, Any]:
-    cols = [{"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0},
-            {"name": "Age", "type": "string", "format": "", "description": "Age", "priority": 0}]
-    rows = [{"cells": [o["metadata"]["name"], _age(o["metadata"].get("creationTimestamp"))],
-             "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}}
-            for o in objs]
-    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv},
-            "columnDefinitions": cols, "rows": rows}
 
 
 def _wants_table(request: web.Request) -> bool:
@@ -103,6 +87,12 @@ class Sandbox:
                 return web.Response(text="ok")
             if path == "/version":
                 return _json(VERSION)
+            if path == "/openapi/v2":
+                if "protobuf" in request.headers.get("Accept", ""):
+                    return web.Response(body=protobuf.openapi_v2_document("Kubernetes", VERSION["gitVersion"]),
+                                        content_type="application/com.github.proto-openapi.spec.v2.v1.0+protobuf")
+                return _json({"swagger": "2.0", "info": {"title": "Kubernetes", "version": VERSION["gitVersion"]},
+                              "paths": {}, "definitions": {}})
             if path.startswith("/openapi/v3"):
                 return _json(self.openapi_v3(path[len("/openapi/v3"):].strip("/")))
             if path == "/api":
@@ -257,7 +247,7 @@ class Sandbox:
                     o["apiVersion"] = r.api_version(version)
                 rv = str(store.rv)
                 if _wants_table(request):
-                    return _json(_table(r, objs, rv))
+                    return _json(table(r, objs, rv))
                 return _json({"kind": r.list_kind, "apiVersion": r.api_version(version),
                               "metadata": {"resourceVersion": rv}, "items": objs})
             if method == "POST":
@@ -273,7 +263,7 @@ class Sandbox:
             obj = store.get(r, ns, name)
             obj["apiVersion"] = r.api_version(version)
             if _wants_table(request):
-                return _json(_table(r, [obj], obj["metadata"]["resourceVersion"]))
+                return _json(table(r, [obj], obj["metadata"]["resourceVersion"]))
             return _json(obj)
         if method == "PUT":
             body = await self._body(request)
@@ -346,7 +336,7 @@ class Sandbox:
     async def watch(self, request: web.Request, r: Resource, ns: str | None) -> web.StreamResponse:
         q = request.query
         lm, fm = label_matcher(q.get("labelSelector")), field_matcher(q.get("fieldSelector"))
-        table = _wants_table(request)
+        as_table = _wants_table(request)
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         timeout = float(q.get("timeoutSeconds") or 1800)
         rv_text = q.get("resourceVersion") or ""
@@ -361,8 +351,8 @@ class Sandbox:
 
         async def send(etype: str, obj: dict[str, Any]) -> None:
             obj = dict(obj, apiVersion=r.api_version(version)) if etype != "ERROR" else obj
-            if table and etype != "ERROR" and etype != "BOOKMARK":
-                obj = _table(r, [obj], obj["metadata"]["resourceVersion"])
+            if as_table and etype != "ERROR" and etype != "BOOKMARK":
+                obj = table(r, [obj], obj["metadata"]["resourceVersion"])
             await resp.write(_encode({"type": etype, "object": obj}) + b"\n")
 
         try:

@@ -20,6 +20,7 @@ from gwpolicy.merge.values import set_in
 from gwpolicy.sandbox.persist import Persistence
 from gwpolicy.sandbox.resources import Registry, Resource
 from gwpolicy.sandbox.schema import CelError, FieldError, crd_schemas
+from gwpolicy.sandbox.strategic import PatchError, strategic_merge
 
 Key = tuple[str, str, str, str]  # group, plural, namespace ("" when cluster-scoped), name
 
@@ -681,7 +682,16 @@ class Store:
                 new = jsonpatch.apply_patch(live, body)
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
                 raise ApiFailure(422, "Invalid", f"the JSON patch could not be applied: {exc}") from exc
-        elif ct in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+        elif ct == "application/strategic-merge-patch+json":
+            if (r.group, r.plural) in self.registry.from_crd.values():
+                raise ApiFailure(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                                 "accepted media types include: application/json-patch+json, "
+                                 "application/merge-patch+json, application/apply-patch+yaml")
+            try:
+                new = strategic_merge(r.kind, live, body)
+            except PatchError as exc:
+                raise ApiFailure(400, "BadRequest", str(exc)) from exc
+        elif ct == "application/merge-patch+json":
             if not isinstance(body, dict):
                 raise ApiFailure(400, "BadRequest", "a merge patch must be a JSON object")
             new = merge_patch(live, body)
