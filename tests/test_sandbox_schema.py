@@ -90,14 +90,15 @@ def test_what_a_real_server_refuses_is_refused_naming_the_field(schemas):
     errs = messages(s, route(parentRefs=[{"name": "gw", "port": 0}], hostnames=["Bad_Host"], rules=[
         {"filters": [{"type": "RequestRedirect", "requestRedirect": {"scheme": "https"}}],
          "backendRefs": [{"name": "svc", "port": 80}]},
-        {"matches": [{"path": {"type": "PathPrefix", "value": "noslash"}, "method": "FETCH"}],
+        {"matches": [{"path": {"type": "PathPrefix", "value": "noslash"}}],
          "backendRefs": [{"name": "svc"}]}]))
     assert "spec.parentRefs[0].port: Invalid value: 0: spec.parentRefs[0].port in body should be greater than or equal to 1" in errs
     assert any(e.startswith('spec.hostnames[0]: Invalid value: "Bad_Host": spec.hostnames[0] in body should match') for e in errs)
     assert 'spec.rules[0]: Invalid value: "object": RequestRedirect filter must not be used together with backendRefs' in errs
     assert any(e.startswith('spec.rules[1].matches[0].path: Invalid value: "object": value must be an absolute path') for e in errs)
     assert 'spec.rules[1].backendRefs[0]: Invalid value: "object": Must have port for Service reference' in errs
-    assert any(e.startswith('spec.rules[1].matches[0].method: Unsupported value: "FETCH": supported values: "GET"') for e in errs)
+    errs = messages(s, route(rules=[{"matches": [{"method": "FETCH"}]}]))
+    assert errs[0].startswith('spec.rules[0].matches[0].method: Unsupported value: "FETCH": supported values: "GET"')
 
 
 def test_types_required_sizes_and_list_types(schemas):
@@ -109,6 +110,9 @@ def test_types_required_sizes_and_list_types(schemas):
     wrong["spec"]["listeners"][0]["port"] = "eighty"
     assert messages(gw, wrong)[0] == ('spec.listeners[0].port: Invalid value: "string": spec.listeners[0].port in body '
                                       'must be of type integer: "string"')
+    # with a wrong type, the CEL rules are not evaluated, and the answer says so (as kube-apiserver's does)
+    assert messages(gw, wrong)[-1] == ('Invalid value: "null": some validation rules were not checked because the '
+                                       'object was invalid; correct the existing errors to complete validation')
     missing = copy.deepcopy(base)
     del missing["spec"]["gatewayClassName"]
     assert "spec.gatewayClassName: Required value" in messages(gw, missing)
@@ -252,3 +256,23 @@ def test_a_crd_whose_rule_does_not_compile_is_refused(sb):
     r = sb.http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd)
     assert r.status_code == 422 and "x-kubernetes-validations[0].rule" in r.json()["message"]
     assert sb.http.get("/apis/example.com/v1").status_code == 404
+
+
+def test_kubectl_client_side_apply_and_create_show_the_servers_messages(sb, tmp_path):
+    f = tmp_path / "r.yaml"
+    obj = route(colour="blue", rules=[{"matches": [{"path": {"type": "PathPrefix", "value": "nope"}}],
+                                       "backendRefs": [{"name": "s"}]}])
+    obj["metadata"]["name"] = "client-side"
+    f.write_text(json.dumps(obj))
+    out = sb.kubectl("apply", "-f", str(f), check=False)
+    assert out.returncode == 1 and 'error when creating "' in out.stderr
+    assert 'HTTPRoute in version "v1" cannot be handled as a HTTPRoute: strict decoding error: unknown field "spec.colour"' \
+        in out.stderr
+    del obj["spec"]["colour"]
+    f.write_text(json.dumps(obj))
+    for verb in ("apply", "create"):
+        out = sb.kubectl(verb, "-f", str(f), check=False)
+        assert out.returncode == 1
+        assert 'The HTTPRoute "client-side" is invalid: \n' in out.stderr
+        assert '* spec.rules[0].backendRefs[0]: Invalid value: "object": Must have port for Service reference' in out.stderr
+        assert "* spec.rules[0].matches[0].path: Invalid value: \"object\": value must be an absolute path" in out.stderr

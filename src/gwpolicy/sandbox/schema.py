@@ -49,6 +49,11 @@ def invalid(path: str, value: Any, detail: str) -> FieldError:
     return FieldError(path, "FieldValueInvalid", f"Invalid value: {_shown(value)}: {detail}")
 
 
+def type_invalid(path: str, actual: str, want: str | None) -> FieldError:
+    return FieldError(path, "FieldValueTypeInvalid",
+                      f'Invalid value: "{actual}": {path} in body must be of type {want}: "{actual}"')
+
+
 def required(path: str, detail: str = "") -> FieldError:
     return FieldError(path, "FieldValueRequired", "Required value" + (f": {detail}" if detail else ""))
 
@@ -317,17 +322,16 @@ class Walk:
         self.errors: list[FieldError] = []
         self.unknown: list[str] = []
         self.check_rules = check_rules
+        self.pending: list[tuple[Node, Any, str, Any]] = []
 
     def value(self, node: Node, value: Any, path: str, old: Any) -> Any:
         """The value kept at `path` (pruned and defaulted); errors go to self.errors."""
         if value is None:
             if not node.nullable:
-                self.errors.append(invalid(path, "null", f"{path} in body must be of type {node.type or 'object'}: \"null\""))
+                self.errors.append(type_invalid(path, "null", node.type or "object"))
             return value
         if not _type_ok(node, value):
-            want = "integer or string" if node.int_or_string else node.type
-            self.errors.append(invalid(path, _type_name(value), f"{path} in body must be of type {want}: "
-                                       f"\"{_type_name(value)}\""))
+            self.errors.append(type_invalid(path, _type_name(value), "integer or string" if node.int_or_string else node.type))
             return value
         if isinstance(value, dict) and not node.int_or_string:
             value = self._object(node, value, path, old)
@@ -335,8 +339,19 @@ class Walk:
             value = self._array(node, value, path, old)
         self._constraints(node, value, path, self.errors)
         if self.check_rules and node.rules:
-            self._rules(node, value, path, old)
+            self.pending.append((node, value, path, old))  # evaluated after the schema, as there
         return value
+
+    def run_rules(self) -> None:
+        """The CEL rules, unless the schema found a wrong type or an unsupported value: kube-apiserver
+        does not evaluate rules on such an object, and says so."""
+        if any(e.reason in ("FieldValueTypeInvalid", "FieldValueNotSupported") for e in self.errors):
+            self.errors.append(FieldError("", "FieldValueInvalid", 'Invalid value: "null": some validation rules were not '
+                                          "checked because the object was invalid; correct the existing errors to "
+                                          "complete validation"))
+            return
+        for node, value, path, old in self.pending:
+            self._rules(node, value, path, old)
 
     def _object(self, node: Node, value: dict[str, Any], path: str, old: Any) -> dict[str, Any]:
         props = node.properties or {}
@@ -537,6 +552,7 @@ class CompiledSchema:
         """Prune, default and validate `obj` (`old`: the stored object an update replaces)."""
         walk = Walk()
         out = walk.value(self.root, obj, "", old if old is not None else _ABSENT)
+        walk.run_rules()
         return Outcome(out if isinstance(out, dict) else obj, walk.errors, walk.unknown)
 
 
