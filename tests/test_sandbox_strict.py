@@ -71,7 +71,9 @@ def test_data_dir_survives_kill_9_with_objects_and_versions(tmp_path):
         first.proc.wait(5)
         first.http.close()
     (tmp_path / "b").mkdir()
-    second = SandboxProcess(tmp_path / "b", "--data-dir", str(data))
+    manifest = tmp_path / "kept.yaml"
+    manifest.write_text(json.dumps(gateway("kept")))
+    second = SandboxProcess(tmp_path / "b", "--data-dir", str(data), "-f", str(manifest))  # -f: only into an empty DIR
     try:
         after = second.http.get(f"{GW}/namespaces/default/gateways/kept").json()
         assert after["metadata"]["uid"] == before["metadata"]["uid"]

@@ -454,8 +454,7 @@ async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: 
     except DataDirError as exc:
         raise SystemExit(f"Error: {exc}") from None
     sandbox = Sandbox(store, bookmark_interval, log=bool(os.environ.get("GWPOLICY_SANDBOX_LOG")))
-    restored = data_dir is not None and store.rv > 4
-    for obj in [] if restored else preload or []:  # a restored sandbox has its objects already
+    for obj in [] if store.restored else preload or []:  # a restored sandbox has its objects already
         try:
             preload_object(sandbox.store, obj)
         except ApiFailure as exc:

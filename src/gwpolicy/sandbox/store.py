@@ -372,6 +372,7 @@ class Store:
         self.field_validation = "Warn"  # of the request in hand: Strict, Warn or Ignore (?fieldValidation=)
         self.warnings: list[str] = []  # for the request in hand's Warning headers
         self.persist: Persistence | None = None
+        self.restored = False  # came back from a data directory with objects in it
         if data_dir is not None:
             self.persist = Persistence(data_dir)
             self._restore()
@@ -389,6 +390,7 @@ class Store:
         rv, rows = self.persist.load()
         for key, obj in rows:
             self.objects[key] = obj
+        self.restored = bool(self.objects)
         for key, obj in self.objects.items():
             if key[:2] == ("apiextensions.k8s.io", "customresourcedefinitions"):
                 try:
