@@ -182,10 +182,12 @@ def test_admitting_is_fast_enough_for_every_write(schemas):
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory):
     s = SandboxProcess(tmp_path_factory.mktemp("sandbox-schema"))
-    s.kubectl("apply", "--server-side", "-f", str(SHARED / "crd" / "experimental"))
-    s.kubectl("create", "namespace", "t")
-    yield s
-    s.close()
+    try:
+        s.kubectl("apply", "--server-side", "-f", str(SHARED / "crd" / "experimental"))
+        s.kubectl("create", "namespace", "t")
+        yield s
+    finally:
+        s.close()
 
 
 def test_kubectl_applies_every_example_and_reads_back_defaults(sb, tmp_path):

@@ -41,9 +41,11 @@ def watch_events(url: str, path: str, timeout: float = 6.0, until=None, **params
 @pytest.fixture
 def sb(tmp_path):
     s = SandboxProcess(tmp_path)
-    s.kubectl("apply", "--server-side", "-f", str(GW_CRDS / "gateway.networking.k8s.io_gateways.yaml"))
-    yield s
-    s.close()
+    try:
+        s.kubectl("apply", "--server-side", "-f", str(GW_CRDS / "gateway.networking.k8s.io_gateways.yaml"))
+        yield s
+    finally:
+        s.close()
 
 
 def test_a_new_sandbox_has_the_namespaces_a_cluster_has(tmp_path):
