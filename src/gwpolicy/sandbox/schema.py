@@ -501,13 +501,15 @@ class Walk:
                 self._branch(node.items, item, f"{path}[{i}]", errors)
 
     def _rules(self, node: Node, value: Any, path: str, old: Any) -> None:
+        data = {"self": value, "format": "format"}
+        if old is not _ABSENT:
+            data["oldSelf"] = old
+        activation = _cel_env().Activation(data=data)  # converted once for all the node's rules
         for rule in node.rules:
             if rule.transition and old is _ABSENT:
                 continue
-            data = {"self": value, "oldSelf": old, "format": "format"} if rule.transition else \
-                {"self": value, "format": "format"}
             try:
-                result = rule.program.eval(data=data)
+                result = rule.program.eval(activation)
                 out = result.plain_value()
                 failed_eval = result.type().name() == "error"
             except Exception as exc:  # noqa: BLE001 - the library's error is the message

@@ -308,13 +308,16 @@ class Sandbox:
     async def _body(self, request: web.Request) -> Any:
         if request.content_length is not None and request.content_length > MAX_REQUEST_BYTES:
             raise ApiFailure(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_REQUEST_BYTES}")
-        chunks, size = [], 0
-        async for chunk in request.content.iter_any():  # a chunked body has no Content-Length to check
-            size += len(chunk)
-            if size > MAX_REQUEST_BYTES:
-                raise ApiFailure(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_REQUEST_BYTES}")
-            chunks.append(chunk)
-        raw = b"".join(chunks)
+        if request.content_length is not None:
+            raw = await request.read()
+        else:  # a chunked body has no Content-Length to check beforehand
+            chunks, size = [], 0
+            async for chunk in request.content.iter_any():
+                size += len(chunk)
+                if size > MAX_REQUEST_BYTES:
+                    raise ApiFailure(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_REQUEST_BYTES}")
+                chunks.append(chunk)
+            raw = b"".join(chunks)
         ct = request.headers.get("Content-Type", "")
         if "protobuf" in ct:  # kubectl's generators (kubectl create namespace ...) send built-in kinds so
             try:
