@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from sandbox_proc import GW_CRDS, SandboxProcess, wait_for
 
@@ -261,3 +262,27 @@ def test_the_parable_applies_with_plain_kubectl_server_side_apply(sb):
         assert second.returncode == 0, second.stderr
     assert len(sb.kubectl("get", "retrypolicies,timeoutpolicies,healthcheckpolicies", "-A", "-o", "name").stdout.split()) == 31
     assert len(sb.kubectl("get", "httproutes", "-A", "-o", "name").stdout.split()) == 17
+
+
+ports_st = st.lists(st.integers(1, 20), unique=True, max_size=6)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ports_st, ports_st, st.lists(st.integers(1, 20), unique=True, max_size=3))
+def test_strategic_merge_of_service_ports_is_a_merge_by_port(have, patched, deleted):
+    """Every port the patch does not name stays as it was; every port it names is merged; deleted go."""
+    from gwpolicy.sandbox.strategic import strategic_merge
+
+    live = {"spec": {"ports": [{"port": p, "name": f"old-{p}"} for p in have]}}
+    patch = {"spec": {"ports": [{"port": p, "targetPort": p + 1000} for p in patched]
+                      + [{"port": p, "$patch": "delete"} for p in deleted if p not in patched]}}
+    out = strategic_merge("Service", live, patch)["spec"]["ports"]
+    by_port = {p["port"]: p for p in out}
+    gone = set(deleted) - set(patched)
+    assert set(by_port) == (set(have) | set(patched)) - gone
+    for p in have:
+        if p not in gone and p not in patched:
+            assert by_port[p] == {"port": p, "name": f"old-{p}"}
+    for p in patched:
+        assert by_port[p]["targetPort"] == p + 1000 and (p not in have or by_port[p]["name"] == f"old-{p}")
+    assert live == {"spec": {"ports": [{"port": p, "name": f"old-{p}"} for p in have]}}  # the input is not changed
