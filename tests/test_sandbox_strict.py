@@ -70,13 +70,12 @@ def test_data_dir_survives_kill_9_with_objects_and_versions(tmp_path):
         older = int(before["metadata"]["resourceVersion"]) - 1
         at_kill = int(first.http.get(f"{GW}/gateways").json()["metadata"]["resourceVersion"])
     finally:
-        first.proc.kill()  # SIGKILL: no chance to flush anything
-        first.proc.wait(5)
-        first.http.close()
+        first.kill()  # SIGKILL: no chance to flush anything
     (tmp_path / "b").mkdir()
     manifest = tmp_path / "kept.yaml"
     manifest.write_text(json.dumps(gateway("kept")))
-    second = SandboxProcess(tmp_path / "b", "--data-dir", str(data), "-f", str(manifest))  # -f: only into an empty DIR
+    # on the same port, as clients' kubeconfigs expect; -f loads only into an empty data directory
+    second = SandboxProcess(tmp_path / "b", "--data-dir", str(data), "-f", str(manifest), port=first.port)
     try:
         after = second.http.get(f"{GW}/namespaces/default/gateways/kept").json()
         assert after["metadata"]["uid"] == before["metadata"]["uid"]
