@@ -278,3 +278,14 @@ def test_kubectl_client_side_apply_and_create_show_the_servers_messages(sb, tmp_
         assert 'The HTTPRoute "client-side" is invalid: \n' in out.stderr
         assert '* spec.rules[0].backendRefs[0]: Invalid value: "object": Must have port for Service reference' in out.stderr
         assert "* spec.rules[0].matches[0].path: Invalid value: \"object\": value must be an absolute path" in out.stderr
+
+
+def test_rules_with_message_expression_reason_and_field_path():
+    schema = CompiledSchema({"type": "object", "properties": {"spec": {
+        "type": "object", "properties": {"min": {"type": "integer"}, "max": {"type": "integer"}},
+        "x-kubernetes-validations": [
+            {"rule": "self.min <= self.max", "messageExpression": "'min ' + string(self.min) + ' is over max ' + string(self.max)",
+             "fieldPath": ".min", "reason": "FieldValueForbidden"}]}}})
+    out = schema.admit({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "x"}, "spec": {"min": 5, "max": 2}})
+    assert [(e.field, e.reason, e.body) for e in out.errors] == [("spec.min", "FieldValueForbidden", "Forbidden: min 5 is over max 2")]
+    assert schema.admit({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "x"}, "spec": {"min": 1, "max": 2}}).errors == []

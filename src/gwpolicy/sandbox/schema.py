@@ -12,6 +12,7 @@ docs/architecture.md for why this library.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import ipaddress
 import re
 import uuid
@@ -181,6 +182,7 @@ class Rule:
     reason: str
     field_path: str
     transition: bool  # uses oldSelf: evaluated on updates only, where the old value is known
+    message_expression: Any = None  # a CEL program giving the message; `message` when it fails
 
 
 def _compile_rule(spec: dict[str, Any], where: str) -> Rule:
@@ -191,9 +193,16 @@ def _compile_rule(spec: dict[str, Any], where: str) -> Rule:
         program = _cel_env().compile(text)
     except RuntimeError as exc:
         raise CelError(f"{where}.rule: Invalid value: {orjson.dumps(text).decode()}: compilation failed: {exc}") from exc
+    message_expression = None
+    if isinstance(spec.get("messageExpression"), str):
+        try:
+            message_expression = _cel_env().compile(spec["messageExpression"])
+        except RuntimeError as exc:
+            raise CelError(f"{where}.messageExpression: Invalid value: {orjson.dumps(spec['messageExpression']).decode()}: "
+                           f"compilation failed: {exc}") from exc
     return Rule(program, text, spec.get("message") or f"failed rule: {text}",
                 spec.get("reason") or "FieldValueInvalid", spec.get("fieldPath") or "",
-                bool(re.search(r"\boldSelf\b", text)))
+                bool(re.search(r"\boldSelf\b", text)), message_expression)
 
 
 # ---------- the compiled schema ----------
@@ -520,7 +529,15 @@ class Walk:
                 self.errors.append(FieldError(where, "FieldValueInvalid",
                                               f'Invalid value: "{shown}": rule evaluation error: {rule.text}: {out}'))
             elif not out:
-                self.errors.append(_rule_error(where, rule, shown))
+                message = rule.message
+                if rule.message_expression is not None:
+                    try:
+                        got = rule.message_expression.eval(activation).plain_value()
+                        if isinstance(got, str) and got.strip():
+                            message = got
+                    except Exception:  # noqa: BLE001 - kube-apiserver falls back to `message` too
+                        pass
+                self.errors.append(_rule_error(where, dataclasses.replace(rule, message=message), shown))
 
 
 def _rule_error(path: str, rule: Rule, shown: str) -> FieldError:
