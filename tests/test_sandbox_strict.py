@@ -285,3 +285,35 @@ def test_strategic_merge_of_service_ports_is_a_merge_by_port(have, patched, dele
     for p in patched:
         assert by_port[p]["targetPort"] == p + 1000 and (p not in have or by_port[p]["name"] == f"old-{p}")
     assert live == {"spec": {"ports": [{"port": p, "name": f"old-{p}"} for p in have]}}  # the input is not changed
+
+
+def test_a_requests_field_validation_is_its_own_while_others_interleave(sb):
+    """A slow upload with fieldValidation=Strict keeps Strict while other requests come and go."""
+    body = json.dumps(dict(gateway("slow"), spec=dict(gateway("slow")["spec"], colour="blue"))).encode()
+
+    def slowly():
+        yield body[:20]
+        wait_for(lambda: done.is_set(), 5)
+        yield body[20:]
+
+    done = threading.Event()
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.update(r=httpx.post(
+        sb.url + f"{GW}/namespaces/default/gateways", params={"fieldValidation": "Strict"}, content=slowly(),
+        headers={"Content-Type": "application/json"}, timeout=10)))
+    before = sb.http.get("/sandbox/stats").json()["requests"]
+    polls = [0]
+
+    def arrived() -> bool:  # the slow request is in the server (each poll counts as one request too)
+        polls[0] += 1
+        return sb.http.get("/sandbox/stats").json()["requests"] - polls[0] > before
+
+    t.start()
+    try:
+        wait_for(arrived, 5)
+        for i in range(3):  # requests without fieldValidation (Warn) while the strict one uploads
+            assert sb.http.post(f"{GW}/namespaces/default/gateways", json=gateway(f"quick-{i}")).status_code == 201
+    finally:
+        done.set()
+        t.join(10)
+    assert result["r"].status_code == 400 and 'unknown field "spec.colour"' in result["r"].json()["message"]

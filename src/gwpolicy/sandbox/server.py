@@ -203,12 +203,9 @@ class Sandbox:
         if fv not in ("Strict", "Warn", "Ignore"):
             raise ApiFailure(400, "BadRequest", f'fieldValidation parameter unsupported: "{fv}"; '
                              'must be one of "Ignore", "Warn", or "Strict"')
-        self.store.field_validation, self.store.warnings = fv, []
-        self.store.faults.client = (request.headers.get("User-Agent", ""), request.query.get("fieldManager", ""))
-        try:
-            resp = await self._resource_request(request, group, version, rest)
-        finally:
-            warnings, self.store.warnings, self.store.field_validation = self.store.warnings, [], "Warn"
+        self._bind(request)
+        resp = await self._resource_request(request, group, version, rest)
+        warnings = self.store.warnings  # no await since the store call: this request's own
         if warnings and not resp.prepared:
             for w in warnings:
                 resp.headers.add("Warning", '299 - "' + w.replace('"', '\\"') + '"')
@@ -242,6 +239,7 @@ class Sandbox:
                     return await self.watch(request, r, ns)
                 store.faults.check("list", r.plural)
                 await self.wait_for_version(q.get("resourceVersion"))
+                self._bind(request)
                 objs = store.list(r, ns, q.get("labelSelector"), q.get("fieldSelector"))
                 for o in objs:
                     o["apiVersion"] = r.api_version(version)
@@ -305,7 +303,21 @@ class Sandbox:
                               "retryAfterSeconds": 1})
         return wanted
 
+    def _bind(self, request: web.Request) -> None:
+        """The store's per-request settings: field validation, the client (for fault rules) and a fresh
+        list of warnings. Set again after every await, before the store is called: requests interleave
+        at awaits, and the store calls themselves never await."""
+        self.store.field_validation = request.query.get("fieldValidation") or "Warn"
+        self.store.faults.client = (request.headers.get("User-Agent", ""), request.query.get("fieldManager", ""))
+        self.store.warnings = []
+
     async def _body(self, request: web.Request) -> Any:
+        try:
+            return await self._read_body(request)
+        finally:
+            self._bind(request)
+
+    async def _read_body(self, request: web.Request) -> Any:
         if request.content_length is not None and request.content_length > MAX_REQUEST_BYTES:
             raise ApiFailure(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_REQUEST_BYTES}")
         if request.content_length is not None:
