@@ -16,14 +16,18 @@ GW_CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-ap
 
 
 class SandboxProcess:
-    def __init__(self, tmp: Path, *extra: str) -> None:
+    """`gwpolicy sandbox` in a process of its own. `port=` starts it on a given port (a restarted
+    sandbox where a client's kubeconfig still points); `kill()` ends it with SIGKILL, as a crash."""
+
+    def __init__(self, tmp: Path, *extra: str, port: int = 0) -> None:
         self.kubeconfig = tmp / "kubeconfig"
-        self.proc = subprocess.Popen([str(BIN / "gwpolicy"), "sandbox", "--port", "0", "--kubeconfig-out",
+        self.proc = subprocess.Popen([str(BIN / "gwpolicy"), "sandbox", "--port", str(port), "--kubeconfig-out",
                                       str(self.kubeconfig), "--bookmark-interval", "0.2", *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
         assert m, f"sandbox did not start: {line} {self.proc.stderr.read() if self.proc.poll() is not None else ''}"
+        self.port = int(m.group(1))
         self.url = f"http://127.0.0.1:{m.group(1)}"
         self.http = httpx.Client(base_url=self.url, timeout=10)
         self.cache = tmp / "kubectl-cache"
@@ -35,6 +39,12 @@ class SandboxProcess:
         if check:
             assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
         return out
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, nothing flushed that was not already written."""
+        self.http.close()
+        self.proc.kill()
+        self.proc.wait(5)
 
     def close(self) -> None:
         self.http.close()

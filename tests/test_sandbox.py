@@ -16,17 +16,24 @@ GW = "/apis/gateway.networking.k8s.io/v1"
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory):
     s = SandboxProcess(tmp_path_factory.mktemp("sandbox"))
-    s.kubectl("apply", "--server-side", "-f", str(GW_CRDS / "gateway.networking.k8s.io_gateways.yaml"),
-              "-f", str(GW_CRDS / "gateway.networking.k8s.io_httproutes.yaml"),
-              "-f", str(GW_CRDS / "gateway.networking.k8s.io_gatewayclasses.yaml"))
-    s.http.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "t"}})
-    yield s
-    s.close()
+    try:
+        s.kubectl("apply", "--server-side", "-f", str(GW_CRDS / "gateway.networking.k8s.io_gateways.yaml"),
+                  "-f", str(GW_CRDS / "gateway.networking.k8s.io_httproutes.yaml"),
+                  "-f", str(GW_CRDS / "gateway.networking.k8s.io_gatewayclasses.yaml"))
+        s.http.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "t"}})
+        yield s
+    finally:
+        s.close()
 
 
 def gateway(name: str, **spec) -> dict:
     return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": name, "namespace": "t"},
             "spec": {"gatewayClassName": "c", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}], **spec}}
+
+
+def condition(ctype: str, status: str = "True") -> dict:
+    """A condition as the CRDs require one (every field of metav1.Condition but observedGeneration)."""
+    return {"type": ctype, "status": status, "reason": "Testing", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
 
 
 def test_discovery_from_crds(sb):
@@ -70,13 +77,13 @@ def test_generation_moves_on_spec_changes_only_and_status_is_apart(sb):
     labelled = sb.http.patch(f"{GW}/namespaces/t/gateways/c", json={"metadata": {"labels": {"x": "y"}}},
                              headers={"Content-Type": "application/merge-patch+json"}).json()
     assert labelled["metadata"]["generation"] == 1
-    st = sb.http.patch(f"{GW}/namespaces/t/gateways/c/status", json={"status": {"conditions": [{"type": "T"}]}},
+    st = sb.http.patch(f"{GW}/namespaces/t/gateways/c/status", json={"status": {"conditions": [condition("T")]}},
                        headers={"Content-Type": "application/merge-patch+json"}).json()
-    assert st["status"]["conditions"] == [{"type": "T"}] and st["metadata"]["generation"] == 1
+    assert st["status"]["conditions"] == [condition("T")] and st["metadata"]["generation"] == 1
     # a write to the main resource cannot change status
     put = dict(st, status={"conditions": []})
     kept = sb.http.put(f"{GW}/namespaces/t/gateways/c", json=put).json()
-    assert kept["status"]["conditions"] == [{"type": "T"}]
+    assert kept["status"]["conditions"] == [condition("T")]
     bumped = sb.http.patch(f"{GW}/namespaces/t/gateways/c", json=[{"op": "replace", "path": "/spec/gatewayClassName", "value": "z"}],
                            headers={"Content-Type": "application/json-patch+json"}).json()
     assert bumped["metadata"]["generation"] == 2 and int(bumped["metadata"]["resourceVersion"]) > int(obj["metadata"]["resourceVersion"])
@@ -171,7 +178,7 @@ def test_real_kubectl_apply_get_delete_and_watch(sb, tmp_path):
     out = sb.kubectl("apply", "--server-side", "-f", str(f))
     assert "gateway.gateway.networking.k8s.io/k serverside-applied" in out.stdout
     table = sb.kubectl("get", "gateways", "-n", "t")
-    assert table.stdout.splitlines()[0].split() == ["NAME", "AGE"] and any(l.startswith("k ") for l in table.stdout.splitlines())
+    assert table.stdout.splitlines()[0].split() == ["NAME", "CLASS", "ADDRESS", "PROGRAMMED", "AGE"] and any(l.startswith("k ") for l in table.stdout.splitlines())
     y = sb.kubectl("get", "gateway", "k", "-n", "t", "-o", "yaml")
     assert "gatewayClassName: c" in y.stdout and "uid:" in y.stdout
     jp = sb.kubectl("get", "gateway", "k", "-n", "t", "-o", "jsonpath={.metadata.generation}")

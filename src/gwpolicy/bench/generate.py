@@ -47,10 +47,14 @@ def cluster(routes: int, seed: int = 1) -> Iterator[dict[str, Any]]:
            "spec": {"group": P, "scope": "Namespaced", "names": {"kind": "RetryPolicy", "plural": "retrypolicies"},
                     "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
                                   "schema": {"openAPIV3Schema": {
+                        # every field the policies below use: an API server prunes the others (and status)
                         "type": "object", "properties": {"spec": {"type": "object", "properties": {
-                            "defaults": {"type": "object", "properties": {"headers": {"type": "object", "additionalProperties": {"type": "string"}}}},
-                            "overrides": {"type": "object", "properties": {"headers": {"type": "object", "additionalProperties": {"type": "string"}}}},
-                        }}}}}}]}}
+                            "targetRefs": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                            "defaults": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                                         "properties": {"headers": {"type": "object", "additionalProperties": {"type": "string"}}}},
+                            "overrides": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                                          "properties": {"headers": {"type": "object", "additionalProperties": {"type": "string"}}}},
+                        }}, "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}}}]}}
     yield {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "PolicyKind", "metadata": {"name": f"timeoutpolicies.{P}"},
            "spec": {"group": P, "kind": "TimeoutPolicy", "attachment": "Inherited",
                     "fieldMappings": [{"setting": "request", "targetKind": {"group": GW, "kind": "HTTPRoute"},

@@ -235,6 +235,8 @@ def sandbox_main(argv: list[str]) -> int:
                    help="test switch: keep metadata.creationTimestamp from the input, so age decides as written")
     p.add_argument("--bookmark-interval", type=float, default=1.0, help="seconds between watch BOOKMARK events")
     p.add_argument("-f", "--filename", action="append", default=[], help="objects to load at start (CRDs first)")
+    p.add_argument("--data-dir", metavar="DIR", help="keep objects and resourceVersions in DIR (SQLite) and "
+                   "come back with them after a restart, also after kill -9; -f loads only into an empty DIR")
     args = p.parse_args(argv)
     preload = []
     if args.filename:
@@ -242,7 +244,8 @@ def sandbox_main(argv: list[str]) -> int:
 
         preload = ordered(load_paths(args.filename).objects)  # with CRDs made up for kinds that have none
     try:
-        asyncio.run(serve(args.port, args.kubeconfig_out, args.keep_creation_timestamp, args.bookmark_interval, preload))
+        asyncio.run(serve(args.port, args.kubeconfig_out, args.keep_creation_timestamp, args.bookmark_interval, preload,
+                          args.data_dir))
     except KeyboardInterrupt:
         return 0
     except OSError as exc:

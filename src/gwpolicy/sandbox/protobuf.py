@@ -167,3 +167,24 @@ def decode(body: bytes) -> dict[str, Any]:
     obj = {"apiVersion": api_version, "kind": kind}
     obj.update(_message(kind, unknown.get("raw", b"")))
     return obj
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (lengths here stay far below the 2^28 a 4-byte varint holds)."""
+    n, size = len(payload), b""
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        size += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            break
+    return bytes([(number << 3) | 2]) + size + payload
+
+
+def openapi_v2_document(title: str, version: str) -> bytes:
+    """An OpenAPI v2 document (gnostic's openapi_v2.Document) with no definitions: what kubectl's
+    client-side validation fetches when a group is not in /openapi/v3 (as for kinds whose CRDs the
+    same `kubectl apply` creates). No definition: kubectl validates nothing client-side and leaves it
+    to the server, which validates everything."""
+    info = _field(1, title.encode()) + _field(2, version.encode())
+    return _field(1, b"2.0") + _field(2, info) + _field(8, b"")

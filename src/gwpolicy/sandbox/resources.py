@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gwpolicy.sandbox.schema import CompiledSchema, crd_schemas
+
 
 @dataclass(frozen=True)
 class Resource:
@@ -56,6 +58,18 @@ BUILTINS = (
     Resource("rbac.authorization.k8s.io", ("v1",), "ClusterRole", "clusterroles", "clusterrole", False, False),
     Resource("rbac.authorization.k8s.io", ("v1",), "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", False, False),
     Resource("apps", ("v1",), "Deployment", "deployments", "deployment", True, True, ("deploy",), ("all",)),
+    Resource("rbac.authorization.k8s.io", ("v1",), "Role", "roles", "role", True, False),
+    Resource("rbac.authorization.k8s.io", ("v1",), "RoleBinding", "rolebindings", "rolebinding", True, False),
+    # stored and served, not enforced (deploy/ and the Gateway API bundle apply them)
+    Resource("admissionregistration.k8s.io", ("v1",), "ValidatingAdmissionPolicy", "validatingadmissionpolicies",
+             "validatingadmissionpolicy", False, True, (), ("api-extensions",)),
+    Resource("admissionregistration.k8s.io", ("v1",), "ValidatingAdmissionPolicyBinding",
+             "validatingadmissionpolicybindings", "validatingadmissionpolicybinding", False, False, (), ("api-extensions",)),
+    Resource("admissionregistration.k8s.io", ("v1",), "ValidatingWebhookConfiguration",
+             "validatingwebhookconfigurations", "validatingwebhookconfiguration", False, False, (), ("api-extensions",)),
+    Resource("admissionregistration.k8s.io", ("v1",), "MutatingWebhookConfiguration",
+             "mutatingwebhookconfigurations", "mutatingwebhookconfiguration", False, False, (), ("api-extensions",)),
+    Resource("discovery.k8s.io", ("v1",), "EndpointSlice", "endpointslices", "endpointslice", True, False),
 )
 
 
@@ -67,6 +81,7 @@ class Registry:
     by_kind: dict[tuple[str, str], Resource] = field(default_factory=dict)
     from_crd: dict[str, tuple[str, str]] = field(default_factory=dict)  # CRD name -> (group, plural)
     schemas: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    validators: dict[tuple[str, str], dict[str, CompiledSchema]] = field(default_factory=dict)  # per served version
 
     def __post_init__(self) -> None:
         for r in BUILTINS:
@@ -86,6 +101,8 @@ class Registry:
         old = self.from_crd.pop(name, None)
         if old:
             self.remove(*old)
+            self.schemas.pop(old, None)
+            self.validators.pop(old, None)
         if deleted:
             return
         spec = crd.get("spec") or {}
@@ -105,6 +122,7 @@ class Registry:
         schema = (storage.get("schema") or {}).get("openAPIV3Schema")
         if isinstance(schema, dict):
             self.schemas[(r.group, r.plural)] = schema
+        self.validators[(r.group, r.plural)] = crd_schemas(crd)  # compiled once per CRD write (and cached)
 
     def groups(self) -> dict[str, list[str]]:
         """Group -> served versions (preferred first), for /apis."""

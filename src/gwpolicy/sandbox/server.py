@@ -11,7 +11,6 @@ import os
 import sys
 import time
 from contextlib import nullcontext
-from datetime import datetime, timezone
 from typing import Any
 
 import orjson
@@ -19,12 +18,16 @@ import yaml
 from aiohttp import web
 
 from gwpolicy.sandbox import protobuf
+from gwpolicy.sandbox.persist import DataDirError
 from gwpolicy.sandbox.protobuf import ProtobufError
 from gwpolicy.sandbox.resources import Resource
-from gwpolicy.sandbox.store import ApiFailure, Event, Store, field_matcher, label_matcher
+from gwpolicy.sandbox.store import ApiFailure, Event, FaultRule, Store, field_matcher, label_matcher
+from gwpolicy.sandbox.table import table
 
 log = logging.getLogger("gwpolicy.sandbox")
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+MAX_REQUEST_BYTES = 3 * 1024 * 1024  # kube-apiserver's limit on a write's body
 
 VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-gwpolicy-sandbox", "gitCommit": "sandbox",
            "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23", "compiler": "gc",
@@ -43,22 +46,6 @@ def _fail(exc: ApiFailure) -> web.Response:
     return _json(exc.status(), exc.code)
 
 
-def _age(ts: str | None) -> str:
-    from gwpolicy.cli.printers import age
-
-    return age(ts or "", datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
-
-
-def _table(r: Resource, objs: list[dict[str, Any]], rv: str) -> dict[str, Any]:
-    cols = [{"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0},
-            {"name": "Age", "type": "string", "format": "", "description": "Age", "priority": 0}]
-    rows = [{"cells": [o["metadata"]["name"], _age(o["metadata"].get("creationTimestamp"))],
-             "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}}
-            for o in objs]
-    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv},
-            "columnDefinitions": cols, "rows": rows}
-
-
 def _wants_table(request: web.Request) -> bool:
     return "as=Table" in request.headers.get("Accept", "")
 
@@ -70,6 +57,7 @@ class Sandbox:
         self.log = log
         self.store = store or Store()
         self.bookmark_interval = bookmark_interval
+        self.too_large_wait = 3.0  # seconds a read from a future resourceVersion waits before 504
         self.watch_queues: set[asyncio.Queue] = set()
         self.app = web.Application(client_max_size=256 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self.dispatch)
@@ -99,6 +87,12 @@ class Sandbox:
                 return web.Response(text="ok")
             if path == "/version":
                 return _json(VERSION)
+            if path == "/openapi/v2":
+                if "protobuf" in request.headers.get("Accept", ""):
+                    return web.Response(body=protobuf.openapi_v2_document("Kubernetes", VERSION["gitVersion"]),
+                                        content_type="application/com.github.proto-openapi.spec.v2.v1.0+protobuf")
+                return _json({"swagger": "2.0", "info": {"title": "Kubernetes", "version": VERSION["gitVersion"]},
+                              "paths": {}, "definitions": {}})
             if path.startswith("/openapi/v3"):
                 return _json(self.openapi_v3(path[len("/openapi/v3"):].strip("/")))
             if path == "/api":
@@ -189,14 +183,35 @@ class Sandbox:
                 self.store.compact()
                 if spec.get("dropWatches", True):
                     self.drop_watches()
-            for nth, code in spec.get("failWrites") or []:
-                f.fail_writes.append((f.writes_seen + int(nth), int(code)))
+            if spec.get("clear"):
+                f.rules.clear()
+            client = {"user_agent": spec.get("userAgent"), "field_manager": spec.get("fieldManager")}
+            for nth, code in spec.get("failWrites") or []:  # the nth write from now (of that client) fails once
+                f.rules.append(FaultRule(int(code), int(nth), **client))
+            for rule in spec.get("failRequests") or []:
+                f.rules.append(FaultRule(int(rule["code"]), int(rule.get("nth", 1)), int(rule.get("times", -1)),
+                                         rule.get("verb"), rule.get("resource"), rule.get("userAgent"),
+                                         rule.get("fieldManager")))
             if "latency" in spec:
                 f.latency = float(spec["latency"])
             return _json({"ok": True})
         raise ApiFailure(404, "NotFound", "no such sandbox control")
 
     async def resource_request(self, request: web.Request, group: str, version: str, rest: list[str]) -> web.StreamResponse:
+        """One request on a resource, with the request's field validation and the warnings it earned."""
+        fv = request.query.get("fieldValidation") or "Warn"
+        if fv not in ("Strict", "Warn", "Ignore"):
+            raise ApiFailure(400, "BadRequest", f'fieldValidation parameter unsupported: "{fv}"; '
+                             'must be one of "Ignore", "Warn", or "Strict"')
+        self._bind(request)
+        resp = await self._resource_request(request, group, version, rest)
+        warnings = self.store.warnings  # no await since the store call: this request's own
+        if warnings and not resp.prepared:
+            for w in warnings:
+                resp.headers.add("Warning", '299 - "' + w.replace('"', '\\"') + '"')
+        return resp
+
+    async def _resource_request(self, request: web.Request, group: str, version: str, rest: list[str]) -> web.StreamResponse:
         registry = self.store.registry
         ns = None
         if rest[0] == "namespaces" and len(rest) >= 3:
@@ -220,13 +235,17 @@ class Sandbox:
         if name is None:
             if method == "GET":
                 if q.get("watch") in ("true", "1"):
+                    store.faults.check("watch", r.plural)
                     return await self.watch(request, r, ns)
+                store.faults.check("list", r.plural)
+                await self.wait_for_version(q.get("resourceVersion"))
+                self._bind(request)
                 objs = store.list(r, ns, q.get("labelSelector"), q.get("fieldSelector"))
                 for o in objs:
                     o["apiVersion"] = r.api_version(version)
                 rv = str(store.rv)
                 if _wants_table(request):
-                    return _json(_table(r, objs, rv))
+                    return _json(table(r, objs, rv))
                 return _json({"kind": r.list_kind, "apiVersion": r.api_version(version),
                               "metadata": {"resourceVersion": rv}, "items": objs})
             if method == "POST":
@@ -238,10 +257,11 @@ class Sandbox:
             raise ApiFailure(405, "MethodNotAllowed", f"{method} is not supported on a collection here")
         ns = ns or ""
         if method == "GET":
+            store.faults.check("get", r.plural)
             obj = store.get(r, ns, name)
             obj["apiVersion"] = r.api_version(version)
             if _wants_table(request):
-                return _json(_table(r, [obj], obj["metadata"]["resourceVersion"]))
+                return _json(table(r, [obj], obj["metadata"]["resourceVersion"]))
             return _json(obj)
         if method == "PUT":
             body = await self._body(request)
@@ -267,8 +287,49 @@ class Sandbox:
                           "details": {"name": name, "group": r.group, "kind": r.plural, "uid": out["metadata"].get("uid")}})
         raise ApiFailure(405, "MethodNotAllowed", f"{method} is not supported")
 
+    async def wait_for_version(self, rv_text: str | None) -> int:
+        """A resourceVersion this server has not reached yet: wait for it a little, as kube-apiserver's
+        watch cache does (3 s), then refuse it as it does: 504 Timeout, cause ResourceVersionTooLarge."""
+        try:
+            wanted = int(rv_text or 0)
+        except ValueError:
+            raise ApiFailure(400, "BadRequest", f"invalid resourceVersion {rv_text!r}: must be an integer") from None
+        deadline = time.monotonic() + self.too_large_wait
+        while wanted > self.store.rv and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if wanted > self.store.rv:
+            raise ApiFailure(504, "Timeout", f"Too large resource version: {wanted}, current: {self.store.rv}",
+                             {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                              "retryAfterSeconds": 1})
+        return wanted
+
+    def _bind(self, request: web.Request) -> None:
+        """The store's per-request settings: field validation, the client (for fault rules) and a fresh
+        list of warnings. Set again after every await, before the store is called: requests interleave
+        at awaits, and the store calls themselves never await."""
+        self.store.field_validation = request.query.get("fieldValidation") or "Warn"
+        self.store.faults.client = (request.headers.get("User-Agent", ""), request.query.get("fieldManager", ""))
+        self.store.warnings = []
+
     async def _body(self, request: web.Request) -> Any:
-        raw = await request.read()
+        try:
+            return await self._read_body(request)
+        finally:
+            self._bind(request)
+
+    async def _read_body(self, request: web.Request) -> Any:
+        if request.content_length is not None and request.content_length > MAX_REQUEST_BYTES:
+            raise ApiFailure(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_REQUEST_BYTES}")
+        if request.content_length is not None:
+            raw = await request.read()
+        else:  # a chunked body has no Content-Length to check beforehand
+            chunks, size = [], 0
+            async for chunk in request.content.iter_any():
+                size += len(chunk)
+                if size > MAX_REQUEST_BYTES:
+                    raise ApiFailure(413, "RequestEntityTooLarge", f"Request entity too large: limit is {MAX_REQUEST_BYTES}")
+                chunks.append(chunk)
+            raw = b"".join(chunks)
         ct = request.headers.get("Content-Type", "")
         if "protobuf" in ct:  # kubectl's generators (kubectl create namespace ...) send built-in kinds so
             try:
@@ -290,7 +351,7 @@ class Sandbox:
     async def watch(self, request: web.Request, r: Resource, ns: str | None) -> web.StreamResponse:
         q = request.query
         lm, fm = label_matcher(q.get("labelSelector")), field_matcher(q.get("fieldSelector"))
-        table = _wants_table(request)
+        as_table = _wants_table(request)
         bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
         timeout = float(q.get("timeoutSeconds") or 1800)
         rv_text = q.get("resourceVersion") or ""
@@ -305,8 +366,8 @@ class Sandbox:
 
         async def send(etype: str, obj: dict[str, Any]) -> None:
             obj = dict(obj, apiVersion=r.api_version(version)) if etype != "ERROR" else obj
-            if table and etype != "ERROR" and etype != "BOOKMARK":
-                obj = _table(r, [obj], obj["metadata"]["resourceVersion"])
+            if as_table and etype != "ERROR" and etype != "BOOKMARK":
+                obj = table(r, [obj], obj["metadata"]["resourceVersion"])
             await resp.write(_encode({"type": etype, "object": obj}) + b"\n")
 
         try:
@@ -317,12 +378,9 @@ class Sandbox:
                 last = self.store.rv
             else:
                 try:
-                    history = self.store.events_since(int(rv_text))
-                except ApiFailure as exc:
+                    history = self.store.events_since(await self.wait_for_version(rv_text))
+                except ApiFailure as exc:  # too old (410) or too large (504): one ERROR event, as there
                     await send("ERROR", exc.status())
-                    return resp
-                except ValueError:
-                    await send("ERROR", ApiFailure(400, "BadRequest", f"invalid resourceVersion {rv_text!r}").status())
                     return resp
                 last = int(rv_text)
                 for ev in history:
@@ -404,10 +462,14 @@ class SandboxServer:
 
 
 async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: bool = False,
-                bookmark_interval: float = 1.0, preload: list[dict[str, Any]] | None = None) -> None:
-    sandbox = Sandbox(Store(keep_creation_timestamp=keep_creation_timestamp), bookmark_interval,
-                      log=bool(os.environ.get("GWPOLICY_SANDBOX_LOG")))
-    for obj in preload or []:
+                bookmark_interval: float = 1.0, preload: list[dict[str, Any]] | None = None,
+                data_dir: str | None = None) -> None:
+    try:
+        store = Store(keep_creation_timestamp=keep_creation_timestamp, data_dir=data_dir)
+    except DataDirError as exc:
+        raise SystemExit(f"Error: {exc}") from None
+    sandbox = Sandbox(store, bookmark_interval, log=bool(os.environ.get("GWPOLICY_SANDBOX_LOG")))
+    for obj in [] if store.restored else preload or []:  # a restored sandbox has its objects already
         try:
             preload_object(sandbox.store, obj)
         except ApiFailure as exc:

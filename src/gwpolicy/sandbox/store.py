@@ -17,7 +17,10 @@ import jsonpatch
 import orjson
 
 from gwpolicy.merge.values import set_in
+from gwpolicy.sandbox.persist import Persistence
 from gwpolicy.sandbox.resources import Registry, Resource
+from gwpolicy.sandbox.schema import CelError, FieldError, crd_schemas
+from gwpolicy.sandbox.strategic import PatchError, strategic_merge
 
 Key = tuple[str, str, str, str]  # group, plural, namespace ("" when cluster-scoped), name
 
@@ -41,14 +44,24 @@ _QUALIFIED_NAME = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-
                              r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
-def invalid(r: Resource, name: Any, field: str, value: Any, why: str) -> ApiFailure:
-    """422 Invalid in kube-apiserver's words: `Kind "name" is invalid: field: Invalid value: v: why`."""
-    shown = orjson.dumps(value, default=str).decode()
-    subject = f'{r.kind} "{name}"' if isinstance(name, str) and name else r.kind
-    return ApiFailure(422, "Invalid", f"{subject} is invalid: {field}: Invalid value: {shown}: {why}",
+def qualified_kind(r: Resource) -> str:
+    """`HTTPRoute.gateway.networking.k8s.io`, `Service`: the kind as kube-apiserver's messages name it."""
+    return f"{r.kind}.{r.group}" if r.group else r.kind
+
+
+def invalid_fields(r: Resource, name: Any, errors: list[FieldError]) -> ApiFailure:
+    """422 Invalid in kube-apiserver's words: `Kind.group "name" is invalid: field: why` (several in [...]),
+    with one details.causes entry per field."""
+    subject = f'{qualified_kind(r)} "{name}"' if isinstance(name, str) and name else qualified_kind(r)
+    text = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
+    return ApiFailure(422, "Invalid", f"{subject} is invalid: {text}",
                       {"name": name if isinstance(name, str) else "", "group": r.group, "kind": r.kind,
-                       "causes": [{"reason": "FieldValueInvalid", "message": f"Invalid value: {shown}: {why}",
-                                   "field": field}]})
+                       "causes": [{"reason": e.reason, "message": e.body, "field": e.field} for e in errors]})
+
+
+def invalid(r: Resource, name: Any, field: str, value: Any, why: str) -> ApiFailure:
+    shown = orjson.dumps(value, default=str).decode()
+    return invalid_fields(r, name, [FieldError(field, "FieldValueInvalid", f"Invalid value: {shown}: {why}")])
 
 
 def validate_metadata(r: Resource, obj: dict[str, Any]) -> None:
@@ -266,26 +279,84 @@ def _overlap(a: FieldPath, b: FieldPath) -> bool:
 # ---------- the store ----------
 
 @dataclass
+class FaultRule:
+    """Fail the `nth` matching request from now (or every one, `times` times; -1: for good) with `code`.
+    A rule may be for one client only: by User-Agent (a substring) or by fieldManager (exact)."""
+
+    code: int
+    nth: int = 1
+    times: int = 1
+    verb: str | None = None  # "write" (create/update/patch/delete), "list", "get", "watch"; None: writes
+    resource: str | None = None  # plural, e.g. "httproutes"
+    user_agent: str | None = None
+    field_manager: str | None = None
+    seen: int = 0
+
+    def matches(self, verb: str, resource: str, client: tuple[str, str]) -> bool:
+        return ((self.verb or "write") == verb and (self.resource is None or self.resource == resource)
+                and (self.user_agent is None or self.user_agent in client[0])
+                and (self.field_manager is None or self.field_manager == client[1]))
+
+
+@dataclass
 class Faults:
-    """Fault injection for tests (see `gwpolicy sandbox` and POST /sandbox/faults)."""
+    """Fault injection for tests (POST /sandbox/faults; docs/controller.md)."""
 
-    fail_writes: list[tuple[int, int]] = field(default_factory=list)  # (nth write from now, HTTP code)
+    rules: list[FaultRule] = field(default_factory=list)
     latency: float = 0.0
-    writes_seen: int = 0
+    client: tuple[str, str] = ("", "")  # the request in hand: (User-Agent, fieldManager)
 
-    def check_write(self) -> None:
-        self.writes_seen += 1
-        for i, (nth, code) in enumerate(self.fail_writes):
-            if self.writes_seen == nth:
-                del self.fail_writes[i]
-                if code == 409:
-                    raise ApiFailure(409, "Conflict", "Operation cannot be fulfilled: the object has been modified; "
-                                     "please apply your changes to the latest version and try again (injected)")
-                raise ApiFailure(code, "InternalError", f"Internal error occurred: injected failure ({code})")
+    def check(self, verb: str, resource: str) -> None:
+        due = None
+        for rule in self.rules:  # every rule counts the request, so `nth` is from when it was set
+            if rule.matches(verb, resource, self.client):
+                rule.seen += 1
+                if due is None and rule.seen >= rule.nth:
+                    due = rule
+        if due is not None:
+            rule = due
+            if rule.times > 0:
+                rule.times -= 1
+                if rule.times == 0:
+                    self.rules.remove(rule)
+            if rule.code == 409:
+                raise ApiFailure(409, "Conflict", "Operation cannot be fulfilled: the object has been modified; "
+                                 "please apply your changes to the latest version and try again (injected)")
+            raise ApiFailure(rule.code, "InternalError", f"Internal error occurred: injected failure ({rule.code})")
+
+MAX_OBJECT_BYTES = 1536 * 1024  # etcd's default --max-request-bytes (1.5 MiB)
+MAX_DEPTH = 200  # nesting this sandbox serves; kube-apiserver's JSON decoder allows 10,000 (docs/controller.md)
+
+
+def _depth(value: Any) -> int:
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if d > deepest:
+            deepest = d
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values() if isinstance(x, (dict, list)))
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v if isinstance(x, (dict, list)))
+    return deepest
+
+
+def _storable(obj: dict[str, Any]) -> None:
+    """Refuse, before anything is stored, what would not fit in etcd or could not be served back."""
+    if _depth(obj) > MAX_DEPTH:
+        raise ApiFailure(422, "Invalid", f"the object nests deeper than {MAX_DEPTH} levels; this sandbox refuses it "
+                         "before storing it", {"causes": [{"reason": "FieldValueInvalid", "field": "",
+                                                           "message": f"nested deeper than {MAX_DEPTH} levels"}]})
+    if len(orjson.dumps(obj)) > MAX_OBJECT_BYTES:
+        raise ApiFailure(413, "RequestEntityTooLarge", "etcdserver: request is too large")
+
+
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")  # what a new cluster has
 
 
 class Store:
-    def __init__(self, keep_creation_timestamp: bool = False, window: int = 100_000) -> None:
+    def __init__(self, keep_creation_timestamp: bool = False, window: int = 100_000,
+                 data_dir: str | None = None) -> None:
         self.registry = Registry()
         self.objects: dict[Key, dict[str, Any]] = {}
         self.rv = 0
@@ -298,6 +369,36 @@ class Store:
         self.writes = 0
         self.writes_by: dict[str, int] = {}
         self._dry = False
+        self.field_validation = "Warn"  # of the request in hand: Strict, Warn or Ignore (?fieldValidation=)
+        self.warnings: list[str] = []  # for the request in hand's Warning headers
+        self.persist: Persistence | None = None
+        self.restored = False  # came back from a data directory with objects in it
+        if data_dir is not None:
+            self.persist = Persistence(data_dir)
+            self._restore()
+        if not self.objects:
+            ns = self.registry.by_plural[("", "namespaces")]
+            for name in SYSTEM_NAMESPACES:
+                self.create(ns, "", {"metadata": {"name": name}})
+            self.writes, self.writes_by = 0, {}  # not the clients' writes
+
+    def _restore(self) -> None:
+        """Objects and the resourceVersion counter as the data directory has them. The watch history
+        starts now, as a restarted API server's watch cache does: a watch from the current version
+        resumes, one from an older version gets 410 Gone."""
+        assert self.persist is not None
+        rv, rows = self.persist.load()
+        for key, obj in rows:
+            self.objects[key] = obj
+        self.restored = bool(self.objects)
+        for key, obj in self.objects.items():
+            if key[:2] == ("apiextensions.k8s.io", "customresourcedefinitions"):
+                try:
+                    self.registry.apply_crd(obj)
+                except CelError:
+                    pass  # was accepted by an older sandbox: serve the rest
+        self.rv = max([rv] + [int(o["metadata"].get("resourceVersion") or 0) for o in self.objects.values()])
+        self.compacted = self.rv + 1
 
     @contextmanager
     def dry_run(self) -> Iterator[None]:
@@ -323,6 +424,9 @@ class Store:
         if self._dry:
             return
         ev = Event(self.rv, etype, r.group, r.plural, ns, clone(obj))
+        if self.persist is not None:
+            self.persist.write(self.rv, (r.group, r.plural, ns, obj["metadata"]["name"]),
+                               None if etype == "DELETED" else ev.obj)
         self.events.append(ev)
         if len(self.events) > self.window:
             drop = len(self.events) - self.window
@@ -345,7 +449,35 @@ class Store:
             return
         self.writes += 1
         self.writes_by[r.plural] = self.writes_by.get(r.plural, 0) + 1
-        self.faults.check_write()
+        self.faults.check("write", r.plural)
+
+    def _admit(self, r: Resource, obj: dict[str, Any], old: dict[str, Any] | None, version: str | None) -> dict[str, Any]:
+        """What the API server does to a custom resource between decoding and storage: prune, default,
+        validate against the CRD's schema and CEL rules (422 naming every field); and a CRD's own rules
+        must compile. Built-in kinds pass unchanged (their validation is not modelled)."""
+        if r.group == "apiextensions.k8s.io" and r.kind == "CustomResourceDefinition":
+            try:
+                crd_schemas(obj)
+            except CelError as exc:
+                raise invalid_fields(r, obj["metadata"].get("name"), [FieldError("", "FieldValueInvalid", str(exc))]) from exc
+            return obj
+        by_version = self.registry.validators.get((r.group, r.plural))
+        if not by_version:
+            return obj
+        schema = by_version.get(version or r.versions[0]) or by_version.get(r.versions[0])
+        if schema is None:
+            return obj
+        outcome = schema.admit(obj, old)
+        if outcome.unknown:
+            fields = ", ".join(f'unknown field "{u}"' for u in outcome.unknown)
+            if self.field_validation == "Strict":
+                raise ApiFailure(400, "BadRequest", f'{r.kind} in version "{version or r.versions[0]}" cannot be '
+                                 f"handled as a {r.kind}: strict decoding error: {fields}")
+            if self.field_validation != "Ignore":
+                self.warnings.extend(f'unknown field "{u}"' for u in outcome.unknown)
+        if outcome.errors:
+            raise invalid_fields(r, obj["metadata"].get("name"), outcome.errors)
+        return outcome.obj
 
     def _ns_check(self, r: Resource, ns: str) -> None:
         if r.namespaced and ("", "namespaces", "", ns) not in self.objects:
@@ -389,6 +521,9 @@ class Store:
         else:
             meta.pop("namespace", None)
         validate_metadata(r, obj)
+        if r.status_subresource and r.group != "apiextensions.k8s.io":
+            obj.pop("status", None)  # status is written through the status subresource only (then defaulted)
+        obj = self._admit(r, obj, None, version)
         key = (r.group, r.plural, ns if r.namespaced else "", name)
         if key in self.objects:
             plural = f"{r.plural}.{r.group}" if r.group else r.plural
@@ -403,12 +538,11 @@ class Store:
         meta.pop("deletionTimestamp", None)
         if r.kind == "Namespace" and r.group == "":
             meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
-        if r.status_subresource and r.group != "apiextensions.k8s.io":
-            obj.pop("status", None)  # status is written through the status subresource only
         if r.kind == "Namespace" and r.group == "":
             obj["status"] = {"phase": "Active"}  # as the namespace controller would have it
         if manager:
             self._own(obj, manager, "Update", set(leaf_paths(obj)), None, r)
+        _storable(obj)
         self._bump(obj)
         self.objects[key] = obj
         self._after_write(r, obj)
@@ -473,6 +607,7 @@ class Store:
         result["apiVersion"] = r.api_version(version)
         result["kind"] = r.kind
         validate_metadata(r, result)
+        result = self._admit(r, result, live, version)
         if self._spec_of(result, r) != self._spec_of(live, r):
             result["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1
         if manager:
@@ -486,6 +621,10 @@ class Store:
         return self._store_update(r, key, live, result)
 
     def _store_update(self, r: Resource, key: Key, live: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        if result["metadata"].get("deletionTimestamp") and not result["metadata"].get("finalizers") \
+                and r.kind == "CustomResourceDefinition" and r.group == "apiextensions.k8s.io":
+            self._drop_custom_resources(live)
+        _storable(result)
         self._bump(result)
         if result["metadata"].get("deletionTimestamp") and not result["metadata"].get("finalizers"):
             del self.objects[key]
@@ -524,8 +663,10 @@ class Store:
                 mine["subresource"] = subresource
             obj["metadata"]["managedFields"].append(mine)
         current = set() if replace else paths_from_fields_v1(mine.get("fieldsV1") or {})
-        mine["fieldsV1"] = fields_v1(current | paths)
-        mine["time"] = now()
+        owned = fields_v1(current | paths)
+        if owned != mine.get("fieldsV1") or not mine.get("time"):
+            mine["fieldsV1"] = owned
+            mine["time"] = now()  # only when the set changes: a no-op apply must leave the object as it was
         if not paths and replace:
             obj["metadata"]["managedFields"].remove(mine)
 
@@ -543,7 +684,16 @@ class Store:
                 new = jsonpatch.apply_patch(live, body)
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as exc:
                 raise ApiFailure(422, "Invalid", f"the JSON patch could not be applied: {exc}") from exc
-        elif ct in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+        elif ct == "application/strategic-merge-patch+json":
+            if (r.group, r.plural) in self.registry.from_crd.values():
+                raise ApiFailure(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                                 "accepted media types include: application/json-patch+json, "
+                                 "application/merge-patch+json, application/apply-patch+yaml")
+            try:
+                new = strategic_merge(r.kind, live, body)
+            except PatchError as exc:
+                raise ApiFailure(400, "BadRequest", str(exc)) from exc
+        elif ct == "application/merge-patch+json":
             if not isinstance(body, dict):
                 raise ApiFailure(400, "BadRequest", "a merge patch must be a JSON object")
             new = merge_patch(live, body)
@@ -577,10 +727,8 @@ class Store:
                 obj["metadata"]["creationTimestamp"] = meta["creationTimestamp"]
             for p, v in applied_paths.items():
                 _set(obj, p, v)
-            self.create(r, ns, obj, None, version)
-            stored = self.objects[key]
-            self._own(stored, manager, "Apply", set(applied_paths), None, r, replace=True)
-            return clone(stored)
+            self._own(obj, manager, "Apply", set(applied_paths), None, r, replace=True)
+            return self.create(r, ns, obj, None, version)
         if meta.get("resourceVersion") and meta["resourceVersion"] != live["metadata"]["resourceVersion"]:
             plural = f"{r.plural}.{r.group}" if r.group else r.plural
             raise ApiFailure(409, "Conflict", f'Operation cannot be fulfilled on {plural} "{name}": the object has been '
@@ -632,6 +780,8 @@ class Store:
                 result["metadata"]["deletionGracePeriodSeconds"] = 0
                 return self._store_update(r, key, live, result)
             return clone(live)
+        if r.kind == "CustomResourceDefinition" and r.group == "apiextensions.k8s.io":
+            self._drop_custom_resources(live)
         if r.kind == "Namespace" and r.group == "":
             for k in [k for k in self.objects if k[2] == name and self.registry.by_plural.get(k[:2], r).namespaced]:
                 kr = self.registry.by_plural.get(k[:2])
@@ -643,6 +793,18 @@ class Store:
         self._after_write(r, result, deleted=True)
         self._emit("DELETED", r, key[2], result)
         return result
+
+    def _drop_custom_resources(self, crd: dict[str, Any]) -> None:
+        """A CRD going away takes its custom resources with it, each with a DELETED event (as the
+        apiextensions cleanup finalizer has it done; finalizers on the resources are not waited for)."""
+        gp = self.registry.from_crd.get(crd["metadata"]["name"])
+        cr = self.registry.by_plural.get(gp) if gp else None
+        if cr is None:
+            return
+        for key in sorted(k for k in self.objects if k[:2] == gp):
+            gone = clone(self.objects.pop(key))
+            self._bump(gone)
+            self._emit("DELETED", cr, key[2], gone)
 
     def events_since(self, rv: int) -> list[Event]:
         if rv < self.compacted - 1:
