@@ -7,6 +7,7 @@ from typing import Any, Iterable
 
 from gwpolicy.kinds import is_known_namespaced, split_api_version
 from gwpolicy.refs import Ref
+from gwpolicy.shapes import object_label, object_problem
 
 #: sorts objects without a creationTimestamp after every object that has one
 NO_TIMESTAMP = "9999-12-31T23:59:59Z"
@@ -102,9 +103,8 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
     An object of a kind nobody declares is namespaced when it names a namespace, else
     cluster-scoped (the only way a file can show a cluster-scoped custom policy).
     """
-    raws = list(raws)
-    origin_list = list(origins) if origins is not None else [f"object {i + 1}" for i in range(len(raws))]
     index = ObjectIndex()
+    raws, origin_list = _well_shaped(list(raws), origins, default_namespace, index.warnings)
     crd_scope: dict[tuple[str, str], bool] = {}
     for raw in raws:
         if raw.get("kind") == "CustomResourceDefinition":
@@ -151,3 +151,20 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
         groups_of.setdefault(kind, group)
     index.kind_groups = groups_of
     return index
+
+
+def _well_shaped(raws: list[Any], origins: Iterable[str] | None, default_namespace: str,
+                 warnings: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The objects whose fields have the shapes the engine reads (`gwpolicy.shapes`), with their
+    origins; each other one is reported as `origin: Kind ns/name: field: what is wrong` and left out."""
+    origin_list = list(origins) if origins is not None else [f"object {i + 1}" for i in range(len(raws))]
+    kept: list[dict[str, Any]] = []
+    kept_origins: list[str] = []
+    for raw, origin in zip(raws, origin_list):
+        problem = object_problem(raw)
+        if problem is None:
+            kept.append(raw)
+            kept_origins.append(origin)
+        else:
+            warnings.append(f"{origin}: {object_label(raw, default_namespace)}: {problem}; skipped")
+    return kept, kept_origins

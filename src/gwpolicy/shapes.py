@@ -1,0 +1,342 @@
+"""The shape of every field the engine reads, declared once and checked once, when objects are indexed.
+
+The engine reads a few dozen fields of Gateway API objects, Services, Namespaces, ReferenceGrants,
+PolicyKinds and CRDs. An object whose fields have the wrong type (`ports: 5`, a parentRef `name` given
+as a map, a `hostname: .inf`) would make the engine crash or guess; here it is reported as
+`Kind ns/name: field: what is wrong` and left out, so that the rest is analysed. Only the fields
+the engine reads are declared (an object may carry anything else), `null` stands for "not set"
+as in Kubernetes, and a field marked `Required` must be there because the engine cannot place
+the object without it.
+
+Every object must also be representable as JSON, since every output is JSON or YAML: integers
+that fit in 64 bits, finite numbers, string keys, no bytes (`!!binary`) or sets (`!!set`), and at
+most `MAX_DEPTH` levels of nesting. Checking this here, before anything is computed, is what lets
+`effective -o json` stream its output without ever stopping half-way.
+
+Why not JSON Schema against the Gateway API CRDs: see docs/architecture.md ("Input shapes").
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from datetime import date
+from typing import Any, Callable, Union
+
+import orjson
+
+from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP
+
+#: deepest nesting of an object (the Gateway API CRDs, the deepest objects in practice, nest 24 levels)
+MAX_DEPTH = 100
+_INT_MIN, _INT_MAX = -(2 ** 63), 2 ** 64 - 1  # what the JSON encoder (orjson) writes exactly
+
+
+@dataclass(frozen=True, slots=True)
+class Required:
+    """A field that must be set (not absent, not null)."""
+
+    shape: "Shape"
+
+
+@dataclass(frozen=True, slots=True)
+class MapOf:
+    """An object with arbitrary keys whose values all have one shape (labels, `properties`)."""
+
+    values: "Shape"
+
+
+@dataclass(frozen=True, slots=True)
+class Lazy:
+    """A shape defined later (a recursive one: JSON Schema inside a CRD)."""
+
+    get: Callable[[], "Shape"]
+
+
+class _Any:
+    def __repr__(self) -> str:
+        return "ANY"
+
+
+#: any value (its representability is still checked)
+ANY = _Any()
+
+#: a shape: a type or tuple of types, an object {field: shape}, a list [shape], or one of the classes above
+Shape = Union[type, tuple, dict, list, Required, MapOf, Lazy, _Any]
+
+#: a time as written (RFC 3339 text) or as YAML reads an unquoted one
+TIME = (str, date)
+#: an integer, or a string (a named port)
+INT_OR_STR = (int, str)
+
+OBJECT_REF = {"group": str, "kind": str, "namespace": str, "name": str, "sectionName": str, "port": int}
+PARENT_REF = {"group": str, "kind": str, "namespace": str, "name": Required(str), "sectionName": str, "port": int}
+BACKEND_REF = {"group": str, "kind": str, "namespace": str, "name": Required(str), "port": int, "weight": int}
+CONDITION = {"type": str, "status": str, "reason": str, "message": str, "lastTransitionTime": TIME,
+             "observedGeneration": int}
+SELECTOR = {"matchLabels": MapOf(str),
+            "matchExpressions": [{"key": Required(str), "operator": Required(str), "values": [str]}]}
+METADATA = {"name": Required(str), "namespace": str, "labels": MapOf(str), "annotations": MapOf(str),
+            "creationTimestamp": TIME, "generation": int, "uid": str, "resourceVersion": str}
+
+ROUTE = {
+    "spec": {
+        "parentRefs": [PARENT_REF],
+        "hostnames": [str],
+        "rules": [{"name": str, "backendRefs": [BACKEND_REF]}],
+    },
+    "status": {"parents": [{"parentRef": PARENT_REF, "controllerName": str, "conditions": [CONDITION]}]},
+}
+_GATEWAY_STATUS = {"conditions": [CONDITION]}
+GATEWAY = {
+    "spec": {
+        "gatewayClassName": str,
+        "listeners": [{
+            "name": Required(str), "port": int, "protocol": str, "hostname": str,
+            "allowedRoutes": {"namespaces": {"from": str, "selector": SELECTOR}, "kinds": [{"group": str, "kind": Required(str)}]},
+        }],
+    },
+    "status": _GATEWAY_STATUS,
+}
+SERVICE = {"spec": {"ports": [{"name": str, "port": int, "protocol": str, "targetPort": INT_OR_STR}]}}
+REFERENCE_GRANT = {"spec": {
+    "from": [{"group": str, "kind": Required(str), "namespace": Required(str)}],
+    "to": [{"group": str, "kind": Required(str), "name": str}],
+}}
+POLICY_KIND = {"spec": {
+    "group": str, "kind": str, "attachment": str, "mergeStrategy": str, "statusAncestor": str,
+    "targetKinds": [{"group": str, "kind": Required(str)}],
+    "fieldMappings": [{"setting": Required(str), "field": Required(str), "targetKind": {"group": str, "kind": str}}],
+}}
+JSON_SCHEMA: dict[str, Shape] = {
+    "type": str,
+    "properties": MapOf(Lazy(lambda: JSON_SCHEMA)),
+    "items": Lazy(lambda: JSON_SCHEMA),
+    "additionalProperties": (bool, dict),
+    "x-kubernetes-list-type": str,
+    "x-kubernetes-list-map-keys": [str],
+    "x-kubernetes-map-type": str,
+}
+CRD = {"spec": {
+    "group": Required(str), "scope": str,
+    "names": Required({"kind": Required(str), "plural": str, "singular": str, "shortNames": [str]}),
+    "versions": [{"name": str, "storage": bool, "served": bool, "schema": {"openAPIV3Schema": JSON_SCHEMA}}],
+}}
+#: policies of any kind: what status computation reads of their current status
+POLICY_STATUS = {"status": {"ancestors": [{"ancestorRef": PARENT_REF, "controllerName": str, "conditions": [CONDITION]}]}}
+
+#: (group, kind) -> shape of the object besides its metadata
+KIND_SHAPES: dict[tuple[str, str], Shape] = {
+    (GATEWAY_GROUP, "GatewayClass"): {"spec": {"controllerName": str}, "status": _GATEWAY_STATUS},
+    (GATEWAY_GROUP, "Gateway"): GATEWAY,
+    **{(GATEWAY_GROUP, k): ROUTE for k in ("HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute")},
+    (GATEWAY_GROUP, "ReferenceGrant"): REFERENCE_GRANT,
+    (CORE_GROUP, "Service"): SERVICE,
+    (CORE_GROUP, "Namespace"): {},
+    ("gwpolicy.io", "PolicyKind"): POLICY_KIND,
+    ("apiextensions.k8s.io", "CustomResourceDefinition"): CRD,
+}
+
+
+def object_problem(raw: Any) -> str | None:
+    """Why an object cannot be analysed, as `field: what is wrong`, or None when its shape is right.
+
+    The object's apiVersion and kind are checked first, then what the engine reads of its kind
+    (policies and unknown kinds: metadata and `status.ancestors`), then that JSON can hold it.
+    """
+    if not isinstance(raw, dict):
+        return f"must be an object, not {describe(raw)}"
+    for name in ("apiVersion", "kind"):
+        value = raw.get(name)
+        if not isinstance(value, str) or not value:
+            return f"{name}: is required" if value is None else f"{name}: must be a non-empty string, not {describe(value)}"
+    api_version: str = raw["apiVersion"]
+    group = api_version.rsplit("/", 1)[0] if "/" in api_version else CORE_GROUP
+    problem = _check(raw.get("metadata"), Required(METADATA), "metadata")
+    if problem is None and not raw["metadata"]["name"]:
+        problem = "metadata.name: must not be empty"
+    if problem is None:
+        problem = _check(raw, KIND_SHAPES.get((group, raw["kind"]), POLICY_STATUS), "")
+    return problem or unrepresentable(raw)
+
+
+def unrepresentable(raw: Any) -> str | None:
+    """`field: why` for the first value JSON cannot hold exactly, or None.
+
+    The encoder checks most of it at C speed; the walk in Python runs only where it failed or
+    where a `null` may hide a NaN or an infinity (which the encoder would write as null).
+    """
+    try:
+        encoded = orjson.dumps(_deep(raw))
+    except orjson.JSONEncodeError:
+        encoded = b"null"
+    finally:
+        _local.chain[1][0] = None
+    if b"null" not in encoded:
+        return None
+    return _walk_json(raw, "", 0)
+
+
+# The encoder stops at 254 levels: checking the value inside 254 - MAX_DEPTH lists makes that limit
+# fall at exactly MAX_DEPTH levels of the value. One chain of lists per thread, reused.
+_WRAP_DEPTH = 254 - MAX_DEPTH
+_local = threading.local()
+
+
+def _deep(value: Any) -> list[Any]:
+    """The value inside `_WRAP_DEPTH` nested lists (the innermost holds it until the next call)."""
+    chain = getattr(_local, "chain", None)
+    if chain is None:
+        outer = inner = [None]
+        for _ in range(_WRAP_DEPTH - 1):
+            inner[0] = [None]
+            inner = inner[0]
+        chain = _local.chain = (outer, inner)
+    chain[1][0] = value
+    return chain[0]
+
+
+def _walk_json(value: Any, path: str, depth: int) -> str | None:
+    """`depth`: how many objects and lists hold `value`."""
+    t = type(value)
+    if (t is dict or t is list) and depth >= MAX_DEPTH:
+        where = path if len(path) <= 60 else path[:40] + "..." + path[-12:]
+        return f"{where or '(the object)'}: nests more than {MAX_DEPTH} levels deep"
+    if t is dict:
+        for k, v in value.items():
+            if type(k) is not str:
+                return f"{path or '(the object)'}: has a key that is not a string ({_show(k)}); JSON keys are strings"
+            p = _join(path, k)
+            problem = _walk_json(v, p, depth + 1)
+            if problem:
+                return problem
+        return None
+    if t is list:
+        for i, v in enumerate(value):
+            problem = _walk_json(v, f"{path}[{i}]", depth + 1)
+            if problem:
+                return problem
+        return None
+    if t is str or t is bool or value is None or isinstance(value, date):
+        return None
+    where = path or "(the object)"
+    if t is int:
+        if _INT_MIN <= value <= _INT_MAX:
+            return None
+        return f"{where}: the integer {_show(value)} does not fit in 64 bits"
+    if t is float:
+        return None if math.isfinite(value) else f"{where}: {value} is not a number JSON can hold"
+    if isinstance(value, (bytes, bytearray)):
+        return f"{where}: binary data (!!binary) is not a JSON value; encode it as a base64 string"
+    if isinstance(value, (set, frozenset)):
+        return f"{where}: a set (!!set) is not a JSON value; write a list"
+    return f"{where}: a {t.__name__} is not a JSON value"
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _check(value: Any, shape: Shape, path: str) -> str | None:
+    """The first place where `value` does not have `shape`, as `field: what is wrong`."""
+    if type(shape) is Required:
+        if value is None:
+            return f"{path}: is required"
+        shape = shape.shape
+    if value is None or shape is ANY:
+        return None
+    if type(shape) is Lazy:
+        shape = shape.get()
+    if type(shape) is dict:
+        if type(value) is not dict:
+            return _wrong(path, value, "an object")
+        for key, sub in shape.items():
+            v = value.get(key)
+            if v is not None or type(sub) is Required:
+                problem = _check(v, sub, _join(path, key))
+                if problem:
+                    return problem
+        return None
+    if type(shape) is list:
+        if type(value) is not list:
+            return _wrong(path, value, "a list")
+        item = shape[0]
+        for i, v in enumerate(value):
+            if v is None:
+                return f"{path}[{i}]: must not be null"
+            problem = _check(v, item, f"{path}[{i}]")
+            if problem:
+                return problem
+        return None
+    if type(shape) is MapOf:
+        if type(value) is not dict:
+            return _wrong(path, value, "an object")
+        for k, v in value.items():
+            if v is None and shape.values is not ANY:
+                continue
+            problem = _check(v, shape.values, f"{path}[{_show(k)}]" if not isinstance(k, str) or "." in k else _join(path, k))
+            if problem:
+                return problem
+        return None
+    types = shape if type(shape) is tuple else (shape,)
+    if type(value) is bool and bool not in types:
+        return _wrong(path, value, _expected(types))
+    if isinstance(value, types):
+        return None
+    return _wrong(path, value, _expected(types))
+
+
+_NAMES = {str: "a string", int: "an integer", bool: "true or false", float: "a number", dict: "an object",
+          list: "a list", date: "a time"}
+
+
+def _expected(types: tuple) -> str:
+    return " or ".join(_NAMES.get(t, t.__name__) for t in types)
+
+
+def _wrong(path: str, value: Any, expected: str) -> str:
+    return f"{path or '(the object)'}: must be {expected}, not {describe(value)}"
+
+
+def describe(value: Any) -> str:
+    """What a value is, in words, with a short excerpt: `a number (1.5)`, `an object`."""
+    if value is None:
+        return "null"
+    if type(value) is bool:
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return f"a number ({_show(value)})"
+    if isinstance(value, str):
+        return f"a string ({_show(value)})"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, date):
+        return f"a time ({value.isoformat()})"
+    return f"a {type(value).__name__}"
+
+
+def _show(value: Any, limit: int = 40) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 100:
+        return f"{'-' if value < 0 else ''}2^{value.bit_length() - 1} or more"  # str() of a huge int is refused
+    text = str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def object_label(raw: Any, default_namespace: str | None = None) -> str:
+    """`Kind ns/name` of an object as far as it can be told (for messages about a malformed one)."""
+    if not isinstance(raw, dict):
+        return "object"
+    kind = raw.get("kind") if isinstance(raw.get("kind"), str) and raw.get("kind") else "object"
+    meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
+    name = meta.get("name") if isinstance(meta.get("name"), str) and meta.get("name") else "(no name)"
+    ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) and meta.get("namespace") else None
+    if ns is None and default_namespace is not None and kind in _NAMESPACED_KINDS:
+        ns = default_namespace
+    return f"{kind} {ns}/{name}" if ns else f"{kind} {name}"
+
+
+_NAMESPACED_KINDS = {"Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute", "ReferenceGrant",
+                     "Service", "BackendTLSPolicy"}
