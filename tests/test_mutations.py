@@ -99,7 +99,8 @@ def _commands(objs: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def _bases() -> list[tuple[str, list[dict[str, Any]]]]:
-    bases = [("parable", [o for f in sorted((ROOT / "examples" / "parable").glob("*.yaml")) for o in _objects(f)])]
+    bases = [("every-field", _objects(ROOT / "tests" / "data" / "every-field.yaml")),
+             ("parable", [o for f in sorted((ROOT / "examples" / "parable").glob("*.yaml")) for o in _objects(f)])]
     conformance = SHARED_DIR / "conformance"
     for name in ("seeds/seed-allowed-routes.yaml", "seeds/seed-cross-namespace-needs-grant.yaml",
                  "seeds/seed-invalid-shapes.yaml", "seeds/seed-map-replaced-whole.yaml",
@@ -131,8 +132,9 @@ def check_every_command(tmp: Path, objs: list[dict[str, Any]], cmds: list[list[s
 def test_mutated_manifests_never_crash_a_command(base, tmp_path_factory):
     objs = dict(BASES)[base]
     cmds = _commands(objs)
-    # the parable is large and every command analyses it again: fewer, longer examples there
-    examples = EXAMPLES or (24 if base == "parable" else 12)
+    # every-field.yaml holds every field the engine reads in a small cluster: most examples go there;
+    # the parable is large and every command analyses it again: fewer examples there
+    examples = EXAMPLES or {"every-field": 60, "parable": 8}.get(base, 8)
 
     @settings(max_examples=examples, derandomize=True, database=None, deadline=None,
               suppress_health_check=list(HealthCheck))
