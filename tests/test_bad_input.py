@@ -215,3 +215,23 @@ def test_describe_cuts_long_values_and_effective_has_them_whole(tmp_path):
     run = run_cli("effective", "-o", "json", "-f", str(path), "--now", NOW)
     notes = {item["spec"].get("note") for item in run.json()["items"] if item["policyKind"]["kind"] == "RetryPolicy"}
     assert long_value in notes
+
+
+def test_the_controllers_fast_path_leaves_a_malformed_object_to_a_full_analysis():
+    """An update in place (incremental) would read the malformed fields; it declines, and the full analysis
+    the controller then runs leaves the object out and says why."""
+    from gwpolicy.incremental import policy_ref, update_policy, update_route
+    from gwpolicy.refs import GATEWAY_GROUP, Ref
+
+    objs = _parable()
+    a = analyse(json.loads(json.dumps(objs)), now=NOW)
+    route = json.loads(json.dumps(next(o for o in objs if o["kind"] == "HTTPRoute")))
+    route["spec"]["parentRefs"] = 1.5
+    ref = Ref(GATEWAY_GROUP, "HTTPRoute", route["metadata"]["namespace"], route["metadata"]["name"])
+    assert update_route(a, ref, route) is None
+    policy = json.loads(json.dumps(_cake_retries(objs)))
+    policy["status"] = {"ancestors": [{"ancestorRef": {"name": ["cake"]}, "controllerName": "gwpolicy.io/policy-controller"}]}
+    assert update_policy(a, policy_ref(a, policy), policy) is None
+    full = analyse([o for o in objs if o["metadata"]["name"] != "cake-retries"] + [policy], now=NOW)
+    assert any("RetryPolicy baker/cake-retries: status.ancestors[0].ancestorRef.name: must be a string" in w
+               for w in full.warnings)

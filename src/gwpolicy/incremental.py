@@ -23,6 +23,7 @@ from gwpolicy.kinds import ROUTE_KINDS, split_api_version
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.policies import TARGET_FIELDS, Policy, parse_policy
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.shapes import object_problem
 from gwpolicy.topology import PathNode, attach_route, extend
 
 
@@ -69,6 +70,8 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
     kind = a.kinds.get((ref.group, ref.kind))
     if kind is None:
         return None
+    if raw is not None and object_problem(raw) is not None:
+        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.shapes)
     if raw is not None:
         spec = raw.get("spec")
         if kind.recognized_by == "name-heuristic" and not (isinstance(spec, dict) and any(f in spec for f in TARGET_FIELDS)):
@@ -282,6 +285,8 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     """
     if ref.group != GATEWAY_GROUP or ref.kind not in ROUTE_KINDS or ref.namespace is None:
         return None
+    if raw is not None and object_problem(raw) is not None:
+        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.shapes)
     if ref.namespace not in a.index.namespaces:
         return None
     topo, index = a.topology, a.index
