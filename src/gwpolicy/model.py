@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 from gwpolicy.kinds import is_known_namespaced, split_api_version
 from gwpolicy.refs import Ref
-from gwpolicy.shapes import object_label, object_problem
+from gwpolicy.shapes import object_label, problems
 
 #: sorts objects without a creationTimestamp after every object that has one
 NO_TIMESTAMP = "9999-12-31T23:59:59Z"
@@ -160,8 +160,7 @@ def _well_shaped(raws: list[Any], origins: Iterable[str] | None, default_namespa
     origin_list = list(origins) if origins is not None else [f"object {i + 1}" for i in range(len(raws))]
     kept: list[dict[str, Any]] = []
     kept_origins: list[str] = []
-    for raw, origin in zip(raws, origin_list):
-        problem = object_problem(raw)
+    for raw, origin, problem in zip(raws, origin_list, problems(raws)):
         if problem is None:
             kept.append(raw)
             kept_origins.append(origin)

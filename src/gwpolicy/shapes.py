@@ -139,26 +139,43 @@ KIND_SHAPES: dict[tuple[str, str], Shape] = {
 }
 
 
-def object_problem(raw: Any) -> str | None:
+def problems(raws: list[Any]) -> list[str | None]:
+    """`object_problem` of each object; what JSON can hold is checked for all of them in one call to the
+    encoder, and object by object only where that call finds something."""
+    out = [object_problem(raw, json=False) for raw in raws]
+    try:
+        encoded = orjson.dumps(_deep(raws, 1))
+    except orjson.JSONEncodeError:
+        return [p or unrepresentable(raw) for p, raw in zip(out, raws)]
+    finally:
+        _deep(None, 1)
+    if b"null" in encoded:  # none nests too deep, but a null may be a NaN or an infinity
+        return [p or (_walk_json(raw, "", 0) if b"null" in orjson.dumps(raw) else None) for p, raw in zip(out, raws)]
+    return out
+
+
+def object_problem(raw: Any, json: bool = True) -> str | None:
     """Why an object cannot be analysed, as `field: what is wrong`, or None when its shape is right.
 
     The object's apiVersion and kind are checked first, then what the engine reads of its kind
-    (policies and unknown kinds: metadata and `status.ancestors`), then that JSON can hold it.
+    (policies and unknown kinds: metadata and `status.ancestors`), then (unless `json` is false)
+    that JSON can hold it.
     """
-    if not isinstance(raw, dict):
+    if type(raw) is not dict:
         return f"must be an object, not {describe(raw)}"
     for name in ("apiVersion", "kind"):
         value = raw.get(name)
-        if not isinstance(value, str) or not value:
+        if type(value) is not str or not value:
             return f"{name}: is required" if value is None else f"{name}: must be a non-empty string, not {describe(value)}"
     api_version: str = raw["apiVersion"]
     group = api_version.rsplit("/", 1)[0] if "/" in api_version else CORE_GROUP
-    problem = _check(raw.get("metadata"), Required(METADATA), "metadata")
-    if problem is None and not raw["metadata"]["name"]:
-        problem = "metadata.name: must not be empty"
-    if problem is None:
-        problem = _check(raw, KIND_SHAPES.get((group, raw["kind"]), POLICY_STATUS), "")
-    return problem or unrepresentable(raw)
+    checker = _CHECKERS.get((group, raw["kind"]), _OTHER)
+    fault = _check_metadata(raw.get("metadata")) or checker(raw)
+    if fault is not None:
+        return fault.text()
+    if not raw["metadata"]["name"]:
+        return "metadata.name: must not be empty"
+    return unrepresentable(raw) if json else None
 
 
 def unrepresentable(raw: Any) -> str | None:
@@ -172,27 +189,31 @@ def unrepresentable(raw: Any) -> str | None:
     except orjson.JSONEncodeError:
         encoded = b"null"
     finally:
-        _local.chain[1][0] = None
+        _deep(None)
     if b"null" not in encoded:
         return None
     return _walk_json(raw, "", 0)
 
 
 # The encoder stops at 254 levels: checking the value inside 254 - MAX_DEPTH lists makes that limit
-# fall at exactly MAX_DEPTH levels of the value. One chain of lists per thread, reused.
+# fall at exactly MAX_DEPTH levels of the value. Chains of lists kept per thread, reused.
 _WRAP_DEPTH = 254 - MAX_DEPTH
 _local = threading.local()
 
 
-def _deep(value: Any) -> list[Any]:
-    """The value inside `_WRAP_DEPTH` nested lists (the innermost holds it until the next call)."""
-    chain = getattr(_local, "chain", None)
+def _deep(value: Any, levels: int = 0) -> list[Any]:
+    """The value, `levels` deep already, inside `_WRAP_DEPTH - levels` nested lists (the innermost holds it
+    until the next call)."""
+    chains = getattr(_local, "chains", None)
+    if chains is None:
+        chains = _local.chains = {}
+    chain = chains.get(levels)
     if chain is None:
         outer = inner = [None]
-        for _ in range(_WRAP_DEPTH - 1):
+        for _ in range(_WRAP_DEPTH - levels - 1):
             inner[0] = [None]
             inner = inner[0]
-        chain = _local.chain = (outer, inner)
+        chain = chains[levels] = (outer, inner)
     chain[1][0] = value
     return chain[0]
 
@@ -238,53 +259,119 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _check(value: Any, shape: Shape, path: str) -> str | None:
-    """The first place where `value` does not have `shape`, as `field: what is wrong`."""
-    if type(shape) is Required:
-        if value is None:
-            return f"{path}: is required"
-        shape = shape.shape
-    if value is None or shape is ANY:
-        return None
+class _Fault:
+    """What is wrong and where: the path's segments are added innermost first, as the checkers return."""
+
+    __slots__ = ("segments", "message")
+
+    def __init__(self, message: str, segment: str | int | None = None) -> None:
+        self.message = message
+        self.segments: list[str | int] = [] if segment is None else [segment]
+
+    def at(self, segment: str | int) -> "_Fault":
+        self.segments.append(segment)
+        return self
+
+    def text(self) -> str:
+        path = ""
+        for seg in reversed(self.segments):
+            if type(seg) is int:
+                path += f"[{seg}]"
+            elif type(seg) is _Key:
+                path += f"[{seg.key!r}]"
+            else:
+                path += f".{seg}" if path else str(seg)
+        return f"{path or '(the object)'}: {self.message}"
+
+
+class _Key:
+    """A map key that cannot be written after a dot (it holds a dot, or is no string)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+
+_Checker = Callable[[Any], "_Fault | None"]
+
+
+def _compile(shape: Shape, done: dict[int, _Checker]) -> _Checker:
+    """A function that checks a (non-null) value against `shape`; compiled once per shape, so that
+    checking an object costs a few calls per field it has, and nothing is formatted unless it is wrong."""
+    if id(shape) in done:
+        return done[id(shape)]
     if type(shape) is Lazy:
-        shape = shape.get()
+        target = shape.get()
+        holder: list[_Checker] = []
+        done[id(shape)] = lambda v: holder[0](v)  # recursive shapes: resolved once compiled
+        holder.append(_compile(target, done))
+        return holder[0]
+    if shape is ANY:
+        return lambda v: None
     if type(shape) is dict:
-        if type(value) is not dict:
-            return _wrong(path, value, "an object")
-        for key, sub in shape.items():
-            v = value.get(key)
-            if v is not None or type(sub) is Required:
-                problem = _check(v, sub, _join(path, key))
-                if problem:
-                    return problem
-        return None
+        fields = {key: _compile(sub.shape if type(sub) is Required else sub, done) for key, sub in shape.items()}
+        required = tuple(key for key, sub in shape.items() if type(sub) is Required)
+        lookup = fields.get
+
+        def check_object(value: Any) -> _Fault | None:
+            if type(value) is not dict:
+                return _Fault(_wrong(value, "an object"))
+            for key in required:
+                if value.get(key) is None:
+                    return _Fault("is required", key)
+            # the object's own keys, not the shape's: an object sets few of the fields a shape declares
+            for key, v in value.items():
+                sub = lookup(key)
+                if sub is not None and v is not None:
+                    fault = sub(v)
+                    if fault is not None:
+                        return fault.at(key)
+            return None
+        done[id(shape)] = check_object
+        return check_object
     if type(shape) is list:
-        if type(value) is not list:
-            return _wrong(path, value, "a list")
-        item = shape[0]
-        for i, v in enumerate(value):
-            if v is None:
-                return f"{path}[{i}]: must not be null"
-            problem = _check(v, item, f"{path}[{i}]")
-            if problem:
-                return problem
-        return None
+        item = _compile(shape[0], done)
+
+        def check_list(value: Any) -> _Fault | None:
+            if type(value) is not list:
+                return _Fault(_wrong(value, "a list"))
+            for i, v in enumerate(value):
+                fault = _Fault("must not be null") if v is None else item(v)
+                if fault is not None:
+                    return fault.at(i)
+            return None
+        done[id(shape)] = check_list
+        return check_list
     if type(shape) is MapOf:
-        if type(value) is not dict:
-            return _wrong(path, value, "an object")
-        for k, v in value.items():
-            if v is None and shape.values is not ANY:
-                continue
-            problem = _check(v, shape.values, f"{path}[{_show(k)}]" if not isinstance(k, str) or "." in k else _join(path, k))
-            if problem:
-                return problem
-        return None
+        values = _compile(shape.values, done)
+
+        def check_map(value: Any) -> _Fault | None:
+            if type(value) is not dict:
+                return _Fault(_wrong(value, "an object"))
+            for k, v in value.items():
+                if v is None:
+                    continue
+                fault = values(v)
+                if fault is not None:
+                    return fault.at(k if type(k) is str and "." not in k else _Key(k))
+            return None
+        done[id(shape)] = check_map
+        return check_map
     types = shape if type(shape) is tuple else (shape,)
-    if type(value) is bool and bool not in types:
-        return _wrong(path, value, _expected(types))
-    if isinstance(value, types):
-        return None
-    return _wrong(path, value, _expected(types))
+    expected = _expected(types)
+    if len(types) == 1 and types[0] in (str, int, bool):
+        exact = types[0]  # `type(v) is int` also keeps true/false out of an integer
+
+        def check_type(value: Any) -> _Fault | None:
+            return None if type(value) is exact else _Fault(_wrong(value, expected))
+    else:
+        def check_type(value: Any) -> _Fault | None:
+            if isinstance(value, types) and (type(value) is not bool or bool in types):
+                return None
+            return _Fault(_wrong(value, expected))
+    done[id(shape)] = check_type
+    return check_type
 
 
 _NAMES = {str: "a string", int: "an integer", bool: "true or false", float: "a number", dict: "an object",
@@ -295,8 +382,8 @@ def _expected(types: tuple) -> str:
     return " or ".join(_NAMES.get(t, t.__name__) for t in types)
 
 
-def _wrong(path: str, value: Any, expected: str) -> str:
-    return f"{path or '(the object)'}: must be {expected}, not {describe(value)}"
+def _wrong(value: Any, expected: str) -> str:
+    return f"must be {expected}, not {describe(value)}"
 
 
 def describe(value: Any) -> str:
@@ -323,6 +410,17 @@ def _show(value: Any, limit: int = 40) -> str:
         return f"{'-' if value < 0 else ''}2^{value.bit_length() - 1} or more"  # str() of a huge int is refused
     text = str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_compiled: dict[int, _Checker] = {}
+_CHECKERS: dict[tuple[str, str], _Checker] = {key: _compile(shape, _compiled) for key, shape in KIND_SHAPES.items()}
+_OTHER = _compile(POLICY_STATUS, _compiled)
+_metadata = _compile(METADATA, _compiled)
+
+
+def _check_metadata(meta: Any) -> _Fault | None:
+    fault = _Fault("is required") if meta is None else _metadata(meta)
+    return None if fault is None else fault.at("metadata")
 
 
 def object_label(raw: Any, default_namespace: str | None = None) -> str:
