@@ -235,3 +235,22 @@ def test_the_controllers_fast_path_leaves_a_malformed_object_to_a_full_analysis(
     full = analyse([o for o in objs if o["metadata"]["name"] != "cake-retries"] + [policy], now=NOW)
     assert any("RetryPolicy baker/cake-retries: status.ancestors[0].ancestorRef.name: must be a string" in w
                for w in full.warnings)
+
+
+EVERY_FIELD = ROOT / "tests" / "data" / "every-field.yaml"
+
+
+def test_a_list_map_key_that_is_no_scalar_leaves_the_policy_out():
+    """The merge identifies the items of an `x-kubernetes-list-type: map` list by their keys (S5.1)."""
+    from gwpolicy.incremental import policy_ref, update_policy
+
+    objs = [d for d in yaml.safe_load_all(EVERY_FIELD.read_text()) if d]
+    policy = next(o for o in objs if o["metadata"]["name"] == "ns")
+    bad = json.loads(json.dumps(policy))
+    bad["spec"]["defaults"]["rules"][1]["name"] = {"b": 1}
+    a = analyse(json.loads(json.dumps(objs)), now=NOW)
+    assert update_policy(a, policy_ref(a, bad), bad) is None  # the fast path declines
+    full = analyse([o for o in objs if o is not policy] + [bad], now=NOW)
+    assert any("TimeoutPolicy app/ns: spec.defaults.rules[1].name: must be a string, number or boolean" in w
+               for w in full.warnings), full.warnings
+    assert full.effective and not any(p.name == "ns" for p in full.policies)

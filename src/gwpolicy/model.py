@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 from gwpolicy.kinds import is_known_namespaced, split_api_version
 from gwpolicy.refs import Ref
-from gwpolicy.shapes import object_label, problems
+from gwpolicy.shapes import list_map_problem, object_label, problems, spec_schema_of_crd
 
 #: sorts objects without a creationTimestamp after every object that has one
 NO_TIMESTAMP = "9999-12-31T23:59:59Z"
@@ -106,15 +106,27 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
     index = ObjectIndex()
     raws, origin_list = _well_shaped(list(raws), origins, default_namespace, index.warnings)
     crd_scope: dict[tuple[str, str], bool] = {}
+    spec_schemas: dict[tuple[str, str], dict[str, Any]] = {}
     for raw in raws:
         if raw.get("kind") == "CustomResourceDefinition":
             spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
             names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
             if isinstance(spec.get("group"), str) and isinstance(names.get("kind"), str):
                 crd_scope[(spec["group"], names["kind"])] = spec.get("scope", "Namespaced") == "Namespaced"
+                schema = spec_schema_of_crd(raw)
+                if schema is not None:
+                    spec_schemas[(spec["group"], names["kind"])] = schema
+                else:
+                    spec_schemas.pop((spec["group"], names["kind"]), None)
     for raw, origin in zip(raws, origin_list):
         group, version = split_api_version(raw["apiVersion"])
         kind = raw["kind"]
+        schema = spec_schemas.get((group, kind)) if spec_schemas else None
+        if schema is not None:
+            problem = list_map_problem(raw.get("spec"), schema, "spec")
+            if problem is not None:
+                index.warnings.append(f"{origin}: {object_label(raw, default_namespace)}: {problem}; skipped")
+                continue
         meta = raw["metadata"]
         ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) and meta.get("namespace") else None
         namespaced = is_known_namespaced(group, kind)

@@ -412,6 +412,42 @@ def _show(value: Any, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def spec_schema_of_crd(crd: dict[str, Any]) -> dict[str, Any] | None:
+    """The schema of `spec` in a (well-shaped) CRD, of the version the engine merges by: the storage
+    version, else the first (as `policies` chooses it)."""
+    versions = [v for v in crd["spec"].get("versions") or () if isinstance(v, dict)]
+    chosen = next((v for v in versions if v.get("storage")), versions[0] if versions else None)
+    schema = ((chosen or {}).get("schema") or {}).get("openAPIV3Schema") or {}
+    spec = (schema.get("properties") or {}).get("spec")
+    return spec if isinstance(spec, dict) else None
+
+
+def list_map_problem(value: Any, schema: dict[str, Any], path: str) -> str | None:
+    """Where a list the CRD schema declares a map (`x-kubernetes-list-type: map`) has an item whose key
+    is not a string, number or boolean: the merge identifies list-map items by their keys (S5.1),
+    and a real API server would have refused the object against its schema."""
+    if type(value) is dict:
+        props = schema.get("properties")
+        if not props:
+            return None
+        for k, v in value.items():
+            sub = props.get(k)
+            if type(sub) is dict and v is not None:
+                problem = list_map_problem(v, sub, f"{path}.{k}")
+                if problem:
+                    return problem
+        return None
+    if type(value) is list and schema.get("x-kubernetes-list-type") == "map":
+        keys = schema.get("x-kubernetes-list-map-keys") or ()
+        for i, item in enumerate(value):
+            if type(item) is dict:
+                for key in keys:
+                    if isinstance(item.get(key), (dict, list)):
+                        return (f"{path}[{i}].{key}: must be a string, number or boolean (a key of this list, "
+                                f"x-kubernetes-list-map-keys), not {describe(item[key])}")
+    return None
+
+
 _compiled: dict[int, _Checker] = {}
 _CHECKERS: dict[tuple[str, str], _Checker] = {key: _compile(shape, _compiled) for key, shape in KIND_SHAPES.items()}
 _OTHER = _compile(POLICY_STATUS, _compiled)
