@@ -254,3 +254,15 @@ def test_a_list_map_key_that_is_no_scalar_leaves_the_policy_out():
     assert any("TimeoutPolicy app/ns: spec.defaults.rules[1].name: must be a string, number or boolean" in w
                for w in full.warnings), full.warnings
     assert full.effective and not any(p.name == "ns" for p in full.policies)
+
+
+def test_whatif_names_a_malformed_object_of_the_edit_by_its_file(tmp_path):
+    edit = tmp_path / "edit.yaml"
+    edit.write_text("apiVersion: networking.example.io/v1alpha1\nkind: RetryPolicy\n"
+                    "metadata: {name: cake-retries, namespace: baker, labels: [a]}\n"
+                    "spec: {targetRef: {group: gateway.networking.k8s.io, kind: HTTPRoute, name: cake}}\n")
+    run = run_cli("whatif", "-f", str(PARABLE), "--apply", str(edit), "-n", "baker", "--now", NOW)
+    assert run.code == 0, run.err
+    assert (f"Warning: {edit}:1: RetryPolicy baker/cake-retries: metadata.labels: must be an object, not a list; skipped"
+            in run.err), run.err
+    assert "would change." in run.out or "0 settings would change" in run.out, run.out

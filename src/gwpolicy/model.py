@@ -104,7 +104,7 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
     cluster-scoped (the only way a file can show a cluster-scoped custom policy).
     """
     index = ObjectIndex()
-    raws, origin_list = _well_shaped(list(raws), origins, default_namespace, index.warnings)
+    raws, origin_list = well_shaped(list(raws), origins, default_namespace, index.warnings)
     crd_scope: dict[tuple[str, str], bool] = {}
     spec_schemas: dict[tuple[str, str], dict[str, Any]] = {}
     for raw in raws:
@@ -165,8 +165,8 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
     return index
 
 
-def _well_shaped(raws: list[Any], origins: Iterable[str] | None, default_namespace: str,
-                 warnings: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+def well_shaped(raws: list[Any], origins: Iterable[str] | None, default_namespace: str | None,
+                warnings: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     """The objects whose fields have the shapes the engine reads (`gwpolicy.shapes`), with their
     origins; each other one is reported as `origin: Kind ns/name: field: what is wrong` and left out."""
     origin_list = list(origins) if origins is not None else [f"object {i + 1}" for i in range(len(raws))]

@@ -21,6 +21,7 @@ from gwpolicy.cli.kubeconfig import context_namespace
 from gwpolicy.cli.printers import Style
 from gwpolicy.cli.resources import NotFound, find_object, split_ref
 from gwpolicy.load import LoadError, load_paths
+from gwpolicy.model import well_shaped
 from gwpolicy.output import encode, status_list, write_effective
 from gwpolicy.status import DEFAULT_CONTROLLER
 
@@ -163,9 +164,10 @@ def run_command(args: argparse.Namespace) -> tuple[bytes, str | None]:
         apply_raws = None
         if args.apply:
             changed = load_paths(args.apply)
-            for w in changed.warnings:
+            warnings = list(changed.warnings)
+            apply_raws, _ = well_shaped(changed.objects, changed.origins, namespace, warnings)  # named here, by file
+            for w in warnings:
                 print(f"Warning: {w}", file=sys.stderr)
-            apply_raws = changed.objects
         delete = find_object(a, args.delete, namespace) if args.delete else None
         return cmd_whatif(ctx, apply_raws, delete, reanalyse), None
     if cmd == "graph":

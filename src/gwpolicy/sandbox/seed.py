@@ -9,19 +9,16 @@ import httpx2 as httpx  # the HTTP client lightkube is built on
 
 from gwpolicy.kinds import KNOWN_KINDS, plural_of, split_api_version
 from gwpolicy.sandbox.resources import BUILTINS
-from gwpolicy.shapes import object_label, problems
+from gwpolicy.model import well_shaped as model_well_shaped
 
 
 def well_shaped(objects: Iterable[dict[str, Any]], origins: Iterable[str], warn: TextIO) -> list[dict[str, Any]]:
     """The objects the engine could analyse (`gwpolicy.shapes`); each other one is named on `warn` and left out,
     so that a sandbox never holds what the controller analysing it would have to skip."""
-    kept = []
-    objects = list(objects)
-    for obj, origin, problem in zip(objects, origins, problems(objects)):
-        if problem is None:
-            kept.append(obj)
-        else:
-            print(f"Warning: {origin}: {object_label(obj)}: {problem}; skipped", file=warn)
+    warnings: list[str] = []
+    kept, _ = model_well_shaped(list(objects), origins, None, warnings)
+    for w in warnings:
+        print(f"Warning: {w}", file=warn)
     return kept
 
 
