@@ -113,15 +113,23 @@ def _bases() -> list[tuple[str, list[dict[str, Any]]]]:
 BASES = _bases()
 
 
-def check_every_command(tmp: Path, objs: list[dict[str, Any]], cmds: list[list[str]]) -> None:
+def check_every_command(tmp: Path, objs: list[dict[str, Any]], cmds: list[list[str]],
+                        base: list[dict[str, Any]] | None = None, edit: dict[str, Any] | None = None) -> None:
+    """Every command on the mutated objects; with `base` and `edit`, also `whatif` of the mutated object
+    applied as an edit to the unmutated ones."""
     path = tmp / "mutated.yaml"
     # the Dumper writes what the Loader reads back (NaN, 2^64, non-string keys): the loader is under test too
     path.write_text(yaml.dump_all(objs, Dumper=yaml.SafeDumper, sort_keys=False))
-    for cmd in cmds:
-        run = run_cli(*cmd, "-f", str(path), "--now", NOW)
+    runs = [[*cmd, "-f", str(path)] for cmd in cmds]
+    if base is not None and edit is not None:
+        (tmp / "base.yaml").write_text(yaml.dump_all(base, Dumper=yaml.SafeDumper, sort_keys=False))
+        (tmp / "edit.yaml").write_text(yaml.dump(edit, Dumper=yaml.SafeDumper, sort_keys=False))
+        runs.append(["whatif", "-A", "-o", "json", "-f", str(tmp / "base.yaml"), "--apply", str(tmp / "edit.yaml")])
+    for cmd in runs:
+        run = run_cli(*cmd, "--now", NOW)
         assert "unexpected" not in run.err, (cmd, run.err, path.read_text()[:3000])
         assert run.code in (0, 1), (cmd, run.code, run.err)
-        if run.code == 0 and cmd[-1] == "json" and not (cmd[0] == "get" and run.out == ""):
+        if run.code == 0 and "json" in cmd and not (cmd[0] == "get" and run.out == ""):
             # (`get` of nothing prints "No resources found" on stderr: its empty `List` is another item of issue 12)
             orjson.loads(run.out)  # strict JSON: no NaN, no partial document
         if run.code == 1:
@@ -143,7 +151,7 @@ def test_mutated_manifests_never_crash_a_command(base, tmp_path_factory):
     def run(which, choice, op, replacement):
         mutated = list(objs)
         mutated[which] = mutate(objs[which], choice, op, replacement)
-        check_every_command(tmp_path_factory.mktemp("m"), mutated, cmds)
+        check_every_command(tmp_path_factory.mktemp("m"), mutated, cmds, objs, mutated[which])
 
     run()
 
