@@ -49,7 +49,7 @@ UNREPRESENTABLE = [
 def test_values_json_cannot_hold_are_rejected_before_any_output(tmp_path, name, setting, message):
     policy = tmp_path / "bad.yaml"
     policy.write_text(
-        "apiVersion: networking.example.io/v1alpha1\nkind: RetryPolicy\n"
+        "apiVersion: policy.acme.io/v1\nkind: RetryPolicy\n"
         "metadata: {name: odd, namespace: baker, creationTimestamp: '2020-01-01T00:00:00Z'}\n"
         "spec:\n  targetRef: {group: gateway.networking.k8s.io, kind: HTTPRoute, name: cake}\n"
         f"  defaults:\n    {setting}\n")
@@ -66,7 +66,7 @@ def test_values_json_cannot_hold_are_rejected_before_any_output(tmp_path, name, 
 def test_nesting_deeper_than_the_limit_is_rejected_and_the_limit_itself_is_not(tmp_path):
     def policy(depth: int) -> dict:
         # the object nests 4 levels above the value: the object, spec, defaults, x
-        return {"apiVersion": "networking.example.io/v1alpha1", "kind": "RetryPolicy",
+        return {"apiVersion": "policy.acme.io/v1", "kind": "RetryPolicy",
                 "metadata": {"name": f"deep{depth}", "namespace": "baker"},
                 "spec": {"targetRef": {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "cake"},
                          "defaults": {"x": _nested(depth)}}}
@@ -127,7 +127,7 @@ def test_malformed_objects_of_every_kind_the_engine_reads(tmp_path):
         ({"apiVersion": "gwpolicy.io/v1alpha1", "kind": "PolicyKind", "metadata": {"name": "pk"},
           "spec": {"group": "x.io", "kind": "XPolicy", "targetKinds": "Service"}},
          "PolicyKind pk: spec.targetKinds: must be a list, not a string ('Service')"),
-        ({"apiVersion": "networking.example.io/v1alpha1", "kind": "RetryPolicy",
+        ({"apiVersion": "policy.acme.io/v1", "kind": "RetryPolicy",
           "metadata": {"name": "p", "namespace": "baker", "creationTimestamp": 5}, "spec": {}},
          "RetryPolicy baker/p: metadata.creationTimestamp: must be a string or a time, not a number (5)"),
         ({"apiVersion": 1, "kind": "Service", "metadata": {"name": "s"}}, "apiVersion"),
@@ -258,7 +258,7 @@ def test_a_list_map_key_that_is_no_scalar_leaves_the_policy_out():
 
 def test_whatif_names_a_malformed_object_of_the_edit_by_its_file(tmp_path):
     edit = tmp_path / "edit.yaml"
-    edit.write_text("apiVersion: networking.example.io/v1alpha1\nkind: RetryPolicy\n"
+    edit.write_text("apiVersion: policy.acme.io/v1\nkind: RetryPolicy\n"
                     "metadata: {name: cake-retries, namespace: baker, labels: [a]}\n"
                     "spec: {targetRef: {group: gateway.networking.k8s.io, kind: HTTPRoute, name: cake}}\n")
     run = run_cli("whatif", "-f", str(PARABLE), "--apply", str(edit), "-n", "baker", "--now", NOW)
@@ -266,3 +266,28 @@ def test_whatif_names_a_malformed_object_of_the_edit_by_its_file(tmp_path):
     assert (f"Warning: {edit}:1: RetryPolicy baker/cake-retries: metadata.labels: must be an object, not a list; skipped"
             in run.err), run.err
     assert "would change." in run.out or "0 settings would change" in run.out, run.out
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("sectionName", 80, "sectionName: must be a string, not a number (80)"),
+    ("namespace", 5, "namespace: must be a string, not a number (5)"),
+    ("group", ["gateway.networking.k8s.io"], "group: must be a string, not a list"),
+])
+def test_a_target_field_of_the_wrong_type_makes_the_policy_invalid(tmp_path, field, value, message):
+    """Dropping the field would widen the policy's scope silently (a sectionName ignored attaches to the whole route)."""
+    target = {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "cake", field: value}
+    for spec in ({"targetRefs": [target]}, {"targetRef": target}):
+        policy = {"apiVersion": "policy.acme.io/v1", "kind": "RetryPolicy",
+                  "metadata": {"name": "odd", "namespace": "baker", "creationTimestamp": "2020-01-01T00:00:00Z"},
+                  "spec": dict(spec, defaults={"maxRetries": 9})}
+        path = tmp_path / "odd.yaml"
+        path.write_text(yaml.safe_dump(policy))
+        run = run_cli("status", "-o", "json", "-f", str(PARABLE), "-f", str(path), "--now", NOW)
+        assert run.code == 0, run.err
+        item = next(i for i in run.json()["items"] if i["object"]["name"] == "odd")
+        conds = [c for e in item["status"]["ancestors"] for c in e["conditions"]]
+        where = "spec.targetRefs[0]." if "targetRefs" in spec else "spec.targetRef."
+        assert [(c["status"], c["reason"]) for c in conds] == [("False", "Invalid")], conds
+        assert conds[0]["message"] == where + message
+        effective = run_cli("effective", "-o", "json", "-f", str(PARABLE), "-f", str(path), "--now", NOW).json()
+        assert not any("odd" in str(i["sources"]) for i in effective["items"])

@@ -7,6 +7,7 @@ from typing import Any
 
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP
+from gwpolicy.shapes import target_ref_problem
 
 POLICY_LABEL = "gateway.networking.k8s.io/policy"
 STRATEGIES = ("FieldMerge", "Atomic", "Patch", "None")
@@ -169,6 +170,10 @@ def parse_policy(obj: Obj, kind: PolicyKind) -> Policy:
             targets = list(refs)
     else:
         invalid = "spec: has neither targetRef nor targetRefs, so the policy targets nothing (S2.2)"
+    for i, tref in enumerate(targets):  # the fields of a target of the wrong type (gwpolicy.shapes)
+        problem = target_ref_problem(tref)
+        if problem is not None:
+            invalid = invalid or (f"{target_field}[{i}]." if has_many else f"{target_field}.") + problem
     # stanzas (S2.3)
     found: dict[str, dict[str, Any]] = {}
     for canonical, other in STANZAS:

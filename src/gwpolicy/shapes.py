@@ -70,7 +70,7 @@ TIME = (str, date)
 #: an integer, or a string (a named port)
 INT_OR_STR = (int, str)
 
-OBJECT_REF = {"group": str, "kind": str, "namespace": str, "name": str, "sectionName": str, "port": int}
+TARGET_REF = {"group": str, "kind": str, "namespace": str, "name": str, "sectionName": str}
 PARENT_REF = {"group": str, "kind": str, "namespace": str, "name": Required(str), "sectionName": str, "port": int}
 BACKEND_REF = {"group": str, "kind": str, "namespace": str, "name": Required(str), "port": int, "weight": int}
 CONDITION = {"type": str, "status": str, "reason": str, "message": str, "lastTransitionTime": TIME,
@@ -410,6 +410,20 @@ def _show(value: Any, limit: int = 40) -> str:
         return f"{'-' if value < 0 else ''}2^{value.bit_length() - 1} or more"  # str() of a huge int is refused
     text = str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_target_ref = None
+
+
+def target_ref_problem(tref: dict[str, Any]) -> str | None:
+    """`field: what is wrong` for a policy's targetRef whose fields have the wrong type (a number as
+    `sectionName` or `namespace` would otherwise be dropped, and the policy's scope silently widen);
+    the policy is then Invalid, naming the field, rather than left out: its author must be told."""
+    global _target_ref
+    if _target_ref is None:
+        _target_ref = _compile(TARGET_REF, _compiled)
+    fault = _target_ref(tref)
+    return None if fault is None else fault.text()
 
 
 def spec_schema_of_crd(crd: dict[str, Any]) -> dict[str, Any] | None:
