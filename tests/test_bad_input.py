@@ -291,3 +291,18 @@ def test_a_target_field_of_the_wrong_type_makes_the_policy_invalid(tmp_path, fie
         assert conds[0]["message"] == where + message
         effective = run_cli("effective", "-o", "json", "-f", str(PARABLE), "-f", str(path), "--now", NOW).json()
         assert not any("odd" in str(i["sources"]) for i in effective["items"])
+
+
+def test_a_crd_schema_nested_hundreds_of_levels_is_reported_not_a_recursion_error(tmp_path):
+    schema = '{"type": "object"}'
+    for _ in range(450):  # as deep as the JSON parser reads; the shape check of a schema recurses per level
+        schema = '{"type": "object", "properties": {"a": ' + schema + "}}"
+    crd = ('{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "xs.x.io"},'
+           ' "spec": {"group": "x.io", "names": {"kind": "XPolicy"}, "versions": [{"name": "v1", "schema": {"openAPIV3Schema": '
+           + schema + "}}]}}")
+    path = tmp_path / "crd.json"
+    path.write_text(crd)
+    run = run_cli("get", "policykinds", "-f", str(path), "-f", str(PARABLE), "--now", NOW)
+    assert run.code == 0, run.err
+    assert f"{path}:1: CustomResourceDefinition xs.x.io: spec.versions[0].schema.openAPIV3Schema" in run.err, run.err
+    assert f"nests more than {MAX_DEPTH} levels deep; skipped" in run.err

@@ -161,6 +161,16 @@ def object_problem(raw: Any, json: bool = True) -> str | None:
     (policies and unknown kinds: metadata and `status.ancestors`), then (unless `json` is false)
     that JSON can hold it.
     """
+    try:
+        problem = _shape_problem(raw)
+    except RecursionError:  # a JSON Schema nested hundreds of levels deep, in a CRD
+        problem = unrepresentable(raw) or "(the object): nests too deeply to check"
+    if problem is not None or not json:
+        return problem
+    return unrepresentable(raw)
+
+
+def _shape_problem(raw: Any) -> str | None:
     if type(raw) is not dict:
         return f"must be an object, not {describe(raw)}"
     for name in ("apiVersion", "kind"):
@@ -175,7 +185,7 @@ def object_problem(raw: Any, json: bool = True) -> str | None:
         return fault.text()
     if not raw["metadata"]["name"]:
         return "metadata.name: must not be empty"
-    return unrepresentable(raw) if json else None
+    return None
 
 
 def unrepresentable(raw: Any) -> str | None:
