@@ -21,7 +21,7 @@ from gwpolicy.effective import EffectivePolicy
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.kinds import ROUTE_KINDS, split_api_version
 from gwpolicy.model import Obj, ObjectIndex
-from gwpolicy.policies import TARGET_FIELDS, Policy, parse_policy
+from gwpolicy.policies import TARGET_FIELDS, Policy, PolicyKind, parse_policy
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.shapes import list_map_problem, object_problem
 from gwpolicy.topology import PathNode, attach_route, extend
@@ -65,7 +65,7 @@ def policy_ref(a: Analysis, raw: dict[str, Any]) -> Ref | None:
     return Ref(group, kind, ns, meta.get("name", ""))
 
 
-def _misfits_schema(raw: dict[str, Any], kind: Any) -> bool:
+def _misfits_schema(raw: dict[str, Any], kind: PolicyKind) -> bool:
     spec_schema = ((kind.schema or {}).get("properties") or {}).get("spec")
     return isinstance(spec_schema, dict) and list_map_problem(raw.get("spec"), spec_schema, "spec") is not None
 
