@@ -21,8 +21,9 @@ from gwpolicy.effective import EffectivePolicy
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.kinds import ROUTE_KINDS, split_api_version
 from gwpolicy.model import Obj, ObjectIndex
-from gwpolicy.policies import TARGET_FIELDS, Policy, parse_policy
+from gwpolicy.policies import TARGET_FIELDS, Policy, PolicyKind, parse_policy
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.shapes import list_map_problem, object_problem
 from gwpolicy.topology import PathNode, attach_route, extend
 
 
@@ -64,11 +65,18 @@ def policy_ref(a: Analysis, raw: dict[str, Any]) -> Ref | None:
     return Ref(group, kind, ns, meta.get("name", ""))
 
 
+def _misfits_schema(raw: dict[str, Any], kind: PolicyKind) -> bool:
+    spec_schema = ((kind.schema or {}).get("properties") or {}).get("spec")
+    return isinstance(spec_schema, dict) and list_map_problem(raw.get("spec"), spec_schema, "spec") is not None
+
+
 def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] | None:
     """Replace (or delete, with raw None) one policy; the objects whose status may change, or None."""
     kind = a.kinds.get((ref.group, ref.kind))
     if kind is None:
         return None
+    if raw is not None and (object_problem(raw) is not None or _misfits_schema(raw, kind)):
+        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.shapes)
     if raw is not None:
         spec = raw.get("spec")
         if kind.recognized_by == "name-heuristic" and not (isinstance(spec, dict) and any(f in spec for f in TARGET_FIELDS)):
@@ -282,6 +290,8 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     """
     if ref.group != GATEWAY_GROUP or ref.kind not in ROUTE_KINDS or ref.namespace is None:
         return None
+    if raw is not None and object_problem(raw) is not None:
+        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.shapes)
     if ref.namespace not in a.index.namespaces:
         return None
     topo, index = a.topology, a.index

@@ -87,6 +87,10 @@ def load_text(text: str, name: str, into: Loaded | None = None) -> Loaded:
             if name.endswith(".json"):
                 raise LoadError(f"{name}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
             docs = _load_yaml(text, name)  # YAML flow style also starts with { or [
+        except (RecursionError, ValueError) as exc:
+            if name.endswith(".json"):
+                raise LoadError(_beyond_limits(text, name, "JSON", exc)) from exc
+            docs = _load_yaml(text, name)
         else:
             docs = doc if isinstance(doc, list) else [doc]
     else:
@@ -121,6 +125,23 @@ def _load_yaml(text: str, name: str) -> list[Any]:
         context = getattr(exc, "context", None)
         what = f"{context}: {problem}" if context else problem
         raise LoadError(f"{name}:{line}: invalid YAML: {what}") from exc
+    except (RecursionError, ValueError) as exc:
+        raise LoadError(_beyond_limits(text, name, "YAML", exc)) from exc
+
+
+_LONG_INT = re.compile(r"[0-9]{4301,}")
+
+
+def _beyond_limits(text: str, name: str, syntax: str, exc: Exception) -> str:
+    """The message for a document the parser gave up on: too deep, or an integer too long to read."""
+    if isinstance(exc, RecursionError):
+        return f"{name}:1: invalid {syntax}: nested too deeply to read (a Kubernetes object nests a few dozen levels)"
+    long_int = _LONG_INT.search(text)
+    if long_int is not None:
+        line = text.count("\n", 0, long_int.start()) + 1
+        return (f"{name}:{line}: invalid {syntax}: an integer of {long_int.end() - long_int.start()} digits; "
+                "JSON holds integers of 64 bits")
+    return f"{name}:1: invalid {syntax}: {exc}"
 
 
 def _doc_start_lines(text: str) -> list[int]:

@@ -7,6 +7,7 @@ from typing import Any, Iterable
 
 from gwpolicy.kinds import is_known_namespaced, split_api_version
 from gwpolicy.refs import Ref
+from gwpolicy.shapes import list_map_problem, object_label, problems, spec_schema_of_crd
 from gwpolicy.timestamps import CreationTime, creation_time
 
 #: what `Obj.created` says for an object without a readable creationTimestamp (sorts as the newest);
@@ -117,19 +118,30 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
     An object of a kind nobody declares is namespaced when it names a namespace, else
     cluster-scoped (the only way a file can show a cluster-scoped custom policy).
     """
-    raws = list(raws)
-    origin_list = list(origins) if origins is not None else [f"object {i + 1}" for i in range(len(raws))]
     index = ObjectIndex()
+    raws, origin_list = well_shaped(list(raws), origins, default_namespace, index.warnings)
     crd_scope: dict[tuple[str, str], bool] = {}
+    spec_schemas: dict[tuple[str, str], dict[str, Any]] = {}
     for raw in raws:
         if raw.get("kind") == "CustomResourceDefinition":
             spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
             names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
             if isinstance(spec.get("group"), str) and isinstance(names.get("kind"), str):
                 crd_scope[(spec["group"], names["kind"])] = spec.get("scope", "Namespaced") == "Namespaced"
+                schema = spec_schema_of_crd(raw)
+                if schema is not None:
+                    spec_schemas[(spec["group"], names["kind"])] = schema
+                else:
+                    spec_schemas.pop((spec["group"], names["kind"]), None)
     for raw, origin in zip(raws, origin_list):
         group, version = split_api_version(raw["apiVersion"])
         kind = raw["kind"]
+        schema = spec_schemas.get((group, kind)) if spec_schemas else None
+        if schema is not None:
+            problem = list_map_problem(raw.get("spec"), schema, "spec")
+            if problem is not None:
+                index.warnings.append(f"{origin}: {object_label(raw, default_namespace)}: {problem}; skipped")
+                continue
         meta = raw["metadata"]
         ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) and meta.get("namespace") else None
         namespaced = is_known_namespaced(group, kind)
@@ -174,3 +186,19 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
         groups_of.setdefault(kind, group)
     index.kind_groups = groups_of
     return index
+
+
+def well_shaped(raws: list[Any], origins: Iterable[str] | None, default_namespace: str | None,
+                warnings: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The objects whose fields have the shapes the engine reads (`gwpolicy.shapes`), with their
+    origins; each other one is reported as `origin: Kind ns/name: field: what is wrong` and left out."""
+    origin_list = list(origins) if origins is not None else [f"object {i + 1}" for i in range(len(raws))]
+    kept: list[dict[str, Any]] = []
+    kept_origins: list[str] = []
+    for raw, origin, problem in zip(raws, origin_list, problems(raws)):
+        if problem is None:
+            kept.append(raw)
+            kept_origins.append(origin)
+        else:
+            warnings.append(f"{origin}: {object_label(raw, default_namespace)}: {problem}; skipped")
+    return kept, kept_origins

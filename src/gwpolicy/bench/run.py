@@ -115,19 +115,56 @@ def _engine_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def route_counts(text: str) -> list[int]:
+    """`--sizes 1000,10000`: route counts, comma-separated; empty for none."""
+    counts = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            n = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a route count (want numbers such as 1000,10000)") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{n}: a route count must be at least 1")
+        counts.append(n)
+    return counts
+
+
+def _at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{n}: must be at least {low}")
+        return n
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except OSError as exc:  # an output file or work directory that cannot be written
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gwpolicy bench")
     sub = parser.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="write a synthetic cluster as YAML")
-    g.add_argument("--routes", type=int, required=True)
+    g.add_argument("--routes", type=_at_least(0), required=True)
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("-o", "--output", default="-")
     r = sub.add_parser("run", help="measure the engine (and the controller) on synthetic clusters")
-    r.add_argument("--sizes", default="1000,10000,50000", help="route counts, comma-separated (empty: no engine runs)")
-    r.add_argument("--repeat", type=int, default=2)
+    r.add_argument("--sizes", type=route_counts, default="1000,10000,50000", help="route counts, comma-separated (empty: no engine runs)")
+    r.add_argument("--repeat", type=_at_least(1), default=2)
     r.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gwpolicy-bench"))
     r.add_argument("--controller", action="store_true", help="also measure the controller against the sandbox")
-    r.add_argument("--controller-routes", default="1000,10000,50000", help="route counts for the controller")
+    r.add_argument("--controller-routes", type=route_counts, default="1000,10000,50000", help="route counts for the controller")
     r.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.cmd == "generate":
@@ -143,14 +180,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     os.makedirs(args.workdir, exist_ok=True)
     rows = []
-    for size in (int(s) for s in args.sizes.split(",") if s):
+    for size in args.sizes:
         print(f"measuring {size} routes...", file=sys.stderr)
         rows.append(measure(size, args.workdir, args.repeat))
     controller = None
     if args.controller:
         from gwpolicy.bench.controller import measure_controller
         controller = []
-        for size in (int(x) for x in args.controller_routes.split(",") if x):
+        for size in args.controller_routes:
             print(f"measuring the controller on {size} routes...", file=sys.stderr)
             controller.append(measure_controller(size, args.workdir))
     text = report(rows, controller)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from gwpolicy.analysis import Analysis
 from gwpolicy.cli.printers import Style
@@ -34,3 +36,36 @@ def label(ref: Ref, home: str | None = None) -> str:
 def short(ref: Ref) -> str:
     """`ns/name` or `name`."""
     return f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+
+
+def rfc3339_time(text: str) -> str:
+    """`--now`: an RFC 3339 time with its zone, given back in UTC as `YYYY-MM-DDTHH:MM:SSZ` (what status
+    holds); anything else is a usage error, never a string written into lastTransitionTime."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an RFC 3339 time, such as 2026-01-01T00:00:00Z") from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone; add Z (UTC) or an offset such as +02:00")
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def port_number(text: str) -> int:
+    """A TCP port, 0 to 65535 (0: the system picks a free one)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number: ports are 0 to 65535")
+    return port
+
+
+def positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
+    return value

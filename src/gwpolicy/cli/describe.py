@@ -28,6 +28,19 @@ def show(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+#: the widest setting (field name, value, values beaten) a table of `describe` shows; a longer one is cut
+#: (`effective -o json` has it whole). Messages and names are the engine's own and of bounded size: never cut.
+MAX_CELL = 80
+CUT_NOTE = f"(values longer than {MAX_CELL} characters are cut: `gwpolicy effective -o json` has them whole)"
+
+
+def cell(text: str, limit: int = MAX_CELL) -> str:
+    """One line (a newline would break the columns) of at most `limit` characters, ending in `...` if cut."""
+    if len(text) > limit:
+        return text[: limit - 3].replace("\n", " ") + "..."
+    return text.replace("\n", " ") if "\n" in text else text
+
+
 def indent(text: str, n: int = 2) -> str:
     pad = " " * n
     return "".join(pad + line + "\n" if line else "\n" for line in text.splitlines())
@@ -130,15 +143,21 @@ def _effective_block(ctx: Ctx, a: Analysis, target: Ref, items: list[EffectivePo
             out += f"  {ctx.style.dim(path_text(p, target.namespace))}\n"
         cands = ladder(a, ep)
         rows = []
+        cut = False
         for path_leaf, (value, stanza, source) in sorted(ep.result.leaves.items(), key=lambda kv: field_name(kv[0])):
             fname = field_name(path_leaf)
             level = next((label(c.level, target.namespace) for c in cands
                           if c.field == fname and c.verdict == "effective" and c.level), "-")
             src = f"{source.kind}/{short(source)}" if source else "object"
-            beat = [f"{show(c.value)} ({_who(c)}" + (", Conflicted)" if c.verdict == "conflicted" else ")")
+            beat = [f"{cell(show(c.value))} ({_who(c)}" + (", Conflicted)" if c.verdict == "conflicted" else ")")
                     for c in cands if c.field == fname and c.verdict in ("beaten", "conflicted")]
-            rows.append([fname, show(value), src, stanza or "-", level, "; ".join(beat) or "-"])
+            value_text = show(value)
+            cut = cut or len(fname) > MAX_CELL or len(value_text) > MAX_CELL or any(
+                len(show(c.value)) > MAX_CELL for c in cands if c.field == fname and c.verdict in ("beaten", "conflicted"))
+            rows.append([cell(fname), cell(value_text), src, stanza or "-", level, "; ".join(beat) or "-"])
         out += indent(table(["FIELD", "VALUE", "SOURCE", "STANZA", "LEVEL", "BEAT"], rows))
+        if cut:
+            out += indent(CUT_NOTE + "\n")
     return out
 
 
@@ -161,7 +180,8 @@ def describe_policy(ctx: Ctx, ref: Ref) -> str:
     out = header(ctx, pairs)
     out += "\n" + s.bold("Settings:") + "\n"
     for stanza, settings in p.stanzas.items():
-        out += f"  {stanza}: {show(settings)}\n"
+        text = show(settings)
+        out += f"  {stanza}: {cell(text, 4 * MAX_CELL)}\n" + (f"  {CUT_NOTE}\n" if len(text) > 4 * MAX_CELL else "")
     out += "\n" + s.bold("Targets:") + "\n"
     rows = []
     for t in a.outcomes[ref]:

@@ -16,11 +16,12 @@ from typing import Any, Callable, Sequence
 
 from gwpolicy import __version__
 from gwpolicy.analysis import Analysis, analyse
-from gwpolicy.cli.context import Ctx
+from gwpolicy.cli.context import Ctx, port_number, positive_number, rfc3339_time
 from gwpolicy.cli.kubeconfig import context_namespace
 from gwpolicy.cli.printers import Style
 from gwpolicy.cli.resources import NotFound, find_object, split_ref
 from gwpolicy.load import LoadError, load_paths
+from gwpolicy.model import well_shaped
 from gwpolicy.output import encode, status_list, write_effective
 from gwpolicy.status import DEFAULT_CONTROLLER
 
@@ -42,7 +43,7 @@ def _common(p: argparse.ArgumentParser, formats: Sequence[str]) -> None:
     p.add_argument("--context", help="kubeconfig context (its namespace is the default namespace)")
     p.add_argument("--kubeconfig", help="path to the kubeconfig file")
     p.add_argument("--controller-name", default=DEFAULT_CONTROLLER, help="controllerName of our status entries")
-    p.add_argument("--now", default=os.environ.get("GWPOLICY_NOW"),
+    p.add_argument("--now", default=os.environ.get("GWPOLICY_NOW"), type=rfc3339_time,
                    help="the current time, RFC 3339 (default: now); fixes AGE and lastTransitionTime for reproducible output")
 
 
@@ -163,9 +164,10 @@ def run_command(args: argparse.Namespace) -> tuple[bytes, str | None]:
         apply_raws = None
         if args.apply:
             changed = load_paths(args.apply)
-            for w in changed.warnings:
+            warnings = list(changed.warnings)
+            apply_raws, _ = well_shaped(changed.objects, changed.origins, namespace, warnings)  # named here, by file
+            for w in warnings:
                 print(f"Warning: {w}", file=sys.stderr)
-            apply_raws = changed.objects
         delete = find_object(a, args.delete, namespace) if args.delete else None
         return cmd_whatif(ctx, apply_raws, delete, reanalyse), None
     if cmd == "graph":
@@ -229,20 +231,28 @@ def sandbox_main(argv: list[str]) -> int:
 
     p = argparse.ArgumentParser(prog="gwpolicy sandbox", description="A local Kubernetes API server on 127.0.0.1 "
                                 "for tests and for trying policies with kubectl, no cluster needed.")
-    p.add_argument("--port", type=int, default=0, help="port to listen on (0 picks a free one)")
+    p.add_argument("--port", type=port_number, default=0, help="port to listen on (0 picks a free one)")
     p.add_argument("--kubeconfig-out", metavar="FILE", help="write a kubeconfig for the sandbox here")
     p.add_argument("--keep-creation-timestamp", action="store_true",
                    help="test switch: keep metadata.creationTimestamp from the input, so age decides as written")
-    p.add_argument("--bookmark-interval", type=float, default=1.0, help="seconds between watch BOOKMARK events")
+    p.add_argument("--bookmark-interval", type=positive_number, default=1.0, help="seconds between watch BOOKMARK events")
     p.add_argument("-f", "--filename", action="append", default=[], help="objects to load at start (CRDs first)")
     p.add_argument("--data-dir", metavar="DIR", help="keep objects and resourceVersions in DIR (SQLite) and "
                    "come back with them after a restart, also after kill -9; -f loads only into an empty DIR")
     args = p.parse_args(argv)
     preload = []
     if args.filename:
-        from gwpolicy.sandbox.seed import ordered
+        from gwpolicy.sandbox.seed import ordered, well_shaped
 
-        preload = ordered(load_paths(args.filename).objects)  # with CRDs made up for kinds that have none
+        try:
+            loaded = load_paths(args.filename)
+        except LoadError as exc:
+            print(f"Error: {exc}", file=sys.stderr)
+            return 1
+        for w in loaded.warnings:
+            print(f"Warning: {w}", file=sys.stderr)
+        objects = well_shaped(loaded.objects, loaded.origins, sys.stderr)
+        preload = ordered(objects)  # with CRDs made up for kinds that have none
     try:
         asyncio.run(serve(args.port, args.kubeconfig_out, args.keep_creation_timestamp, args.bookmark_interval, preload,
                           args.data_dir))

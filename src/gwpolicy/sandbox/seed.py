@@ -3,12 +3,23 @@ CRD authoring), namespaces created for objects that name one, and server-side ap
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, TextIO
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
 
 from gwpolicy.kinds import KNOWN_KINDS, plural_of, split_api_version
 from gwpolicy.sandbox.resources import BUILTINS
+from gwpolicy.model import well_shaped as model_well_shaped
+
+
+def well_shaped(objects: Iterable[dict[str, Any]], origins: Iterable[str], warn: TextIO) -> list[dict[str, Any]]:
+    """The objects the engine could analyse (`gwpolicy.shapes`); each other one is named on `warn` and left out,
+    so that a sandbox never holds what the controller analysing it would have to skip."""
+    warnings: list[str] = []
+    kept, _ = model_well_shaped(list(objects), origins, None, warnings)
+    for w in warnings:
+        print(f"Warning: {w}", file=warn)
+    return kept
 
 
 def synthesize_crds(objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
