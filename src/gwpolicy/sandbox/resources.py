@@ -55,6 +55,8 @@ BUILTINS = (
     Resource("coordination.k8s.io", ("v1",), "Lease", "leases", "lease", True, False),
     Resource("rbac.authorization.k8s.io", ("v1",), "ClusterRole", "clusterroles", "clusterrole", False, False),
     Resource("rbac.authorization.k8s.io", ("v1",), "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", False, False),
+    Resource("admissionregistration.k8s.io", ("v1",), "ValidatingWebhookConfiguration",
+             "validatingwebhookconfigurations", "validatingwebhookconfiguration", False, False),
     Resource("apps", ("v1",), "Deployment", "deployments", "deployment", True, True, ("deploy",), ("all",)),
 )
 
