@@ -220,3 +220,31 @@ def test_with_the_webhook_down_and_failure_policy_ignore_the_apply_goes_through(
     assert out.returncode == 0 and "is affected by" not in out.stderr
     labels = sandbox.kubectl("get", "httproute", "cake", "-n", "baker", "-o", "jsonpath={.metadata.labels.edited}")
     assert labels.stdout == "yes"  # stored: the unreachable webhook was passed over
+
+
+def test_replicas_share_the_certificate_the_registered_ca_bundle_vouches_for(sandbox, tmp_path):
+    """In a cluster every replica must serve a certificate the one caBundle verifies: the first makes it
+    and keeps it in --cert-secret, the next one serves that same certificate."""
+    import base64
+    import re
+    import ssl
+    import urllib.request
+
+    sandbox.http.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gwpolicy-system"}})
+    first = Webhook(sandbox, "--cert-secret", "gwpolicy-system/gwpolicy-webhook-tls")
+    second = Webhook(sandbox, "--cert-secret", "gwpolicy-system/gwpolicy-webhook-tls", "--no-register")
+    try:
+        first.wait_registered()
+        line = ""
+        while "serving https://" not in line:
+            line = second.proc.stderr.readline()
+            assert line or second.proc.poll() is None, "the second replica did not start"
+        port = int(re.search(r":(\d+)/validate", line).group(1))
+        cfg = json.loads(sandbox.kubectl("get", "validatingwebhookconfiguration", "gwpolicy", "-o", "json").stdout)
+        ca = base64.b64decode(cfg["webhooks"][0]["clientConfig"]["caBundle"]).decode()
+        ctx = ssl.create_default_context(cadata=ca)
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=ctx, timeout=5) as resp:
+            assert resp.read() == b"ok"
+    finally:
+        first.close()
+        second.close()

@@ -27,6 +27,10 @@ EXAMPLES = """examples:
   # in a cluster, behind the Service of deploy/40-webhook.yaml, certificate from cert-manager
   gwpolicy webhook --listen-address 0.0.0.0 --service gwpolicy-system/gwpolicy-webhook \\
       --tls-cert-file /certs/tls.crt --tls-key-file /certs/tls.key --ca-file /certs/ca.crt
+
+  # in a cluster, certificate made by the first replica and shared through a Secret
+  gwpolicy webhook --listen-address 0.0.0.0 --service gwpolicy-system/gwpolicy-webhook \\
+      --cert-secret gwpolicy-system/gwpolicy-webhook-tls
 """
 
 
@@ -50,6 +54,8 @@ def parse(argv: list[str]) -> WebhookOptions:
     p.add_argument("--ca-file", help="the CA to register as caBundle when the certificate comes from files")
     p.add_argument("--service", metavar="NAMESPACE/NAME",
                    help="register clientConfig.service instead of a url (in a cluster: gwpolicy-system/gwpolicy-webhook)")
+    p.add_argument("--cert-secret", metavar="NAMESPACE/NAME",
+                   help="keep the made CA and certificate in this Secret, so that every replica serves the same one")
     p.add_argument("--url", help="register this clientConfig.url (default: https://ADDRESS:PORT/validate)")
     p.add_argument("--no-register", action="store_true", help="do not create or update the ValidatingWebhookConfiguration")
     p.add_argument("--failure-policy", choices=["Ignore", "Fail"], default="Ignore",
@@ -70,7 +76,7 @@ def parse(argv: list[str]) -> WebhookOptions:
                               listen=a.health_listen, leader_election=False, field_manager="gwpolicy-webhook")
     return WebhookOptions(copts, ReviewOptions(deny_invalid=a.deny_invalid, deny_conflicts=a.deny_conflicts),
                           host=a.listen_address, port=a.port, cert_file=a.tls_cert_file, key_file=a.tls_key_file,
-                          ca_file=a.ca_file, url=a.url, service=a.service, register=not a.no_register,
+                          ca_file=a.ca_file, url=a.url, service=a.service, cert_secret=a.cert_secret, register=not a.no_register,
                           failure_policy=a.failure_policy, timeout_seconds=a.timeout_seconds)
 
 

@@ -51,6 +51,7 @@ class WebhookOptions:
     ca_file: str | None = None  # the CA to put in caBundle when the certificate comes from files
     url: str | None = None  # clientConfig.url; default https://HOST:PORT/validate
     service: str | None = None  # NAMESPACE/NAME: clientConfig.service instead of a url (in a cluster)
+    cert_secret: str | None = None  # NAMESPACE/NAME: a Secret that holds the made CA and certificate, shared by replicas
     register: bool = True
     failure_policy: str = "Ignore"
     timeout_seconds: int = 5
@@ -139,22 +140,57 @@ class WebhookProcess(Controller):
         self.registered_groups: list[str] | None = None
         self._tmp: tempfile.TemporaryDirectory | None = None
 
-    def _certificate(self) -> tuple[str, str]:
+    async def _certificate(self) -> tuple[str, str]:
         o = self.wopts
         if o.cert_file and o.key_file:
             with open(o.ca_file or o.cert_file, "rb") as f:
                 self.ca_pem = f.read()
             return o.cert_file, o.key_file
+        ca, serving = await self._made_certificate()
+        self._tmp = tempfile.TemporaryDirectory(prefix="gwpolicy-webhook-")
+        self.ca_pem = ca.cert_pem
+        return certs.write_pair(self._tmp.name, "tls", serving)
+
+    async def _made_certificate(self) -> tuple[certs.KeyPair, certs.KeyPair]:
+        """A CA and a serving certificate; with --cert-secret, the ones the first replica stored there
+        (every replica serves the certificate the registered caBundle vouches for)."""
+        o = self.wopts
+        secret = None
+        if o.cert_secret and self.client is not None:
+            ns, _, name = o.cert_secret.partition("/")
+            secret = Kind("", "v1", "Secret", "secrets", True, False)
+            for _ in range(3):
+                try:
+                    data = (await kube.get_object(self.client, secret, name, ns)).get("data") or {}
+                    return (certs.KeyPair(base64.b64decode(data["ca.crt"]), base64.b64decode(data["ca.key"])),
+                            certs.KeyPair(base64.b64decode(data["tls.crt"]), base64.b64decode(data["tls.key"])))
+                except ApiError as exc:
+                    if exc.status.code != 404:
+                        raise
+                except KeyError:
+                    log.warning("Secret %s lacks ca.crt/ca.key/tls.crt/tls.key: making a new certificate", o.cert_secret)
+                ca, serving = self._new_certificate()
+                body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns},
+                        "type": "Opaque", "data": {k: base64.b64encode(v).decode() for k, v in
+                                                   (("ca.crt", ca.cert_pem), ("ca.key", ca.key_pem),
+                                                    ("tls.crt", serving.cert_pem), ("tls.key", serving.key_pem))}}
+                try:  # a create, not an apply: of two replicas starting together, one makes it
+                    await self.client.create(kube.resource_class(secret).from_dict(body), namespace=ns)
+                    return ca, serving
+                except ApiError as exc:  # another replica stored one first: read it
+                    if exc.status.code != 409:
+                        raise
+        return self._new_certificate()
+
+    def _new_certificate(self) -> tuple[certs.KeyPair, certs.KeyPair]:
+        o = self.wopts
         ca = certs.make_ca()
         hosts = [o.host] if o.host not in ("0.0.0.0", "::") else ["127.0.0.1"]
         if o.service:
             ns, _, name = o.service.partition("/")
             hosts += [f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"]
         hosts.append("localhost")
-        serving = certs.make_serving(ca, hosts)
-        self._tmp = tempfile.TemporaryDirectory(prefix="gwpolicy-webhook-")
-        self.ca_pem = ca.cert_pem
-        return certs.write_pair(self._tmp.name, "tls", serving)
+        return ca, certs.make_serving(ca, hosts)
 
     async def serve(self) -> None:
         app = web.Application(client_max_size=4 * 1024 * 1024)
@@ -162,7 +198,7 @@ class WebhookProcess(Controller):
         app.router.add_get("/healthz", lambda _: web.Response(text="ok"))
         self.webhook_runner = web.AppRunner(app, access_log=None)
         await self.webhook_runner.setup()
-        site = web.TCPSite(self.webhook_runner, self.wopts.host, self.wopts.port, ssl_context=server_ssl(*self._certificate()))
+        site = web.TCPSite(self.webhook_runner, self.wopts.host, self.wopts.port, ssl_context=server_ssl(*await self._certificate()))
         await site.start()
         self.webhook_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
