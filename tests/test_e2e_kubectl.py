@@ -101,7 +101,10 @@ def test_deploy_manifests_are_valid_kubernetes(tmp_path):
     dep = next(d for d in docs if d["kind"] == "Deployment")
     assert dep["spec"]["replicas"] == 2
     rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d.get("rules") or []]
-    verbs = {v for r in rules for v in r["verbs"]}
+    # EffectivePolicy objects (opt-in) are the one thing the controller creates and deletes
+    own = [r for r in rules if r.get("resources") == ["effectivepolicies"]]
+    assert own and all(r["apiGroups"] == ["gwpolicy.io"] for r in own)
+    verbs = {v for r in rules if r not in own for v in r["verbs"]}
     assert not verbs & {"delete", "create", "*", "update"}, "the controller needs no such verbs cluster-wide"
     status_rules = [r for r in rules if any(res.endswith("/status") for res in r["resources"])]
     assert all(set(r["verbs"]) <= {"get", "patch"} for r in status_rules)

@@ -217,10 +217,22 @@ def _recompute_below(a: Analysis, levels: set[Ref], dirty: set[Ref] = frozenset(
             if id(n) in seen:
                 continue
             seen.add(id(n))
-            n.summary = None
             nodes.append(n)
             if n.children:
                 stack.extend(n.children.values())
+    return _recompute_nodes(a, nodes, dirty)
+
+
+def _recompute_nodes(a: Analysis, nodes: list[PathNode], dirty: set[Ref] = frozenset(),  # type: ignore[assignment]
+                     lost: dict[Ref, list[EffectivePolicy]] | None = None, in_order: bool = True) -> set[Ref]:
+    """New summaries and effective policies for these nodes (each listed once, parents before
+    children or not: summaries are derived on demand); objects whose affecting policies changed.
+    `dirty`: owners to check in any case; `lost`: the effective policies of paths the caller took
+    away, by owner (when the new paths bring at least their policies, the owner is not rescanned);
+    `in_order`: keep a target's paths in the order a full analysis lists them (a route change lists a
+    backend's paths as routes reach it in any case: sorting its thousands of paths would buy nothing)."""
+    for n in nodes:
+        n.summary = None
     by = a._by_effective_target
     assert by is not None
     paths = a.topology.paths
@@ -231,6 +243,8 @@ def _recompute_below(a: Analysis, levels: set[Ref], dirty: set[Ref] = frozenset(
         if target is not None and n in paths.get(target, ()):  # a Namespace level inside a path is no target's path
             per_target.setdefault(target, []).append(n)
     owners: set[Ref] = set(dirty)
+    gone: dict[Ref, list[EffectivePolicy]] = {o: list(eps) for o, eps in (lost or {}).items()}
+    gained: dict[Ref, list[EffectivePolicy]] = {}
     for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
         fresh: dict[PathNode, list[EffectivePolicy]] = {
             n: [EffectivePolicy(target, n, kinds[kk], res) for kk, res in a.evaluator.evaluate_node(target, n) if res.leaves]
@@ -246,7 +260,7 @@ def _recompute_below(a: Analysis, levels: set[Ref], dirty: set[Ref] = frozenset(
                 per_path[n] = eps  # an existing path keeps its place
             else:
                 per_path.pop(n, None)
-        if added:  # paths that had no effective policy before: the order a full analysis gives
+        if added and in_order:  # paths that had no effective policy before: the order a full analysis gives
             order = {node: i for i, node in enumerate(paths[target])}
             by[target] = per_path = dict(sorted(per_path.items(), key=lambda kv: order.get(kv[0], 0)))
         if not per_path:
@@ -255,10 +269,22 @@ def _recompute_below(a: Analysis, levels: set[Ref], dirty: set[Ref] = frozenset(
         # before, what affects the owner is unchanged (a Service behind many routes: no rescan)
         if policies_by_kind(replaced) != policies_by_kind(chain.from_iterable(fresh.values())):
             owners.add(target.object)
+            gone.setdefault(target.object, []).extend(replaced)
+            gained.setdefault(target.object, []).extend(chain.from_iterable(fresh.values()))
     a._effective = None
     changed: set[Ref] = set()
     affected = a.affected  # computed from scratch the first time, then kept up to date here
     for owner in owners:
+        before = affected.get(owner, {})
+        if owner in gone:
+            # what the owner loses, it gets back from the new paths: it keeps all it had, plus what they bring
+            lost_kinds, got = policies_by_kind(gone[owner]), policies_by_kind(gained.get(owner, ()))
+            if all(refs <= got.get(kk, set()) for kk, refs in lost_kinds.items()):
+                now = {kk: before.get(kk, set()) | got.get(kk, set()) for kk in set(before) | set(got)}
+                if now != before:
+                    changed.add(owner)
+                    affected[owner] = now
+                continue
         targets = [owner] + [owner.with_section(s) for s in a.topology.sections.get(owner, [])]
         now = policies_by_kind(chain.from_iterable(eps for t in targets for eps in by.get(t, {}).values()))
         if now != affected.get(owner, {}):
@@ -300,6 +326,7 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     # 1. cut the route's subtrees out
     changed: set[Ref] = {ref}
     old_backends: set[Ref] = set()
+    existed: dict[Ref, bool] = {}  # backends and whether the hierarchy held them before the edit
     for node in list(topo.paths.get(ref, ())):
         for m in _subtree(node):
             lv = m.level
@@ -311,6 +338,7 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
                 changed.add(lv)
                 if lv.object != ref and lv.section is None:
                     old_backends.add(lv)
+                    existed.setdefault(lv, True)
             at = idx.get(lv)
             if at is not None:
                 at.pop(m, None)
@@ -325,10 +353,13 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     obj = replace_object(index, ref, raw)
     new_backends: set[Ref] = set()
     if obj is not None:
+        for b in _backend_refs(obj):
+            existed.setdefault(b, b in topo.paths)
         new_backends = attach_route(topo, obj, index, ReferenceGrants(index))
         for s in topo.sections.get(ref, []):
             changed.add(ref.with_section(s))
     # 3. backends: standalone paths where no route reaches, none where one does; virtual ones may vanish
+    grown: list[PathNode] = []  # standalone paths put back: new to the effective policies
     for b in old_backends | new_backends:
         changed.add(b)
         svc = b.group == CORE_GROUP and b.kind == "Service" and b in index.by_ref
@@ -337,8 +368,9 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
         if svc:
             if via_routes:
                 topo.paths.get(b, {}).pop(standalone, None)
-            else:
+            elif standalone not in topo.paths.get(b, {}):
                 topo.add_path(b, standalone)
+                grown.append(standalone)
             for p in topo.ports_of.get(b, []):
                 pref = b.with_section(p["name"])
                 changed.add(pref)
@@ -347,8 +379,9 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
                 others = [n for n in reg if n is not own]
                 if others:
                     reg.pop(own, None)
-                else:
+                elif own not in reg:
                     topo.add_path(pref, own)
+                    grown.append(own)
         elif not topo.paths.get(b):
             topo.paths.pop(b, None)
             topo.virtual.discard(b)
@@ -370,6 +403,7 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     by = a._by_effective_target
     assert by is not None
     trimmed: set[Ref] = set()  # owners that lost effective policies with their paths
+    lost: dict[Ref, list[EffectivePolicy]] = {}
     for t in changed:
         live = topo.paths.get(t, {})
         per_path = by.get(t)
@@ -378,19 +412,25 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
         gone = [n for n in per_path if n not in live]
         if gone:
             trimmed.add(t.object)
+            taken = lost.setdefault(t.object, [])
             for n in gone:
-                del per_path[n]
+                taken.extend(per_path.pop(n))
             if not per_path:
                 del by[t]
-    check = _recompute_below(a, changed, trimmed) | {ref} | {t.object for t in changed if t.object in index.by_ref}
+    # only the nodes the edit grew are new: the paths of a backend through other routes, and their
+    # summaries, do not depend on this route (a Service behind a thousand routes is not recomputed)
+    fresh = [m for node in topo.paths.get(ref, ()) for m in _subtree(node)] + grown
+    check = _recompute_nodes(a, fresh, trimmed, lost, in_order=False) | {ref} | {t.object for t in changed if t.object in index.by_ref}
     affected = a.affected
     for t in changed:  # owners whose every path went away
         owner = t.object
         if owner not in topo.paths and owner in affected:
             del affected[owner]
             check.add(owner)
-    # 6. policies on the route, its rules and its backends: their targets may have come or gone
-    declared = set(chain.from_iterable(a.policies_declaring(obj) for obj in {t.object for t in changed}))
+    # 6. policies on the route, its rules, and on backends that came into or went out of the hierarchy:
+    #    their targets may have come or gone (a backend there before and after is the same target)
+    moved = {b for b, before in existed.items() if before != (b in topo.paths)}
+    declared = set(a.policies_declaring(ref)).union(*(a.policies_declaring(b) for b in moved))
     for pref in sorted(declared, key=Ref.sort_key):
         sub = update_policy(a, pref, a.index.by_ref[pref].raw)
         if sub is None:
@@ -399,3 +439,18 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     a._status = a._status_by_ref = a._affects = a._by_target = None
     a._effective = None
     return check
+
+
+def _backend_refs(route: Obj) -> set[Ref]:
+    """The backends a route's rules name (before attachment decides which it reaches)."""
+    out: set[Ref] = set()
+    spec = route.spec if isinstance(route.spec, dict) else {}
+    for rule in spec.get("rules") or []:
+        if not isinstance(rule, dict):
+            continue
+        for b in rule.get("backendRefs") or []:
+            if isinstance(b, dict) and isinstance(b.get("name"), str):
+                group = b.get("group") or CORE_GROUP
+                ns = b.get("namespace") if isinstance(b.get("namespace"), str) else route.namespace
+                out.add(Ref(group if isinstance(group, str) else CORE_GROUP, b.get("kind") or "Service", ns, b["name"]))
+    return out

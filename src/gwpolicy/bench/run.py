@@ -166,7 +166,15 @@ def _main(argv: list[str] | None = None) -> int:
     r.add_argument("--controller", action="store_true", help="also measure the controller against the sandbox")
     r.add_argument("--controller-routes", type=route_counts, default="1000,10000,50000", help="route counts for the controller")
     r.add_argument("--json", help="also write the figures to this file")
+    w = sub.add_parser("webhook", help="measure the admission webhook's latency on synthetic clusters")
+    w.add_argument("--routes", default="1000,20000", help="route counts, comma-separated")
+    w.add_argument("--reviews", type=int, default=300, help="reviews of each sort (policy, route) per size")
     args = parser.parse_args(argv)
+    if args.cmd == "webhook":
+        from gwpolicy.bench.webhook import measure_webhook, webhook_table
+        rows = [measure_webhook(int(n), args.reviews) for n in args.routes.split(",") if n]
+        print("\n".join(webhook_table(rows)))
+        return 0
     if args.cmd == "generate":
         if args.output == "-":
             import yaml

@@ -32,6 +32,9 @@ def read_cluster(kubeconfig: str | None, context: str | None) -> list[dict[str, 
     try:
         crds = read(kube.CRD)
         out += crds + read(kube.BUILTIN[0]) + read(kube.BUILTIN[1])
+        if any(((c.get("metadata") or {}).get("name")) == "effectivepolicies.gwpolicy.io" for c in crds):
+            from gwpolicy.controller.effectivepolicies import KIND as EFFECTIVE_POLICY
+            out += read(EFFECTIVE_POLICY)  # describe shows them; the analysis reads nothing of them
         pk_kind = next((kube.kind_of_crd(c, set()) for c in crds
                         if (c.get("spec") or {}).get("group") == "gwpolicy.io"
                         and ((c.get("spec") or {}).get("names") or {}).get("kind") == "PolicyKind"), None)

@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, ("dot", "mermaid", "svg"))
     sub.add_parser("sandbox", help="a local Kubernetes API server to try policies with kubectl (gwpolicy sandbox --help)")
     sub.add_parser("controller", help="write policy status into a cluster (gwpolicy controller --help)")
+    sub.add_parser("webhook", help="warn at apply time about policy effects (gwpolicy webhook --help)")
     sub.add_parser("bench", help="generate synthetic clusters and measure gwpolicy on them (gwpolicy bench --help)")
     p = sub.add_parser("effective", help="effective policy of every object, path and policy kind (S9)")
     _common(p, ("json", "yaml"))
@@ -187,6 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["controller"]:
         from gwpolicy.controller.main import main as controller_main
         return controller_main(argv[1:])
+    if argv[:1] == ["webhook"]:
+        from gwpolicy.webhook.main import main as webhook_main
+        return webhook_main(argv[1:])
     # A CLI run is short and allocates millions of objects that live until it exits: the cyclic
     # garbage collector would walk them again and again for nothing (a third of the run time).
     gc.disable()

@@ -17,6 +17,7 @@ from lightkube import ApiError, AsyncClient
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gwpolicy.controller import kube
+from gwpolicy.controller.effectivepolicies import EffectivePolicySync
 from gwpolicy.controller.informer import Informer
 from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LeaderElector
@@ -57,6 +58,8 @@ class Options:
     breadcrumb_qps: float = 50.0
     write_workers: int = 4
     debounce: float = 0.02
+    effective_policy_objects: bool = False  # keep EffectivePolicy objects (controller/effectivepolicies.py)
+    effective_policy_namespace: str | None = None  # where those of cluster-scoped objects go (default: the lease's)
 
 
 class Controller:
@@ -82,6 +85,7 @@ class Controller:
         self.writing: set[Ref] = set()  # objects a writer holds
         self.next_breadcrumb = 0.0  # monotonic time the next paced write may start
         self.no_status_warned: set[tuple[str, str]] = set()
+        self.effective: EffectivePolicySync | None = None
 
     # ---------- discovery ----------
     def _watch(self, kind: Kind) -> None:
@@ -136,6 +140,8 @@ class Controller:
             for ref in refs:
                 (self.high if a is not None and ref in a.policies else self.low)[ref] = None
             self._gauge()
+            if self.effective is not None:
+                self.effective.refresh()
             self.busy = False
             if refs:
                 self.queue_event.set()
@@ -314,6 +320,9 @@ class Controller:
         for k in [CRD, *BUILTIN]:
             self._watch(k)
         self.tasks.append(asyncio.create_task(self.reconcile_loop(), name="reconcile"))
+        if self.opts.effective_policy_objects:
+            self.effective = EffectivePolicySync(self, self.opts.effective_policy_namespace or self.opts.lease_namespace)
+            self.effective.start()
         for i in range(max(1, self.opts.write_workers)):
             self.tasks.append(asyncio.create_task(self.write_loop(), name=f"write-{i}"))
         if self.opts.leader_election:
@@ -332,6 +341,8 @@ class Controller:
     async def stop(self) -> None:
         if self.elector:
             await self.elector.release()
+        if self.effective is not None:
+            await self.effective.stop()
         for t in self.tasks:
             t.cancel()
         for i in list(self.informers.values()):

@@ -107,6 +107,8 @@ def kind_of_crd(crd: dict[str, Any], policykinds: set[tuple[str, str]]) -> Kind 
     if not versions or not names.get("kind") or not names.get("plural"):
         return None
     group, kind = spec.get("group", ""), names["kind"]
+    if (group, kind) == ("gwpolicy.io", "EffectivePolicy"):
+        return None  # our output (controller/effectivepolicies.py watches it), never the analysis' input
     labels = (crd.get("metadata") or {}).get("labels") or {}
     wanted = ((group == "gateway.networking.k8s.io" and kind in GATEWAY_KINDS) or kind.endswith("Policy")
               or POLICY_LABEL in labels or (group, kind) == ("gwpolicy.io", "PolicyKind") or (group, kind) in policykinds)

@@ -29,6 +29,11 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--no-leader-election", action="store_true", help="write without holding a lease (one replica only)")
     p.add_argument("--breadcrumb-qps", type=float, default=50.0, help="breadcrumb writes per second at most")
     p.add_argument("--write-workers", type=int, default=4, help="writes in flight at most")
+    p.add_argument("--effective-policy-objects", action="store_true",
+                   help="keep an EffectivePolicy (gwpolicy.io) next to every object some policy affects "
+                        "(needs deploy/50-effectivepolicy-crd.yaml)")
+    p.add_argument("--effective-policy-namespace", help="namespace of the EffectivePolicies of cluster-scoped "
+                   "objects other than Namespaces (default: the lease namespace)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO, stream=sys.stderr,
@@ -37,7 +42,8 @@ def parse(argv: list[str]) -> Options:
     return Options(kubeconfig=a.kubeconfig, context=a.context, controller_name=a.controller_name, namespace=a.namespace,
                    listen=a.listen, lease_namespace=a.lease_namespace, lease_duration=a.lease_duration,
                    identity=a.identity, leader_election=not a.no_leader_election, breadcrumb_qps=a.breadcrumb_qps,
-                   write_workers=a.write_workers)
+                   write_workers=a.write_workers, effective_policy_objects=a.effective_policy_objects,
+                   effective_policy_namespace=a.effective_policy_namespace)
 
 
 async def run(opts: Options) -> None:

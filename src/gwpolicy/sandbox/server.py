@@ -11,13 +11,14 @@ import os
 import sys
 import time
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 import yaml
 from aiohttp import web
 
 from gwpolicy.sandbox import protobuf
+from gwpolicy.sandbox.admission import Admission, Call, warning_header
 from gwpolicy.sandbox.persist import DataDirError
 from gwpolicy.sandbox.protobuf import ProtobufError
 from gwpolicy.sandbox.resources import Resource
@@ -62,6 +63,7 @@ class Sandbox:
         self.app = web.Application(client_max_size=256 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self.dispatch)
         self.store.listeners.append(self._fanout)
+        self.admission = Admission(self.store)
         self.requests = 0
 
     def _fanout(self, ev: Event) -> None:
@@ -252,8 +254,10 @@ class Sandbox:
                 body = await self._body(request)
                 if r.namespaced and ns is None:
                     ns = (body.get("metadata") or {}).get("namespace") or "default"
-                with store.dry_run() if q.get("dryRun") else nullcontext():
-                    return _json(store.create(r, ns or "", body, manager, version), 201)
+                meta = body.get("metadata") if isinstance(body, dict) else None
+                name = str(meta.get("name") or "") if isinstance(meta, dict) else ""
+                return await self._write(request, r, version, None, "CREATE", ns or "", name, bool(q.get("dryRun")),
+                                         lambda: store.create(r, ns or "", body, manager, version), lambda out: _json(out, 201))
             raise ApiFailure(405, "MethodNotAllowed", f"{method} is not supported on a collection here")
         ns = ns or ""
         if method == "GET":
@@ -265,26 +269,36 @@ class Sandbox:
             return _json(obj)
         if method == "PUT":
             body = await self._body(request)
-            with store.dry_run() if q.get("dryRun") else nullcontext():
-                return _json(store.update(r, ns, name, body, subresource=sub, manager=manager or "unknown", version=version))
+            return await self._write(request, r, version, sub, "UPDATE", ns, name, bool(q.get("dryRun")),
+                                     lambda: store.update(r, ns, name, body, subresource=sub, manager=manager or "unknown",
+                                                          version=version), _json)
         if method == "PATCH":
             body = await self._body(request)
             ct = request.headers.get("Content-Type", "application/merge-patch+json")
             existed = (r.group, r.plural, ns if r.namespaced else "", name) in store.objects
-            with store.dry_run() if q.get("dryRun") else nullcontext():
-                out = store.patch(r, ns, name, ct, body, subresource=sub, manager=manager,
-                                  force=q.get("force") in ("true", "1"), version=version)
-            return _json(out, 200 if existed else 201)
+            return await self._write(request, r, version, sub, "UPDATE" if existed else "CREATE", ns, name,
+                                     bool(q.get("dryRun")),
+                                     lambda: store.patch(r, ns, name, ct, body, subresource=sub, manager=manager,
+                                                         force=q.get("force") in ("true", "1"), version=version),
+                                     lambda out: _json(out, 200 if existed else 201))
         if method == "DELETE":
             options = await self._body(request)  # DeleteOptions: kubectl sends dryRun here, not in the query
             dry = q.get("dryRun") or (options.get("dryRun") if isinstance(options, dict) else None)
-            with store.dry_run() if dry else nullcontext():
+            pending = False
+
+            def delete() -> dict[str, Any]:
+                nonlocal pending
                 out = store.delete(r, ns, name)
                 pending = (r.group, r.plural, ns if r.namespaced else "", name) in store.objects
-            if pending:
-                return _json(out)  # finalizers pending: the object stays, marked for deletion
-            return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                          "details": {"name": name, "group": r.group, "kind": r.plural, "uid": out["metadata"].get("uid")}})
+                return out
+
+            def deleted(out: dict[str, Any]) -> web.Response:
+                if pending:
+                    return _json(out)  # finalizers pending: the object stays, marked for deletion
+                return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                              "details": {"name": name, "group": r.group, "kind": r.plural,
+                                          "uid": out["metadata"].get("uid")}})
+            return await self._write(request, r, version, None, "DELETE", ns, name, bool(dry), delete, deleted)
         raise ApiFailure(405, "MethodNotAllowed", f"{method} is not supported")
 
     async def wait_for_version(self, rv_text: str | None) -> int:
@@ -310,6 +324,30 @@ class Sandbox:
         self.store.field_validation = request.query.get("fieldValidation") or "Warn"
         self.store.faults.client = (request.headers.get("User-Agent", ""), request.query.get("fieldManager", ""))
         self.store.warnings = []
+
+    async def _write(self, request: web.Request, r: Resource, version: str, sub: str | None, operation: str,
+                     ns: str, name: str, dry: bool, do: Callable[[], dict[str, Any]],
+                     respond: Callable[[dict[str, Any]], web.Response]) -> web.Response:
+        """One write, past the validating admission webhooks first (sandbox/admission.py): what the write
+        would store is computed by a dry run and sent to them; their warnings go back as headers."""
+        store = self.store
+        warnings: list[str] = []
+        if self.admission.active():
+            key = (r.group, r.plural, ns if r.namespaced else "", name)
+            old = store.objects.get(key)
+            with store.dry_run():
+                preview = do()
+            call = Call(r, version, sub, operation, ns if r.namespaced else "", name or preview["metadata"].get("name", ""),
+                        None if operation == "DELETE" else preview, old, dry,
+                        user=request.headers.get("User-Agent", "sandbox-user"))
+            await self.admission.validate(call)
+            warnings = call.warnings
+            self._bind(request)  # after the await: this request's settings again, and none of the preview's warnings
+        with store.dry_run() if dry else nullcontext():
+            resp = respond(do())
+        for w in warnings:
+            resp.headers.add("Warning", warning_header(w))
+        return resp
 
     async def _body(self, request: web.Request) -> Any:
         try:

@@ -1,0 +1,107 @@
+"""`gwpolicy webhook`: serve admission warnings (and optional denials) until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from lightkube.core.exceptions import ConfigError
+
+from gwpolicy.controller.app import Options as ControllerOptions
+from gwpolicy.status import DEFAULT_CONTROLLER
+from gwpolicy.webhook.review import Options as ReviewOptions
+from gwpolicy.webhook.server import WebhookOptions, WebhookProcess
+
+EXAMPLES = """examples:
+  # out of a cluster (or against `gwpolicy sandbox`): one command, it registers itself
+  gwpolicy webhook --kubeconfig /tmp/sandbox.kubeconfig
+  kubectl apply -f route.yaml      # prints "Warning: HTTPRoute ns/r is affected by ..."
+
+  # refuse policies that would be Conflicted or Invalid
+  gwpolicy webhook --deny-conflicts --deny-invalid
+
+  # in a cluster, behind the Service of deploy/40-webhook.yaml, certificate from cert-manager
+  gwpolicy webhook --listen-address 0.0.0.0 --service gwpolicy-system/gwpolicy-webhook \\
+      --tls-cert-file /certs/tls.crt --tls-key-file /certs/tls.key --ca-file /certs/ca.crt
+
+  # in a cluster, certificate made by the first replica and shared through a Secret
+  gwpolicy webhook --listen-address 0.0.0.0 --service gwpolicy-system/gwpolicy-webhook \\
+      --cert-secret gwpolicy-system/gwpolicy-webhook-tls
+"""
+
+
+def parse(argv: list[str]) -> WebhookOptions:
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    p = argparse.ArgumentParser(
+        prog="gwpolicy webhook", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES,
+        description="A validating admission webhook (admission.k8s.io/v1) that warns at apply time when an "
+                    "object is affected by policy, or when a policy would be Conflicted, Invalid, without "
+                    "target, or beaten; it can deny conflicts and invalid policies instead. It answers from "
+                    "a model of the cluster kept by informers.")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--port", type=int, default=9443, help="HTTPS port of /validate (default: %(default)s; 0 picks one)")
+    p.add_argument("--listen-address", default="0.0.0.0" if in_cluster else "127.0.0.1",
+                   help="address to serve on (default: %(default)s)")
+    p.add_argument("--deny-invalid", action="store_true", help="deny a policy that would be Invalid")
+    p.add_argument("--deny-conflicts", action="store_true", help="deny a policy that would be Conflicted")
+    p.add_argument("--tls-cert-file", help="serving certificate (default: make a CA and a certificate)")
+    p.add_argument("--tls-key-file", help="its private key")
+    p.add_argument("--ca-file", help="the CA to register as caBundle when the certificate comes from files")
+    p.add_argument("--service", metavar="NAMESPACE/NAME",
+                   help="register clientConfig.service instead of a url (in a cluster: gwpolicy-system/gwpolicy-webhook)")
+    p.add_argument("--cert-secret", metavar="NAMESPACE/NAME",
+                   help="keep the made CA and certificate in this Secret, so that every replica serves the same one")
+    p.add_argument("--url", help="register this clientConfig.url (default: https://ADDRESS:PORT/validate)")
+    p.add_argument("--no-register", action="store_true", help="do not create or update the ValidatingWebhookConfiguration")
+    p.add_argument("--failure-policy", choices=["Ignore", "Fail"], default="Ignore",
+                   help="failurePolicy to register (default: %(default)s: an apply goes through when the webhook is down)")
+    p.add_argument("--timeout-seconds", type=int, default=5, help="timeoutSeconds to register (default: %(default)s)")
+    p.add_argument("--health-listen", default=("0.0.0.0" if in_cluster else "127.0.0.1") + ":8081",
+                   help="address of /healthz, /readyz, /metrics (default: %(default)s)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    a = p.parse_args(argv)
+    if bool(a.tls_cert_file) != bool(a.tls_key_file):
+        p.error("--tls-cert-file and --tls-key-file go together")
+    if not 0 <= a.port <= 65535:
+        p.error(f"--port {a.port}: not a port number")
+    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx2").setLevel(logging.DEBUG if a.verbose else logging.WARNING)
+    copts = ControllerOptions(kubeconfig=a.kubeconfig, context=a.context, controller_name=DEFAULT_CONTROLLER,
+                              listen=a.health_listen, leader_election=False, field_manager="gwpolicy-webhook")
+    return WebhookOptions(copts, ReviewOptions(deny_invalid=a.deny_invalid, deny_conflicts=a.deny_conflicts),
+                          host=a.listen_address, port=a.port, cert_file=a.tls_cert_file, key_file=a.tls_key_file,
+                          ca_file=a.ca_file, url=a.url, service=a.service, cert_secret=a.cert_secret, register=not a.no_register,
+                          failure_policy=a.failure_policy, timeout_seconds=a.timeout_seconds)
+
+
+async def run(opts: WebhookOptions) -> None:
+    w = WebhookProcess(opts)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await w.start()
+    print(f"gwpolicy webhook serving https://{opts.host}:{w.webhook_port}/validate", file=sys.stderr, flush=True)
+    await stop.wait()
+    await w.stop()
+
+
+def main(argv: list[str]) -> int:
+    opts = parse(argv)
+    try:
+        asyncio.run(run(opts))
+    except KeyboardInterrupt:
+        pass
+    except ConfigError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a busy port, an unreadable certificate
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,126 @@
+"""EffectivePolicy objects: `gwpolicy controller --effective-policy-objects` against the sandbox keeps one
+next to every affected object, equal to what the engine computes offline, writes only those an edit
+changes, and deletes those no policy needs any more."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from gwpolicy import effectiveobjects as eo
+from gwpolicy.analysis import analyse
+from gwpolicy.load import load_paths
+from gwpolicy.status import DEFAULT_CONTROLLER
+from helpers import ROOT, run_cli
+from sandbox_proc import BIN, SandboxProcess, wait_for
+
+PARABLE = ROOT / "examples" / "parable"
+CRD = ROOT / "deploy" / "50-effectivepolicy-crd.yaml"
+HOME = "gwpolicy-system"
+
+
+def offline(objs) -> dict[tuple[str, str], dict]:
+    a = analyse(copy.deepcopy(objs), default_namespace="default")
+    return {key: eo.document(a, key, owners, DEFAULT_CONTROLLER)["spec"]
+            for key, owners in eo.owners_by_key(a, HOME).items()}
+
+
+def live(sb) -> dict[tuple[str, str], dict]:
+    items = sb.http.get("/apis/gwpolicy.io/v1alpha1/effectivepolicies").json()["items"]
+    return {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in items}
+
+
+def writes(sb) -> int:
+    return sb.http.get("/sandbox/stats").json()["writesByResource"].get("effectivepolicies", 0)
+
+
+@pytest.fixture
+def running(tmp_path):
+    sb = SandboxProcess(tmp_path, "--keep-creation-timestamp", "-f", str(PARABLE))
+    sb.kubectl("apply", "--server-side", "-f", str(CRD))
+    sb.http.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HOME}})
+    ctl = subprocess.Popen([str(BIN / "gwpolicy"), "controller", "--kubeconfig", str(sb.kubeconfig),
+                            "--no-leader-election", "--effective-policy-objects", "--listen", "127.0.0.1:0",
+                            "--breadcrumb-qps", "500"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        yield sb
+    finally:
+        ctl.terminate()
+        try:
+            ctl.wait(5)
+        except subprocess.TimeoutExpired:
+            ctl.kill()
+        sb.close()
+
+
+def settled(sb, want: dict) -> dict:
+    def same():
+        have = live(sb)
+        return have if {k: v["spec"] for k, v in have.items()} == want else None
+    return wait_for(same, 60, 0.2)
+
+
+def test_effective_policy_objects_follow_the_analysis(running, tmp_path):
+    sb = running
+    objs = load_paths([str(PARABLE)]).objects
+    want = offline(objs)
+    assert len(want) > 20
+    have = settled(sb, want)
+    # what `gwpolicy effective` prints offline, item by item, is in the object of its target
+    items = run_cli("effective", "-f", str(PARABLE), "-A", "-o", "json").json()["items"]
+    for item in items:
+        t = item["target"]
+        key = (t["namespace"] or (t["name"] if t["kind"] == "Namespace" else HOME), t["name"])
+        path = " > ".join((f"{r['kind']}/{r['namespace']}/{r['name']}" if r.get("namespace") else f"{r['kind']}/{r['name']}")
+                          + (f"#{r['sectionName']}" if r.get("sectionName") else "") for r in item["path"])
+        entries = [e for tg in have[key]["spec"]["targets"] for e in tg["effectivePolicies"]
+                   if tg["targetRef"]["kind"] == t["kind"] and path in e["paths"]
+                   and e.get("sectionName") == t["sectionName"]
+                   and e["policyKind"]["kind"] == item["policyKind"]["kind"]]
+        assert [e["spec"] for e in entries] == [item["spec"]], (key, path)
+    # owners: deleting the target deletes its EffectivePolicy (garbage collection by owner reference)
+    cake = have[("baker", "cake")]
+    assert {o["kind"] for o in cake["metadata"]["ownerReferences"]} >= {"HTTPRoute", "Service"}
+    assert all(o["uid"] for o in cake["metadata"]["ownerReferences"])
+
+    # describe in live mode points at it
+    described = run_cli("describe", "httproute/cake", "-n", "baker", "--kubeconfig", str(sb.kubeconfig))
+    assert described.code == 0, described.err
+    assert "EffectivePolicy:" in described.out and "baker/cake (kept by gwpolicy.io/policy-controller" in described.out
+
+    # a policy edit rewrites exactly the objects whose content changes
+    before = writes(sb)
+    edited = copy.deepcopy(objs)
+    pol = next(o for o in edited if o["kind"] == "TimeoutPolicy" and o["metadata"]["name"] == "tart-timeouts")
+    pol["spec"]["request"] = "7s"
+    changed = {k for k, v in offline(edited).items() if want.get(k) != v}
+    assert changed
+    sb.kubectl("patch", "timeoutpolicies.policy.acme.io", "tart-timeouts", "-n", "baker", "--type", "merge",
+               "-p", json.dumps({"spec": {"request": "7s"}}))
+    settled(sb, offline(edited))
+    time.sleep(0.5)  # nothing more follows
+    assert writes(sb) - before == len(changed)
+
+    # a deletion: the objects only that policy affected lose theirs
+    before_keys = set(offline(edited))
+    gone_policy = next(o for o in edited if o["metadata"]["name"] == "grocer-timeouts")
+    after = [o for o in edited if o is not gone_policy]
+    vanished = before_keys - set(offline(after))
+    assert vanished
+    sb.kubectl("delete", "timeoutpolicies.policy.acme.io", "grocer-timeouts", "-n", "grocer")
+    final = settled(sb, offline(after))
+    assert not vanished & set(final)
+
+
+def test_kubectl_get_effectivepolicies_shows_target_policies_and_age(running):
+    sb = running
+    wait_for(lambda: ("baker", "cake") in live(sb), 60, 0.2)
+    listed = sb.kubectl("get", "effectivepolicies", "-n", "baker").stdout.splitlines()
+    assert listed[0].split() == ["NAME", "TARGET", "POLICIES", "AGE"]
+    cake = next(line.split() for line in listed if line.startswith("cake "))
+    assert cake[1:3] == ["HTTPRoute/cake,", "Service/cake"] or "HTTPRoute/cake" in " ".join(cake)

@@ -1,0 +1,250 @@
+"""The admission webhook: what a review answers (pure, on the parable), and the whole loop as a user
+meets it: real kubectl against `gwpolicy sandbox`, which calls `gwpolicy webhook` over HTTPS."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gwpolicy.analysis import analyse
+from gwpolicy.incremental import prepare
+from gwpolicy.load import load_paths
+from gwpolicy.output import effective_list
+from gwpolicy.refs import Ref
+from gwpolicy.webhook.review import MAX_TOTAL, MAX_WARNING, MAX_WARNINGS, Options, fold, review
+from helpers import NOW, ROOT
+from sandbox_proc import BIN, SandboxProcess, wait_for
+
+PARABLE = ROOT / "examples" / "parable"
+
+
+def parable_raws() -> list[dict]:
+    return load_paths([str(PARABLE)]).objects
+
+
+@pytest.fixture(scope="module")
+def raws():
+    return parable_raws()
+
+
+def analysed(raws):
+    a = analyse(copy.deepcopy(raws), default_namespace="default", now=NOW)
+    a.status_changes()
+    prepare(a)
+    return a
+
+
+def find(raws, kind, ns, name):
+    return next(o for o in raws if o["kind"] == kind and o["metadata"]["name"] == name
+                and o["metadata"].get("namespace") == ns)
+
+
+def request(op, obj, old=None):
+    return {"uid": str(uuid.uuid4()), "operation": op, "object": obj, "oldObject": old,
+            "namespace": (obj or old)["metadata"].get("namespace")}
+
+
+def effective_items(a) -> list[bytes]:
+    """The effective policies, each as JSON, in a canonical order (in-place updates keep content, not order)."""
+    return sorted(orjson.dumps(i, option=orjson.OPT_SORT_KEYS) for i in effective_list(a)["items"])
+
+
+def test_a_route_under_a_namespace_override_is_warned_of_it(raws):
+    a = analysed(raws)
+    route = copy.deepcopy(find(raws, "HTTPRoute", "baker", "cake"))
+    route["metadata"].setdefault("labels", {})["edited"] = "yes"
+    verdict, broken = review(a, request("UPDATE", route, find(raws, "HTTPRoute", "baker", "cake")), Options(), lambda: raws)
+    assert verdict.allowed and not broken
+    text = "\n".join(verdict.warnings)
+    assert "HTTPRoute baker/cake is affected by RetryPolicy baker/baker-retries" in text
+    assert "overrides" in text and "Namespace/baker" in text and "maxRetries=1" in text
+
+
+def test_a_policy_that_would_be_conflicted_names_the_older_one_and_can_be_denied(raws):
+    a = analysed(raws)
+    new = copy.deepcopy(find(raws, "HealthCheckPolicy", "baker", "cake-health"))
+    new["metadata"] = {"name": "cake-health-v3", "namespace": "baker", "creationTimestamp": "2026-06-01T00:00:00Z"}
+    req = request("CREATE", new)
+    verdict, _ = review(a, req, Options(), lambda: raws)
+    assert verdict.allowed
+    conflict = [w for w in verdict.warnings if "would be Conflicted" in w]
+    assert conflict and "HealthCheckPolicy baker/cake-health" in conflict[0], verdict.warnings
+    denied, _ = review(a, req, Options(deny_conflicts=True), lambda: raws)
+    assert not denied.allowed
+    assert "cake-health" in denied.message and "To apply it" in denied.message
+    assert denied.response("x")["status"]["code"] == 403
+
+
+def test_an_invalid_policy_is_warned_and_denied_only_when_asked(raws):
+    a = analysed(raws)
+    bad = {"apiVersion": "policy.acme.io/v1", "kind": "RetryPolicy",
+           "metadata": {"name": "to-a-gatewayclass", "namespace": "baker"},
+           "spec": {"targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "GatewayClass", "name": "acme-lb"}],
+                    "defaults": {"maxRetries": 2}}}
+    verdict, _ = review(a, request("CREATE", bad), Options(), lambda: raws)
+    assert verdict.allowed and any("would be Invalid" in w for w in verdict.warnings), verdict.warnings
+    denied, _ = review(a, request("CREATE", bad), Options(deny_invalid=True), lambda: raws)
+    assert not denied.allowed and "Invalid" in denied.message
+
+
+def test_a_policy_beaten_on_every_path_says_which_field_and_by_what(raws):
+    a = analysed(raws)
+    mine = copy.deepcopy(find(raws, "RetryPolicy", "baker", "cake-retries"))
+    verdict, _ = review(a, request("UPDATE", mine, find(raws, "RetryPolicy", "baker", "cake-retries")),
+                        Options(), lambda: raws)
+    beaten = [w for w in verdict.warnings if "maxRetries is beaten" in w]
+    assert beaten and "RetryPolicy baker/baker-retries" in beaten[0], verdict.warnings
+
+
+def test_a_review_leaves_the_analysis_as_it_was(raws):
+    """Every review applies the incoming object and takes it out again: the model the controller and the
+    next review read is unchanged (equal to a fresh analysis)."""
+    a = analysed(raws)
+    before = effective_items(analysed(raws))
+    for o in raws:
+        if o["kind"] in ("HTTPRoute",) or o["kind"].endswith("Policy"):
+            edited = copy.deepcopy(o)
+            edited.setdefault("spec", {})["targetRefs"] = [{"group": "", "kind": "Namespace", "name": "grocer"}] \
+                if o["kind"].endswith("Policy") else edited["spec"].get("targetRefs")
+            for op, obj, old in (("UPDATE", edited, o), ("DELETE", None, o)):
+                review(a, request(op, obj, old), Options(), lambda: raws)
+    assert effective_items(a) == before
+
+
+def test_warnings_stay_within_what_kube_apiserver_passes_on():
+    ref = Ref("gateway.networking.k8s.io", "HTTPRoute", "ns", "r")
+    out = fold([f"warning {i} " + "x" * 400 for i in range(40)], ref)
+    assert len(out) <= MAX_WARNINGS and all(len(w) <= MAX_WARNING for w in out)
+    assert sum(map(len, out)) <= MAX_TOTAL + MAX_WARNING
+    assert out[-1].startswith("and ") and "kubectl gwpolicy describe httproute/r -n ns" in out[-1]
+
+
+# ---------- the loop through real kubectl ----------
+
+class Webhook:
+    def __init__(self, sb: SandboxProcess, *flags: str) -> None:
+        self.proc = subprocess.Popen([str(BIN / "gwpolicy"), "webhook", "--kubeconfig", str(sb.kubeconfig),
+                                      "--port", "0", "--health-listen", "127.0.0.1:0", *flags],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.sb = sb
+
+    def wait_registered(self) -> None:
+        def ready():
+            out = self.sb.kubectl("get", "validatingwebhookconfiguration", "gwpolicy", "-o", "json", check=False)
+            if out.returncode != 0:
+                return False
+            hook = json.loads(out.stdout)["webhooks"][0]
+            groups = {g for rule in hook["rules"] for g in rule["apiGroups"]}
+            return hook["clientConfig"]["url"].endswith("/validate") and "policy.acme.io" in groups
+        assert wait_for(ready, 30), self.proc.stderr.read() if self.proc.poll() is not None else "not registered"
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    sb = SandboxProcess(tmp_path, "--keep-creation-timestamp", "-f", str(PARABLE))
+    try:
+        yield sb
+    finally:
+        sb.close()
+
+
+def _edited_route(tmp: Path) -> Path:
+    route = copy.deepcopy(find(parable_raws(), "HTTPRoute", "baker", "cake"))
+    route["metadata"] = {"name": "cake", "namespace": "baker", "labels": {"edited": "yes"}}
+    route.pop("status", None)
+    f = tmp / "cake.yaml"
+    f.write_text(json.dumps(route))
+    return f
+
+
+def _new_health_policy(tmp: Path) -> Path:
+    p = copy.deepcopy(find(parable_raws(), "HealthCheckPolicy", "baker", "cake-health"))
+    p["metadata"] = {"name": "cake-health-v3", "namespace": "baker"}
+    p.pop("status", None)
+    f = tmp / "health.yaml"
+    f.write_text(json.dumps(p))
+    return f
+
+
+def test_kubectl_apply_prints_the_webhooks_warnings(sandbox, tmp_path):
+    wh = Webhook(sandbox)
+    try:
+        wh.wait_registered()
+        route = _edited_route(tmp_path)
+
+        def warned():
+            out = sandbox.kubectl("apply", "-f", str(route))
+            return "Warning: HTTPRoute baker/cake is affected by RetryPolicy baker/baker-retries" in out.stderr and out
+        out = wait_for(warned, 30)  # the webhook answers once its informers have synced
+        assert "httproute.gateway.networking.k8s.io/cake" in out.stdout
+        policy = sandbox.kubectl("apply", "-f", str(_new_health_policy(tmp_path)))
+        assert "Warning: HealthCheckPolicy baker/cake-health-v3 would be Conflicted" in policy.stderr
+        assert "HealthCheckPolicy baker/cake-health" in policy.stderr
+    finally:
+        wh.close()
+
+
+def test_deny_conflicts_refuses_the_apply_and_says_what_to_change(sandbox, tmp_path):
+    wh = Webhook(sandbox, "--deny-conflicts")
+    try:
+        wh.wait_registered()
+        wait_for(lambda: "Warning:" in sandbox.kubectl("apply", "-f", str(_edited_route(tmp_path))).stderr, 30)
+        out = sandbox.kubectl("apply", "-f", str(_new_health_policy(tmp_path)), check=False)
+        assert out.returncode != 0
+        assert 'admission webhook "validate.gwpolicy.io" denied the request' in out.stderr
+        assert "To apply it" in out.stderr
+        gone = sandbox.kubectl("get", "healthcheckpolicies", "cake-health-v3", "-n", "baker", check=False)
+        assert gone.returncode != 0  # nothing was stored
+    finally:
+        wh.close()
+
+
+def test_with_the_webhook_down_and_failure_policy_ignore_the_apply_goes_through(sandbox, tmp_path):
+    wh = Webhook(sandbox)
+    wh.wait_registered()
+    wh.close()
+    out = sandbox.kubectl("apply", "-f", str(_edited_route(tmp_path)))
+    assert out.returncode == 0 and "is affected by" not in out.stderr
+    labels = sandbox.kubectl("get", "httproute", "cake", "-n", "baker", "-o", "jsonpath={.metadata.labels.edited}")
+    assert labels.stdout == "yes"  # stored: the unreachable webhook was passed over
+
+
+def test_replicas_share_the_certificate_the_registered_ca_bundle_vouches_for(sandbox, tmp_path):
+    """In a cluster every replica must serve a certificate the one caBundle verifies: the first makes it
+    and keeps it in --cert-secret, the next one serves that same certificate."""
+    import base64
+    import re
+    import ssl
+    import urllib.request
+
+    sandbox.http.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gwpolicy-system"}})
+    first = Webhook(sandbox, "--cert-secret", "gwpolicy-system/gwpolicy-webhook-tls")
+    second = Webhook(sandbox, "--cert-secret", "gwpolicy-system/gwpolicy-webhook-tls", "--no-register")
+    try:
+        first.wait_registered()
+        line = ""
+        while "serving https://" not in line:
+            line = second.proc.stderr.readline()
+            assert line or second.proc.poll() is None, "the second replica did not start"
+        port = int(re.search(r":(\d+)/validate", line).group(1))
+        cfg = json.loads(sandbox.kubectl("get", "validatingwebhookconfiguration", "gwpolicy", "-o", "json").stdout)
+        ca = base64.b64decode(cfg["webhooks"][0]["clientConfig"]["caBundle"]).decode()
+        ctx = ssl.create_default_context(cadata=ca)
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=ctx, timeout=5) as resp:
+            assert resp.read() == b"ok"
+    finally:
+        first.close()
+        second.close()
