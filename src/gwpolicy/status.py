@@ -133,7 +133,8 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
         conds = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
         kept = [c for c in conds if not _ours_type(c.get("type"))]
         ours = [condition(affected_condition_type(k), "True", "PolicyAffected",
-                          f"Affected by a {k}; run 'gwpolicy describe {kind.lower()}/{obj.name}' to see how.",
+                          f"Affected by a {k}; run 'gwpolicy describe {kind.lower()}/{obj.name}"
+                          + (f" -n {obj.namespace}" if obj.namespace else "") + "' to see how.",
                           gen, _find(conds, affected_condition_type(k)), now) for k in kinds]
         if ours or len(kept) != len(conds):
             status["conditions"] = kept + ours
