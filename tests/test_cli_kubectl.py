@@ -293,6 +293,35 @@ def test_a_selector_is_the_and_of_its_requirements(reqs, labels):
     assert sel.matches(labels) == all(_model(r, labels) for r in reqs)
 
 
+_field = st.text("abcXYZ019._/-", min_size=1, max_size=6)
+_leaf = st.one_of(st.text(max_size=5), st.integers(-5, 5), st.booleans(), st.none(), st.lists(st.integers(0, 3), max_size=2))
+_doc = st.recursive(_leaf, lambda kids: st.dictionaries(_field, kids, min_size=1, max_size=3), max_leaves=8)
+
+
+def _paths(doc, prefix=()):
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield prefix + (k,), v
+            yield from _paths(v, prefix + (k,))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(_field, _doc, min_size=1, max_size=3))
+def test_every_field_is_reached_by_its_escaped_kubectl_path(doc):
+    """Whatever a field is called (dots, slashes, digits), `{.a.b\\.c}` prints its value as kubectl does."""
+    from gwpolicy.cli.jsonpath import parse_template, text_of
+
+    for path, value in _paths(doc):
+        template = "{" + "".join("." + k.replace(".", "\\.") for k in path) + "}"
+        assert parse_template(template).render(doc) == text_of(value), template
+
+
+def test_a_filter_that_cannot_be_evaluated_is_an_error_not_a_traceback(services):
+    run = svc(services, "-o", 'jsonpath={.items[*].spec.ports[?(@.port > "a")].name}')
+    assert "Traceback" not in run.err
+    assert run.code in (0, 1) and (run.code == 0 or run.err.startswith("Error: "))
+
+
 # ---------------------------------------------------------------- one reference format everywhere
 
 

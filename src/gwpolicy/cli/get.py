@@ -12,11 +12,12 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 from gwpolicy.attach import ACCEPTED, SEVERITY
 from gwpolicy.cli.context import Ctx, label
-from gwpolicy.cli.jsonpath import column_cell, parse_columns, parse_template, relaxed, sort_key
+from gwpolicy.cli.jsonpath import column_cell, parse_columns, parse_template, relaxed, sort_key, unquote
 from gwpolicy.cli.printers import age, table
 from gwpolicy.cli.resources import NotFound, ResourceType, plural_of, resolve_type, split_ref
 from gwpolicy.cli.selector import Selector
@@ -50,10 +51,19 @@ class GetOptions:
 
 @dataclass
 class Entry:
-    item: dict[str, Any]  # the object as -o json prints it (after the controller's write)
+    make: Callable[[], dict[str, Any]]  # the object as -o json prints it (after the controller's write)
     name_line: str  # `kind.group/name`, as -o name prints it
     cells: list[str]  # table cells (wide ones included for -o wide)
     namespace: str | None
+    labels: dict[str, str] = field(default_factory=dict)  # metadata.labels (our write changes none)
+    _item: dict[str, Any] | None = None
+
+    @property
+    def item(self) -> dict[str, Any]:
+        """Made on first use: a table of 50,000 policies needs no copies with status."""
+        if self._item is None:
+            self._item = self.make()
+        return self._item
 
 
 @dataclass
@@ -89,6 +99,11 @@ def _qualified(ref: Ref) -> str:
     return f"{ref.kind.lower()}.{ref.group}" if ref.group else ref.kind.lower()
 
 
+def _labels_of(ctx: Ctx, ref: Ref) -> dict[str, str]:
+    obj = ctx.analysis.index.by_ref.get(ref)
+    return _labels(obj.raw) if obj is not None else {}
+
+
 def _with_status(ctx: Ctx, ref: Ref) -> dict[str, Any]:
     """The object as it would read after the controller's write."""
     obj = ctx.analysis.index.by_ref.get(ref)
@@ -119,7 +134,8 @@ def _policy_listing(ctx: Ctx, refs: list[Ref]) -> Listing:
                  age(p.obj.created, a.now)]
         if wide:
             cells += [p.cls, p.kind.strategy, reason]
-        listing.entries.append(Entry(_with_status(ctx, r), f"{_qualified(r)}/{r.name}", cells, r.namespace))
+        listing.entries.append(Entry(partial(_with_status, ctx, r), f"{_qualified(r)}/{r.name}", cells, r.namespace,
+                                     _labels_of(ctx, r)))
     return listing
 
 
@@ -159,7 +175,7 @@ def _policykind_listing(ctx: Ctx, names: list[str] | None, errors: list[str]) ->
         cells = [k.kind, k.group or "(core)", k.recognized_by, cls, k.strategy, k.status_ancestor, str(counts[k.key])]
         if wide:
             cells.append(",".join(kk for _, kk in k.target_kinds) if k.target_kinds is not None else "any")
-        listing.entries.append(Entry(item, f"policykind/{plural_of(k.kind)}.{k.group}", cells, None))
+        listing.entries.append(Entry(partial(dict, item), f"policykind/{plural_of(k.kind)}.{k.group}", cells, None))
     return listing
 
 
@@ -173,7 +189,8 @@ def _object_listing(ctx: Ctx, rt: ResourceType, refs: list[Ref]) -> Listing:
         if wide:
             cells += [str(len(a.topology.paths.get(r, ()))),
                       ",".join(sorted(k for _, k in a.affected.get(r, {}))) or "<none>"]
-        listing.entries.append(Entry(_with_status(ctx, r), f"{rt.qualified}/{r.name}", cells, r.namespace))
+        listing.entries.append(Entry(partial(_with_status, ctx, r), f"{rt.qualified}/{r.name}", cells, r.namespace,
+                                     _labels_of(ctx, r)))
     return listing
 
 
@@ -235,11 +252,8 @@ def requests_of(args: list[str]) -> tuple[list[tuple[str, list[str] | None]], bo
     return [(args[0], args[1:] or None)], len(args) == 2
 
 
-def _labels_text(item: dict[str, Any]) -> str:
-    labels = (item.get("metadata") or {}).get("labels") if isinstance(item.get("metadata"), dict) else None
-    if not isinstance(labels, dict) or not labels:
-        return "<none>"
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+def _labels_text(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) if labels else "<none>"
 
 
 def _labels(item: dict[str, Any]) -> dict[str, str]:
@@ -254,7 +268,7 @@ def _table(ctx: Ctx, listing: Listing, opts: GetOptions, qualify: bool) -> str:
     headers = (["NAMESPACE"] if ns_col else []) + listing.headers + (["LABELS"] if opts.show_labels else [])
     rows = [([e.namespace or ""] if ns_col else [])
             + ([e.name_line] + e.cells[1:] if qualify and listing.name_first else e.cells)
-            + ([_labels_text(e.item)] if opts.show_labels else [])
+            + ([_labels_text(e.labels)] if opts.show_labels else [])
             for e in listing.entries]
     return table(headers, rows, show_headers=not opts.no_headers, min_width=6)
 
@@ -269,7 +283,7 @@ def render(ctx: Ctx, listings: list[Listing], opts: GetOptions, single: bool) ->
             {"apiVersion": "v1", "items": [e.item for e in entries], "kind": "List", "metadata": dict(LIST_METADATA)}
             if kind == "List" else {"apiVersion": api, "kind": kind, "items": [e.item for e in entries]})
         if fmt.startswith("jsonpath="):
-            return parse_template(_unquote(fmt[len("jsonpath="):])).render(doc).encode(), None
+            return parse_template(unquote(fmt[len("jsonpath="):])).render(doc).encode(), None
         return encode(doc, fmt), None
     if not entries:
         return b"", ctx.none_found()
@@ -284,13 +298,6 @@ def render(ctx: Ctx, listings: list[Listing], opts: GetOptions, single: bool) ->
     return "\n".join(tables).encode(), None
 
 
-def _unquote(template: str) -> str:
-    """`jsonpath='{.a}'` as typed on Windows or in a CI file keeps its quotes: kubectl drops them."""
-    if len(template) >= 2 and template[0] == template[-1] and template[0] in "'\"":
-        return template[1:-1]
-    return template
-
-
 def cmd_get(ctx: Ctx, args: list[str], opts: GetOptions) -> tuple[bytes, str | None]:
     requests, single = requests_of(args)
     if opts.selector is not None and any(names is not None for _, names in requests):
@@ -298,7 +305,7 @@ def cmd_get(ctx: Ctx, args: list[str], opts: GetOptions) -> tuple[bytes, str | N
     errors: list[str] = []
     listings = [listing_of(ctx, what, names, errors) for what, names in requests]
     keep: Callable[[Entry], bool] = (lambda e: True) if opts.selector is None else (
-        lambda e: opts.selector.matches(_labels(e.item)))  # type: ignore[union-attr]
+        lambda e: opts.selector.matches(e.labels))  # type: ignore[union-attr]
     for listing in listings:
         listing.entries = [e for e in listing.entries if keep(e)]
         if opts.sort_by:

@@ -113,7 +113,10 @@ def find(expr: str, current: Any, root: Any | None = None) -> list[Any]:
     doc = root if from_root and root is not None else current
     if expr.strip() in ("", ".", "@", "$"):
         return [doc]
-    return [m.value for m in path.find(doc)]
+    try:
+        return [m.value for m in path.find(doc)]
+    except Exception as exc:  # noqa: BLE001 - e.g. a filter comparing a number with a string
+        raise JsonPathError(f"cannot evaluate {expr!r}: {exc}") from None
 
 
 # ---------------------------------------------------------------- templates
@@ -183,6 +186,13 @@ class Template:
         return "".join(out)
 
 
+def unquote(template: str) -> str:
+    """`jsonpath='{.a}'` as a CI file or a Windows shell leaves it keeps its quotes: kubectl drops them."""
+    if len(template) >= 2 and template[0] == template[-1] and template[0] in "'\"":
+        return template[1:-1]
+    return template
+
+
 def parse_template(template: str) -> Template:
     stack: list[list[_Node]] = [[]]
     for is_action, text in _split_actions(template):
@@ -216,7 +226,7 @@ def text_of(value: Any) -> str:
     """kubectl's printing of one result: strings as they are, the rest as compact JSON."""
     if isinstance(value, str):
         return value
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def _render(nodes: Sequence[_Node], current: Any, root: Any, out: list[str]) -> None:
@@ -294,4 +304,4 @@ def sort_key(path: str, obj: Any) -> tuple[Any, ...]:
         return (2, v)
     if isinstance(v, str):
         return (3, v)
-    return (4, text_of(v))
+    return (3, str(v)) if not isinstance(v, (dict, list)) else (4, text_of(v))  # a YAML timestamp sorts as its text

@@ -276,8 +276,9 @@ def not_accepted(a: Analysis, namespace: str | None) -> list[str]:
 
 
 def _get_options(args: argparse.Namespace) -> Any:
+    """The printing flags of `get`, checked before anything is read: a bad one says which flag."""
     from gwpolicy.cli.get import GetOptions
-    from gwpolicy.cli.jsonpath import JsonPathError, parse_columns, parse_template, relaxed, translate
+    from gwpolicy.cli.jsonpath import JsonPathError, parse_columns, parse_template, relaxed, translate, unquote
     from gwpolicy.cli.selector import SelectorError, parse_selector
 
     if args.show_labels and args.output not in ("table", "wide"):
@@ -286,18 +287,19 @@ def _get_options(args: argparse.Namespace) -> Any:
         selector = parse_selector(args.selector) if args.selector is not None else None
     except SelectorError as exc:
         raise CliError(f"-l/--selector {args.selector!r}: {exc}") from exc
-    try:  # a bad template is refused before any output
-        if args.output.startswith("jsonpath="):
-            from gwpolicy.cli.get import _unquote
-            parse_template(_unquote(args.output[len("jsonpath="):]))
-        elif args.output.startswith("custom-columns="):
-            parse_columns(args.output[len("custom-columns="):])
+    fmt, _, spec = args.output.partition("=")
+    try:
+        if fmt == "jsonpath":
+            parse_template(unquote(spec))
+        elif fmt == "custom-columns":
+            parse_columns(spec)
+    except JsonPathError as exc:
+        raise CliError(f"-o {fmt}: {exc}") from exc
+    try:
         if args.sort_by is not None:
             translate(relaxed(args.sort_by))
     except JsonPathError as exc:
-        flag = "--sort-by" if args.sort_by is not None and not args.output.startswith(("jsonpath=", "custom-columns=")) \
-            else "-o " + args.output.split("=", 1)[0]
-        raise CliError(f"{flag}: {exc}") from exc
+        raise CliError(f"--sort-by: {exc}") from exc
     return GetOptions(args.output, selector, args.show_labels, args.sort_by, args.no_headers)
 
 
