@@ -381,6 +381,10 @@ def test_live_mode_reads_a_cluster_named_by_a_kubeconfig_list(sandbox, tmp_path,
                          text=True, env=env, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines() == ["service/db", "service/plain", "service/web-10", "service/web-9"]
+    # without -f, completion reads names from the cluster, as kubectl's __complete does
+    done = subprocess.run([str(BIN / "gwpolicy"), "__complete", "get", "svc", "-n", "x", "w"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.stdout.splitlines() == ["web-10", "web-9", ":4"]
 
 
 # ---------------------------------------------------------------- CI gate

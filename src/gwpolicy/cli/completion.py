@@ -68,15 +68,19 @@ class _Words:
                 self.positionals.append(w)
             i += 1
 
+    def last(self, dest: str) -> str | None:
+        """The value of a flag given last (as argparse keeps the last), or None."""
+        given = self.values.get(dest)
+        return given[-1] if given else None
 
-def _analysis(words: _Words) -> Any:
+
+def _analysis(words: "_Words") -> Any:
     """The analysis of the -f files (or the cluster), quietly: completion must never print errors."""
     from gwpolicy.cli.kubeconfig import context_namespace
     from gwpolicy.cli.main import build_parser, _load
 
-    kubeconfig = (words.values.get("kubeconfig") or [None])[-1]
-    context = (words.values.get("context") or [None])[-1]
-    namespace = (words.values.get("namespace") or [None])[-1] or context_namespace(kubeconfig, context)
+    kubeconfig, context = words.last("kubeconfig"), words.last("context")
+    namespace = words.last("namespace") or context_namespace(kubeconfig, context)
     args = build_parser().parse_args(["graph"])
     args.filename = words.values.get("filename") or None
     args.kubeconfig, args.context = kubeconfig, context
@@ -184,7 +188,7 @@ def _flag_values(flag: str, action: argparse.Action, state: _Words) -> tuple[lis
         return sorted(a.index.namespaces), DIRECTIVE_NO_FILES
     if flag == "--context":
         from gwpolicy.cli.kubeconfig import load_kubeconfig
-        cfg = load_kubeconfig((state.values.get("kubeconfig") or [None])[-1])
+        cfg = load_kubeconfig(state.last("kubeconfig"))
         return [c["name"] for c in cfg.get("contexts") or [] if isinstance(c, dict) and isinstance(c.get("name"), str)], \
             DIRECTIVE_NO_FILES
     if flag in TYPED_FLAGS:

@@ -32,10 +32,16 @@ LIST_METADATA = {"resourceVersion": ""}
 class PartialResult(Exception):
     """Some names were found and printed, others were not: stdout still goes out, then the errors, exit 1."""
 
+    code = 1
+
     def __init__(self, out: bytes, errors: list[str]) -> None:
         super().__init__("; ".join(errors))
         self.out = out
         self.errors = errors
+
+    def report(self) -> str:
+        """One `Error:` line per name not found, as kubectl prints them."""
+        return "\n".join(f"Error: {e}" for e in self.errors)
 
 
 @dataclass

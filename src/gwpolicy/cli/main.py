@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
 
 from gwpolicy import __version__
 from gwpolicy.analysis import Analysis, analyse
@@ -24,6 +24,9 @@ from gwpolicy.load import LoadError, load_paths
 from gwpolicy.output import encode, status_list, write_effective
 from gwpolicy.status import DEFAULT_CONTROLLER
 
+
+if TYPE_CHECKING:
+    from gwpolicy.cli.get import GetOptions
 
 #: phase timings, printed on stderr as JSON when GWPOLICY_TIMINGS is set (the benchmark reads them)
 TIMINGS: dict[str, float] | None = {} if os.environ.get("GWPOLICY_TIMINGS") else None
@@ -253,10 +256,15 @@ def _ctx(args: argparse.Namespace, a: Analysis, namespace: str) -> Ctx:
 class GateFailed(Exception):
     """`status --fail-on-not-accepted` found policies that are not Accepted: the output still goes out."""
 
+    code = EXIT_NOT_ACCEPTED
+
     def __init__(self, out: bytes, failing: list[str]) -> None:
         super().__init__(f"{len(failing)} polic{'y is' if len(failing) == 1 else 'ies are'} not Accepted")
         self.out = out
         self.failing = failing
+
+    def report(self) -> str:
+        return f"Error: {self}:\n" + "\n".join(f"  {f}" for f in self.failing)
 
 
 def not_accepted(a: Analysis, namespace: str | None) -> list[str]:
@@ -275,7 +283,7 @@ def not_accepted(a: Analysis, namespace: str | None) -> list[str]:
     return out
 
 
-def _get_options(args: argparse.Namespace) -> Any:
+def _get_options(args: argparse.Namespace) -> "GetOptions":
     """The printing flags of `get`, checked before anything is read: a bad one says which flag."""
     from gwpolicy.cli.get import GetOptions
     from gwpolicy.cli.jsonpath import JsonPathError, parse_columns, parse_template, relaxed, translate, unquote
@@ -331,6 +339,7 @@ def run_command(args: argparse.Namespace) -> tuple[bytes, str | None]:
         return out, None
     if cmd == "get":
         from gwpolicy.cli.get import cmd_get
+        assert options is not None
         return cmd_get(ctx, args.names, options)
     if cmd == "describe":
         from gwpolicy.cli.describe import describe_policy, describe_target
@@ -411,21 +420,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gwpolicy.cli.get import PartialResult
     from gwpolicy.cli.jsonpath import JsonPathError
 
-    code = 0
     try:
         out, note = run_command(args)
-    except (PartialResult, GateFailed) as exc:  # what was found is printed, then what was not
-        out, note = exc.out, None
-        lines = exc.errors if isinstance(exc, PartialResult) else [str(exc) + ":"] + [f"  {f}" for f in exc.failing]
-        code = 1 if isinstance(exc, PartialResult) else EXIT_NOT_ACCEPTED
+    except (PartialResult, GateFailed) as exc:  # the output still goes out, then what went wrong
         try:
-            sys.stdout.buffer.write(out)
+            sys.stdout.buffer.write(exc.out)
             sys.stdout.flush()
         except BrokenPipeError:
             pass
-        print("Error: " + "\n".join(lines) if code == EXIT_NOT_ACCEPTED else
-              "\n".join(f"Error: {e}" for e in lines), file=sys.stderr)
-        return code
+        print(exc.report(), file=sys.stderr)
+        return exc.code
     except (LoadError, CliError, NotFound, JsonPathError) as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
