@@ -404,7 +404,7 @@ def test_status_fail_on_not_accepted_gates_ci():
 # ---------------------------------------------------------------- help and usage
 
 
-COMMANDS = ["get", "describe", "explain", "impact", "whatif", "graph", "effective", "status", "completion"]
+COMMANDS = ["get", "describe", "explain", "impact", "whatif", "graph", "effective", "status", "completion", "sandbox"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -421,7 +421,8 @@ def _example_lines() -> list[str]:
 
     return [line.strip() for text in EXAMPLES.values() for line in text.format(p="gwpolicy").splitlines()
             if line.strip().startswith("gwpolicy ") and "-f examples/parable" in line
-            and "--apply" not in line]  # the edited file of `whatif --apply` is the reader's own
+            and "--apply" not in line  # the edited file of `whatif --apply` is the reader's own
+            and not line.endswith("&")]  # a server in the background
 
 
 @pytest.mark.parametrize("line", _example_lines())

@@ -60,8 +60,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if ("%(default)" not in text and action.option_strings and default not in (None, False, [], "")
-                and default is not argparse.SUPPRESS):
+        nothing = default is None or default is False or default is argparse.SUPPRESS or default in ([], "")
+        if "%(default)" not in text and action.option_strings and not nothing:
             text += " (default: %(default)s)"
         return text
 
@@ -113,6 +113,10 @@ EXAMPLES: dict[str, str] = {
   {p} status -n grocer -o yaml -f examples/parable
   # in CI: fail (exit 3) when a policy of the manifests is not Accepted
   {p} status --fail-on-not-accepted -o yaml -f manifests/ > /dev/null""",
+    "sandbox": """\
+  # an API server on a free port, with a kubeconfig for kubectl, loaded with the parable
+  {p} sandbox --kubeconfig-out /tmp/sandbox.kubeconfig -f examples/parable &
+  kubectl --kubeconfig /tmp/sandbox.kubeconfig get httproutes -A""",
     "completion": """\
   # bash: load completion now, or for every shell
   source <({p} completion bash)
@@ -462,7 +466,8 @@ def sandbox_main(argv: list[str]) -> int:
 
     from gwpolicy.sandbox.server import serve
 
-    p = Parser(prog=f"{program_name()} sandbox", formatter_class=HelpFormatter, description="A local Kubernetes API server on 127.0.0.1 "
+    p = Parser(prog=f"{program_name()} sandbox", formatter_class=HelpFormatter,
+               epilog="Examples:\n" + EXAMPLES["sandbox"].format(p=program_name()), description="A local Kubernetes API server on 127.0.0.1 "
                                 "for tests and for trying policies with kubectl, no cluster needed.")
     p.add_argument("--port", type=int, default=0, help="port to listen on (0 picks a free one)")
     p.add_argument("--kubeconfig-out", metavar="FILE", help="write a kubeconfig for the sandbox here")
