@@ -473,7 +473,8 @@ def _complete(*words: str) -> tuple[list[str], str]:
 def test_complete_commands_types_names_and_flag_values():
     commands, d = _complete("")
     assert {"get", "describe", "explain", "status", "completion"} <= set(commands) and d == ":4"
-    assert _complete("g") == (["get", "graph"], ":4")
+    g_words, _ = _complete("g")
+    assert {"get", "graph"} <= set(g_words) and all(w.startswith("g") for w in g_words)
     types, _ = _complete("get", "-f", PARABLE, "")
     assert types[:2] == ["policies", "policykinds"] and {"httproutes", "retrypolicies", "gateways"} <= set(types)
     assert _complete("get", "-f", PARABLE, "-n", "baker", "httproutes", "c")[0] == ["cake", "cookies", "croissant"]
