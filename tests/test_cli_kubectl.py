@@ -83,6 +83,13 @@ def test_a_missing_name_is_an_error_and_the_other_names_still_print():
                                            'Error: httproutes "nope" not found\n')
 
 
+def test_ignore_not_found():
+    run = gw("get", "httproutes", "nope", "cake", "-n", "baker", "-o", "name", "--ignore-not-found")
+    assert (run.code, run.out, run.err) == (0, "httproute.gateway.networking.k8s.io/cake\n", "")
+    run = gw("get", "httproute/nope", "-n", "baker", "--ignore-not-found")
+    assert (run.code, run.out, run.err) == (0, "", "")
+
+
 def test_only_missing_names_print_nothing_but_the_errors_even_as_json():
     run = gw("get", "httproutes", "nope", "nada", "-n", "baker", "-o", "json")
     assert (run.code, run.out) == (1, "")
@@ -220,6 +227,8 @@ KUBECTL_CASES = [
     ["web-9", "-o", "jsonpath={.metadata.name}"],
     ["web-9", "nope", "db", "-o", "name"],
     ["--show-labels", "-o", "name"],
+    ["nope", "db", "--ignore-not-found", "-o", "name"],
+    ["nope", "--ignore-not-found"],
     ["-o", "custom-columns=NAME"],
     ["-o", "jsonpath={.items[0]"],
 ]

@@ -53,6 +53,7 @@ class GetOptions:
     show_labels: bool = False
     sort_by: str | None = None
     no_headers: bool = False
+    ignore_not_found: bool = False
 
 
 @dataclass
@@ -310,6 +311,10 @@ def cmd_get(ctx: Ctx, args: list[str], opts: GetOptions) -> tuple[bytes, str | N
         raise NotFound("name cannot be provided when a selector is specified")
     errors: list[str] = []
     listings = [listing_of(ctx, what, names, errors) for what, names in requests]
+    if opts.ignore_not_found:  # kubectl: names that are not there print nothing, and nothing is said
+        if errors and not any(listing.entries for listing in listings):
+            return b"", None
+        errors = []
     keep: Callable[[Entry], bool] = (lambda e: True) if opts.selector is None else (
         lambda e: opts.selector.matches(e.labels))  # type: ignore[union-attr]
     for listing in listings:

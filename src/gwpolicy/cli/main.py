@@ -184,6 +184,7 @@ def build_parser(prog: str = "gwpolicy") -> argparse.ArgumentParser:
     p.add_argument("--show-labels", action="store_true", help="add a LABELS column")
     p.add_argument("--sort-by", metavar="JSONPATH", help="sort by the value of a field (e.g. .metadata.name)")
     p.add_argument("--no-headers", action="store_true", help="no header row in table and custom-columns output")
+    p.add_argument("--ignore-not-found", action="store_true", help="a name that is not there is not an error")
     p = _command(sub, "describe", "which policies affect an object and what results, or what a policy does", prog)
     p.add_argument("ref", metavar="TYPE/NAME")
     p.add_argument("name", nargs="?", help=argparse.SUPPRESS)
@@ -312,7 +313,7 @@ def _get_options(args: argparse.Namespace) -> "GetOptions":
             translate(relaxed(args.sort_by))
     except JsonPathError as exc:
         raise CliError(f"--sort-by: {exc}") from exc
-    return GetOptions(args.output, selector, args.show_labels, args.sort_by, args.no_headers)
+    return GetOptions(args.output, selector, args.show_labels, args.sort_by, args.no_headers, args.ignore_not_found)
 
 
 def run_command(args: argparse.Namespace) -> tuple[bytes, str | None]:
