@@ -73,6 +73,15 @@ def test_type_slash_name_of_several_types_prints_a_table_per_type_with_qualified
     assert tables[1].splitlines()[1].split()[0] == "retrypolicy.policy.acme.io/cake-retries"
 
 
+def test_names_may_follow_the_flags_as_in_kubectl():
+    assert gw("get", "httproutes", "-n", "baker", "cake", "bread", "-o", "name").out == \
+        "httproute.gateway.networking.k8s.io/cake\nhttproute.gateway.networking.k8s.io/bread\n"
+    described = gw("describe", "svc", "-n", "baker", "cake")
+    assert described.code == 0 and described.out.startswith("Name:      cake\nNamespace: baker\n")
+    explained = gw("explain", "httproute/cake", "-n", "baker", "maxRetries")
+    assert explained.code == 0 and "maxRetries" in explained.out
+
+
 def test_a_missing_name_is_an_error_and_the_other_names_still_print():
     run = gw("get", "retrypolicies", "cake-retries", "nope", "bagel-retries", "-n", "baker", "-o", "name")
     assert run.code == 1
@@ -371,6 +380,37 @@ def test_every_printer_names_namespaced_objects_kind_namespace_name(args):
     short = sorted({f"{k}/{n}" for k, n in refs if "/" not in n})
     assert not short, f"references without their namespace: {short}"
     assert not re.search(r"\b(" + "|".join(NAMESPACED) + r") [a-z0-9-]+/[a-z0-9-]+ affects", run.out)
+
+
+def _references(doc, key=None):
+    """(key it sits under, reference) for every object reference of a gwpolicy JSON document."""
+    if isinstance(doc, dict):
+        if {"group", "kind", "name"} <= set(doc) and key != "status":
+            yield key, doc
+        for k, v in doc.items():
+            if k not in ("status", "spec"):  # the objects' own fields are the input's, not ours
+                yield from _references(v, k)
+    elif isinstance(doc, list):
+        for v in doc:
+            yield from _references(v, key)
+
+
+@pytest.mark.parametrize("args", [
+    ["effective", "-n", "payments"],
+    ["status", "-n", "baker"],
+    ["explain", "httproute/cake#api", "backoff", "-n", "baker", "-o", "json"],
+    ["impact", "retrypolicy/cake-retries", "-n", "baker", "-o", "json"],
+    ["whatif", "--delete", "healthcheckpolicy/cake-health", "-n", "baker", "-o", "json"],
+])
+def test_every_json_reference_follows_one_rule(args):
+    refs = list(_references(gw(*args).json()))
+    assert refs
+    for key, ref in refs:
+        if key == "target":
+            assert list(ref) == ["group", "kind", "namespace", "name", "sectionName"], (key, ref)
+        else:
+            assert set(ref) <= {"group", "kind", "namespace", "name", "sectionName"}, (key, ref)
+            assert None not in (ref.get("namespace", ""), ref.get("sectionName", "")), (key, ref)
 
 
 def test_breadcrumb_suggests_a_command_with_the_namespace():
