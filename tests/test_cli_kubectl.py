@@ -339,7 +339,7 @@ def _paths(doc, prefix=()):
             yield from _paths(v, prefix + (k,))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.dictionaries(_field, _doc, min_size=1, max_size=3))
 def test_every_field_is_reached_by_its_escaped_kubectl_path(doc):
     """Whatever a field is called (dots, slashes, digits), `{.a.b\\.c}` prints its value as kubectl does."""
