@@ -461,7 +461,12 @@ def test_status_fail_on_not_accepted_gates_ci():
     assert run.code == 3
     assert run.json()["kind"] == "StatusList"  # the output still goes out
     assert run.err.startswith("Error: 3 policies are not Accepted:\n")
-    assert "  RetryPolicy/baker/typo: TargetNotFound on HTTPRoute/baker/cakes\n" in run.err
+    lines = run.err.splitlines()[1:]
+    assert [line.split(": ")[:2] for line in lines] == [
+        ["  HealthCheckPolicy/baker/cake-health-v2", "Conflicted on Service/baker/cake"],
+        ["  RetryPolicy/baker/cake-retries-again", "Conflicted on HTTPRoute/baker/cake"],
+        ["  RetryPolicy/baker/typo", "TargetNotFound on HTTPRoute/baker/cakes"]]
+    assert all(len(line.split(": ")) > 2 for line in lines)  # each with the engine's message: what to fix
     assert gw("status", "-n", "baker").code == 0  # without the flag: status only
     ok = gw("status", "-n", "payments", "--fail-on-not-accepted")
     assert (ok.code, ok.err) == (0, "")

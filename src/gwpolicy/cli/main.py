@@ -263,17 +263,19 @@ class GateFailed(Exception):
 
     code = EXIT_NOT_ACCEPTED
 
-    def __init__(self, out: bytes, failing: list[str]) -> None:
-        super().__init__(f"{len(failing)} polic{'y is' if len(failing) == 1 else 'ies are'} not Accepted")
+    def __init__(self, out: bytes, failing: list[tuple[str, str]]) -> None:
+        policies = len({policy for policy, _ in failing})
+        super().__init__(f"{policies} polic{'y is' if policies == 1 else 'ies are'} not Accepted")
         self.out = out
         self.failing = failing
 
     def report(self) -> str:
-        return f"Error: {self}:\n" + "\n".join(f"  {f}" for f in self.failing)
+        return f"Error: {self}:\n" + "\n".join(f"  {policy}: {what}" for policy, what in self.failing)
 
 
-def not_accepted(a: Analysis, namespace: str | None) -> list[str]:
-    """`Kind/namespace/name: Reason on Target` for each policy in scope not Accepted on every target."""
+def not_accepted(a: Analysis, namespace: str | None) -> list[tuple[str, str]]:
+    """`Kind/namespace/name: Reason on Target: message`, a line per target where a policy in scope
+    is not Accepted (a CI log then says what to fix, not only that something is wrong)."""
     from gwpolicy.attach import ACCEPTED
     from gwpolicy.cli.context import label
 
@@ -282,9 +284,8 @@ def not_accepted(a: Analysis, namespace: str | None) -> list[str]:
         if namespace is not None and ref.namespace != namespace:
             continue
         bad = [o for o in a.outcomes.get(ref, []) if o.reason != ACCEPTED]
-        if bad:
-            out.append(f"{label(ref)}: " + "; ".join(
-                f"{o.reason} on {label(o.declared) if o.declared is not None else '<no target>'}" for o in bad))
+        out += [(label(ref), f"{o.reason} on {label(o.declared) if o.declared is not None else '<no target>'}"
+                 + (f": {o.message}" if o.message else "")) for o in bad]
     return out
 
 
