@@ -46,9 +46,9 @@ SERVICES = [
 ]
 
 
-@pytest.fixture
-def services(tmp_path) -> str:
-    return str(write_manifests(tmp_path, SERVICES, "services.yaml"))
+@pytest.fixture(scope="module")
+def services(tmp_path_factory) -> str:
+    return str(write_manifests(tmp_path_factory.mktemp("services"), SERVICES, "services.yaml"))
 
 
 def svc(services: str, *args: str):
@@ -355,6 +355,20 @@ def test_a_filter_comparing_a_number_with_a_string_is_false(services):
     run = svc(services, "-o", 'jsonpath={.items[*].spec.ports[?(@.port > "a")].name}')
     assert (run.code, run.out, run.err) == (0, "", "")
     assert svc(services, "-o", 'jsonpath={.items[*].spec.ports[?(@.port > 443)].name}').out == "http"
+
+
+_selector_text = st.text("ab=!,() in notin/.-_x1", max_size=24)
+_template_text = st.text("{}[]()?@$.*:'\"\\ab=<>!,-0123 range end", max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_selector_text, _template_text, st.sampled_from(["jsonpath=", "custom-columns=", "sort"]))
+def test_any_selector_or_template_is_printed_or_refused_never_a_crash(services, selector, template, where):
+    """Whatever is typed after -l, -o jsonpath=, -o custom-columns= or --sort-by: output, or `Error:`."""
+    flags = ["--sort-by", template or "."] if where == "sort" else ["-o", where + template]
+    run = svc(services, "-l", selector, *flags) if selector.strip() else svc(services, *flags)
+    assert "Error: unexpected " not in run.err and "Traceback" not in run.err, (selector, template, run.err)
+    assert run.code == 0 or run.err.startswith(("Error: ", "usage: ")), (selector, template, run.err)
 
 
 # ---------------------------------------------------------------- one reference format everywhere
