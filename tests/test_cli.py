@@ -88,7 +88,7 @@ def test_describe_policy_counts_what_it_affects_and_how_its_fields_fare():
     # maxRetries is beaten by the namespace override everywhere; retryOn survives
     assert "effective on 0 paths, partially on 14, overridden on 0" in run.out
     row = next(line.split() for line in run.out.splitlines()
-               if line.strip().startswith("HTTPRoute/cake ") and "partially" in line)
+               if line.strip().startswith("HTTPRoute/baker/cake ") and "partially" in line)
     assert row[2:] == ["partially", "retryOn", "maxRetries", "2"]
 
 

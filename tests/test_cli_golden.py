@@ -40,6 +40,16 @@ CASES = {
     "graph-mermaid": ["graph", "-o", "mermaid", "-n", "payments"],
     "effective-json": ["effective", "-n", "payments"],
     "status-yaml": ["status", "-n", "grocer", "-o", "yaml"],
+    # kubectl conventions of `get` (issue 12)
+    "get-several-types": ["get", "httproute/cake", "retrypolicy/cake-retries", "svc/cake", "-n", "baker"],
+    "get-namespaces-labels": ["get", "namespaces", "--show-labels", "--sort-by", ".metadata.name"],
+    "get-httproutes-no-headers": ["get", "httproutes", "-A", "--no-headers", "--sort-by", "{.metadata.creationTimestamp}"],
+    "get-policies-custom-columns": ["get", "policies", "-n", "baker", "--sort-by", ".metadata.creationTimestamp", "-o",
+                                    "custom-columns=NAME:.metadata.name,KIND:.kind,TARGET:.spec.targetRefs[*].name,"
+                                    'ACCEPTED:.status.ancestors[*].conditions[?(@.type=="Accepted")].reason'],
+    "get-policies-jsonpath": ["get", "policies", "-A", "-o", "jsonpath={range .items[*]}{.metadata.namespace}/"
+                              '{.metadata.name}{"\\t"}{.spec.targetRefs[*].kind}{"\\n"}{end}'],
+    "get-empty-json": ["get", "policies", "-n", "nobody-here", "-o", "json"],
 }
 
 

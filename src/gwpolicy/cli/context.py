@@ -28,9 +28,12 @@ class Ctx:
 
 
 def label(ref: Ref, home: str | None = None) -> str:
-    """`Kind/name` when the object lives in `home` (or is cluster-scoped), else `Kind/ns/name`."""
-    name = ref.name if ref.namespace is None or ref.namespace == home else f"{ref.namespace}/{ref.name}"
-    return f"{ref.kind}/{name}" + (f"#{ref.section}" if ref.section else "")
+    """`Kind/namespace/name` (`Kind/name` when cluster-scoped), `#section` for a section.
+
+    The one reference format of every command's output; `home` is accepted for callers that once
+    shortened names of their own namespace, and no longer changes anything.
+    """
+    return str(ref)
 
 
 def short(ref: Ref) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gwpolicy.analysis import Analysis
-from gwpolicy.cli.context import Ctx, label, short
+from gwpolicy.cli.context import Ctx, label
 from gwpolicy.cli.describe import indent, show
 from gwpolicy.cli.printers import table
 from gwpolicy.explain import diff_effective, diff_status
@@ -38,7 +38,7 @@ def cmd_impact(ctx: Ctx, policy: Ref, reanalyse) -> bytes:
     if ctx.output in ("json", "yaml"):
         return encode({"policy": policy.to_json(), "affected": [r.to_json() for r in affected], "changes": changes}, ctx.output)
     s = ctx.style
-    out = s.bold(f"{policy.kind} {short(policy)}") + f" affects {len(affected)} object{'s' if len(affected) != 1 else ''}"
+    out = s.bold(label(policy)) + f" affects {len(affected)} object{'s' if len(affected) != 1 else ''}"
     out += ":\n" + "".join(f"  {label(r, policy.namespace)}\n" for r in affected) if affected else ".\n"
     out += "\n" + s.bold(f"Deleting it would change {len(changes)} effective setting{'s' if len(changes) != 1 else ''}") + (":\n" if changes else ".\n")
     if changes:

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from lightkube import ApiError, Client, KubeConfig
 
+from gwpolicy.cli.kubeconfig import load_kubeconfig
 from gwpolicy.controller import kube
 
 
 def read_cluster(kubeconfig: str | None, context: str | None) -> list[dict[str, Any]]:
     """CRDs, PolicyKinds, Gateway API objects, policies, Namespaces and Services of the cluster."""
     try:
-        config: Any = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
+        config: Any
+        if kubeconfig:
+            config = KubeConfig.from_file(kubeconfig)
+        elif os.environ.get("KUBECONFIG"):  # several files merged as kubectl merges them
+            merged = load_kubeconfig(None)
+            if not merged.get("contexts"):
+                raise RuntimeError(f"no readable kubeconfig in KUBECONFIG={os.environ['KUBECONFIG']}")
+            config = KubeConfig.from_dict(merged)
+        else:
+            config = KubeConfig.from_env()
         if context:
             config = config.get(context_name=context)
         client = Client(config=config, field_manager="gwpolicy-cli")

@@ -12,19 +12,22 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
 
 from gwpolicy import __version__
 from gwpolicy.analysis import Analysis, analyse
 from gwpolicy.cli.context import Ctx, port_number, positive_number, rfc3339_time
 from gwpolicy.cli.kubeconfig import context_namespace
 from gwpolicy.cli.printers import Style
-from gwpolicy.cli.resources import NotFound, find_object, split_ref
+from gwpolicy.cli.resources import NotFound, find_object
 from gwpolicy.load import LoadError, load_paths
 from gwpolicy.model import well_shaped
 from gwpolicy.output import encode, status_list, write_effective
 from gwpolicy.status import DEFAULT_CONTROLLER
 
+
+if TYPE_CHECKING:
+    from gwpolicy.cli.get import GetOptions
 
 #: phase timings, printed on stderr as JSON when GWPOLICY_TIMINGS is set (the benchmark reads them)
 TIMINGS: dict[str, float] | None = {} if os.environ.get("GWPOLICY_TIMINGS") else None
@@ -34,56 +37,187 @@ class CliError(Exception):
     """A user-facing error: printed as `Error: ...` on stderr, exit code 1."""
 
 
+#: exit code of `status --fail-on-not-accepted` when a policy is not Accepted (1 stays "could not run")
+EXIT_NOT_ACCEPTED = 3
+
+
+def program_name(argv0: str | None = None) -> str:
+    """`kubectl gwpolicy` when run as the kubectl plugin (argv[0] is kubectl-gwpolicy), else `gwpolicy`."""
+    base = os.path.basename(argv0 if argv0 is not None else (sys.argv[0] if sys.argv else ""))
+    return "kubectl gwpolicy" if base.startswith("kubectl-gwpolicy") else "gwpolicy"
+
+
+class Parser(argparse.ArgumentParser):
+    """kubectl's way with a bad flag: the command's own usage, `Error: ...`, where help is, exit 1."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(1, f"Error: {message}\nSee '{self.prog} --help' for usage and examples.\n")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Examples kept as written; a flag's default shown when it has one worth saying."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        nothing = default is None or default is False or default is argparse.SUPPRESS or default in ([], "")
+        if "%(default)" not in text and action.option_strings and not nothing:
+            text += " (default: %(default)s)"
+        return text
+
+
+#: examples shown by `COMMAND --help`; {p} is the program name (gwpolicy, or kubectl gwpolicy)
+EXAMPLES: dict[str, str] = {
+    "get": """\
+  # every policy of the namespace, whether it is Accepted and how many objects it affects
+  {p} get policies -n baker -f examples/parable
+  # several names, of one type or of several
+  {p} get retrypolicies cake-retries bagel-retries -n baker -f examples/parable
+  {p} get httproute/cake retrypolicy/cake-retries -n baker -f examples/parable
+  # by label, with the labels shown, sorted by age; without the header row
+  {p} get namespaces -l 'shop in (true),!pci' --show-labels --sort-by .metadata.creationTimestamp -f examples/parable
+  {p} get httproutes -A --no-headers --sort-by .metadata.name -f examples/parable
+  # fields of your choice
+  {p} get policies -n baker -o custom-columns=NAME:.metadata.name,REASON:.status.ancestors[0].conditions[0].reason -f examples/parable
+  {p} get policies -n baker -o jsonpath='{{range .items[*]}}{{.metadata.name}}{{"\\n"}}{{end}}' -f examples/parable
+  # the policy kinds gwpolicy knows, and how it recognised each
+  {p} get policykinds -f examples/parable""",
+    "describe": """\
+  # which policies affect a route, and the effective settings field by field
+  {p} describe httproute/cake -n baker -f examples/parable
+  # what a policy targets, what it affects and how each of its fields fares
+  {p} describe retrypolicy/cake-retries -n baker -f examples/parable""",
+    "explain": """\
+  # the precedence ladder of maxRetries on every path to the route
+  {p} explain httproute/cake maxRetries -n baker -f examples/parable
+  # one rule of the route, every field under backoff, as JSON
+  {p} explain 'httproute/cake#api' backoff -n baker -o json -f examples/parable""",
+    "impact": """\
+  # what a policy affects and what deleting it would change
+  {p} impact retrypolicy/baker-retries -n baker -f examples/parable""",
+    "whatif": """\
+  # what applying an edited policy would change, before anyone applies it
+  {p} whatif --apply edited-policy.yaml -n baker -f examples/parable
+  # what deleting a policy would change
+  {p} whatif --delete healthcheckpolicy/cake-health -n baker -f examples/parable""",
+    "graph": """\
+  # the topology of a namespace as Graphviz, or as an SVG picture
+  {p} graph -n payments -f examples/parable
+  {p} graph -n payments -o svg -f examples/parable > payments.svg""",
+    "effective": """\
+  # the effective policy of every object, path and kind (the contract's EffectivePolicyList)
+  {p} effective -f examples/parable
+  {p} effective -n payments -o yaml -f examples/parable""",
+    "status": """\
+  # the status the controller would write
+  {p} status -n grocer -o yaml -f examples/parable
+  # in CI: fail (exit 3) when a policy of the manifests is not Accepted
+  {p} status --fail-on-not-accepted -o yaml -f manifests/ > /dev/null""",
+    "sandbox": """\
+  # an API server on a free port, with a kubeconfig for kubectl, loaded with the parable
+  {p} sandbox --kubeconfig-out /tmp/sandbox.kubeconfig -f examples/parable &
+  kubectl --kubeconfig /tmp/sandbox.kubeconfig get httproutes -A""",
+    "completion": """\
+  # bash: load completion now, or for every shell
+  source <({p} completion bash)
+  {p} completion bash > /etc/bash_completion.d/gwpolicy
+  # zsh (after compinit)
+  source <({p} completion zsh)""",
+}
+
+
+def _get_format(text: str) -> str:
+    """`-o` of get: a kubectl format, `jsonpath=TEMPLATE` or `custom-columns=SPEC`."""
+    if text in GET_FORMATS or text.startswith(("jsonpath=", "custom-columns=")):
+        return text
+    raise argparse.ArgumentTypeError(
+        f'unable to match a printer suitable for the output format "{text}", allowed formats are: '
+        + ",".join(GET_FORMATS + ("jsonpath=TEMPLATE", "custom-columns=SPEC")))
+
+
+GET_FORMATS = ("table", "wide", "json", "yaml", "name")
+
+
 def _common(p: argparse.ArgumentParser, formats: Sequence[str]) -> None:
-    p.add_argument("-f", "--filename", action="append", default=[], metavar="FILE|DIR|-",
-                   help="manifests to analyse (repeatable; a directory is read recursively; - is stdin)")
-    p.add_argument("-n", "--namespace", help="namespace of the names given, and of what is listed")
+    p.add_argument("-f", "--filename", action="append", default=None, metavar="FILE|DIR|-",
+                   help="manifests to analyse (repeatable; a directory is read recursively; - is stdin); "
+                        "without -f the cluster of the kubeconfig is read")
+    p.add_argument("-n", "--namespace", help="namespace of the names given, and of what is listed "
+                                             "(default: the kubeconfig context's namespace, else default)")
     p.add_argument("-A", "--all-namespaces", action="store_true", help="list objects of every namespace")
-    p.add_argument("-o", "--output", default=formats[0], choices=formats, help="output format")
+    if formats is GET_FORMATS:
+        p.add_argument("-o", "--output", default="table", type=_get_format, metavar="FORMAT",
+                       help="output format: " + "|".join(formats) + "|jsonpath=TEMPLATE|custom-columns=SPEC")
+    else:
+        p.add_argument("-o", "--output", default=formats[0], choices=formats, help="output format")
     p.add_argument("--context", help="kubeconfig context (its namespace is the default namespace)")
-    p.add_argument("--kubeconfig", help="path to the kubeconfig file")
+    p.add_argument("--kubeconfig", help="path to the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
     p.add_argument("--controller-name", default=DEFAULT_CONTROLLER, help="controllerName of our status entries")
     p.add_argument("--now", default=os.environ.get("GWPOLICY_NOW"), type=rfc3339_time,
                    help="the current time, RFC 3339 (default: now); fixes AGE and lastTransitionTime for reproducible output")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gwpolicy", description="Gateway API policy attachment (GEP-713): "
-                                     "which policies affect an object and why, what a policy affects, "
-                                     "and the status a controller writes.")
+def _command(sub: Any, name: str, help: str, prog: str, **kw: Any) -> argparse.ArgumentParser:
+    """A subcommand with its examples in its --help."""
+    examples = EXAMPLES.get(name)
+    return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
+                          epilog=("Examples:\n" + examples.format(p=prog)) if examples else None,
+                          formatter_class=HelpFormatter, **kw)
+
+
+def build_parser(prog: str = "gwpolicy") -> argparse.ArgumentParser:
+    parser = Parser(prog=prog, formatter_class=HelpFormatter,
+                    description="Gateway API policy attachment (GEP-713): which policies affect an object and why, "
+                                "what a policy affects, and the status a controller writes.",
+                    epilog=f"Examples:\n  {prog} get policies -A -f examples/parable\n"
+                           f"  {prog} describe httproute/cake -n baker -f examples/parable\n"
+                           f"Use '{prog} COMMAND --help' for the examples of a command.")
     parser.add_argument("--version", action="version", version=f"gwpolicy {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    p = sub.add_parser("get", help="list policies, policy kinds, or objects with the policies that affect them")
-    p.add_argument("type", metavar="TYPE[/NAME]", help="policies, policykinds, or a kind (gateways, httproutes, svc, retrypolicies...)")
-    p.add_argument("name", nargs="?", metavar="NAME", help="only this object")
-    _common(p, ("table", "wide", "json", "yaml", "name"))
-    p = sub.add_parser("describe", help="which policies affect an object and what results, or what a policy does")
+    p = _command(sub, "get", "list policies, policy kinds, or objects with the policies that affect them", prog)
+    p.add_argument("names", nargs="*", metavar="TYPE[/NAME] [NAME...]",
+                   help="policies, policykinds, or a type (gateways, httproutes, svc, retrypolicies...), "
+                        "then names; or several TYPE/NAME")
+    _common(p, GET_FORMATS)
+    p.add_argument("-l", "--selector", metavar="SELECTOR",
+                   help="label selector as kubectl takes it (=, ==, !=, in, notin, KEY, !KEY)")
+    p.add_argument("--show-labels", action="store_true", help="add a LABELS column")
+    p.add_argument("--sort-by", metavar="JSONPATH", help="sort by the value of a field (e.g. .metadata.name)")
+    p.add_argument("--no-headers", action="store_true", help="no header row in table and custom-columns output")
+    p.add_argument("--ignore-not-found", action="store_true", help="a name that is not there is not an error")
+    p = _command(sub, "describe", "which policies affect an object and what results, or what a policy does", prog)
     p.add_argument("ref", metavar="TYPE/NAME")
     p.add_argument("name", nargs="?", help=argparse.SUPPRESS)
     _common(p, ("text",))
-    p = sub.add_parser("explain", help="the precedence ladder of one field on each path")
+    p = _command(sub, "explain", "the precedence ladder of one field on each path", prog)
     p.add_argument("ref", metavar="TYPE/NAME[#SECTION]")
     p.add_argument("field", metavar="FIELD", help="dotted field of the settings (a prefix shows every field below it)")
     p.add_argument("--kind", help="only this policy kind")
     _common(p, ("table", "json", "yaml"))
-    p = sub.add_parser("impact", help="what a policy affects and what deleting it would change")
+    p = _command(sub, "impact", "what a policy affects and what deleting it would change", prog)
     p.add_argument("ref", metavar="POLICYTYPE/NAME")
     _common(p, ("table", "json", "yaml"))
-    p = sub.add_parser("whatif", help="what applying changed objects, or deleting one, would change")
+    p = _command(sub, "whatif", "what applying changed objects, or deleting one, would change", prog)
     grp = p.add_mutually_exclusive_group(required=True)
     grp.add_argument("--apply", action="append", metavar="FILE|DIR|-", help="changed or new objects")
     grp.add_argument("--delete", metavar="TYPE/NAME", help="an object to delete")
     _common(p, ("table", "json", "yaml"))
-    p = sub.add_parser("graph", help="the topology with policies on what they target")
+    p = _command(sub, "graph", "the topology with policies on what they target", prog)
     _common(p, ("dot", "mermaid", "svg"))
     sub.add_parser("sandbox", help="a local Kubernetes API server to try policies with kubectl (gwpolicy sandbox --help)")
     sub.add_parser("controller", help="write policy status into a cluster (gwpolicy controller --help)")
     sub.add_parser("webhook", help="warn at apply time about policy effects (gwpolicy webhook --help)")
     sub.add_parser("bench", help="generate synthetic clusters and measure gwpolicy on them (gwpolicy bench --help)")
-    p = sub.add_parser("effective", help="effective policy of every object, path and policy kind (S9)")
+    p = _command(sub, "effective", "effective policy of every object, path and policy kind", prog)
     _common(p, ("json", "yaml"))
-    p = sub.add_parser("status", help="the status the controller would write (S9)")
+    p = _command(sub, "status", "the status the controller would write", prog)
     _common(p, ("json", "yaml"))
+    p.add_argument("--fail-on-not-accepted", action="store_true",
+                   help=f"exit {EXIT_NOT_ACCEPTED} when a policy in scope is not Accepted on every target, "
+                        "naming each on stderr (for CI)")
+    p = _command(sub, "completion", "shell completion script for bash or zsh", prog)
+    p.add_argument("shell", choices=("bash", "zsh"))
     return parser
 
 
@@ -101,7 +235,7 @@ def _load(args: argparse.Namespace, namespace: str) -> tuple[Analysis, Callable[
             objects = read_cluster(args.kubeconfig, args.context)
         except RuntimeError as exc:
             raise CliError(str(exc)) from exc
-        loaded = Loaded(objects, [f"cluster: {o.get('kind')} {o['metadata'].get('name')}" for o in objects])
+        loaded = Loaded(objects, [_cluster_origin(o) for o in objects])
     if TIMINGS is not None:
         TIMINGS["load"] = time.perf_counter() - t0
 
@@ -115,12 +249,83 @@ def _load(args: argparse.Namespace, namespace: str) -> tuple[Analysis, Callable[
     return a, run
 
 
+def _cluster_origin(obj: dict[str, Any]) -> str:
+    """Where a live object came from, named as every other reference is: `cluster: Kind/namespace/name`."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"cluster: {obj.get('kind')}/" + (f"{ns}/" if ns else "") + str(meta.get("name"))
+
+
 def _ctx(args: argparse.Namespace, a: Analysis, namespace: str) -> Ctx:
     return Ctx(a, namespace, bool(args.all_namespaces), args.output, Style())
 
 
+class GateFailed(Exception):
+    """`status --fail-on-not-accepted` found policies that are not Accepted: the output still goes out."""
+
+    code = EXIT_NOT_ACCEPTED
+
+    def __init__(self, out: bytes, failing: list[tuple[str, str]]) -> None:
+        policies = len({policy for policy, _ in failing})
+        super().__init__(f"{policies} polic{'y is' if policies == 1 else 'ies are'} not Accepted")
+        self.out = out
+        self.failing = failing
+
+    def report(self) -> str:
+        return f"Error: {self}:\n" + "\n".join(f"  {policy}: {what}" for policy, what in self.failing)
+
+
+def not_accepted(a: Analysis, namespace: str | None) -> list[tuple[str, str]]:
+    """`Kind/namespace/name: Reason on Target: message`, a line per target where a policy in scope
+    is not Accepted (a CI log then says what to fix, not only that something is wrong)."""
+    from gwpolicy.attach import ACCEPTED
+    from gwpolicy.cli.context import label
+
+    out = []
+    for ref in sorted(a.policies, key=lambda r: (r.namespace or "", r.name, r.kind)):
+        if namespace is not None and ref.namespace != namespace:
+            continue
+        bad = [o for o in a.outcomes.get(ref, []) if o.reason != ACCEPTED]
+        out += [(label(ref), f"{o.reason} on {label(o.declared) if o.declared is not None else '<no target>'}"
+                 + (f": {o.message}" if o.message else "")) for o in bad]
+    return out
+
+
+def _get_options(args: argparse.Namespace) -> "GetOptions":
+    """The printing flags of `get`, checked before anything is read: a bad one says which flag."""
+    from gwpolicy.cli.get import GetOptions
+    from gwpolicy.cli.jsonpath import JsonPathError, parse_columns, parse_template, relaxed, translate, unquote
+    from gwpolicy.cli.selector import SelectorError, parse_selector
+
+    if args.show_labels and args.output not in ("table", "wide"):
+        raise CliError(f"--show-labels option cannot be used with {args.output} printer")
+    try:
+        selector = parse_selector(args.selector) if args.selector is not None else None
+    except SelectorError as exc:
+        raise CliError(f"-l/--selector {args.selector!r}: {exc}") from exc
+    fmt, _, spec = args.output.partition("=")
+    try:
+        if fmt == "jsonpath":
+            parse_template(unquote(spec))
+        elif fmt == "custom-columns":
+            parse_columns(spec)
+    except JsonPathError as exc:
+        raise CliError(f"-o {fmt}: {exc}") from exc
+    try:
+        if args.sort_by is not None:
+            translate(relaxed(args.sort_by))
+    except JsonPathError as exc:
+        raise CliError(f"--sort-by: {exc}") from exc
+    return GetOptions(args.output, selector, args.show_labels, args.sort_by, args.no_headers, args.ignore_not_found)
+
+
 def run_command(args: argparse.Namespace) -> tuple[bytes, str | None]:
     """(stdout, stderr note) of one command; raises CliError/NotFound/LoadError for errors."""
+    if args.command == "completion":
+        from gwpolicy.cli.completion import script
+
+        return script(args.shell, program_name()).encode(), None
+    options = _get_options(args) if args.command == "get" else None
     namespace = args.namespace or context_namespace(args.kubeconfig, args.context)
     a, reanalyse = _load(args, namespace)
     ctx = _ctx(args, a, namespace)
@@ -133,13 +338,17 @@ def run_command(args: argparse.Namespace) -> tuple[bytes, str | None]:
             TIMINGS["output"] = time.perf_counter() - t0
         return b"", None
     if cmd == "status":
-        return encode(status_list(a, None if args.all_namespaces or not args.namespace else args.namespace), args.output), None
+        scope = None if args.all_namespaces or not args.namespace else args.namespace
+        out = encode(status_list(a, scope), args.output)
+        if args.fail_on_not_accepted:
+            failing = not_accepted(a, scope)
+            if failing:
+                raise GateFailed(out, failing)
+        return out, None
     if cmd == "get":
         from gwpolicy.cli.get import cmd_get
-        what, name = args.type, args.name
-        if "/" in what:
-            what, name = split_ref(what)
-        return cmd_get(ctx, what, name)
+        assert options is not None
+        return cmd_get(ctx, args.names, options)
     if cmd == "describe":
         from gwpolicy.cli.describe import describe_policy, describe_target
         ref = find_object(a, args.ref, namespace, args.name)
@@ -178,6 +387,20 @@ def run_command(args: argparse.Namespace) -> tuple[bytes, str | None]:
     raise CliError(f"unknown command {cmd}")
 
 
+def _intermixed(args: argparse.Namespace, extra: list[str]) -> list[str]:
+    """Names after flags, as kubectl takes them (`get svc -n x a b`): argparse leaves them over."""
+    words = [w for w in extra if not w.startswith("-") or w == "-"]
+    if not words or len(words) != len(extra):
+        return extra
+    if args.command == "get":
+        args.names += words
+        return []
+    if args.command == "describe" and args.name is None and len(words) == 1:
+        args.name = words[0]
+        return []
+    return extra
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
@@ -194,14 +417,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A CLI run is short and allocates millions of objects that live until it exits: the cyclic
     # garbage collector would walk them again and again for nothing (a third of the run time).
     gc.disable()
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    if argv[:1] == ["__complete"]:
+        from gwpolicy.cli.completion import complete_main
+        return complete_main(argv[1:])
+    parser = build_parser(program_name())
+    args, extra = parser.parse_known_args(argv)
     if not args.command:
         parser.print_help(sys.stderr)
         return 1
+    extra = _intermixed(args, extra)
+    if extra:  # the subcommand's own usage, not the top-level one
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    from gwpolicy.cli.get import PartialResult
+    from gwpolicy.cli.jsonpath import JsonPathError
+
     try:
         out, note = run_command(args)
-    except (LoadError, CliError, NotFound) as exc:
+    except (PartialResult, GateFailed) as exc:  # the output still goes out, then what went wrong
+        try:
+            sys.stdout.buffer.write(exc.out)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            pass
+        print(exc.report(), file=sys.stderr)
+        return exc.code
+    except (LoadError, CliError, NotFound, JsonPathError) as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -233,7 +474,8 @@ def sandbox_main(argv: list[str]) -> int:
 
     from gwpolicy.sandbox.server import serve
 
-    p = argparse.ArgumentParser(prog="gwpolicy sandbox", description="A local Kubernetes API server on 127.0.0.1 "
+    p = Parser(prog=f"{program_name()} sandbox", formatter_class=HelpFormatter,
+               epilog="Examples:\n" + EXAMPLES["sandbox"].format(p=program_name()), description="A local Kubernetes API server on 127.0.0.1 "
                                 "for tests and for trying policies with kubectl, no cluster needed.")
     p.add_argument("--port", type=port_number, default=0, help="port to listen on (0 picks a free one)")
     p.add_argument("--kubeconfig-out", metavar="FILE", help="write a kubeconfig for the sandbox here")

@@ -51,16 +51,23 @@ def age(created: str, now: str) -> str:
     return human_duration((n - c).total_seconds())
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded as kubectl's tabwriter pads them (3 spaces between columns)."""
-    widths = [len(h) for h in headers]
-    for row in rows:
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, show_headers: bool = True,
+          min_width: int = 0) -> str:
+    """Columns padded as kubectl's tabwriter pads them (3 spaces between columns).
+
+    `min_width=6` is kubectl's own minimum cell width (it shows with `--no-headers` and short values).
+    """
+    shown = ([list(headers)] if show_headers else []) + [list(r) for r in rows]
+    if not shown:
+        return ""
+    widths = [0] * max(len(r) for r in shown)
+    for row in shown:
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
     lines = []
-    for row in [list(headers)] + [list(r) for r in rows]:
-        cells = [cell.ljust(widths[i]) if i < len(row) - 1 else cell for i, cell in enumerate(row)]
-        lines.append("   ".join(cells).rstrip())
+    for row in shown:
+        cells = [cell.ljust(max(widths[i] + 3, min_width)) if i < len(row) - 1 else cell for i, cell in enumerate(row)]
+        lines.append("".join(cells).rstrip())
     return "\n".join(lines) + "\n"
 
 
