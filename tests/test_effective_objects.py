@@ -93,6 +93,12 @@ def test_effective_policy_objects_follow_the_analysis(running, tmp_path):
     assert described.code == 0, described.err
     assert "EffectivePolicy:" in described.out and "baker/cake (kept by gwpolicy.io/policy-controller" in described.out
 
+    wide = run_cli("get", "httproutes", "-n", "baker", "-o", "wide", "--kubeconfig", str(sb.kubeconfig))
+    assert wide.code == 0, wide.err
+    head, *rows = wide.out.splitlines()
+    assert head.split()[-1] == "EFFECTIVEPOLICY"
+    assert next(r for r in rows if r.startswith("cake ")).split()[-1] == "baker/cake"
+
     # a policy edit rewrites exactly the objects whose content changes
     before = writes(sb)
     edited = copy.deepcopy(objs)

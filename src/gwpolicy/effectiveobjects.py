@@ -130,6 +130,22 @@ def document(a: Analysis, key: Key, owners: list[Ref], controller: str) -> dict[
                      "policyCount": len(all_policies), "targets": targets}}
 
 
+def kept_for(a: Analysis, obj: Ref) -> tuple[Key, str] | None:
+    """The EffectivePolicy among the analysed objects (live mode reads them) that holds `obj`, and the
+    controller that keeps it."""
+    homes = {placement(obj, "")} if obj.namespace is not None or obj.kind == "Namespace" else \
+        {placement(obj, ns) for ns in a.index.namespaces}
+    for key in sorted(homes):
+        found = a.index.by_ref.get(Ref(GROUP, KIND, key[0], key[1]))
+        spec = found.raw.get("spec") if found is not None else None
+        if not isinstance(spec, dict):
+            continue
+        refs = [t.get("targetRef") for t in spec.get("targets") or [] if isinstance(t, dict)]
+        if any(isinstance(r, dict) and r.get("kind") == obj.kind and r.get("name") == obj.name for r in refs):
+            return key, str(spec.get("controllerName") or "a controller")
+    return None
+
+
 def ours(obj: dict[str, Any], controller: str) -> bool:
     """Whether an existing EffectivePolicy belongs to this controller (others' are never touched)."""
     meta = obj.get("metadata") or {}

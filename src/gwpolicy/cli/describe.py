@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from gwpolicy.analysis import Analysis
+from gwpolicy.effectiveobjects import kept_for
 from gwpolicy.attach import ACCEPTED
 from gwpolicy.cli.context import Ctx, label, short
 from gwpolicy.cli.printers import age, table
@@ -73,18 +74,11 @@ def policies_around(a: Analysis, obj: Ref) -> list[tuple[Any, Ref]]:
 
 def effective_policy_object(a: Analysis, obj: Ref) -> str | None:
     """The EffectivePolicy object a controller keeps for this object (live mode reads them), in words."""
-    from gwpolicy import effectiveobjects as eo
-
-    for key in {eo.placement(obj, ns) for ns in a.index.namespaces} if obj.namespace is None else {eo.placement(obj, "")}:
-        found = a.index.by_ref.get(Ref(eo.GROUP, eo.KIND, key[0], key[1]))
-        if found is None:
-            continue
-        spec = found.raw.get("spec") if isinstance(found.raw.get("spec"), dict) else {}
-        refs = [t.get("targetRef") or {} for t in spec.get("targets") or [] if isinstance(t, dict)]
-        if any(r.get("kind") == obj.kind and r.get("name") == obj.name for r in refs):
-            return (f"{key[0]}/{key[1]} (kept by {spec.get('controllerName', 'a controller')}; "
-                    f"kubectl get effectivepolicy {key[1]} -n {key[0]} -o yaml)")
-    return None
+    kept = kept_for(a, obj)
+    if kept is None:
+        return None
+    (ns, name), controller = kept
+    return f"{ns}/{name} (kept by {controller}; kubectl get effectivepolicy {name} -n {ns} -o yaml)"
 
 
 def describe_target(ctx: Ctx, obj: Ref) -> str:

@@ -21,6 +21,9 @@ from gwpolicy.cli.jsonpath import column_cell, parse_columns, parse_template, re
 from gwpolicy.cli.printers import age, table
 from gwpolicy.cli.resources import NotFound, ResourceType, plural_of, resolve_type, split_ref
 from gwpolicy.cli.selector import Selector
+from gwpolicy.effectiveobjects import GROUP as EP_GROUP
+from gwpolicy.effectiveobjects import KIND as EP_KIND
+from gwpolicy.effectiveobjects import kept_for
 from gwpolicy.output import encode
 from gwpolicy.refs import Ref
 
@@ -189,13 +192,19 @@ def _policykind_listing(ctx: Ctx, names: list[str] | None, errors: list[str]) ->
 def _object_listing(ctx: Ctx, rt: ResourceType, refs: list[Ref]) -> Listing:
     a = ctx.analysis
     wide = ctx.output == "wide"
-    listing = Listing(["NAME", "POLICIES", "AGE"] + (["PATHS", "POLICY-KINDS"] if wide else []), rt.namespaced)
+    # in live mode with EffectivePolicy objects in the cluster, -o wide names each object's
+    kept = wide and bool(a.index.of_kind(EP_GROUP, EP_KIND))
+    listing = Listing(["NAME", "POLICIES", "AGE"] + (["PATHS", "POLICY-KINDS"] if wide else [])
+                      + (["EFFECTIVEPOLICY"] if kept else []), rt.namespaced)
     for r in refs:
         obj = a.index.by_ref.get(r)
         cells = [r.name, str(len(a.policies_affecting(r))), age(obj.created, a.now) if obj else "<unknown>"]
         if wide:
             cells += [str(len(a.topology.paths.get(r, ()))),
                       ",".join(sorted(k for _, k in a.affected.get(r, {}))) or "<none>"]
+        if kept:
+            found = kept_for(a, r)
+            cells.append(f"{found[0][0]}/{found[0][1]}" if found else "<none>")
         listing.entries.append(Entry(partial(_with_status, ctx, r), f"{rt.qualified}/{r.name}", cells, r.namespace,
                                      _labels_of(ctx, r)))
     return listing
