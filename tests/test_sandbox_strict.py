@@ -317,3 +317,54 @@ def test_a_requests_field_validation_is_its_own_while_others_interleave(sb):
         done.set()
         t.join(10)
     assert result["r"].status_code == 400 and 'unknown field "spec.colour"' in result["r"].json()["message"]
+
+
+def _ancestors(s: SandboxProcess, name: str) -> list:
+    r = s.http.get(f"/apis/policy.acme.io/v1/namespaces/default/retrypolicies/{name}")
+    return ((r.json().get("status") or {}).get("ancestors") or []) if r.status_code == 200 else []
+
+
+def test_a_controller_catches_up_after_the_sandbox_is_killed_and_restarted_from_its_data(tmp_path):
+    """kill -9 the sandbox under a running `gwpolicy controller`, restart it from --data-dir on the same
+    port: the status written before is still there, and a policy made after the restart gets its status."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    (tmp_path / "a").mkdir()
+    s = SandboxProcess(tmp_path / "a", "--data-dir", str(data))
+    ctl = None
+    try:
+        s.kubectl("apply", "--server-side", "-f", str(GW_CRDS), "-f", str(ROOT / "deploy" / "10-policykind-crd.yaml"),
+                  "-f", str(ROOT / "examples" / "parable" / "15-policy-crds.yaml"))
+        s.kubectl("apply", "--server-side", "-f", str(ROOT / "examples" / "parable" / "20-policy-kinds.yaml"))
+        gw = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "gw", "namespace": "default"},
+              "spec": {"gatewayClassName": "c", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}
+
+        def policy(name: str) -> dict:
+            return {"apiVersion": "policy.acme.io/v1", "kind": "RetryPolicy", "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"}],
+                             "defaults": {"maxRetries": 3}}}
+
+        s.kubectl("apply", "--server-side", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                                         "items": [gw, policy("before")]}))
+        ctl = subprocess.Popen([str(Path(sys.executable).parent / "gwpolicy"), "controller", "--kubeconfig", str(s.kubeconfig),
+                                "--no-leader-election", "--listen", "127.0.0.1:0"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        had = wait_for(lambda: _ancestors(s, "before"), 30)
+        port = s.port
+        s.kill()
+        (tmp_path / "b").mkdir()
+        s = SandboxProcess(tmp_path / "b", "--data-dir", str(data), port=port)
+        assert _ancestors(s, "before") == had  # kept across the kill
+        s.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(policy("after")))
+        after = wait_for(lambda: _ancestors(s, "after"), 30)
+        assert after[0]["ancestorRef"]["name"] == "gw"
+    finally:
+        if ctl is not None:
+            ctl.terminate()
+            try:
+                ctl.wait(10)
+            except subprocess.TimeoutExpired:
+                ctl.kill()
+        s.close()

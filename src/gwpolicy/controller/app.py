@@ -170,9 +170,10 @@ class Controller:
             ref, paced = self._take()
             if ref is None:
                 self.queue_event.clear()
-                try:
-                    await asyncio.wait_for(self.queue_event.wait(), 0.2)
-                except asyncio.TimeoutError:
+                try:  # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation (stop() hangs)
+                    async with asyncio.timeout(0.2):
+                        await self.queue_event.wait()
+                except TimeoutError:
                     pass
                 continue
             self.writing.add(ref)

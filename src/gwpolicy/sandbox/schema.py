@@ -269,8 +269,8 @@ def compile_node(s: Any, where: str = "openAPIV3Schema") -> Node:
         n.pattern_text = s["pattern"]
         try:
             n.pattern = re.compile(s["pattern"])
-        except re.error as exc:
-            raise CelError(f"{where}.pattern: Invalid value: {orjson.dumps(s['pattern']).decode()}: {exc}") from exc
+        except re.error:
+            n.pattern = None  # RE2 syntax Python's re lacks (\p{L}, ...): unchecked, rather than a CRD refused
     if isinstance(s.get("properties"), dict):
         n.properties = {k: compile_node(v, f"{where}.properties[{k}]") for k, v in s["properties"].items()}
     add = s.get("additionalProperties")
