@@ -265,13 +265,13 @@ def test_an_update_keeps_server_fields_and_bumps_generation_on_a_spec_change():
 # --- item 6: a targetRef field of the wrong type makes the policy Invalid, naming the field ---
 
 @pytest.mark.parametrize("key, value, words", [
-    ("sectionName", 80, "spec.targetRef.sectionName: must be a string, not a number 80"),
-    ("sectionName", True, "spec.targetRef.sectionName: must be a string, not a boolean True"),
+    ("sectionName", 80, "spec.targetRef.sectionName: must be a string, not a number (80)"),
+    ("sectionName", True, "spec.targetRef.sectionName: must be a string, not true"),
     ("sectionName", "", "spec.targetRef.sectionName: must not be empty"),
-    ("namespace", 5, "spec.targetRef.namespace: must be a string, not a number 5"),
-    ("namespace", ["a"], "spec.targetRef.namespace: must be a string, not a list ['a']"),
-    ("group", 1, "spec.targetRef.group: must be a string, not a number 1"),
-    ("name", 7, "spec.targetRef.name: must be a string, not a number 7"),
+    ("namespace", 5, "spec.targetRef.namespace: must be a string, not a number (5)"),
+    ("namespace", ["a"], "spec.targetRef.namespace: must be a string, not a list"),
+    ("group", 1, "spec.targetRef.group: must be a string, not a number (1)"),
+    ("name", 7, "spec.targetRef.name: must be a string, not a number (7)"),
     ("kind", {"k": "Gateway"}, "spec.targetRef.kind: must be a string, not an object"),
 ])
 def test_a_targetref_field_of_the_wrong_type_makes_the_policy_invalid(key, value, words):

@@ -10,6 +10,7 @@ from gwpolicy.kinds import default_group, is_known_namespaced
 from gwpolicy.model import ObjectIndex
 from gwpolicy.policies import Policy
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.shapes import target_ref_problem
 from gwpolicy.topology import Topology, extend
 
 ACCEPTED, CONFLICTED, INVALID, NOT_FOUND = "Accepted", "Conflicted", "Invalid", "TargetNotFound"
@@ -53,19 +54,6 @@ class TargetOutcome:
         return self.declared if self.reason in (ACCEPTED, CONFLICTED) else None
 
 
-def _json_type(value: Any) -> str:
-    """The JSON name of a value's type, as a user wrote it."""
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return f"a {type(value).__name__}"
-
-
 def target_is_namespaced(group: str, kind: str, index: ObjectIndex) -> bool:
     known = is_known_namespaced(group, kind)
     if known is not None:
@@ -106,12 +94,11 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
         return TargetOutcome(policy, None, INVALID, f"{where}: kind and name are required", where)
     # a field given with the wrong type is an error, never dropped: without its sectionName or
     # namespace the target would silently widen to the whole object or move to the policy's namespace
-    for key in ("kind", "name", "group", "namespace", "sectionName"):
-        value = tref.get(key)
-        if value is not None and not isinstance(value, str):
-            return TargetOutcome(policy, None, INVALID,
-                                 f"{where}.{key}: must be a string, not {_json_type(value)} {value!r}", where)
-        if key != "group" and value == "":
+    problem = target_ref_problem(tref)
+    if problem is not None:
+        return TargetOutcome(policy, None, INVALID, f"{where}.{problem}", where)
+    for key in ("kind", "name", "namespace", "sectionName"):
+        if tref.get(key) == "":
             return TargetOutcome(policy, None, INVALID, f"{where}.{key}: must not be empty; leave it out instead", where)
     group = tref.get("group")
     if group is None:

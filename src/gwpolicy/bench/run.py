@@ -17,6 +17,7 @@ import tempfile
 import time
 from typing import Any
 
+from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.bench.generate import write_yaml
 
 
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gwpolicy bench")
+    parser = Parser(prog=f"{program_name()} bench", formatter_class=HelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="write a synthetic cluster as YAML")
     g.add_argument("--routes", type=_at_least(0), required=True)

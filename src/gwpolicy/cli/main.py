@@ -12,10 +12,11 @@ import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gwpolicy import __version__
 from gwpolicy.analysis import Analysis, analyse
+from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.cli.context import Ctx, port_number, positive_number, rfc3339_time
 from gwpolicy.cli.kubeconfig import context_namespace
 from gwpolicy.cli.printers import Style
@@ -39,32 +40,6 @@ class CliError(Exception):
 
 #: exit code of `status --fail-on-not-accepted` when a policy is not Accepted (1 stays "could not run")
 EXIT_NOT_ACCEPTED = 3
-
-
-def program_name(argv0: str | None = None) -> str:
-    """`kubectl gwpolicy` when run as the kubectl plugin (argv[0] is kubectl-gwpolicy), else `gwpolicy`."""
-    base = os.path.basename(argv0 if argv0 is not None else (sys.argv[0] if sys.argv else ""))
-    return "kubectl gwpolicy" if base.startswith("kubectl-gwpolicy") else "gwpolicy"
-
-
-class Parser(argparse.ArgumentParser):
-    """kubectl's way with a bad flag: the command's own usage, `Error: ...`, where help is, exit 1."""
-
-    def error(self, message: str) -> NoReturn:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(1, f"Error: {message}\nSee '{self.prog} --help' for usage and examples.\n")
-
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Examples kept as written; a flag's default shown when it has one worth saying."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        default = action.default
-        nothing = default is None or default is False or default is argparse.SUPPRESS or default in ([], "")
-        if "%(default)" not in text and action.option_strings and not nothing:
-            text += " (default: %(default)s)"
-        return text
 
 
 #: examples shown by `COMMAND --help`; {p} is the program name (gwpolicy, or kubectl gwpolicy)

@@ -11,12 +11,13 @@ import sys
 
 from lightkube.core.exceptions import ConfigError
 
+from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.controller.app import Controller, Options
 from gwpolicy.status import DEFAULT_CONTROLLER
 
 
 def parse(argv: list[str]) -> Options:
-    p = argparse.ArgumentParser(prog="gwpolicy controller", description="Keep policy status (GEP-713, GEP-1364) "
+    p = Parser(prog=f"{program_name()} controller", formatter_class=HelpFormatter, description="Keep policy status (GEP-713, GEP-1364) "
                                 "and breadcrumbs true in a cluster, for any policy kind.")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
     p.add_argument("--context", help="kubeconfig context")

@@ -11,6 +11,7 @@ import sys
 
 from lightkube.core.exceptions import ConfigError
 
+from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.controller.app import Options as ControllerOptions
 from gwpolicy.status import DEFAULT_CONTROLLER
 from gwpolicy.webhook.review import Options as ReviewOptions
@@ -36,17 +37,17 @@ EXAMPLES = """examples:
 
 def parse(argv: list[str]) -> WebhookOptions:
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-    p = argparse.ArgumentParser(
-        prog="gwpolicy webhook", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES,
+    p = Parser(
+        prog=f"{program_name()} webhook", formatter_class=HelpFormatter, epilog=EXAMPLES,
         description="A validating admission webhook (admission.k8s.io/v1) that warns at apply time when an "
                     "object is affected by policy, or when a policy would be Conflicted, Invalid, without "
                     "target, or beaten; it can deny conflicts and invalid policies instead. It answers from "
                     "a model of the cluster kept by informers.")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
-    p.add_argument("--port", type=int, default=9443, help="HTTPS port of /validate (default: %(default)s; 0 picks one)")
+    p.add_argument("--port", type=int, default=9443, help="HTTPS port of /validate (0 picks one)")
     p.add_argument("--listen-address", default="0.0.0.0" if in_cluster else "127.0.0.1",
-                   help="address to serve on (default: %(default)s)")
+                   help="address to serve on")
     p.add_argument("--deny-invalid", action="store_true", help="deny a policy that would be Invalid")
     p.add_argument("--deny-conflicts", action="store_true", help="deny a policy that would be Conflicted")
     p.add_argument("--tls-cert-file", help="serving certificate (default: make a CA and a certificate)")
@@ -59,10 +60,10 @@ def parse(argv: list[str]) -> WebhookOptions:
     p.add_argument("--url", help="register this clientConfig.url (default: https://ADDRESS:PORT/validate)")
     p.add_argument("--no-register", action="store_true", help="do not create or update the ValidatingWebhookConfiguration")
     p.add_argument("--failure-policy", choices=["Ignore", "Fail"], default="Ignore",
-                   help="failurePolicy to register (default: %(default)s: an apply goes through when the webhook is down)")
-    p.add_argument("--timeout-seconds", type=int, default=5, help="timeoutSeconds to register (default: %(default)s)")
+                   help="failurePolicy to register (an apply goes through when the webhook is down)")
+    p.add_argument("--timeout-seconds", type=int, default=5, help="timeoutSeconds to register")
     p.add_argument("--health-listen", default=("0.0.0.0" if in_cluster else "127.0.0.1") + ":8081",
-                   help="address of /healthz, /readyz, /metrics (default: %(default)s)")
+                   help="address of /healthz, /readyz, /metrics")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     if bool(a.tls_cert_file) != bool(a.tls_key_file):
