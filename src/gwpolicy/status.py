@@ -32,6 +32,20 @@ def _parent_key(ref: dict[str, Any]) -> tuple:
             ref.get("sectionName") or "", ref.get("port") or 0)
 
 
+def keep_places(existing: list[dict[str, Any]], ours: list[dict[str, Any]], is_ours: Any, key: Any) -> list[dict[str, Any]]:
+    """`existing` with our entries brought to `ours`: every other writer's entry stays where it is, ours
+    are replaced in place (or dropped when gone), new ones are appended. Several controllers share these
+    lists (GEP-713); rebuilding them in an order of our own would make two writers undo each other forever."""
+    fresh = {key(e): e for e in ours}
+    out = []
+    for e in existing:
+        if not is_ours(e):
+            out.append(e)
+        elif key(e) in fresh:
+            out.append(fresh.pop(key(e)))
+    return out + list(fresh.values())
+
+
 def condition(ctype: str, status: str, reason: str, message: str, generation: int | None,
               previous: dict[str, Any] | None, now: str) -> dict[str, Any]:
     """A metav1.Condition; lastTransitionTime moves only when `status` changes (S8.3)."""
@@ -101,7 +115,8 @@ def policy_status(policy: Policy, outcomes: list[TargetOutcome], topo: Topology,
                                      policy.obj.generation, prev_cond, now)],
         })
     room = max(0, MAX_ANCESTORS - len(others))
-    status["ancestors"] = others + ours[:room]
+    status["ancestors"] = keep_places(existing, ours[:room], lambda e: e.get("controllerName") == controller,
+                                      lambda e: _parent_key(e.get("ancestorRef") or {}))
     return status
 
 
@@ -136,7 +151,7 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
                           f"Affected by a {k}; run 'gwpolicy describe {kind.lower()}/{obj.name}' to see how.",
                           gen, _find(conds, affected_condition_type(k)), now) for k in kinds]
         if ours or len(kept) != len(conds):
-            status["conditions"] = kept + ours
+            status["conditions"] = keep_places(conds, ours, lambda c: _ours_type(c.get("type")), lambda c: c.get("type"))
         return status, annotations
     if group == GATEWAY_GROUP and kind in ROUTE_KINDS and parent_refs:
         parents = [p for p in status.get("parents") or [] if isinstance(p, dict)]
@@ -153,7 +168,8 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
                                                       gen, _find(prev_conds, affected_condition_type(k)), now)
                                             for k in kinds]})
         if ours or len(kept) != len(parents):
-            status["parents"] = kept + ours
+            status["parents"] = keep_places(parents, ours, lambda p: p.get("controllerName") == controller,
+                                            lambda p: _parent_key(p.get("parentRef") or {}))
         return status, annotations
     if kinds:
         annotations[ANNOTATION] = "true"

@@ -11,7 +11,7 @@ import sys
 
 from lightkube.core.exceptions import ConfigError
 
-from gwpolicy.controller.app import Controller, Options
+from gwpolicy.controller.app import Controller, ListenError, Options
 from gwpolicy.status import DEFAULT_CONTROLLER
 
 
@@ -21,14 +21,19 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--controller-name", default=DEFAULT_CONTROLLER, help="controllerName of our status entries")
-    p.add_argument("--namespace", help="watch namespaced objects of this namespace only")
-    p.add_argument("--listen", default="0.0.0.0:8080", help="address of /healthz, /readyz, /metrics")
-    p.add_argument("--lease-namespace", default=Options.lease_namespace, help="namespace of the leader-election Lease")
+    p.add_argument("--namespace", help="write status only to objects in this namespace (reads stay cluster-wide: "
+                   "the analysis needs every Gateway, policy and Namespace); cluster-scoped objects are never written")
+    p.add_argument("--listen", default=None, help="address of /healthz, /readyz, /metrics, /statusz (default: "
+                   "127.0.0.1:8080, or 0.0.0.0:8080 in a pod)")
+    p.add_argument("--lease-namespace", default=None, help="namespace of the leader-election Lease (default: "
+                   "$POD_NAMESPACE, else the kubeconfig context's namespace, in a pod its own)")
     p.add_argument("--lease-duration", type=float, default=15.0, help="seconds a leader holds the lease without renewing")
     p.add_argument("--identity", default=Options.identity, help="this replica's name in the Lease")
     p.add_argument("--no-leader-election", action="store_true", help="write without holding a lease (one replica only)")
     p.add_argument("--breadcrumb-qps", type=float, default=50.0, help="breadcrumb writes per second at most")
     p.add_argument("--write-workers", type=int, default=4, help="writes in flight at most")
+    p.add_argument("--resync", type=float, default=0.0, help="seconds between full relists of every kind, to catch "
+                   "what a watch missed (default 0: never; a kube-apiserver's watches can be trusted)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO, stream=sys.stderr,
@@ -37,7 +42,7 @@ def parse(argv: list[str]) -> Options:
     return Options(kubeconfig=a.kubeconfig, context=a.context, controller_name=a.controller_name, namespace=a.namespace,
                    listen=a.listen, lease_namespace=a.lease_namespace, lease_duration=a.lease_duration,
                    identity=a.identity, leader_election=not a.no_leader_election, breadcrumb_qps=a.breadcrumb_qps,
-                   write_workers=a.write_workers)
+                   write_workers=a.write_workers, resync=a.resync)
 
 
 async def run(opts: Options) -> None:
@@ -60,6 +65,9 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         pass
     except ConfigError as exc:  # no kubeconfig, an unknown context, no in-cluster service account
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    except ListenError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     return 0
