@@ -127,7 +127,8 @@ class Controller:
         self.writing: set[Ref] = set()  # objects a writer holds
         self.next_breadcrumb = 0.0  # monotonic time the next paced write may start
         self.no_status_warned: set[tuple[str, str]] = set()
-        self.skipped_outside: set[Ref] = set()  # objects outside --namespace we would have written
+        self.skipped_outside: set[Ref] = set()
+        self.paced_calls = 0  # breadcrumb API calls (each took a --breadcrumb-qps slot)  # objects outside --namespace we would have written
 
     # ---------- discovery ----------
     def _watch(self, kind: Kind) -> None:
@@ -205,8 +206,18 @@ class Controller:
             self.metrics.incremental.inc(self.model.incremental_updates - updates)
             self.metrics.reconcile_seconds.observe(time.perf_counter() - t)
             a = self.model.analysis
+            full = self.model.reconciles > analyses
+            crumbs = []
             for ref in refs:
-                (self.high if a is not None and ref in a.policies else self.low)[ref] = None
+                if a is not None and ref in a.policies:
+                    self.high[ref] = None
+                else:
+                    crumbs.append(ref)
+            if full or not self.low:
+                self.low.update(dict.fromkeys(crumbs))
+            else:  # what a change since the last analysis caused goes before an older backlog: the
+                # user who edited a route waits for its one write, not for the first status of everything
+                self.low = {**dict.fromkeys(crumbs), **self.low}
             self._gauge()
             self.busy = False
             if refs:
@@ -259,6 +270,7 @@ class Controller:
     async def _pace(self) -> None:
         """Wait for a slot of --breadcrumb-qps: one schedule shared by all writers. Only API calls wait:
         an object found right already (the echo of our own write, most of all) costs no slot."""
+        self.paced_calls += 1
         if self.opts.breadcrumb_qps <= 0:
             return
         now = time.monotonic()
