@@ -273,11 +273,17 @@ def test_namespace_mode_reads_everything_and_writes_only_inside(tmp_path: Path) 
 
 # ---------- 4. the Lease namespace and expiry ----------
 
-def test_lease_namespace_comes_from_the_kubeconfig_context(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["kubeconfig-context", "pod"])
+def test_lease_namespace_comes_from_the_context_or_the_pod(tmp_path: Path, where: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    if where == "pod":
+        monkeypatch.setenv("POD_NAMESPACE", "infra")  # the Deployment sets it from metadata.namespace
+
     async def go():
         async with Cluster(tmp_path) as c:
             await c.seed(parable() + [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "infra"}}])
-            write_kubeconfig(str(c.kubeconfig), c.server.port, namespace="infra")
+            write_kubeconfig(str(c.kubeconfig), c.server.port, namespace="infra" if where != "pod" else "default")
             ctl = Controller(Options(kubeconfig=str(c.kubeconfig), listen="127.0.0.1:0", lease_duration=1.5,
                                      breadcrumb_qps=0, debounce=0.01))
             await ctl.start()
@@ -365,6 +371,44 @@ def test_the_breadcrumb_rate_is_spent_on_writes_only(tmp_path: Path) -> None:
             budget = n / qps
             assert took <= 1.1 * budget + 0.5, f"{n} breadcrumb writes at {qps}/s took {took:.2f}s, the rate allows {budget:.2f}s"
             assert writes[-1] - writes[0] >= 0.9 * (n - 1) / qps, "faster than the rate"
+    run(go())
+
+
+def test_a_route_edited_during_the_first_status_does_not_wait_for_the_backlog(tmp_path: Path) -> None:
+    async def go():
+        async with Cluster(tmp_path) as c:
+            objs = parable()
+            await c.seed(objs)
+            qps = 4.0
+            ctl = await c.controller(breadcrumb_qps=qps, leader_election=False)
+            route = None
+            # wait until the first breadcrumbs are written and a backlog of several seconds remains
+            for _ in range(100):
+                done = [o for o in c.objects() if o["kind"] == "HTTPRoute" and any(
+                    p["controllerName"] == OURS for p in (o.get("status") or {}).get("parents") or [])]
+                if done:
+                    route = done[0]
+                    break
+                await asyncio.sleep(0.05)
+            assert route is not None and len(ctl.low) / qps > 2.0, "the test needs a backlog of a few seconds"
+            edited = copy.deepcopy(next(o for o in objs if o["kind"] == "HTTPRoute"
+                                        and o["metadata"]["name"] == route["metadata"]["name"]
+                                        and o["metadata"].get("namespace") == route["metadata"].get("namespace")))
+            edited["spec"]["hostnames"] = ["edited.example.com"]
+            t0 = time.monotonic()
+            out = await c.apply(edited)
+            generation = out["metadata"]["generation"]
+            while time.monotonic() - t0 < 10:
+                live = next(o for o in c.objects() if key_of(o) == key_of(route))
+                conds = [cd for p in live["status"]["parents"] if p["controllerName"] == OURS for cd in p["conditions"]]
+                if conds and all(cd["observedGeneration"] == generation for cd in conds):
+                    break
+                await asyncio.sleep(0.05)
+            waited = time.monotonic() - t0
+            # the writers already hold a slot each (4), and the edit makes a few breadcrumbs of its own
+            allowed = (4 + 3) / qps
+            assert waited < allowed, f"the edited route's breadcrumb waited {waited:.2f}s (> {allowed:.2f}s) behind the backlog"
+            assert ctl.low, "the backlog was still there: the edit went before it"
     run(go())
 
 
