@@ -122,6 +122,10 @@ def test_restart_without_data_relists_and_ends_equal_to_offline(tmp_path: Path, 
             await c.seed(objs)
             ctl = await c.controller()
             await c.idle(ctl)
+            # a cluster that has lived a while: its etcd revision is far ahead of a new one's, and the
+            # informers hold it (from the bookmarks)
+            c.sandbox.store.rv += 10_000
+            await asyncio.sleep(0.6)
             old_rv = int(c.sandbox.store.rv)
             # the server comes back with a new etcd; the objects are applied again (say by GitOps),
             # one of them changed
@@ -362,15 +366,17 @@ def test_the_breadcrumb_rate_is_spent_on_writes_only(tmp_path: Path) -> None:
                                              if ev.type == "MODIFIED" and ev.plural != "leases"
                                              and ev.group != "policy.acme.io" else None)
             qps = 25.0
-            t0 = time.monotonic()
             ctl = await c.controller(breadcrumb_qps=qps, leader_election=False)
             await c.idle(ctl, quiet=0.2, timeout=60)
-            took = time.monotonic() - t0 - 0.2
+            done = time.monotonic() - 0.2
             n = len(writes)
             assert n >= 15
-            budget = n / qps
-            assert took <= 1.1 * budget + 0.5, f"{n} breadcrumb writes at {qps}/s took {took:.2f}s, the rate allows {budget:.2f}s"
-            assert writes[-1] - writes[0] >= 0.9 * (n - 1) / qps, "faster than the rate"
+            budget = (n - 1) / qps
+            assert writes[-1] - writes[0] >= 0.9 * budget, "faster than the rate"
+            # before: every echo of our own writes queued again and took a slot too, so the controller
+            # was busy (and a new edit waited) twice as long as the writes needed
+            took = done - writes[0]
+            assert took <= 1.1 * budget + 0.3, f"{n} breadcrumb writes at {qps}/s kept it busy {took:.2f}s, the rate needs {budget:.2f}s"
     run(go())
 
 

@@ -164,6 +164,8 @@ class Controller:
                  for key, pk in self.model.objects.items() if key[:2] == ("gwpolicy.io", "PolicyKind")}
         kind = kube.kind_of_crd(crd, named)
         if kind is not None:
+            if kind in self.informers:
+                self.informers[kind].kick()  # a CRD created again: its informer need not wait out a backoff
             self._watch(kind)
 
     async def on_event(self, etype: str, kind: Kind, raw: dict[str, Any]) -> None:
@@ -281,7 +283,7 @@ class Controller:
     @property
     def idle(self) -> bool:
         """Nothing to analyse, queue or write (tests and the benchmark wait for this)."""
-        synced = bool(self.informers) and all(i.synced.is_set() for i in self.informers.values())
+        synced = bool(self.informers) and all(i.synced.is_set() and not i.failures for i in self.informers.values())
         return (synced and not self.model.stale and not self.busy and not self.wake.is_set()
                 and not (self.high or self.low) and self.inflight == 0)
 

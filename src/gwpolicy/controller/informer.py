@@ -68,6 +68,7 @@ class Informer:
         self.failures = 0  # failed attempts in a row
         self.error: str | None = None  # why the informer cannot make progress now; None when it can
         self._listed_at = 0.0
+        self._kicked = asyncio.Event()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self.run(), name=f"informer {self.kind.plural}")
@@ -129,36 +130,43 @@ class Informer:
         self._listed_at = time.monotonic()
         self.synced.set()
 
-    async def _watch(self) -> None:
-        """Follow the watch until it fails, or until a resync is due (then return)."""
+    async def _watch(self) -> bool:
+        """Follow the watch until it fails, ends (False) or a resync is due (True). Only the wait for
+        the next event is bounded by the resync, never the handling of one."""
         start = _rv_int(self.rv)
         stream = kube.watch(self.client, self.kind, self.rv or "0", self.namespace, self.watch_timeout)
         try:
-            async with asyncio.timeout(max(0.0, self._listed_at + self.resync - time.monotonic())
-                                       if self.resync > 0 else None):
-                async for etype, obj in stream:
-                    o = kube.to_dict(obj)
-                    rv = (o.get("metadata") or {}).get("resourceVersion")
-                    n = _rv_int(rv)
-                    if start is not None and n is not None and n < start:
-                        raise VersionWentBack(f"{etype} at resourceVersion {rv}, below the {start} we watch from")
-                    if rv:
-                        self.rv = rv
-                    if self.failures or self.error:
-                        self.failures = 0
-                        self._set_error(None)
-                    if etype == "BOOKMARK":
-                        continue
-                    o.setdefault("apiVersion", self.kind.api_version)
-                    o.setdefault("kind", self.kind.kind)
-                    key = obj_key(o)
-                    if etype == "DELETED":
-                        self.cache.pop(key, None)
-                    else:
-                        self.cache[key] = o
-                    await self._emit(etype, o)
-        except TimeoutError:
-            return  # a resync is due
+            while True:
+                left = self._listed_at + self.resync - time.monotonic() if self.resync > 0 else None
+                try:
+                    # asyncio.timeout, not wait_for: in Python 3.11 wait_for can swallow a cancellation
+                    # that comes as the next event does, and then stop() would wait forever
+                    async with asyncio.timeout(None if left is None else max(0.0, left)):
+                        etype, obj = await anext(stream)
+                except StopAsyncIteration:
+                    return False
+                except TimeoutError:
+                    return True
+                o = kube.to_dict(obj)
+                rv = (o.get("metadata") or {}).get("resourceVersion")
+                n = _rv_int(rv)
+                if start is not None and n is not None and n < start:
+                    raise VersionWentBack(f"{etype} at resourceVersion {rv}, below the {start} we watch from")
+                if rv:
+                    self.rv = rv
+                if self.failures or self.error:
+                    self.failures = 0
+                    self._set_error(None)
+                if etype == "BOOKMARK":
+                    continue
+                o.setdefault("apiVersion", self.kind.api_version)
+                o.setdefault("kind", self.kind.kind)
+                key = obj_key(o)
+                if etype == "DELETED":
+                    self.cache.pop(key, None)
+                else:
+                    self.cache[key] = o
+                await self._emit(etype, o)
         finally:
             await stream.aclose()
 
@@ -172,8 +180,7 @@ class Informer:
                     need_list, by_content = False, False
                     self.failures = 0
                     self._set_error(None)
-                await self._watch()
-                need_list = True  # the resync is due
+                need_list = await self._watch()  # True: a resync is due
                 continue
             except asyncio.CancelledError:
                 raise
@@ -211,8 +218,21 @@ class Informer:
             self.reconnects += 1
             if self.metrics:
                 self.metrics.errors.labels("watch").inc()
-            await asyncio.sleep(backoff * (1 + random.random() / 2))
+            try:
+                async with asyncio.timeout(backoff * (1 + random.random() / 2)):
+                    await self._kicked.wait()
+            except TimeoutError:
+                pass
+            if self._kicked.is_set():  # the kind is back (its CRD created again): list at once
+                self._kicked.clear()
+                need_list, backoff = True, 0.1
+                continue
             backoff = min(backoff * 2, 10.0)
+
+    def kick(self) -> None:
+        """Cut a failing informer's backoff short and list again (its resource may be served again)."""
+        if self.failures:
+            self._kicked.set()
 
     def _failed(self, why: str, listing: bool) -> None:
         self.failures += 1
