@@ -7,7 +7,7 @@ that computing status over objects that carry the computed status changes nothin
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterable
+from typing import Any, Callable, Hashable, Iterable
 
 from gwpolicy.attach import ACCEPTED, NOT_FOUND, SEVERITY, TargetOutcome
 from gwpolicy.kinds import ROUTE_KINDS
@@ -32,7 +32,8 @@ def _parent_key(ref: dict[str, Any]) -> tuple:
             ref.get("sectionName") or "", ref.get("port") or 0)
 
 
-def keep_places(existing: list[dict[str, Any]], ours: list[dict[str, Any]], is_ours: Any, key: Any) -> list[dict[str, Any]]:
+def keep_places(existing: list[dict[str, Any]], ours: list[dict[str, Any]], is_ours: Callable[[dict[str, Any]], bool],
+                key: Callable[[dict[str, Any]], Hashable]) -> list[dict[str, Any]]:
     """`existing` with our entries brought to `ours`: every other writer's entry stays where it is, ours
     are replaced in place (or dropped when gone), new ones are appended. Several controllers share these
     lists (GEP-713); rebuilding them in an order of our own would make two writers undo each other forever."""
