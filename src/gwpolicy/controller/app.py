@@ -55,7 +55,7 @@ class Metrics:
         self.leader = Gauge("gwpolicy_leader", "1 when this replica holds the lease (or runs without leader "
                             "election), else 0", registry=r)
         self.lease_errors = Counter("gwpolicy_leader_election_errors", "Failed attempts to take or renew the "
-                                    "leader-election Lease, by reason (namespace-missing, api, unreachable)",
+                                    "leader-election Lease, by reason (namespace-missing, forbidden, api, unreachable)",
                                     ["reason"], registry=r)
         self.informer_failures = Counter("gwpolicy_informer_failures", "Failed lists and watches, by resource and "
                                          "operation", ["resource", "operation"], registry=r)
@@ -388,7 +388,7 @@ class Controller:
                 why.append(f"{name}: {i.error}")
             elif not i.synced.is_set():
                 why.append(f"{name}: not listed yet")
-        if self.elector is not None and self.elector.problem is not None:
+        if self.elector is not None and self.elector.problem is not None and self.elector.blocking:
             why.append(f"leader election: {self.elector.problem}")
         return why
 

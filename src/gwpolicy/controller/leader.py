@@ -21,6 +21,7 @@ from gwpolicy.controller import kube
 log = logging.getLogger("gwpolicy.leader")
 LEASE = kube.Kind("coordination.k8s.io", "v1", "Lease", "leases", True)
 REPEAT_PROBLEM_EVERY = 60.0  # seconds between repeated log lines about the same problem
+BLOCKING = ("namespace-missing", "forbidden")  # problems no retry will fix: /readyz says so
 
 
 def _now() -> datetime:
@@ -62,6 +63,7 @@ class LeaderElector:
         self.on_error = on_error  # called with a short reason ("namespace-missing", "api") on each failure
         self.is_leader = False
         self.problem: str | None = None  # what keeps leader election from working, in words a user can act on
+        self.blocking = False  # the problem is one of set-up (not a passing error): the replica is not ready
         self._last_renew: float | None = None  # monotonic time of our last successful renewal
         self._observed: tuple | None = None  # the lease record as last seen
         self._observed_at = 0.0  # monotonic time it last changed
@@ -76,6 +78,7 @@ class LeaderElector:
 
     def _report(self, reason: str, message: str) -> None:
         self.problem = message
+        self.blocking = reason in BLOCKING
         if self.on_error:
             self.on_error(reason)
         last = self._logged.get(message)
@@ -87,7 +90,7 @@ class LeaderElector:
         while True:
             try:
                 await self._try()
-                self.problem = None
+                self.problem, self.blocking = None, False
             except asyncio.CancelledError:
                 raise
             except ApiError as exc:
@@ -98,6 +101,10 @@ class LeaderElector:
                                  "deploy/00-namespace.yaml, or kubectl create namespace " + self.namespace +
                                  "), or choose another with --lease-namespace, or run one replica with "
                                  "--no-leader-election")
+                elif exc.status.code == 403:
+                    self._report("forbidden", f"not allowed to read or write the Lease in {self.namespace!r}: "
+                                 f"{exc.status.message}; grant get, create and update on leases there "
+                                 "(deploy/20-rbac.yaml, Role gwpolicy-leader-election)")
                 else:
                     self._report("api", f"HTTP {exc.status.code}: {exc.status.message}")
             except Exception as exc:  # noqa: BLE001 - an unreachable server must not kill the elector
