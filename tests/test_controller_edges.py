@@ -24,6 +24,7 @@ from sandbox_proc import BIN, SandboxProcess, wait_for
 from gwpolicy.controller.app import Controller, Options, default_listen
 from gwpolicy.controller.main import parse
 from gwpolicy.sandbox.server import write_kubeconfig
+from gwpolicy.sandbox.store import ApiFailure
 
 PARABLE = Path(__file__).resolve().parent.parent / "examples" / "parable"
 OURS, THEIRS = "gwpolicy.io/policy-controller", "other.example.com/policy-controller"
@@ -312,6 +313,29 @@ def test_a_missing_lease_namespace_says_what_to_do(tmp_path: Path) -> None:
             text = (await _get(ctl.port, "/metrics")).text
             assert _metric(text, 'gwpolicy_leader_election_errors_total{reason="namespace-missing"}') >= 1
             assert ctl.writes_done == 0
+    run(go())
+
+
+def test_a_forbidden_lease_says_which_rbac_is_missing(tmp_path: Path) -> None:
+    async def go():
+        async with Cluster(tmp_path) as c:
+            await c.seed(parable())
+            store = c.sandbox.store
+            reading = store.get
+
+            def get(r, *args, **kwargs):
+                if r.plural == "leases":
+                    raise ApiFailure(403, "Forbidden", 'leases.coordination.k8s.io "gwpolicy-controller" is forbidden: '
+                                     'User "system:serviceaccount:x:y" cannot get resource "leases"')
+                return reading(r, *args, **kwargs)
+
+            store.get = get  # type: ignore[method-assign]
+            ctl = await c.controller(lease_duration=0.6)
+            await asyncio.sleep(1.0)
+            r = await _get(ctl.port, "/readyz")
+            assert r.status_code == 503 and "leases" in r.text and "deploy/20-rbac.yaml" in r.text, r.text
+            text = (await _get(ctl.port, "/metrics")).text
+            assert _metric(text, 'gwpolicy_leader_election_errors_total{reason="forbidden"}') >= 1
     run(go())
 
 
