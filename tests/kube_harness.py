@@ -14,7 +14,7 @@ from gwpolicy.analysis import analyse
 from gwpolicy.controller.app import Controller, Options
 from gwpolicy.sandbox.seed import apply_all
 from gwpolicy.sandbox.server import Sandbox, SandboxServer, preload_object, write_kubeconfig
-from gwpolicy.sandbox.store import Store
+from gwpolicy.sandbox.store import ApiFailure, Store
 
 GW_CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-api" / "crd" / "standard"
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -43,9 +43,12 @@ class Cluster:
         self.kubeconfig = tmp / "kubeconfig"
         self.controllers: list[Controller] = []
 
-    async def __aenter__(self) -> "Cluster":
+    def _preload(self) -> None:
         for obj in CRDS + [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gwpolicy-system"}}]:
             preload_object(self.sandbox.store, copy.deepcopy(obj))  # straight into storage: fast, and no manager
+
+    async def __aenter__(self) -> "Cluster":
+        self._preload()
         await self.server.start()
         write_kubeconfig(str(self.kubeconfig), self.server.port)
         return self
@@ -54,6 +57,43 @@ class Cluster:
         for c in self.controllers:
             await c.stop()
         await self.server.stop()
+
+    async def restart_without_data(self, objects: list[dict[str, Any]], strict: bool = False) -> None:
+        """The API server comes back with empty storage (a new etcd), and `objects` are applied again:
+        the same objects, new uids, resourceVersions counted from 1 again. `strict`: a watch from a
+        resourceVersion the server has not reached is refused as kube-apiserver refuses it (504,
+        ResourceVersionTooLarge) instead of being accepted."""
+        await self.server.stop()
+        old = self.sandbox.store
+        store = Store(keep_creation_timestamp=old.keep_creation_timestamp)
+        store.listeners.append(self.sandbox._fanout)  # noqa: SLF001 - the server's watch fan-out
+        if strict:
+            history = store.events_since
+
+            def events_since(rv: int) -> list:
+                if rv > store.rv:
+                    raise ApiFailure(504, "Timeout", f"Too large resource version: {rv}, current: {store.rv}",
+                                     {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                                      "retryAfterSeconds": 1})
+                return history(rv)
+
+            store.events_since = events_since  # type: ignore[method-assign]
+        self.sandbox.store = store
+        self._preload()
+        await self.server.start()
+        await self.seed(objects)
+
+    def fail_lists(self, plural: str, code: int = 500) -> None:
+        """Every list of `plural` answers `code` from now on (a kind the server cannot list)."""
+        store = self.sandbox.store
+        listing = store.list
+
+        def failing(r, *args, **kwargs):
+            if r.plural == plural:
+                raise ApiFailure(code, "InternalError", f"Internal error occurred: cannot list {plural} (injected)")
+            return listing(r, *args, **kwargs)
+
+        store.list = failing  # type: ignore[method-assign]
 
     async def seed(self, objects: list[dict[str, Any]]) -> None:
         await asyncio.to_thread(apply_all, self.server.url, copy.deepcopy(objects))
@@ -73,9 +113,10 @@ class Cluster:
             return resp.json()
 
     async def controller(self, **opts: Any) -> Controller:
-        o = Options(kubeconfig=str(self.kubeconfig), listen="127.0.0.1:0", lease_namespace="gwpolicy-system",
+        o = Options(kubeconfig=str(self.kubeconfig), listen="127.0.0.1:0",
+                    lease_namespace=opts.pop("lease_namespace", "gwpolicy-system"),
                     lease_duration=opts.pop("lease_duration", 1.5), breadcrumb_qps=opts.pop("breadcrumb_qps", 0),
-                    debounce=0.01, **opts)
+                    resync=opts.pop("resync", 5.0), debounce=0.01, **opts)
         c = Controller(o)
         await c.start()
         self.controllers.append(c)

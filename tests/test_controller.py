@@ -155,10 +155,16 @@ def test_health_ready_and_metrics(tmp_path: Path) -> None:
                 assert (await http.get("/healthz")).text == "ok"
                 assert (await http.get("/readyz")).status_code == 200
                 text = (await http.get("/metrics")).text
-            for name in ("gwpolicy_events_total", "gwpolicy_reconciles_total", "gwpolicy_writes_total",
-                         "gwpolicy_queue_depth", "gwpolicy_errors_total", "gwpolicy_leader"):
+            for name in ("gwpolicy_events_total", "gwpolicy_reconcile_passes_total", "gwpolicy_full_analyses_total",
+                         "gwpolicy_incremental_updates_total", "gwpolicy_writes_total", "gwpolicy_queue_depth",
+                         "gwpolicy_errors_total", "gwpolicy_leader", "gwpolicy_informer_stuck"):
                 assert name in text
             assert 'gwpolicy_leader 1.0' in text
+            # the counters count what their names say: analyses are analyses, not loop passes
+            assert f"gwpolicy_full_analyses_total {float(ctl.model.reconciles)}" in text
+            passes = next(float(line.split()[1]) for line in text.splitlines()
+                          if line.startswith("gwpolicy_reconcile_passes_total "))
+            assert passes >= ctl.model.reconciles
     run(go())
 
 

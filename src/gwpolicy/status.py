@@ -7,7 +7,7 @@ that computing status over objects that carry the computed status changes nothin
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterable
+from typing import Any, Callable, Hashable, Iterable
 
 from gwpolicy.attach import ACCEPTED, NOT_FOUND, SEVERITY, TargetOutcome
 from gwpolicy.kinds import ROUTE_KINDS
@@ -36,6 +36,21 @@ def _parent_key(ref: dict[str, Any]) -> tuple:
     return (ref.get("group", GATEWAY_GROUP) if ref.get("group") is not None else GATEWAY_GROUP,
             ref.get("kind") or "Gateway", ref.get("namespace") or "", ref.get("name") or "",
             ref.get("sectionName") or "", ref.get("port") or 0)
+
+
+def keep_places(existing: list[dict[str, Any]], ours: list[dict[str, Any]], is_ours: Callable[[dict[str, Any]], bool],
+                key: Callable[[dict[str, Any]], Hashable]) -> list[dict[str, Any]]:
+    """`existing` with our entries brought to `ours`: every other writer's entry stays where it is, ours
+    are replaced in place (or dropped when gone), new ones are appended. Several controllers share these
+    lists (GEP-713); rebuilding them in an order of our own would make two writers undo each other forever."""
+    fresh = {key(e): e for e in ours}
+    out = []
+    for e in existing:
+        if not is_ours(e):
+            out.append(e)
+        elif key(e) in fresh:
+            out.append(fresh.pop(key(e)))
+    return out + list(fresh.values())
 
 
 def condition(ctype: str, status: str, reason: str, message: str, generation: int | None,
@@ -115,7 +130,8 @@ def policy_status(policy: Policy, outcomes: list[TargetOutcome], topo: Topology,
                             f"at most {MAX_ANCESTORS} entries: {_names([_label(r) for r in left_out])}; "
                             f"run 'gwpolicy describe {policy.ref.kind.lower()}/{policy.ref.name}"
                             f"{' -n ' + policy.ref.namespace if policy.ref.namespace else ''}' to see them.")
-    status["ancestors"] = others + ours[:room]
+    status["ancestors"] = keep_places(existing, ours[:room], lambda e: e.get("controllerName") == controller,
+                                      lambda e: _parent_key(e.get("ancestorRef") or {}))
     return status
 
 
@@ -178,7 +194,7 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
         room = MAX_CONDITIONS - len(kept)
         ours = _affected_conditions(kinds, room, describe, gen, conds, now)
         if ours or len(kept) != len(conds):
-            status["conditions"] = kept + ours
+            status["conditions"] = keep_places(conds, ours, lambda c: _ours_type(c.get("type")), lambda c: c.get("type"))
         # no room at all in status.conditions: the annotation carries the breadcrumb (S8.4)
         _set_annotation(annotations, bool(kinds) and room <= 0)
         return status, annotations
@@ -195,7 +211,8 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
                              "conditions": _affected_conditions(kinds, MAX_CONDITIONS, describe, gen,
                                                                 (prev or {}).get("conditions"), now)})
         if ours or len(kept) != len(parents):
-            status["parents"] = kept + ours
+            status["parents"] = keep_places(parents, ours, lambda p: p.get("controllerName") == controller,
+                                            lambda p: _parent_key(p.get("parentRef") or {}))
         # parentRefs without an entry of ours (status.parents is full): the annotation carries the breadcrumb
         _set_annotation(annotations, bool(kinds) and len(parent_refs) > room)
         return status, annotations

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
+import orjson
 from aiohttp import web
 from lightkube import ApiError, AsyncClient
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -31,16 +32,51 @@ CRD, BUILTIN = kube.CRD, kube.BUILTIN
 
 
 class Metrics:
+    """Every metric says what it counts; `/metrics` serves them in the Prometheus text format."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.events = Counter("gwpolicy_events", "Watch events received", ["resource", "type"], registry=r)
-        self.reconciles = Counter("gwpolicy_reconciles", "Analyses of the cluster", registry=r)
-        self.reconcile_seconds = Histogram("gwpolicy_reconcile_seconds", "Time to bring the analysis up to date", registry=r)
-        self.writes = Counter("gwpolicy_writes", "Writes to the API server", ["what", "result"], registry=r)
-        self.queue_depth = Gauge("gwpolicy_queue_depth", "Objects waiting to be checked and written", ["queue"], registry=r)
-        self.errors = Counter("gwpolicy_errors", "Errors", ["where"], registry=r)
-        self.leader = Gauge("gwpolicy_leader", "1 when this replica holds the lease", registry=r)
+        self.events = Counter("gwpolicy_events", "Watch and list events received, by resource and event type",
+                              ["resource", "type"], registry=r)
+        self.passes = Counter("gwpolicy_reconcile_passes", "Passes of the reconcile loop; each takes every change "
+                              "gathered since the previous pass (a full analysis, in-place updates, or only re-checks)",
+                              registry=r)
+        self.analyses = Counter("gwpolicy_full_analyses", "Full analyses of the cluster (start, leadership, and "
+                                "changes that cannot be applied in place)", registry=r)
+        self.incremental = Counter("gwpolicy_incremental_updates", "Changes to a policy or a route applied to the "
+                                   "analysis in place, without a full analysis", registry=r)
+        self.reconcile_seconds = Histogram("gwpolicy_reconcile_pass_seconds", "Time a reconcile pass takes to bring "
+                                           "the analysis up to date", registry=r)
+        self.writes = Counter("gwpolicy_writes", "API calls that write status or an annotation, by what they write "
+                              "and result (ok, or the HTTP status code)", ["what", "result"], registry=r)
+        self.queue_depth = Gauge("gwpolicy_queue_depth", "Objects waiting to be compared and written, by queue",
+                                 ["queue"], registry=r)
+        self.errors = Counter("gwpolicy_errors", "Errors, by where they happened", ["where"], registry=r)
+        self.leader = Gauge("gwpolicy_leader", "1 when this replica holds the lease (or runs without leader "
+                            "election), else 0", registry=r)
+        self.lease_errors = Counter("gwpolicy_leader_election_errors", "Failed attempts to take or renew the "
+                                    "leader-election Lease, by reason (namespace-missing, forbidden, api, unreachable)",
+                                    ["reason"], registry=r)
+        self.informer_failures = Counter("gwpolicy_informer_failures", "Failed lists and watches, by resource and "
+                                         "operation", ["resource", "operation"], registry=r)
+        self.informer_stuck = Gauge("gwpolicy_informer_stuck", "1 while the informer of a resource cannot make "
+                                    "progress (its list fails, or its watch keeps failing)", ["resource"], registry=r)
+
+
+def in_cluster() -> bool:
+    """Whether we run in a pod (the kubelet sets this variable in every container)."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def default_listen() -> str:
+    """Health and metrics: on every interface in a pod (probes and scrapes come from outside it), on
+    loopback elsewhere (a laptop's controller need not be reachable from the network)."""
+    return "0.0.0.0:8080" if in_cluster() else "127.0.0.1:8080"
+
+
+class ListenError(Exception):
+    """The health and metrics address cannot be listened on."""
 
 
 @dataclass
@@ -48,10 +84,10 @@ class Options:
     kubeconfig: str | None = None
     context: str | None = None
     controller_name: str = DEFAULT_CONTROLLER
-    namespace: str | None = None
+    namespace: str | None = None  # write only inside it (reads stay cluster-wide)
     field_manager: str = "gwpolicy"
-    listen: str = "0.0.0.0:8080"
-    lease_namespace: str = os.environ.get("POD_NAMESPACE", "gwpolicy-system")
+    listen: str | None = None  # None: default_listen()
+    lease_namespace: str | None = None  # None: $POD_NAMESPACE, else the kubeconfig context's (or the pod's) namespace
     lease_duration: float = 15.0
     identity: str = f"{socket.gethostname()}-{os.getpid()}"
     leader_election: bool = True
@@ -60,6 +96,14 @@ class Options:
     debounce: float = 0.02
     effective_policy_objects: bool = False  # keep EffectivePolicy objects (controller/effectivepolicies.py)
     effective_policy_namespace: str | None = None  # where those of cluster-scoped objects go (default: the lease's)
+    resync: float = 0.0  # seconds between full relists of every informer; 0: never
+
+
+def unordered(status: dict[str, Any]) -> dict[str, Any]:
+    """Status with its top-level lists as multisets: entries of several writers in another order are
+    the same status, and must not make a write."""
+    return {k: sorted(orjson.dumps(e, option=orjson.OPT_SORT_KEYS) for e in v) if isinstance(v, list) else v
+            for k, v in status.items()}
 
 
 class Controller:
@@ -75,6 +119,7 @@ class Controller:
         self.low: dict[Ref, None] = {}  # breadcrumbs: after, rate-limited
         self.queue_event = asyncio.Event()
         self.elector: LeaderElector | None = None
+        self.lease_namespace: str | None = opts.lease_namespace
         self.tasks: list[asyncio.Task] = []
         self.last_event = time.monotonic()
         self.writes_done = 0
@@ -86,29 +131,56 @@ class Controller:
         self.next_breadcrumb = 0.0  # monotonic time the next paced write may start
         self.no_status_warned: set[tuple[str, str]] = set()
         self.effective: EffectivePolicySync | None = None
+        self.skipped_outside: set[Ref] = set()
+        self.paced_calls = 0  # breadcrumb API calls (each took a --breadcrumb-qps slot)
 
     # ---------- discovery ----------
     def _watch(self, kind: Kind) -> None:
         if kind in self.informers or self.client is None:
             return
         self.kinds[(kind.group, kind.kind)] = kind
-        inf = Informer(self.client, kind, self.on_event, self.opts.namespace, self.metrics)
+        # cluster-wide always: with --namespace the analysis still needs every Gateway, policy and
+        # Namespace it can reach (only writes stay inside the namespace)
+        inf = Informer(self.client, kind, self.on_event, None, self.metrics, resync=self.opts.resync)
         self.informers[kind] = inf
         inf.start()
         log.info("watching %s", kind.api_version + "/" + kind.plural)
+
+    async def _unwatch(self, group: str, kind_name: str) -> None:
+        """The CRD of a kind is gone: stop its informer and forget its objects, so that the next
+        analysis takes back what they caused (their breadcrumbs on routes, Gateways and Services)."""
+        kind = self.kinds.pop((group, kind_name), None)
+        inf = self.informers.pop(kind, None) if kind is not None else None
+        if inf is None:
+            return
+        await inf.stop()
+        for raw in list(inf.cache.values()):
+            self.model.event("DELETED", raw)
+        for queue in (self.high, self.low):
+            for ref in [r for r in queue if (r.group, r.kind) == (group, kind_name)]:
+                del queue[ref]
+        log.info("stopped watching %s: its CustomResourceDefinition was deleted", kind.api_version + "/" + kind.plural)
+        self.model.stale = True
+        self.wake.set()
 
     def _consider_crd(self, crd: dict[str, Any]) -> None:
         named = {((pk.get("spec") or {}).get("group", ""), (pk.get("spec") or {}).get("kind", ""))
                  for key, pk in self.model.objects.items() if key[:2] == ("gwpolicy.io", "PolicyKind")}
         kind = kube.kind_of_crd(crd, named)
         if kind is not None:
+            if kind in self.informers:
+                self.informers[kind].kick()  # a CRD created again: its informer need not wait out a backoff
             self._watch(kind)
 
     async def on_event(self, etype: str, kind: Kind, raw: dict[str, Any]) -> None:
         self.last_event = time.monotonic()
         self.model.event(etype, raw)
-        if kind == CRD and etype != "DELETED":
-            self._consider_crd(raw)
+        if kind == CRD:
+            if etype == "DELETED":
+                spec = raw.get("spec") or {}
+                await self._unwatch(spec.get("group", ""), (spec.get("names") or {}).get("kind", ""))
+            else:
+                self._consider_crd(raw)
         if (kind.group, kind.kind) == ("gwpolicy.io", "PolicyKind") and etype != "DELETED":
             for key, crd in list(self.model.objects.items()):
                 if key[:2] == ("apiextensions.k8s.io", "CustomResourceDefinition"):
@@ -127,6 +199,7 @@ class Controller:
                 continue
             self.busy = True
             t = time.perf_counter()
+            analyses, updates = self.model.reconciles, self.model.incremental_updates
             try:
                 refs = self.model.reconcile()
             except Exception:  # noqa: BLE001 - a bad object must not stop the controller
@@ -134,11 +207,23 @@ class Controller:
                 self.metrics.errors.labels("reconcile").inc()
                 self.busy = False
                 continue
-            self.metrics.reconciles.inc()
+            self.metrics.passes.inc()
+            self.metrics.analyses.inc(self.model.reconciles - analyses)
+            self.metrics.incremental.inc(self.model.incremental_updates - updates)
             self.metrics.reconcile_seconds.observe(time.perf_counter() - t)
             a = self.model.analysis
+            full = self.model.reconciles > analyses
+            crumbs = []
             for ref in refs:
-                (self.high if a is not None and ref in a.policies else self.low)[ref] = None
+                if a is not None and ref in a.policies:
+                    self.high[ref] = None
+                else:
+                    crumbs.append(ref)
+            if full or not self.low:
+                self.low.update(dict.fromkeys(crumbs))
+            else:  # what a change since the last analysis caused goes before an older backlog: the
+                # user who edited a route waits for its one write, not for the first status of everything
+                self.low = {**dict.fromkeys(crumbs), **self.low}
             self._gauge()
             if self.effective is not None:
                 self.effective.refresh()
@@ -164,8 +249,7 @@ class Controller:
 
     async def write_loop(self) -> None:
         """One of `write_workers` writers. Writes are bound by the API server's latency, not by us: a
-        few in flight keep it busy. Breadcrumbs are paced together to --breadcrumb-qps."""
-        interval = 1.0 / self.opts.breadcrumb_qps if self.opts.breadcrumb_qps > 0 else 0.0
+        few in flight keep it busy."""
         while True:
             ref, paced = self._take()
             if ref is None:
@@ -179,12 +263,7 @@ class Controller:
             self.writing.add(ref)
             self.inflight += 1
             try:
-                if paced and interval:
-                    now = time.monotonic()
-                    wait, self.next_breadcrumb = self.next_breadcrumb - now, max(now, self.next_breadcrumb) + interval
-                    if wait > 0:
-                        await asyncio.sleep(wait)
-                await self.write(ref)
+                await self.write(ref, paced)
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - the writer must outlive any one object's trouble
@@ -197,10 +276,21 @@ class Controller:
                 self.inflight -= 1
             self._gauge()
 
+    async def _pace(self) -> None:
+        """Wait for a slot of --breadcrumb-qps: one schedule shared by all writers. Only API calls wait:
+        an object found right already (the echo of our own write, most of all) costs no slot."""
+        self.paced_calls += 1
+        if self.opts.breadcrumb_qps <= 0:
+            return
+        now = time.monotonic()
+        wait, self.next_breadcrumb = self.next_breadcrumb - now, max(now, self.next_breadcrumb) + 1.0 / self.opts.breadcrumb_qps
+        if wait > 0:
+            await asyncio.sleep(wait)
+
     @property
     def idle(self) -> bool:
         """Nothing to analyse, queue or write (tests and the benchmark wait for this)."""
-        synced = bool(self.informers) and all(i.synced.is_set() for i in self.informers.values())
+        synced = bool(self.informers) and all(i.synced.is_set() and not i.failures for i in self.informers.values())
         return (synced and not self.model.stale and not self.busy and not self.wake.is_set()
                 and not (self.high or self.low) and self.inflight == 0)
 
@@ -208,8 +298,14 @@ class Controller:
     def leading(self) -> bool:
         return not self.opts.leader_election or (self.elector is not None and self.elector.is_leader)
 
-    async def write(self, ref: Ref) -> None:
-        """Bring one object's status and annotation to what they should be; 409 means read again and retry."""
+    def writable(self, ref: Ref) -> bool:
+        """With --namespace, only objects inside it are written; never a cluster-scoped one."""
+        ns = self.opts.namespace
+        return ns is None or ref.namespace == ns
+
+    async def write(self, ref: Ref, paced: bool = False) -> None:
+        """Bring one object's status and annotation to what they should be; 409 means read again and
+        retry. What to write is computed first; a paced write waits for its slot only before an API call."""
         kind = self.kinds.get((ref.group, ref.kind))
         if kind is None or self.client is None:
             return
@@ -219,27 +315,38 @@ class Controller:
             if raw is None or want is None:
                 return
             status, annotations = want
-            if not kind.status_subresource and status != (raw.get("status") or {}):
+            have_status = raw.get("status") or {}
+            if not kind.status_subresource and status != have_status:
                 # without a status subresource every status write bumps metadata.generation, so
                 # observedGeneration could never catch up: write nothing rather than loop
                 if (kind.group, kind.kind) not in self.no_status_warned:
                     self.no_status_warned.add((kind.group, kind.kind))
                     log.warning("%s has no status subresource in its CRD; gwpolicy writes no status to it", kind.kind)
                 self.metrics.errors.labels("no-status-subresource").inc()
-                status = raw.get("status") or {}
+                status = have_status
+            status_differs = status != have_status and unordered(status) != unordered(have_status)
+            have = (raw["metadata"].get("annotations") or {}).get(ANNOTATION)
+            want_ann = annotations.get(ANNOTATION)
+            if not status_differs and have == want_ann:
+                return
+            if not self.writable(ref):
+                if ref not in self.skipped_outside:
+                    self.skipped_outside.add(ref)
+                    log.info("not writing %s: outside --namespace %s", ref, self.opts.namespace)
+                return
             try:
-                if status != (raw.get("status") or {}):
-                    body = {"apiVersion": raw["apiVersion"], "kind": raw["kind"],
-                            "metadata": {"name": ref.name, "resourceVersion": raw["metadata"]["resourceVersion"]},
-                            "status": status}
-                    if ref.namespace:
-                        body["metadata"]["namespace"] = ref.namespace
-                    out = await kube.apply_status(self.client, kind, body, self.opts.field_manager)
+                if status_differs:
+                    if paced:
+                        await self._pace()
+                    out = await kube.patch_status(self.client, kind, ref.name, ref.namespace,
+                                                  raw["metadata"]["resourceVersion"], have_status, status,
+                                                  self.opts.field_manager)
                     self._written("status", out)
                     raw = self.model.current(ref) or raw
-                have = (raw["metadata"].get("annotations") or {}).get(ANNOTATION)
-                want_ann = annotations.get(ANNOTATION)
+                    have = (raw["metadata"].get("annotations") or {}).get(ANNOTATION)
                 if have != want_ann:
+                    if paced:
+                        await self._pace()
                     patch = {"metadata": {"annotations": {ANNOTATION: want_ann}}}
                     res = kube.resource_class(kind)
                     out = kube.to_dict(await self.client.patch(res, ref.name, patch, namespace=ref.namespace,
@@ -276,6 +383,22 @@ class Controller:
         self.metrics.writes.labels(what, "ok").inc()
         self.model.event("MODIFIED", out)  # our own write: only a comparison, never a new analysis
 
+    # ---------- health ----------
+    def not_ready(self) -> list[str]:
+        """Why the controller is not ready, one line per reason; empty when it is."""
+        why = []
+        if not self.informers:
+            why.append("no informers yet")
+        for k, i in sorted(self.informers.items(), key=lambda kv: kv[0].plural):
+            name = f"{k.plural}.{k.group}" if k.group else k.plural
+            if i.error is not None:
+                why.append(f"{name}: {i.error}")
+            elif not i.synced.is_set():
+                why.append(f"{name}: not listed yet")
+        if self.elector is not None and self.elector.problem is not None and self.elector.blocking:
+            why.append(f"leader election: {self.elector.problem}")
+        return why
+
     # ---------- HTTP ----------
     async def http(self) -> None:
         app = web.Application()
@@ -284,23 +407,28 @@ class Controller:
             return web.Response(text="ok")
 
         async def readyz(_: web.Request) -> web.Response:
-            ok = bool(self.informers) and all(i.synced.is_set() for i in self.informers.values())
-            return web.Response(text="ok" if ok else "informers not synced", status=200 if ok else 503)
+            why = self.not_ready()
+            return web.Response(text="ok" if not why else "\n".join(why) + "\n", status=503 if why else 200)
 
         async def metrics(_: web.Request) -> web.Response:
             return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
 
         async def statusz(_: web.Request) -> web.Response:
             return web.json_response({
-                "leader": self.leading, "stale": self.model.stale,
+                "ready": not self.not_ready(), "notReady": self.not_ready(),
+                "leader": self.leading, "leaseNamespace": self.lease_namespace,
+                "leaderElectionProblem": self.elector.problem if self.elector else None,
+                "writeNamespace": self.opts.namespace, "stale": self.model.stale,
                 "busy": self.busy or self.wake.is_set() or self.inflight > 0,
                 "queued": len(self.high) + len(self.low), "writes": self.writes_done,
-                "reconciles": self.model.reconciles, "lastReconcileSeconds": self.model.last_reconcile_seconds,
+                "fullAnalyses": self.model.reconciles, "lastFullAnalysisSeconds": self.model.last_reconcile_seconds,
                 "incrementalUpdates": self.model.incremental_updates,
                 "lastUpdateSeconds": self.model.last_update_seconds,
                 "sinceLastEvent": time.monotonic() - self.last_event,
                 "synced": all(i.synced.is_set() for i in self.informers.values()),
-                "informers": {f"{k.group}/{k.plural}": {"relists": i.relists, "reconnects": i.reconnects}
+                "informers": {f"{k.group}/{k.plural}": {"synced": i.synced.is_set(), "error": i.error,
+                                                        "relists": i.relists, "reconnects": i.reconnects,
+                                                        "resets": i.resets, "resourceVersion": i.rv}
                               for k, i in self.informers.items()}})
 
         app.router.add_get("/healthz", healthz)
@@ -309,26 +437,45 @@ class Controller:
         app.router.add_get("/statusz", statusz)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
-        host, _, port = self.opts.listen.rpartition(":")
-        site = web.TCPSite(self.runner, host or "0.0.0.0", int(port))
-        await site.start()
+        listen = self.opts.listen or default_listen()
+        host, _, port = listen.rpartition(":")
+        try:
+            site = web.TCPSite(self.runner, host.strip("[]") or "0.0.0.0", int(port))
+            await site.start()
+        except ValueError as exc:
+            await self.runner.cleanup()
+            raise ListenError(f"--listen {listen!r}: expected HOST:PORT with a numeric port") from exc
+        except OSError as exc:
+            await self.runner.cleanup()
+            raise ListenError(f"cannot listen on {listen} for /healthz, /readyz and /metrics: {exc.strerror or exc}; "
+                              "choose another address with --listen HOST:PORT (port 0: any free port)") from exc
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     # ---------- lifecycle ----------
     async def start(self) -> None:
         self.client = kube.make_client(self.opts.kubeconfig, self.opts.context, self.opts.field_manager)
-        await self.http()
+        try:
+            await self.http()
+        except ListenError:
+            await self.client.close()
+            raise
         for k in [CRD, *BUILTIN]:
             self._watch(k)
         self.tasks.append(asyncio.create_task(self.reconcile_loop(), name="reconcile"))
         if self.opts.effective_policy_objects:
-            self.effective = EffectivePolicySync(self, self.opts.effective_policy_namespace or self.opts.lease_namespace)
+            home = (self.opts.effective_policy_namespace or self.opts.lease_namespace or os.environ.get("POD_NAMESPACE")
+                    or self.client.namespace or "default")
+            self.effective = EffectivePolicySync(self, home)
             self.effective.start()
         for i in range(max(1, self.opts.write_workers)):
             self.tasks.append(asyncio.create_task(self.write_loop(), name=f"write-{i}"))
         if self.opts.leader_election:
-            self.elector = LeaderElector(self.client, self.opts.identity, self.opts.lease_namespace,
-                                         duration=self.opts.lease_duration, on_change=self._leader_changed)
+            self.lease_namespace = (self.opts.lease_namespace or os.environ.get("POD_NAMESPACE")
+                                    or self.client.namespace or "default")
+            log.info("leader election on the Lease gwpolicy-controller in namespace %s", self.lease_namespace)
+            self.elector = LeaderElector(self.client, self.opts.identity, self.lease_namespace,
+                                         duration=self.opts.lease_duration, on_change=self._leader_changed,
+                                         on_error=lambda reason: self.metrics.lease_errors.labels(reason).inc())
             self.tasks.append(asyncio.create_task(self.elector.run(), name="leader"))
         else:
             self.metrics.leader.set(1)

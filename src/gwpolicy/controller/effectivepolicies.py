@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 from lightkube import ApiError
@@ -74,16 +73,6 @@ class EffectivePolicySync:
         self.live[key] = raw
 
     # ---------- writing ----------
-    async def _pace(self) -> None:
-        qps = self.c.opts.breadcrumb_qps
-        if qps <= 0:
-            return
-        now = time.monotonic()
-        wait = self.c.next_breadcrumb - now
-        self.c.next_breadcrumb = max(now, self.c.next_breadcrumb) + 1.0 / qps
-        if wait > 0:
-            await asyncio.sleep(wait)
-
     async def run(self) -> None:
         while True:
             if not self.queue or not self.c.leading or self.c.model.stale or self.c.high:
@@ -122,7 +111,7 @@ class EffectivePolicySync:
         if want is None:
             if live is None:
                 return
-            await self._pace()
+            await self.c._pace()  # the breadcrumbs' --breadcrumb-qps schedule, shared
             try:
                 await client.delete(res, name, namespace=ns)
             except ApiError as exc:
@@ -133,7 +122,7 @@ class EffectivePolicySync:
             return
         if live is not None and eo.same_content(live, want):
             return
-        await self._pace()
+        await self.c._pace()  # the breadcrumbs' --breadcrumb-qps schedule, shared
         try:
             out = kube.to_dict(await client.patch(res, name, want, namespace=ns, patch_type=kube.PatchType.APPLY,
                                                   field_manager=self.c.opts.field_manager, force=True))

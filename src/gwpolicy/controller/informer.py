@@ -1,6 +1,13 @@
 """Informers: list, then watch from the list's resourceVersion with bookmarks; resume after a dropped
 stream from the last version seen; on 410 Gone list again and report what disappeared as deletions;
 reconnect with exponential backoff.
+
+An API server that lost or reset its storage (restarted without etcd's data, or with a new etcd)
+hands out smaller resourceVersions than the ones we hold. A watch from our old version is then
+either refused as "too large resource version" (kube-apiserver) or, by a lax server, accepted and
+answered with bookmarks and events below it. Both mean: list again, and compare every object by
+content, since a version string no longer tells old from new. An optional periodic relist (`resync`)
+catches whatever a watch missed without saying so.
 """
 
 from __future__ import annotations
@@ -8,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from typing import Any, Awaitable, Callable
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
@@ -19,6 +27,7 @@ from gwpolicy.controller.kube import Kind
 log = logging.getLogger("gwpolicy.informer")
 
 Handler = Callable[[str, Kind, dict[str, Any]], Awaitable[None] | None]
+STUCK_AFTER = 3  # failed watch attempts in a row (without an event between) before we call it stuck
 
 
 def obj_key(o: dict[str, Any]) -> tuple[str, str]:
@@ -26,21 +35,40 @@ def obj_key(o: dict[str, Any]) -> tuple[str, str]:
     return (m.get("namespace") or "", m.get("name") or "")
 
 
+def _rv_int(rv: str | None) -> int | None:
+    """resourceVersions are opaque to clients, but every server we know (etcd revisions) issues
+    increasing integers; when both are integers, a smaller one means the server's history restarted."""
+    try:
+        return int(rv) if rv else None
+    except ValueError:
+        return None
+
+
+class VersionWentBack(Exception):
+    """The server answered with a resourceVersion below the one we hold: its storage was reset."""
+
+
 class Informer:
     def __init__(self, client: AsyncClient, kind: Kind, handler: Handler, namespace: str | None = None,
-                 metrics: Any = None, watch_timeout: int = 300) -> None:
+                 metrics: Any = None, watch_timeout: int = 300, resync: float = 0.0) -> None:
         self.client = client
         self.kind = kind
         self.handler = handler
         self.namespace = (namespace or "*") if kind.namespaced else None  # "*": every namespace, in lightkube
         self.metrics = metrics
         self.watch_timeout = watch_timeout
+        self.resync = resync  # seconds between full relists; 0: never (trust the watch)
         self.cache: dict[tuple[str, str], dict[str, Any]] = {}
         self.rv: str | None = None
         self.synced = asyncio.Event()
         self._task: asyncio.Task | None = None
         self.relists = 0
         self.reconnects = 0
+        self.resets = 0  # times the server's resourceVersions went back
+        self.failures = 0  # failed attempts in a row
+        self.error: str | None = None  # why the informer cannot make progress now; None when it can
+        self._listed_at = 0.0
+        self._kicked = asyncio.Event()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self.run(), name=f"informer {self.kind.plural}")
@@ -53,6 +81,17 @@ class Informer:
             except (asyncio.CancelledError, Exception):
                 pass
 
+    @property
+    def stuck(self) -> bool:
+        """True while the informer cannot make progress: its list fails, or its watch failed
+        several times in a row, or it is listing again after the server's versions went back."""
+        return self.error is not None
+
+    def _set_error(self, why: str | None) -> None:
+        self.error = why
+        if self.metrics is not None and hasattr(self.metrics, "informer_stuck"):
+            self.metrics.informer_stuck.labels(self.kind.plural).set(0 if why is None else 1)
+
     async def _emit(self, etype: str, obj: dict[str, Any]) -> None:
         if self.metrics:
             self.metrics.events.labels(self.kind.plural, etype).inc()
@@ -60,9 +99,17 @@ class Informer:
         if asyncio.iscoroutine(out):
             await out
 
-    async def relist(self) -> None:
-        """List everything; report changes against the cache, and deletions of what is gone."""
+    async def relist(self, by_content: bool = False) -> None:
+        """List everything; report changes against the cache, and deletions of what is gone. With
+        `by_content` (after a reset of the server's versions) an object whose version is unchanged
+        is still reported when its content differs."""
         items, rv = await kube.list_objects(self.client, self.kind, self.namespace)
+        old_rv, new_rv = _rv_int(self.rv), _rv_int(rv)
+        if old_rv is not None and new_rv is not None and new_rv < old_rv and not by_content:
+            log.warning("%s: the list's resourceVersion %s is below ours (%s): the API server's storage "
+                        "was reset; comparing every object", self.kind.plural, rv, self.rv)
+            self.resets += 1
+            by_content = True
         seen = {}
         for o in items:
             o.setdefault("apiVersion", self.kind.api_version)
@@ -72,56 +119,124 @@ class Informer:
             old = self.cache.get(key)
             if old is None:
                 await self._emit("ADDED", o)
-            elif (old.get("metadata") or {}).get("resourceVersion") != o["metadata"].get("resourceVersion"):
+            elif (old.get("metadata") or {}).get("resourceVersion") != o["metadata"].get("resourceVersion") or \
+                    (by_content and old != o):
                 await self._emit("MODIFIED", o)
         for key in [k for k in self.cache if k not in seen]:
             await self._emit("DELETED", self.cache[key])
         self.cache = seen
         self.rv = rv
         self.relists += 1
+        self._listed_at = time.monotonic()
         self.synced.set()
+
+    async def _watch(self) -> bool:
+        """Follow the watch until it fails, ends (False) or a resync is due (True). Only the wait for
+        the next event is bounded by the resync, never the handling of one."""
+        start = _rv_int(self.rv)
+        stream = kube.watch(self.client, self.kind, self.rv or "0", self.namespace, self.watch_timeout)
+        try:
+            while True:
+                left = self._listed_at + self.resync - time.monotonic() if self.resync > 0 else None
+                try:
+                    # asyncio.timeout, not wait_for: in Python 3.11 wait_for can swallow a cancellation
+                    # that comes as the next event does, and then stop() would wait forever
+                    async with asyncio.timeout(None if left is None else max(0.0, left)):
+                        etype, obj = await anext(stream)
+                except StopAsyncIteration:
+                    return False
+                except TimeoutError:
+                    return True
+                o = kube.to_dict(obj)
+                rv = (o.get("metadata") or {}).get("resourceVersion")
+                n = _rv_int(rv)
+                if start is not None and n is not None and n < start:
+                    raise VersionWentBack(f"{etype} at resourceVersion {rv}, below the {start} we watch from")
+                if rv:
+                    self.rv = rv
+                if self.failures or self.error:
+                    self.failures = 0
+                    self._set_error(None)
+                if etype == "BOOKMARK":
+                    continue
+                o.setdefault("apiVersion", self.kind.api_version)
+                o.setdefault("kind", self.kind.kind)
+                key = obj_key(o)
+                if etype == "DELETED":
+                    self.cache.pop(key, None)
+                else:
+                    self.cache[key] = o
+                await self._emit(etype, o)
+        finally:
+            await stream.aclose()
 
     async def run(self) -> None:
         backoff = 0.1
-        need_list = True
+        need_list, by_content = True, False
         while True:
             try:
                 if need_list:
-                    await self.relist()
-                    need_list = False
-                async for etype, obj in kube.watch(self.client, self.kind, self.rv or "0", self.namespace, self.watch_timeout):
-                    o = kube.to_dict(obj)
-                    rv = (o.get("metadata") or {}).get("resourceVersion")
-                    if rv:
-                        self.rv = rv
-                    if etype == "BOOKMARK":
-                        continue
-                    o.setdefault("apiVersion", self.kind.api_version)
-                    o.setdefault("kind", self.kind.kind)
-                    key = obj_key(o)
-                    if etype == "DELETED":
-                        self.cache.pop(key, None)
-                    else:
-                        self.cache[key] = o
-                    await self._emit(etype, o)
-                    backoff = 0.1
+                    await self.relist(by_content)
+                    need_list, by_content = False, False
+                    self.failures = 0
+                    self._set_error(None)
+                need_list = await self._watch()  # True: a resync is due
+                continue
             except asyncio.CancelledError:
                 raise
+            except VersionWentBack as exc:
+                log.warning("%s: %s: the API server's storage was reset; listing again", self.kind.plural, exc)
+                self.resets += 1
+                need_list, by_content = True, True
+                self._set_error("the API server's resourceVersions went back; listing again")
+                continue
             except ApiError as exc:
-                if exc.status.code == 410:  # our resourceVersion was compacted away: list again
+                code = exc.status.code
+                if code == 410:  # our resourceVersion was compacted away: list again
                     log.info("%s: 410 Gone, listing again", self.kind.plural)
                     need_list = True
                     continue
-                log.warning("%s: API error %s, retrying in %.1fs", self.kind.plural, exc.status.code, backoff)
-                need_list = need_list or exc.status.code == 404
+                if kube.too_large_resource_version(exc):
+                    log.warning("%s: the API server has not reached our resourceVersion %s (%s): its storage "
+                                "was reset; listing again", self.kind.plural, self.rv, exc.status.message)
+                    self.resets += 1
+                    need_list, by_content = True, True
+                    self._set_error("the API server has not reached our resourceVersion; listing again")
+                    continue
+                log.warning("%s: API error %s on %s, retrying in %.1fs", self.kind.plural, code,
+                            "list" if need_list else "watch", backoff)
+                self._failed(f"{'list' if need_list else 'watch'} failed: HTTP {code}: {exc.status.message}", need_list)
+                need_list = need_list or code == 404
             except (httpx.HTTPError, OSError) as exc:
                 log.info("%s: stream ended (%s), resuming from %s in %.1fs", self.kind.plural,
                          type(exc).__name__, self.rv, backoff)
-            except Exception:  # noqa: BLE001 - keep the informer alive whatever a decode does
+                self._failed(f"{'list' if need_list else 'watch'} failed: {type(exc).__name__}: {exc}", need_list)
+            except Exception as exc:  # noqa: BLE001 - keep the informer alive whatever a decode does
                 log.exception("%s: unexpected error", self.kind.plural)
+                self._failed(f"unexpected error: {exc}", True)
                 need_list = True
             self.reconnects += 1
             if self.metrics:
                 self.metrics.errors.labels("watch").inc()
-            await asyncio.sleep(backoff * (1 + random.random() / 2))
+            try:
+                async with asyncio.timeout(backoff * (1 + random.random() / 2)):
+                    await self._kicked.wait()
+            except TimeoutError:
+                pass
+            if self._kicked.is_set():  # the kind is back (its CRD created again): list at once
+                self._kicked.clear()
+                need_list, backoff = True, 0.1
+                continue
             backoff = min(backoff * 2, 10.0)
+
+    def kick(self) -> None:
+        """Cut a failing informer's backoff short and list again (its resource may be served again)."""
+        if self.failures:
+            self._kicked.set()
+
+    def _failed(self, why: str, listing: bool) -> None:
+        self.failures += 1
+        if self.metrics is not None and hasattr(self.metrics, "informer_failures"):
+            self.metrics.informer_failures.labels(self.kind.plural, "list" if listing else "watch").inc()
+        if listing or self.failures >= STUCK_AFTER:
+            self._set_error(why)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
-from lightkube import AsyncClient, KubeConfig
+from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import OnErrorAction, OnErrorResult, PatchType
 
@@ -89,6 +89,39 @@ async def apply_status(client: AsyncClient, k: Kind, obj: dict[str, Any], manage
     meta = obj["metadata"]
     return to_dict(await client.patch(res, meta["name"], obj, namespace=meta.get("namespace") if k.namespaced else None,
                                       patch_type=PatchType.APPLY, field_manager=manager, force=True))
+
+
+def merge_patch_of(old: Any, new: Any) -> Any:
+    """The JSON merge patch (RFC 7386) that turns `old` into `new`: changed keys, null for removed ones."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: dict[str, Any] = {k: None for k in old if k not in new}
+    for k, v in new.items():
+        if k not in old:
+            patch[k] = v
+        elif old[k] != v:
+            patch[k] = merge_patch_of(old[k], v) if isinstance(v, dict) and isinstance(old[k], dict) else v
+    return patch
+
+
+async def patch_status(client: AsyncClient, k: Kind, name: str, namespace: str | None, resource_version: str,
+                       old: dict[str, Any], new: dict[str, Any], manager: str) -> dict[str, Any]:
+    """A JSON merge patch of the status subresource from `old` to `new`, with `resourceVersion` as a
+    precondition (a stale read is a 409). Unlike a forced server-side apply, it does not take the
+    ownership of fields it does not change, and never fails on another manager's apply ownership."""
+    body = {"metadata": {"resourceVersion": resource_version}, "status": merge_patch_of(old, new)}
+    return to_dict(await client.patch(resource_class(k).Status, name, body, namespace=namespace if k.namespaced else None,
+                                      patch_type=PatchType.MERGE, field_manager=manager))
+
+
+def too_large_resource_version(exc: ApiError) -> bool:
+    """kube-apiserver's answer to a list or watch from a resourceVersion it has not reached (504 with
+    the cause ResourceVersionTooLarge; older servers only say it in the message), as client-go tests it."""
+    status = exc.status
+    causes = (getattr(status, "details", None) and getattr(status.details, "causes", None)) or []
+    if any(getattr(c, "reason", None) == "ResourceVersionTooLarge" for c in causes):
+        return True
+    return "too large resource version" in (status.message or "").lower()
 
 
 GATEWAY_KINDS = {"GatewayClass", "Gateway", "ReferenceGrant", "BackendTLSPolicy", *ROUTE_KINDS}

@@ -12,7 +12,7 @@ import sys
 from lightkube.core.exceptions import ConfigError
 
 from gwpolicy.cli.args import HelpFormatter, Parser, program_name
-from gwpolicy.controller.app import Controller, Options
+from gwpolicy.controller.app import Controller, ListenError, Options
 from gwpolicy.status import DEFAULT_CONTROLLER
 
 
@@ -22,9 +22,12 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--controller-name", default=DEFAULT_CONTROLLER, help="controllerName of our status entries")
-    p.add_argument("--namespace", help="watch namespaced objects of this namespace only")
-    p.add_argument("--listen", default="0.0.0.0:8080", help="address of /healthz, /readyz, /metrics")
-    p.add_argument("--lease-namespace", default=Options.lease_namespace, help="namespace of the leader-election Lease")
+    p.add_argument("--namespace", help="write status only to objects in this namespace (reads stay cluster-wide: "
+                   "the analysis needs every Gateway, policy and Namespace); cluster-scoped objects are never written")
+    p.add_argument("--listen", default=None, help="address of /healthz, /readyz, /metrics, /statusz (default: "
+                   "127.0.0.1:8080, or 0.0.0.0:8080 in a pod)")
+    p.add_argument("--lease-namespace", default=None, help="namespace of the leader-election Lease (default: "
+                   "$POD_NAMESPACE, else the kubeconfig context's namespace, in a pod its own)")
     p.add_argument("--lease-duration", type=float, default=15.0, help="seconds a leader holds the lease without renewing")
     p.add_argument("--identity", default=Options.identity, help="this replica's name in the Lease")
     p.add_argument("--no-leader-election", action="store_true", help="write without holding a lease (one replica only)")
@@ -35,6 +38,8 @@ def parse(argv: list[str]) -> Options:
                         "(needs deploy/50-effectivepolicy-crd.yaml)")
     p.add_argument("--effective-policy-namespace", help="namespace of the EffectivePolicies of cluster-scoped "
                    "objects other than Namespaces (default: the lease namespace)")
+    p.add_argument("--resync", type=float, default=0.0, help="seconds between full relists of every kind, to catch "
+                   "what a watch missed (default 0: never; a kube-apiserver's watches can be trusted)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO, stream=sys.stderr,
@@ -44,7 +49,7 @@ def parse(argv: list[str]) -> Options:
                    listen=a.listen, lease_namespace=a.lease_namespace, lease_duration=a.lease_duration,
                    identity=a.identity, leader_election=not a.no_leader_election, breadcrumb_qps=a.breadcrumb_qps,
                    write_workers=a.write_workers, effective_policy_objects=a.effective_policy_objects,
-                   effective_policy_namespace=a.effective_policy_namespace)
+                   effective_policy_namespace=a.effective_policy_namespace, resync=a.resync)
 
 
 async def run(opts: Options) -> None:
@@ -67,6 +72,9 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         pass
     except ConfigError as exc:  # no kubeconfig, an unknown context, no in-cluster service account
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    except ListenError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     return 0

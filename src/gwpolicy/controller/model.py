@@ -72,8 +72,8 @@ class ClusterModel:
             gc.freeze()
         meta = raw.get("metadata")
         if isinstance(meta, dict):
-            # nothing here reads managedFields (we apply with force), and after our status writes they
-            # are a good part of every object: the informer transform client-go controllers use too
+            # nothing here reads managedFields, and after our status writes they are a good part of
+            # every object: the informer transform client-go controllers use too
             meta.pop("managedFields", None)
         key = self.key(raw)
         old = self.objects.get(key)
@@ -81,6 +81,8 @@ class ClusterModel:
             if self.objects.pop(key, None) is not None:
                 self._changed(raw, None)
             return
+        if old is not None and old == raw:
+            return  # the echo of our own write (already taken from the write's answer): nothing to check
         self.objects[key] = raw
         if old is not None and _essence(old) == _essence(raw):
             self.touched.add(self.ref_of(raw))  # status or our annotation only: compare it again
