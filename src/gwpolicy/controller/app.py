@@ -316,13 +316,15 @@ class Controller:
                 return
             status, annotations = want
             have_status = raw.get("status") or {}
-            if not kind.status_subresource and status != have_status:
+            if not (kind.status_subresource and kind.status_schema) and status != have_status:
                 # without a status subresource every status write bumps metadata.generation, so
-                # observedGeneration could never catch up: write nothing rather than loop
+                # observedGeneration could never catch up; without `status` in the schema the API
+                # server prunes what we write: write nothing rather than loop
+                why = "no status subresource" if not kind.status_subresource else "no status in its schema"
                 if (kind.group, kind.kind) not in self.no_status_warned:
                     self.no_status_warned.add((kind.group, kind.kind))
-                    log.warning("%s has no status subresource in its CRD; gwpolicy writes no status to it", kind.kind)
-                self.metrics.errors.labels("no-status-subresource").inc()
+                    log.warning("%s has %s in its CRD; gwpolicy writes no status to it", kind.kind, why)
+                self.metrics.errors.labels(why.replace(" ", "-")).inc()
                 status = have_status
             status_differs = status != have_status and unordered(status) != unordered(have_status)
             have = (raw["metadata"].get("annotations") or {}).get(ANNOTATION)

@@ -29,6 +29,7 @@ class Kind:
     plural: str
     namespaced: bool
     status_subresource: bool = True
+    status_schema: bool = True  # the CRD's schema keeps `status` (else the API server prunes what we write)
 
     @property
     def api_version(self) -> str:
@@ -149,4 +150,14 @@ def kind_of_crd(crd: dict[str, Any], policykinds: set[tuple[str, str]]) -> Kind 
         return None
     storage = next((v for v in versions if v.get("storage")), versions[0])
     return Kind(group, storage["name"], kind, names["plural"], spec.get("scope", "Namespaced") == "Namespaced",
-                (storage.get("subresources") or {}).get("status") is not None)
+                (storage.get("subresources") or {}).get("status") is not None, keeps_status(storage))
+
+
+def keeps_status(version: dict[str, Any]) -> bool:
+    """Whether objects of this CRD version can hold a `status`: an API server prunes every field its
+    structural schema does not declare, unless the schema preserves unknown fields."""
+    schema = (version.get("schema") or {}).get("openAPIV3Schema")
+    if not isinstance(schema, dict) or schema.get("x-kubernetes-preserve-unknown-fields"):
+        return True
+    props = schema.get("properties")
+    return not isinstance(props, dict) or "status" in props
