@@ -1,0 +1,241 @@
+"""Policy kinds the gateway enforces: CRDs, translation to NGINX directives, honest limits (issue 10).
+
+Pure tests (no NGINX); traffic through NGINX is in test_gateway_policies_traffic.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gwpolicy.analysis import analyse
+from gwpolicy.gateway import policyconf as pc
+
+ROOT = Path(__file__).resolve().parent.parent
+SEEDS = ROOT.parent / "shared" / "conformance" / "seeds"
+POLICY_FILES = sorted((ROOT / "deploy").glob("4[0-9]-*.yaml"))
+
+
+def policy_manifests() -> list[dict[str, Any]]:
+    """The CRDs and PolicyKinds of deploy/4x, as the gateway's input gets them."""
+    out: list[dict[str, Any]] = []
+    for f in POLICY_FILES:
+        out.extend(d for d in yaml.safe_load_all(f.read_text()) if d)
+    return out
+
+
+def crds() -> dict[str, dict[str, Any]]:
+    return {d["spec"]["names"]["kind"]: d for d in policy_manifests() if d["kind"] == "CustomResourceDefinition"}
+
+
+def _schema_leaves(props: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, sch in props.items():
+        if sch.get("type") == "object" and "properties" in sch:
+            out.update(_schema_leaves(sch["properties"], f"{prefix}{name}."))
+        else:
+            out[f"{prefix}{name}"] = sch
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# CRDs and PolicyKinds
+
+
+def test_one_crd_and_one_policykind_per_kind_with_the_policy_label() -> None:
+    docs = policy_manifests()
+    kinds = [d["spec"]["kind"] for d in docs if d["kind"] == "PolicyKind"]
+    assert sorted(kinds) == sorted(pc.KINDS)
+    for kind, crd in crds().items():
+        assert crd["spec"]["group"] == "gwpolicy.io"
+        assert [v["name"] for v in crd["spec"]["versions"]] == ["v1alpha1"]
+        assert crd["metadata"]["labels"]["gateway.networking.k8s.io/policy"] in ("inherited", "direct")
+
+
+@pytest.mark.parametrize("kind", pc.KINDS)
+def test_every_field_is_in_the_schema_and_its_description_names_the_directive(kind: str) -> None:
+    spec = crds()[kind]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    stanzas = [s for s in ("default", "defaults", "override", "overrides") if s in spec]
+    blocks = [spec[s]["properties"] for s in stanzas] or [{k: v for k, v in spec.items() if k not in ("targetRef", "targetRefs")}]
+    for block in blocks:
+        leaves = _schema_leaves(block)
+        assert set(leaves) == set(pc.FIELDS[kind])
+        for fname, info in pc.FIELDS[kind].items():
+            desc = leaves[fname]["description"]
+            if info.support == pc.UNSUPPORTED:
+                assert "NOT SUPPORTED" in desc and "Invalid" in desc
+            else:
+                assert f"`{info.directive}`" in desc and info.context in desc
+
+
+def test_the_schemas_are_structural_enough_for_the_api_server() -> None:
+    """Every leaf has a type (or is int-or-string with anyOf), as a structural schema needs."""
+    for kind, crd in crds().items():
+        root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        stack = [root]
+        while stack:
+            sch = stack.pop()
+            assert "type" in sch or sch.get("x-kubernetes-int-or-string") is True, (kind, sch)
+            stack.extend((sch.get("properties") or {}).values())
+            if isinstance(sch.get("items"), dict):
+                stack.append(sch["items"])
+
+
+# ---------------------------------------------------------------------------------------------
+# the primer's TimeoutPolicy with only its apiVersion changed
+
+
+def _seed(name: str) -> dict[str, Any]:
+    return yaml.safe_load((SEEDS / f"{name}.yaml").read_text())
+
+
+def _with_gwpolicy_api(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = copy.deepcopy(manifests)
+    for m in out:
+        if m["kind"] == "TimeoutPolicy":
+            m["apiVersion"] = "gwpolicy.io/v1alpha1"
+    return out
+
+
+def _effective(analysis, target_kind: str, name: str) -> list[dict[str, Any]]:
+    return [{ep.kind.kind: ep.result.spec} for ep in analysis.effective
+            if ep.target.kind == target_kind and ep.target.name == name and ep.target.section is None]
+
+
+def test_primer_timeout_seed_works_with_only_the_api_version_changed() -> None:
+    seed = _seed("seed-timeout-three-levels")
+    a = analyse(policy_manifests() + _with_gwpolicy_api(seed["manifests"]), now="2026-01-01T00:00:00Z")
+    backend = _effective(a, "Service", "example")
+    assert backend == [{"TimeoutPolicy": {"connectionTimeout": 5, "readTimeout": 10}}]
+    conf = pc.location_directives(backend[0])
+    assert conf.lines == ("proxy_connect_timeout 5s;", "proxy_read_timeout 10s;")
+    # the seed's other expectations hold too (the kinds' descriptors do not change the engine's answer)
+    for exp in seed["expect"]["effective"]:
+        kind, name = exp["target"].split("/")[0], exp["target"].split("/")[-1]
+        assert {"TimeoutPolicy": exp["spec"]} in _effective(a, kind, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# translation
+
+
+def test_every_kind_translates_to_its_directives() -> None:
+    conf = pc.location_directives({
+        ("gwpolicy.io", "TimeoutPolicy"): {"connectionTimeout": "500ms", "readTimeout": "1m30s", "sendTimeout": 2,
+                                           "idleTimeout": "75s"},
+        "RetryPolicy": {"attempts": 3, "retryOn": ["connect-failure", "reset"], "codes": [502, 503],
+                        "nonIdempotent": True, "retryBudget": "10s"},
+        "ClientSettingsPolicy": {"body": {"maxSize": "1Mi", "timeout": "5s"},
+                                 "keepAlive": {"requests": 50, "time": "1h", "timeout": "30s"}},
+        "RateLimitPolicy": {"requests": 5, "unit": "Minute", "burst": 2, "key": {"type": "Header", "header": "X-User-Id"}},
+        ("other.io", "TimeoutPolicy"): {"connectionTimeout": 1},  # another group: not ours
+    }, scope="RateLimitPolicy/ns/a")
+    zone = conf.zones[0]
+    assert conf.lines == (
+        "proxy_connect_timeout 500ms;", "proxy_read_timeout 90s;", "proxy_send_timeout 2s;",
+        "proxy_next_upstream error http_502 http_503 non_idempotent;", "proxy_next_upstream_tries 3;",
+        "proxy_next_upstream_timeout 10s;",
+        "client_max_body_size 1m;", "client_body_timeout 5s;", "keepalive_requests 50;", "keepalive_time 3600s;",
+        "keepalive_timeout 30s;",  # the smaller of idleTimeout 75s and keepAlive.timeout 30s
+        f"limit_req zone={zone.name} burst=2 nodelay;", "limit_req_status 429;")
+    assert conf.peer_copies == 3
+    assert pc.http_directives(conf.zones) == [f"limit_req_zone $http_x_user_id zone={zone.name}:10m rate=5r/m;"]
+
+
+def test_rate_zones_are_shared_by_equal_settings_and_scope_only() -> None:
+    rl = {"RateLimitPolicy": {"requests": 10, "burst": 5}}
+    a, b = pc.location_directives(rl, scope="p1"), pc.location_directives(rl, scope="p1")
+    c = pc.location_directives(rl, scope="p2")
+    d = pc.location_directives({"RateLimitPolicy": {"requests": 11, "burst": 5}}, scope="p1")
+    assert a.zones == b.zones
+    assert a.zones[0].name != c.zones[0].name != d.zones[0].name
+    assert len(pc.http_directives(a.zones + b.zones + c.zones + d.zones)) == 3
+    assert "nodelay" not in pc.location_directives({"RateLimitPolicy": {"requests": 1, "noDelay": False}}).lines[0]
+
+
+def test_upstream_keepalive_zone_and_retry_peers() -> None:
+    up = pc.upstream_directives("default_svc_80", {"UpstreamSettingsPolicy": {
+        "keepAlive": {"connections": 16, "requests": 100, "time": "1h", "timeout": "60s"}, "zoneSize": "512k"}},
+        peer_copies=3)
+    assert up.lines == ("zone default_svc_80 512k;", "keepalive 16;", "keepalive_requests 100;",
+                        "keepalive_time 3600s;", "keepalive_timeout 60s;")
+    assert up.keepalive and up.server_params == "max_fails=0"
+    plain = pc.upstream_directives("u", {})
+    assert plain == pc.UpstreamConf() and pc.retry_peer_copies({}) == 1
+    assert pc.retry_peer_copies({"RetryPolicy": {"attempts": 4}}) == 4
+
+
+def test_one_attempt_means_no_retry() -> None:
+    assert pc.location_directives({"RetryPolicy": {"attempts": 1}}).lines == (
+        "proxy_next_upstream off;", "proxy_next_upstream_tries 1;")
+
+
+@pytest.mark.parametrize("effective, field", [
+    ({"TimeoutPolicy": {"readTimeout": "ten"}}, "TimeoutPolicy readTimeout"),
+    ({"TimeoutPolicy": {"readTimeout": True}}, "TimeoutPolicy readTimeout"),
+    ({"RetryPolicy": {"attempts": 0}}, "RetryPolicy attempts"),
+    ({"RetryPolicy": {"attempts": 2, "codes": [409]}}, "RetryPolicy codes"),
+    ({"ClientSettingsPolicy": {"body": {"maxSize": "1 MB"}}}, "ClientSettingsPolicy body.maxSize"),
+    ({"RateLimitPolicy": {"requests": 1, "key": {"type": "Header", "header": "a b"}}}, "RateLimitPolicy key.header"),
+    ({"RateLimitPolicy": {"requests": 1, "unit": "Hour"}}, "RateLimitPolicy unit"),
+])
+def test_bad_values_raise_an_error_naming_kind_and_field(effective: dict[str, Any], field: str) -> None:
+    with pytest.raises(pc.PolicyValueError, match=field):
+        pc.location_directives(effective)
+
+
+# ---------------------------------------------------------------------------------------------
+# honest limits
+
+
+def test_unsupported_fields_are_named_with_why() -> None:
+    assert pc.unsupported_fields("TimeoutPolicy", {"connectionTimeout": 5, "readTimeout": 10}) == []
+    got = dict(pc.unsupported_fields("TimeoutPolicy", {"requestTimeout": "10s", "connectionTimeout": "90s"}))
+    assert "whole-request deadline" in got["requestTimeout"] and "75 s" in got["connectionTimeout"]
+    got = dict(pc.unsupported_fields("RetryPolicy", {"attempts": 3, "backoff": "1s", "codes": [500, 409],
+                                                    "retryOn": ["gateway-error"], "jitter": True}))
+    assert set(got) == {"backoff", "codes", "retryOn", "jitter"}
+    assert "409" in got["codes"] and "500" not in got["codes"].split(";")[1]
+    assert dict(pc.unsupported_fields("ClientSettingsPolicy", {"keepAlive": {"minTimeout": "1s"}})) \
+        .keys() == {"keepAlive.minTimeout"}
+    assert dict(pc.unsupported_fields("RateLimitPolicy", {"requests": 1, "unit": "Day"})).keys() == {"unit"}
+    assert pc.unsupported_fields("SomethingElsePolicy", {"x": 1}) == []
+
+
+def test_approximations_and_enforcement() -> None:
+    approx = dict(pc.approximations("TimeoutPolicy", {"readTimeout": 10, "idleTimeout": 5}))
+    assert set(approx) == {"readTimeout"}
+    assert pc.enforcement("TimeoutPolicy", "idleTimeout") == pc.ENFORCED
+    assert pc.enforcement("TimeoutPolicy", "readTimeout") == pc.APPROXIMATED
+    assert pc.enforcement("RetryPolicy", "backoff") == pc.UNSUPPORTED
+    assert pc.enforcement("BackendTLSPolicy", "validation.subjectAltNames") == pc.UNSUPPORTED
+    assert pc.enforcement("HeaderPolicy", "headers.x") == "not enforced by this data plane"
+
+
+# ---------------------------------------------------------------------------------------------
+# properties
+
+_parts = st.lists(st.tuples(st.integers(0, 99999), st.sampled_from(["h", "m", "s", "ms"])), min_size=1, max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_parts)
+def test_gateway_api_durations_sum_their_parts(parts: list[tuple[int, str]]) -> None:
+    text = "".join(f"{n}{u}" for n, u in parts)
+    ms = pc.duration_ms(text, "f")
+    assert ms == sum(n * {"h": 3600000, "m": 60000, "s": 1000, "ms": 1}[u] for n, u in parts)
+    rendered = pc.nginx_time(ms)
+    number, unit = int(rendered.rstrip("ms")), "ms" if rendered.endswith("ms") else "s"
+    assert number * (1 if unit == "ms" else 1000) == ms  # NGINX gets exactly the same amount of time
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 99999))
+def test_bare_seconds_equal_the_duration_in_seconds(n: int) -> None:
+    assert pc.duration_ms(n, "f") == pc.duration_ms(f"{n}s", "f") == pc.duration_ms(str(n), "f")
