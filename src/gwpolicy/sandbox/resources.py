@@ -56,6 +56,8 @@ BUILTINS = (
     Resource("rbac.authorization.k8s.io", ("v1",), "ClusterRole", "clusterroles", "clusterrole", False, False),
     Resource("rbac.authorization.k8s.io", ("v1",), "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", False, False),
     Resource("apps", ("v1",), "Deployment", "deployments", "deployment", True, True, ("deploy",), ("all",)),
+    # what a gateway reads to find a Service's endpoints (kube-apiserver serves it; no status subresource)
+    Resource("discovery.k8s.io", ("v1",), "EndpointSlice", "endpointslices", "endpointslice", True, False),
 )
 
 
