@@ -239,3 +239,20 @@ def test_gateway_api_durations_sum_their_parts(parts: list[tuple[int, str]]) -> 
 @given(st.integers(0, 99999))
 def test_bare_seconds_equal_the_duration_in_seconds(n: int) -> None:
     assert pc.duration_ms(n, "f") == pc.duration_ms(f"{n}s", "f") == pc.duration_ms(str(n), "f")
+
+
+def test_unsupported_fields_of_a_whole_policy_are_named_from_spec() -> None:
+    spec = {"targetRef": {"group": "", "kind": "Service", "name": "s"}, "default": {"attempts": 2, "backoff": "1s"},
+            "overrides": {"perTryTimeout": "1s"}}
+    assert [f for f, _ in pc.unsupported_in_policy("RetryPolicy", spec)] == ["spec.default.backoff",
+                                                                             "spec.overrides.perTryTimeout"]
+    msg = pc.invalid_message("RetryPolicy", spec)
+    assert msg.startswith("spec.default.backoff: NGINX retries immediately") and "Nothing of this policy" in msg
+    direct = {"targetRef": {"group": "", "kind": "Service", "name": "s"}, "keepAlive": {"connections": 2}}
+    assert pc.invalid_message("UpstreamSettingsPolicy", direct) is None
+    assert pc.unsupported_in_policy("UpstreamSettingsPolicy", {**direct, "loadBalancingMethod": "ip_hash"}) == [
+        ("spec.loadBalancingMethod", "UpstreamSettingsPolicy has no field 'loadBalancingMethod'; "
+                                     "the nginx-1.22 data plane would ignore it")]
+    btls = {"validation": {"hostname": "a.example.com", "wellKnownCACertificates": "System",
+                           "subjectAltNames": [{"type": "Hostname", "hostname": "b.example.com"}]}}
+    assert [f for f, _ in pc.unsupported_in_policy("BackendTLSPolicy", btls)] == ["spec.validation.subjectAltNames"]

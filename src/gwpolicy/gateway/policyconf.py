@@ -278,6 +278,38 @@ def unsupported_fields(kind: str, spec: Mapping[str, Any] | None) -> list[tuple[
     return out
 
 
+STANZA_NAMES = ("default", "defaults", "override", "overrides")
+TARGET_FIELDS = ("targetRef", "targetRefs")
+
+
+def unsupported_in_policy(kind: str, policy_spec: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """unsupported_fields over a whole policy's spec, fields named from `spec.` (every stanza).
+
+    BackendTLSPolicy is checked too (subjectAltNames, options, unknown wellKnownCACertificates).
+    """
+    if not isinstance(policy_spec, Mapping):
+        return []
+    if kind == BACKEND_TLS:
+        from gwpolicy.gateway.backendtls import unsupported_fields as btls_unsupported
+
+        return btls_unsupported(policy_spec)
+    if kind not in FIELDS:
+        return []
+    stanzas = [s for s in STANZA_NAMES if isinstance(policy_spec.get(s), Mapping)]
+    if stanzas:
+        return [(f"spec.{s}.{f}", why) for s in stanzas for f, why in unsupported_fields(kind, policy_spec[s])]
+    rest = {k: v for k, v in policy_spec.items() if k not in TARGET_FIELDS and k not in STANZA_NAMES}
+    return [(f"spec.{f}", why) for f, why in unsupported_fields(kind, rest)]
+
+
+def invalid_message(kind: str, policy_spec: Mapping[str, Any] | None) -> str | None:
+    """The Accepted=False/Invalid message for a policy with unsupported fields, or None."""
+    bad = unsupported_in_policy(kind, policy_spec)
+    if not bad:
+        return None
+    return "; ".join(f"{f}: {why}" for f, why in bad) + ". Nothing of this policy is programmed."
+
+
 def _unsupported_values(kind: str, spec: Mapping[str, Any]) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if kind == RETRY:
