@@ -256,3 +256,21 @@ def test_unsupported_fields_of_a_whole_policy_are_named_from_spec() -> None:
     btls = {"validation": {"hostname": "a.example.com", "wellKnownCACertificates": "System",
                            "subjectAltNames": [{"type": "Hostname", "hostname": "b.example.com"}]}}
     assert [f for f, _ in pc.unsupported_in_policy("BackendTLSPolicy", btls)] == ["spec.validation.subjectAltNames"]
+
+
+def test_a_policy_with_an_unsupported_field_is_invalid_and_changes_nothing() -> None:
+    """The engine, given the gateway's kind checks, drops the whole policy; the other policy of the
+    same kind still applies, and the invalid one's status names the field."""
+    seed = _seed("seed-timeout-three-levels")
+    objs = policy_manifests() + _with_gwpolicy_api(seed["manifests"])
+    bad = next(m for m in objs if m["kind"] == "TimeoutPolicy" and m["metadata"]["name"] == "backend")
+    bad["spec"]["default"]["requestTimeout"] = "30s"
+    plain = analyse(objs, now="2026-01-01T00:00:00Z")
+    assert _effective(plain, "Service", "example") == [{"TimeoutPolicy": {"connectionTimeout": 5, "readTimeout": 10,
+                                                                          "requestTimeout": "30s"}}]
+    checked = analyse(objs, now="2026-01-01T00:00:00Z", kind_checks=pc.kind_checks())
+    # without the backend policy: the gateway override 5 and the route default readTimeout 5
+    assert _effective(checked, "Service", "example") == [{"TimeoutPolicy": {"connectionTimeout": 5, "readTimeout": 5}}]
+    outs = [o for ref, os_ in checked.outcomes.items() if ref.name == "backend" for o in os_]
+    assert [o.reason for o in outs] == ["Invalid"]
+    assert outs[0].message.startswith("spec.default.requestTimeout: a whole-request deadline")

@@ -310,6 +310,13 @@ def invalid_message(kind: str, policy_spec: Mapping[str, Any] | None) -> str | N
     return "; ".join(f"{f}: {why}" for f, why in bad) + ". Nothing of this policy is programmed."
 
 
+def kind_checks() -> dict[tuple[str, str], Any]:
+    """For `analyse(..., kind_checks=...)`: a policy of our kinds with a field this data plane cannot
+    honour becomes Invalid in the engine, so it contributes to no path (it "changes nothing") and
+    its status says which field."""
+    return {(GROUP, k): (lambda spec, _k=k: invalid_message(_k, spec)) for k in KINDS}
+
+
 def _unsupported_values(kind: str, spec: Mapping[str, Any]) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if kind == RETRY:
