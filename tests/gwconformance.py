@@ -305,3 +305,100 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             out[k] = merge_patch(out.get(k), v)
     return out
+
+
+# ---------------------------------------------------------------- round trips (http.ExpectedResponse)
+
+REDIRECTS = (300, 301, 302, 303, 304, 305, 307, 308)
+
+
+def _joined(headers: list[tuple[str, str]], name: str) -> str | None:
+    vals = [v for k, v in headers if k.lower() == name.lower()]
+    return ",".join(vals) if vals else None
+
+
+def compare(exp: dict[str, Any], status: int, headers: list[tuple[str, str]], body: bytes,
+            scheme: str = "http") -> str | None:
+    """`CompareRoundTrip`: None when the answer is what the entry expects, else why not."""
+    resp = exp.get("response") or {}
+    codes = resp.get("statusCodes") or [resp.get("statusCode", 200)]
+    if status in (408, 504) and any(c in (408, 504) for c in codes):
+        return None
+    if status not in codes:
+        return f"status {status}, want {codes}"
+    req = exp["request"]
+    if status in (200, 204):
+        ctype = _joined(headers, "Content-Type")
+        echoed: dict[str, Any] = {"method": req.get("method", "GET")}
+        if ctype == "application/json":
+            try:
+                echoed = json.loads(body)
+            except ValueError:
+                return f"not JSON: {body[:200]!r}"
+        want = exp.get("expectedRequest")
+        if want is None:
+            want = {"path": req["path"], "method": req.get("method", "GET"), "host": req.get("host") or "",
+                    "headers": req.get("headers") or {}, "sni": req.get("sni")}
+        if want.get("host") and echoed.get("host") != want["host"]:
+            return f"backend saw host {echoed.get('host')!r}, want {want['host']!r}"
+        if echoed.get("path", "") != want.get("path", ""):
+            return f"backend saw path {echoed.get('path')!r}, want {want.get('path')!r}"
+        if echoed.get("method") != want.get("method", "GET"):
+            return f"backend saw method {echoed.get('method')!r}, want {want.get('method')!r}"
+        if echoed.get("namespace", "") != (exp.get("namespace") or ""):
+            return f"backend namespace {echoed.get('namespace')!r}, want {exp.get('namespace')!r}"
+        got_headers = {k.lower(): v for k, v in (echoed.get("headers") or {}).items()}
+        for name, value in (want.get("headers") or {}).items():
+            have = got_headers.get(name.lower())
+            if have is None:
+                return f"backend did not get header {name}"
+            if ",".join(have if isinstance(have, list) else [have]) != value:
+                return f"backend got {name}: {have}, want {value!r}"
+        for name in want.get("absentHeaders") or []:
+            if name.lower() in got_headers:
+                return f"backend got header {name}, which should be absent"
+        strip = (lambda s: s.replace(" ", "")) if resp.get("ignoreWhitespace") else (lambda s: s)
+        for name, values in (resp.get("validHeaderValues") or {}).items():
+            have = _joined(headers, name)
+            if have is None or strip(have) not in [strip(v) for v in values]:
+                return f"response header {name}: {have!r}, want one of {values}"
+        for name, value in (resp.get("headers") or {}).items():
+            have = _joined(headers, name)
+            if have is None or strip(have) != strip(value):
+                return f"response header {name}: {have!r}, want {value!r}"
+        for name in resp.get("absentHeaders") or []:
+            if _joined(headers, name) is not None:
+                return f"response header {name} should be absent"
+        if exp.get("backend") and not str(echoed.get("pod", "")).startswith(exp["backend"]):
+            return f"answered by {echoed.get('pod')!r}, want {exp['backend']}"
+        if want.get("sni") and (echoed.get("tls") or {}).get("serverName") != want["sni"]:
+            return f"backend saw SNI {(echoed.get('tls') or {}).get('serverName')!r}, want {want['sni']!r}"
+        return None
+    if status in REDIRECTS and exp.get("redirect") is not None:
+        from urllib.parse import urlsplit
+
+        loc = _joined(headers, "Location")
+        if loc is None:
+            return "redirect without Location"
+        u = urlsplit(loc)
+        red = exp["redirect"]
+        want_scheme = red.get("scheme") or scheme
+        if u.scheme != want_scheme:
+            return f"redirect scheme {u.scheme!r}, want {want_scheme!r} ({loc})"
+        if red.get("host") and u.hostname != red["host"]:
+            return f"redirect host {u.hostname!r}, want {red['host']!r} ({loc})"
+        want_path = red.get("path") or req["path"].split("?")[0]
+        if u.path != want_path:
+            return f"redirect path {u.path!r}, want {want_path!r} ({loc})"
+        port = str(u.port) if u.port is not None else ""
+        if red.get("port"):
+            if port != str(red["port"]):
+                return f"redirect port {port!r}, want {red['port']!r} ({loc})"
+        elif port not in ("", "80" if u.scheme == "http" else "443"):
+            return f"redirect port {port!r}, want none ({loc})"
+    return None
+
+
+def pod_backend(pod: str) -> str:
+    """The weight check's backend: the pod name without its last two '-'-separated parts."""
+    return "-".join(pod.split("-")[:-2])

@@ -149,12 +149,15 @@ class Programming:
 
     `generations`: each object the running configuration was built from, with its
     metadata.generation then; `error`: why the last configuration could not be applied (the previous
-    one keeps serving), or None; `addresses`: Gateway -> the addresses it is served on.
+    one keeps serving), or None; `addresses`: Gateway -> the addresses it is served on;
+    `listeners`: listener Ref -> (rendered, reason, message) as the data plane model built it (a
+    listener the data plane could not render is not Programmed, whatever the rest says).
     """
 
     generations: dict[Ref, int | None] = field(default_factory=dict)
     error: str | None = None
     addresses: dict[Ref, list[str]] = field(default_factory=dict)
+    listeners: dict[Ref, tuple[bool, str, str]] = field(default_factory=dict)
 
     def runs(self, obj: Obj) -> bool:
         return obj.ref in self.generations and self.generations[obj.ref] == obj.generation
@@ -568,6 +571,9 @@ def _gateway_status(gf: GatewayFacts, facts: Facts, programming: Programming, no
             why = next(c for c in (lf.accepted, lf.resolved_refs) if not c.status) if not (
                 lf.accepted.status and lf.resolved_refs.status) else lf.conflicted
             lprog = Cond("Programmed", False, "Invalid", f"The listener is not programmed: {why.message}")
+        elif not programming.listeners.get(gf.ref.with_section(lf.name), (True, "", ""))[0]:
+            _, reason, message = programming.listeners[gf.ref.with_section(lf.name)]
+            lprog = Cond("Programmed", False, "Invalid", f"The data plane could not render this listener ({reason}): {message}")
         elif programmed.status:
             lprog = Cond("Programmed", True, "Programmed", "NGINX serves this listener.")
         else:

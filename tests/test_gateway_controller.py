@@ -1,0 +1,190 @@
+"""`gwpolicy gateway` as a user runs it: real processes (sandbox, gateway, NGINX, echo backends),
+kubectl, traffic on loopback (127.0.20.0/24 for Gateways, 127.0.22.0/24 for backends)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+
+import pytest
+import yaml
+
+from gateway_proc import GatewayProcess, alive, request, wait_until
+from gwpolicy.gateway.controller import with_defaults
+from gwpolicy.gateway.echo import EchoServer
+from gwpolicy.gateway.status import GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION
+from sandbox_proc import GW_CRDS, SandboxProcess
+
+NS = "gwtest"
+BACKEND_IP = "127.0.22.1"
+
+
+def _apply(sb: SandboxProcess, *objs: dict) -> None:
+    sb.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(list(objs)))
+
+
+def _get(sb: SandboxProcess, kind: str, name: str, ns: str | None = NS) -> dict:
+    args = ["get", kind, name, "-o", "json"] + (["-n", ns] if ns else [])
+    return json.loads(sb.kubectl(*args).stdout)
+
+
+def _cond(conds: list[dict], ctype: str) -> dict:
+    return next((c for c in conds or [] if c.get("type") == ctype), {})
+
+
+GATEWAY_CLASS = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass", "metadata": {"name": "gwtest"},
+                 "spec": {"controllerName": GATEWAY_CONTROLLER}}
+
+
+def _objects(port: int) -> list[dict]:
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "gw", "namespace": NS},
+         "spec": {"gatewayClassName": "gwtest", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo", "namespace": NS},
+         "spec": {"selector": {"app": "echo"}, "ports": [{"name": "http", "port": 8080, "targetPort": port}]}},
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+         "metadata": {"name": "echo-1", "namespace": NS, "labels": {"kubernetes.io/service-name": "echo"}},
+         "addressType": "IPv4", "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+         "endpoints": [{"addresses": [BACKEND_IP], "conditions": {"ready": True}}]},
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "r", "namespace": NS},
+         "spec": {"parentRefs": [{"name": "gw"}, {"name": "elsewhere"}],
+                  "rules": [{"backendRefs": [{"name": "echo", "port": 8080}]}]}},
+    ]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("gateway")
+    sb = SandboxProcess(tmp, "--keep-creation-timestamp")
+    gw = None
+    echo = EchoServer("echo-abc-def", NS, address=BACKEND_IP).start()
+    try:
+        sb.kubectl("apply", "--server-side", *sum((["-f", str(GW_CRDS / f"gateway.networking.k8s.io_{n}.yaml")]
+                                                  for n in ("gatewayclasses", "gateways", "httproutes", "referencegrants")), []))
+        gw = GatewayProcess(sb.kubeconfig, tmp / "state")
+        yield sb, gw, echo
+    finally:
+        if gw is not None:
+            gw.stop()
+        echo.stop()
+        sb.close()
+
+
+def test_gatewayclass_is_accepted_before_any_gateway_exists(env):
+    sb, gw, _ = env
+    _apply(sb, GATEWAY_CLASS)
+    cls = wait_until(lambda: (lambda o: o if _cond((o.get("status") or {}).get("conditions"), "Accepted").get("status") == "True" else None)(
+        _get(sb, "gatewayclass", "gwtest", None)), 15, what="GatewayClass Accepted")
+    conds = cls["status"]["conditions"]
+    assert all(c["observedGeneration"] == cls["metadata"]["generation"] for c in conds)
+    assert _cond(conds, "SupportedVersion")["status"] == "True"
+    assert "HTTPRoute" in [f["name"] for f in cls["status"]["supportedFeatures"]]
+    assert "TimeoutPolicy.gwpolicy.io" in cls["metadata"]["annotations"][POLICY_KINDS_ANNOTATION].split(",")
+    assert "gateways" not in sb.kubectl("get", "gateways", "-A").stdout  # truly none yet
+
+
+def test_traffic_status_and_another_controllers_entry_left_alone(env):
+    sb, gw, echo = env
+    _apply(sb, GATEWAY_CLASS, *_objects(echo.port))
+    theirs = {"parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": NS, "name": "elsewhere"},
+              "controllerName": "example.com/other-controller",
+              "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "theirs",
+                              "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    sb.http.patch(f"/apis/gateway.networking.k8s.io/v1/namespaces/{NS}/httproutes/r/status",
+                  json={"status": {"parents": [theirs]}},
+                  headers={"Content-Type": "application/merge-patch+json"}).raise_for_status()
+
+    def programmed():
+        o = _get(sb, "gateway", "gw")
+        return o if _cond((o.get("status") or {}).get("conditions"), "Programmed").get("status") == "True" else None
+
+    g = wait_until(programmed, 30, what=f"Gateway Programmed\n{gw.tail()}")
+    address = g["status"]["addresses"][0]["value"]
+    assert address.startswith("127.0.20.")
+    listener = g["status"]["listeners"][0]
+    assert listener["attachedRoutes"] == 1
+    assert {c["type"]: c["status"] for c in listener["conditions"]} == {
+        "Accepted": "True", "Programmed": "True", "ResolvedRefs": "True", "Conflicted": "False"}
+
+    def answered():
+        status, _, body = request(address, 80, "/hello?x=1")
+        return json.loads(body) if status == 200 else None
+
+    echoed = wait_until(answered, 30, what="traffic through NGINX")
+    assert echoed["pod"] == "echo-abc-def" and echoed["path"] == "/hello?x=1" and echoed["namespace"] == NS
+
+    route = wait_until(lambda: (lambda o: o if any(p.get("controllerName") == GATEWAY_CONTROLLER
+                                                   for p in (o.get("status") or {}).get("parents", [])) else None)(
+        _get(sb, "httproute", "r")), 15, what="route status")
+    parents = route["status"]["parents"]
+    assert parents[0] == theirs  # another controller's entry: untouched, in place
+    ours = [p for p in parents if p["controllerName"] == GATEWAY_CONTROLLER]
+    assert len(ours) == 1 and ours[0]["parentRef"]["name"] == "gw"  # "elsewhere" does not exist: nothing said
+    assert _cond(ours[0]["conditions"], "Accepted")["status"] == "True"
+    assert _cond(ours[0]["conditions"], "ResolvedRefs")["status"] == "True"
+
+
+def test_a_missing_backend_gives_500_and_resolvedrefs_false(env):
+    sb, gw, echo = env
+    objs = _objects(echo.port)
+    route = objs[-1]
+    route["metadata"]["name"] = "missing"
+    route["spec"] = {"parentRefs": [{"name": "gw"}], "hostnames": ["missing.example"],
+                     "rules": [{"backendRefs": [{"name": "nope", "port": 8080}]}]}
+    _apply(sb, route)
+
+    def unresolved():
+        o = _get(sb, "httproute", "missing")
+        c = _cond(next(iter((o.get("status") or {}).get("parents") or []), {}).get("conditions"), "ResolvedRefs")
+        return c if c.get("status") == "False" else None
+
+    assert wait_until(unresolved, 15, what="ResolvedRefs False")["reason"] == "BackendNotFound"
+    address = _get(sb, "gateway", "gw")["status"]["addresses"][0]["value"]
+    wait_until(lambda: request(address, 80, "/", host="missing.example")[0] == 500, 15, what="500 for a missing backend")
+
+
+def test_defaults_a_server_did_not_apply_are_filled_in_and_idempotent():
+    route = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "r"},
+             "spec": {"parentRefs": [{"name": "gw"}], "rules": [{"backendRefs": [{"name": "s", "port": 80}]},
+                                                              {"matches": [{"headers": [{"name": "a", "value": "b"}]}]}]}}
+    got = with_defaults(route)
+    assert got["spec"]["parentRefs"][0] == {"name": "gw", "group": "gateway.networking.k8s.io", "kind": "Gateway"}
+    assert got["spec"]["rules"][0]["matches"] == [{"path": {"type": "PathPrefix", "value": "/"}}]
+    assert got["spec"]["rules"][0]["backendRefs"][0] == {"name": "s", "port": 80, "group": "", "kind": "Service", "weight": 1}
+    assert got["spec"]["rules"][1]["matches"][0] == {"headers": [{"name": "a", "value": "b", "type": "Exact"}],
+                                                     "path": {"type": "PathPrefix", "value": "/"}}
+    assert with_defaults(got) == got
+    assert "group" not in route["spec"]["parentRefs"][0]  # the input is not changed
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_nginx_does_not_outlive_the_gateway(env, tmp_path, sig):
+    sb, _, echo = env
+    other = GatewayProcess(sb.kubeconfig, tmp_path / "state", "--controller-name", "example.com/second",
+                           pool="127.0.21.0/24")
+    try:
+        second = dict(GATEWAY_CLASS, metadata={"name": "second"}, spec={"controllerName": "example.com/second"})
+        gwobj = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "second", "namespace": NS},
+                 "spec": {"gatewayClassName": "second", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}
+        _apply(sb, second, gwobj)
+
+        def serving():
+            o = _get(sb, "gateway", "second")
+            if _cond((o.get("status") or {}).get("conditions"), "Programmed").get("status") != "True":
+                return None
+            return o["status"]["addresses"][0]["value"]
+
+        address = wait_until(serving, 30, what=f"second gateway Programmed\n{other.tail()}")
+        assert address.startswith("127.0.21.")
+        pids = other.nginx_pids()
+        assert len(pids) >= 2, pids  # a master and a worker
+        request(address, 80, "/")  # NGINX answers (404: no route)
+        other.stop(sig)
+        wait_until(lambda: not any(alive(p) for p in pids), 10, what=f"NGINX {pids} gone after {sig.name}")
+        with pytest.raises(OSError):
+            socket.create_connection((address, 80), timeout=1).close()
+    finally:
+        other.stop()
+        sb.kubectl("delete", "gateway", "second", "-n", NS, "--ignore-not-found")
