@@ -4,6 +4,10 @@ Answers every request with `{path, host, method, proto, headers, httpPort, names
 service, pod}` (plus `tls` when serving HTTPS), `Content-Type: application/json` exactly, so a
 test sees which backend answered and what it received. `X-Echo-Set-Header: Name:value,N2:v2`
 adds those response headers; `?delay=1s` sleeps before answering (echo-basic does both).
+For policy tests: `/status/NNN` or `?status=NNN` answers with that status; `?fail=N&id=X[&code=C]`
+answers the first N requests carrying request id X with status C (503 by default) and the later
+ones normally, and `.attempts[X]` counts every request with that id (a retry test's exact
+count); `.accepted` counts TCP connections accepted (keep-alive tests: fewer than requests).
 Usable in-process (`EchoServer(...).start()`) or as a command.
 """
 
@@ -54,6 +58,7 @@ class _Handler(BaseHTTPRequestHandler):
         delay = go_duration(query.get("delay", [""])[0]) if "delay" in query else None
         if delay:
             time.sleep(min(delay, MAX_DELAY))
+        status = echo.status_for(urlsplit(self.path).path, query)
         headers: dict[str, list[str]] = {}
         for name, value in self.headers.items():
             headers.setdefault(canonical(name), []).append(value)
@@ -68,7 +73,7 @@ class _Handler(BaseHTTPRequestHandler):
                            "cipherSuite": (self.connection.cipher() or ("",))[0], "peerCertificates": []}
         echo.count(self)
         data = json.dumps(body).encode()
-        self.send_response(200)
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         extra: dict[str, list[str]] = {}
@@ -90,6 +95,11 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     echo: "EchoServer"
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.echo._lock:
+            self.echo.accepted += 1
+        super().process_request(request, client_address)
+
 
 class EchoServer:
     """One echo backend on `address:port` (port 0: any free port; see `.port` after start())."""
@@ -100,6 +110,8 @@ class EchoServer:
         self.cert, self.key = cert, key
         self.requests = 0
         self.connections: set[tuple[str, int]] = set()
+        self.accepted = 0  # TCP connections accepted
+        self.attempts: dict[str, int] = {}  # request id (?id=) -> requests seen with it
         self._lock = threading.Lock()
         self._httpd = _Server((address, port), _Handler)
         self._httpd.echo = self
@@ -114,6 +126,23 @@ class EchoServer:
             ctx.sni_callback = remember_sni
             self._httpd.socket = ctx.wrap_socket(self._httpd.socket, server_side=True)
         self._thread: threading.Thread | None = None
+
+    def status_for(self, path: str, query: dict[str, list[str]]) -> int:
+        """The status to answer: /status/NNN, ?status=NNN, or ?fail=N&id=X[&code=C] (see above)."""
+        m = re.fullmatch(r"/status/([1-5][0-9][0-9])", path)
+        if m:
+            return int(m.group(1))
+        first = {k: v[0] for k, v in query.items() if v}
+        status = int(first["status"]) if re.fullmatch(r"[1-5][0-9][0-9]", first.get("status", "")) else 200
+        rid = first.get("id")
+        if rid is not None:
+            with self._lock:
+                seen = self.attempts[rid] = self.attempts.get(rid, 0) + 1
+            fail = first.get("fail", "")
+            if fail.isdigit() and seen <= int(fail):
+                code = first.get("code", "")
+                return int(code) if re.fullmatch(r"[1-5][0-9][0-9]", code) else 503
+        return status
 
     def count(self, handler: BaseHTTPRequestHandler) -> None:
         with self._lock:
