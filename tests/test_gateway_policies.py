@@ -274,3 +274,59 @@ def test_a_policy_with_an_unsupported_field_is_invalid_and_changes_nothing() -> 
     outs = [o for ref, os_ in checked.outcomes.items() if ref.name == "backend" for o in os_]
     assert [o.reason for o in outs] == ["Invalid"]
     assert outs[0].message.startswith("spec.default.requestTimeout: a whole-request deadline")
+
+
+# ---------------------------------------------------------------------------------------------
+# the route's own fields
+
+
+class _Result:
+    """Stands in for the engine's Result: a spec and its sources."""
+
+    def __init__(self, spec: dict[str, Any], overridden: tuple[str, ...] = ()) -> None:
+        self.spec = spec
+        self.sources = [{"field": f, "stanza": "overrides" if f in overridden else "defaults"} for f in spec]
+
+
+def test_the_route_value_beats_a_default_and_an_override_beats_it() -> None:
+    rule = {"timeouts": {"backendRequest": "2s"}, "retry": {"attempts": 2, "codes": [502, 409]}}
+    merged = pc.with_route_fields({"TimeoutPolicy": _Result({"readTimeout": 10, "connectionTimeout": 5}),
+                                   "RetryPolicy": _Result({"attempts": 5, "codes": [503]}, overridden=("attempts",))},
+                                  rule)
+    assert dict(merged["TimeoutPolicy"]) == {"readTimeout": "2s", "connectionTimeout": 5}  # route beats default
+    assert dict(merged["RetryPolicy"]) == {"attempts": 5, "codes": [502]}  # override beats route; 409 dropped
+    lines = pc.location_directives(merged).lines
+    assert "proxy_read_timeout 2s;" in lines and "proxy_next_upstream_tries 5;" in lines
+    assert "proxy_next_upstream error timeout http_502;" in lines
+    notes = dict(pc.route_field_notes(rule, "rules[0]"))
+    assert "409" in notes["rules[0].retry.codes"] and "rules[0].timeouts.backendRequest" in notes
+    # the rule's fields alone, no policy: retry.attempts counts retries, RetryPolicy attempts tries
+    alone = pc.with_route_fields({}, {"retry": {"attempts": 2}})
+    assert pc.location_directives(alone).peer_copies == 3 and pc.retry_peer_copies(alone) == 3
+
+
+def test_request_timeout_is_approximated_and_said() -> None:
+    rule = {"timeouts": {"request": "500ms"}}
+    merged = pc.with_route_fields({"TimeoutPolicy": {"readTimeout": 10}, "RetryPolicy": {"attempts": 2}}, rule)
+    lines = pc.location_directives(merged).lines
+    assert "proxy_read_timeout 500ms;" in lines and "proxy_connect_timeout 500ms;" in lines
+    assert "proxy_send_timeout 500ms;" in lines and "proxy_next_upstream_timeout 500ms;" in lines
+    assert "whole-request deadline" in dict(pc.route_field_notes(rule))["rules[].timeouts.request"]
+    assert pc.with_route_fields({"TimeoutPolicy": {"readTimeout": 1}}, None) == {"TimeoutPolicy": {"readTimeout": 1}}
+
+
+def test_effective_of_an_engine_result_keeps_the_overridden_fields() -> None:
+    seed = _seed("seed-timeout-three-levels")
+    a = analyse(policy_manifests() + _with_gwpolicy_api(seed["manifests"]), now="2026-01-01T00:00:00Z")
+    ep = next(ep for ep in a.effective if ep.target.kind == "Service")
+    eff = pc.Effective.of(ep.result)
+    assert eff == {"connectionTimeout": 5, "readTimeout": 10} and eff.overridden == {"connectionTimeout"}
+    merged = pc.with_route_fields({"TimeoutPolicy": eff}, {"timeouts": {"backendRequest": "1s"}})
+    assert merged["TimeoutPolicy"] == {"connectionTimeout": 5, "readTimeout": "1s"}
+
+
+def test_route_field_mappings_are_declared_in_the_policykinds() -> None:
+    mappings = {(d["spec"]["kind"], m["setting"]): m["field"] for d in policy_manifests() if d["kind"] == "PolicyKind"
+                for m in d["spec"].get("fieldMappings", [])}
+    assert mappings == {(k, s): "spec.rules[]." + ".".join(f) for k, s, f, _ in pc.ROUTE_FIELDS}
+    assert pc.unsupported_fields("TimeoutPolicy", {"readTimeout": 1, "_requestTimeout": "1s"}) == []

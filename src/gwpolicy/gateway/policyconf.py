@@ -265,7 +265,7 @@ def unsupported_fields(kind: str, spec: Mapping[str, Any] | None) -> list[tuple[
     table = FIELDS[kind]
     out: list[tuple[str, str]] = []
     for leaf in sorted(_leaves(spec)):
-        if not _set(spec, leaf):
+        if leaf.startswith("_") or not _set(spec, leaf):  # "_...": the gateway's own, from the route
             continue
         info = table.get(leaf) or next((table[f] for f in table if leaf.startswith(f + ".")), None)
         if info is None:
@@ -390,6 +390,102 @@ def _specs(effective: Mapping[Any, Any] | None) -> dict[str, dict[str, Any]]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# the route's own fields (HTTPRoute rules[].timeouts, rules[].retry) as the kinds' fieldMappings
+
+class Effective(dict):  # type: ignore[type-arg]
+    """An effective spec (a plain dict to every reader) that also knows which fields an `overrides`
+    stanza supplied: those beat the route's own fields, everything else loses to them."""
+
+    overridden: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, result: Any) -> "Effective":
+        """From the engine's Result (its `.spec` and `.sources`), or a plain dict (no overrides)."""
+        spec = getattr(result, "spec", result)
+        out = cls(spec if isinstance(spec, Mapping) else {})
+        out.overridden = frozenset(s["field"] for s in getattr(result, "sources", None) or ()
+                                   if s.get("stanza") == "overrides")
+        return out
+
+
+def _plus_one(n: Any) -> Any:
+    """retries -> tries, at most MAX_ATTEMPTS (route_field_notes says when it is cut)."""
+    return min(n + 1, MAX_ATTEMPTS) if isinstance(n, int) and not isinstance(n, bool) else n
+
+
+# (kind, setting, the rule's field, value conversion): `retry.attempts` counts retries, RetryPolicy
+# `attempts` counts tries, hence +1.  Declared in the PolicyKinds' fieldMappings as
+# `spec.rules[].<field>` ("the rule of this path"); the engine leaves list paths alone, so the
+# gateway applies them here, where the rule is known.
+ROUTE_FIELDS: tuple[tuple[str, str, tuple[str, ...], Any], ...] = (
+    (TIMEOUT, "readTimeout", ("timeouts", "backendRequest"), None),
+    (RETRY, "attempts", ("retry", "attempts"), _plus_one),
+    (RETRY, "codes", ("retry", "codes"), None),
+)
+REQUEST_TIMEOUT_NOTE = ("NGINX 1.22 has no whole-request deadline; it is approximated by limiting the "
+                        "connect, each read and each write to the backend, and all retries together, "
+                        "to this duration, so a backend that keeps sending slowly is not cut off")
+
+
+def with_route_fields(effective: Mapping[Any, Any] | None, rule: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The effective policies of a rule's path with the rule's own fields merged in (S5.2 rule 4):
+    a policy override beats the rule's value, the rule's value beats every policy default.
+
+    Values of `effective` may be Effective (from the engine's Result) or plain dicts (then no field
+    counts as overridden).  `rules[].timeouts.request` becomes the internal setting
+    `TimeoutPolicy._requestTimeout`, which location_directives approximates."""
+    out: dict[str, Any] = {}
+    for key, value in (effective or {}).items():
+        name = kind_name(key) or key
+        out[name] = value if isinstance(value, Effective) else Effective.of(value)
+    if not isinstance(rule, Mapping):
+        return out
+    for kind, setting, path, convert in ROUTE_FIELDS:
+        value = _get(rule, ".".join(path))
+        if value is None or (isinstance(value, (str, list, dict)) and not value):
+            continue
+        cur = out.get(kind) or Effective()
+        if setting in cur.overridden and _set(cur, setting):
+            continue
+        if setting == "codes" and isinstance(value, list):
+            value = [c for c in value if c in RETRYABLE_CODES]  # the others: route_field_notes
+            if not value:
+                continue
+        new = Effective({**cur, setting: convert(value) if convert else value})
+        new.overridden = cur.overridden
+        out[kind] = new
+    request = _get(rule, "timeouts.request")
+    if isinstance(request, str) and request:
+        cur = out.get(TIMEOUT) or Effective()
+        new = Effective({**cur, "_requestTimeout": request})
+        new.overridden = cur.overridden
+        out[TIMEOUT] = new
+    return out
+
+
+def route_field_notes(rule: Mapping[str, Any] | None, where: str = "rules[]") -> list[tuple[str, str]]:
+    """(field, how) for the rule's own fields NGINX honours only approximately or not at all, for the
+    route's status (Accepted stays True; the message says it)."""
+    out: list[tuple[str, str]] = []
+    if not isinstance(rule, Mapping):
+        return out
+    if _set(rule, "timeouts.request"):
+        out.append((f"{where}.timeouts.request", REQUEST_TIMEOUT_NOTE))
+    if _set(rule, "timeouts.backendRequest"):
+        out.append((f"{where}.timeouts.backendRequest", FIELDS[TIMEOUT]["readTimeout"].note))
+    attempts = _get(rule, "retry.attempts")
+    if isinstance(attempts, int) and attempts + 1 > MAX_ATTEMPTS:
+        out.append((f"{where}.retry.attempts", f"at most {MAX_ATTEMPTS - 1} retries ({MAX_ATTEMPTS} tries) are made"))
+    if _set(rule, "retry.backoff"):
+        out.append((f"{where}.retry.backoff", FIELDS[RETRY]["backoff"].note + "; retries are immediate"))
+    codes = _get(rule, "retry.codes")
+    if isinstance(codes, list) and any(c not in RETRYABLE_CODES for c in codes):
+        bad = ", ".join(str(c) for c in codes if c not in RETRYABLE_CODES)
+        out.append((f"{where}.retry.codes", f"NGINX cannot retry {bad}; those responses are passed on"))
+    return out
+
+
 def location_directives(effective: Mapping[Any, Any] | None, *, scope: str = "") -> LocationConf:
     """The directives one location gets from the effective policy of its exact path.
 
@@ -404,10 +500,14 @@ def location_directives(effective: Mapping[Any, Any] | None, *, scope: str = "")
     copies = 1
     idle: list[int] = []
     t = specs.get(TIMEOUT, {})
+    request_ms = duration_ms(t["_requestTimeout"], "rules[].timeouts.request") if _set(t, "_requestTimeout") else None
     for fname, directive in (("connectionTimeout", "proxy_connect_timeout"),
                              ("readTimeout", "proxy_read_timeout"), ("sendTimeout", "proxy_send_timeout")):
-        if _set(t, fname):
-            lines.append(f"{directive} {nginx_time(duration_ms(t[fname], f'{TIMEOUT} {fname}'))};")
+        ms = duration_ms(t[fname], f"{TIMEOUT} {fname}") if _set(t, fname) else None
+        if request_ms is not None:
+            ms = request_ms if ms is None else min(ms, request_ms)
+        if ms is not None:
+            lines.append(f"{directive} {nginx_time(min(ms, MAX_CONNECT_TIMEOUT_MS) if fname == 'connectionTimeout' else ms)};")
     if _set(t, "idleTimeout"):
         idle.append(duration_ms(t["idleTimeout"], f"{TIMEOUT} idleTimeout"))
     r = specs.get(RETRY, {})
@@ -432,8 +532,11 @@ def location_directives(effective: Mapping[Any, Any] | None, *, scope: str = "")
         else:
             lines.append(f"proxy_next_upstream {' '.join(conds)};")
         lines.append(f"proxy_next_upstream_tries {attempts};")
-        if _set(r, "retryBudget"):
-            lines.append(f"proxy_next_upstream_timeout {nginx_time(duration_ms(r['retryBudget'], f'{RETRY} retryBudget'))};")
+        budget = duration_ms(r["retryBudget"], f"{RETRY} retryBudget") if _set(r, "retryBudget") else None
+        if request_ms is not None:
+            budget = request_ms if budget is None else min(budget, request_ms)
+        if budget is not None:
+            lines.append(f"proxy_next_upstream_timeout {nginx_time(budget)};")
         copies = attempts
     c = specs.get(CLIENT, {})
     if _set(c, "body.maxSize"):
