@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gwpolicy.analysis import analyse
+from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlane, DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.nginx import Nginx, ReloadResult
@@ -198,7 +199,8 @@ class Served:
         self.dataplane: DataPlane | None = None
 
     def files(self, objects: list[dict[str, Any]]) -> dict[str, bytes]:
-        self.dataplane = build_dataplane(analyse(objects), DataPlaneConfig(addresses={self.gateway: self.address}))
+        self.dataplane = build_dataplane(analyse(objects, kind_checks=policyconf.kind_checks()),
+                                         DataPlaneConfig(addresses={self.gateway: self.address}))
         return render(self.dataplane)
 
     def apply(self, objects: list[dict[str, Any]]) -> ReloadResult:

@@ -129,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--controller", action="store_true", help="also measure the controller against the sandbox")
     r.add_argument("--controller-routes", default="1000,10000,50000", help="route counts for the controller")
     r.add_argument("--json", help="also write the figures to this file")
+    sub.add_parser("gateway", help="measure the NGINX data plane (gwpolicy bench gateway --help)", add_help=False)
+    if (argv if argv is not None else sys.argv[1:])[:1] == ["gateway"]:
+        from gwpolicy.bench.gateway import main as gateway_main
+        return gateway_main(list(argv if argv is not None else sys.argv[1:])[1:])
     args = parser.parse_args(argv)
     if args.cmd == "generate":
         if args.output == "-":

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gwpolicy.gateway import backendtls, policyconf
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
@@ -38,6 +39,7 @@ BACKEND_NOT_FOUND = "BackendNotFound"
 REF_NOT_PERMITTED = "RefNotPermitted"
 INVALID_KIND = "InvalidKind"
 NO_ENDPOINTS = "NoReadyEndpoints"  # ResolvedRefs stays True; traffic gets 500
+BACKEND_TLS_INVALID = "BackendTLSPolicyInvalid"  # the BackendTLSPolicy cannot be programmed: fail closed, 500
 UNSUPPORTED_VALUE = "UnsupportedValue"
 INVALID_CERTIFICATE_REF = "InvalidCertificateRef"
 UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
@@ -82,6 +84,7 @@ class Upstream:
     server_params: str = ""
     peer_copies: int = 1
     keepalive: bool = False
+    tls: Any = None  # backendtls.TLSProfile: NGINX talks TLS to it (one profile per upstream)
 
 
 @dataclass
@@ -96,6 +99,7 @@ class Backend:
     filters: tuple[dict[str, Any], ...] = ()
     effective: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind -> spec on its path
     path: tuple[Ref, ...] = ()
+    tls: Any = None  # backendtls.TLSProfile of its upstream, None: plain HTTP
 
 
 @dataclass
@@ -144,7 +148,7 @@ class Location:
     """One NGINX location of a virtual host: `=` exact or `/` prefix, on the un-prefixed path."""
 
     exact: bool
-    path: str  # "/one" (exact) or "/one/" (prefix)
+    path: str  # the rule's path: Exact value, or PathPrefix value without trailing slash
     candidates: list[MatchRule]  # precedence order, cut after the first unconditional one
 
 
@@ -524,11 +528,15 @@ class _Builder:
                     backend.effective = eff
                     backend.path = tuple(target_node.levels) if target_node is not None else ()
                     endpoints = self._endpoints(svc, sport)
-                    if not endpoints:
+                    tls = self._tls(target_node)
+                    if isinstance(tls, backendtls.TLSFailure):
+                        backend.error, backend.message = BACKEND_TLS_INVALID, f"Service {ns}/{name} port {port}: {tls.message}"
+                    elif not endpoints:
                         backend.error, backend.message = NO_ENDPOINTS, f"Service {ns}/{name} port {port} has no ready endpoints"
                     else:
-                        backend.upstream = self._upstream(ref, int(port), endpoints, eff)
-            if backend.error and backend.error != NO_ENDPOINTS and record:
+                        backend.tls = tls
+                        backend.upstream = self._upstream(ref, int(port), endpoints, eff, tls)
+            if backend.error and backend.error not in (NO_ENDPOINTS, BACKEND_TLS_INVALID) and record:
                 fact.unresolved.append((ri, bi, backend.error, backend.message))
             out.append(backend)
         return out
@@ -539,18 +547,33 @@ class _Builder:
         return {(ep.kind.kind if ep.kind.group == POLICY_GROUP else f"{ep.kind.group}/{ep.kind.kind}"): ep.result.spec
                 for ep in eps if ep.result.leaves}
 
-    def _upstream(self, svc: Ref, port: int, endpoints: tuple[Endpoint, ...], eff: dict[str, dict[str, Any]]) -> str:
-        from gwpolicy.gateway import policyconf
+    def _tls(self, node: PathNode | None) -> Any:
+        """The BackendTLSPolicy of this backend path (POL's backendtls), from the engine's Result."""
+        if node is None:
+            return None
+        eps = self._effective.get(node.levels[-1], {}).get(node, ())
+        results = {ep.kind.key: ep.result for ep in eps if ep.kind.key == backendtls.KIND and ep.result.leaves}
+        if not results:
+            return None
+        tls = backendtls.for_backend(results, self.index)
+        if isinstance(tls, backendtls.TLSProfile):
+            self.secrets.update(tls.files())
+        return tls
 
+    def _upstream(self, svc: Ref, port: int, endpoints: tuple[Endpoint, ...], eff: dict[str, dict[str, Any]],
+                  tls: Any = None) -> str:
         base = f"{_slug(svc.namespace)}_{_slug(svc.name)}_{port}"
         usable = _programmable(eff)
         copies = policyconf.retry_peer_copies(usable)
         conf = policyconf.upstream_directives(base, usable, peer_copies=copies)
         variant = (conf.lines, conf.server_params, copies)
         name = base if variant == ((), "", 1) else f"{base}_{hashlib.sha1(repr(variant).encode()).hexdigest()[:8]}"
+        if tls is not None:
+            name = f"{name}_tls{tls.key}"
         if name not in self.upstreams:
             lines = tuple(l.replace(f"zone {base} ", f"zone {name} ") for l in conf.lines)
-            self.upstreams[name] = Upstream(name, svc, port, endpoints, lines, conf.server_params, copies, conf.keepalive)
+            self.upstreams[name] = Upstream(name, svc, port, endpoints, lines, conf.server_params, copies,
+                                            conf.keepalive, tls)
         return name
 
     # -- endpoints ------------------------------------------------------------------------------
@@ -589,10 +612,8 @@ class _Builder:
 
 
 def _programmable(eff: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The kinds whose effective spec this data plane can honour in full (a kind with a field it
-    cannot honour belongs to an Invalid policy, which programs nothing)."""
-    from gwpolicy.gateway import policyconf
-
+    """The kinds whose effective spec this data plane can honour in full (a safety net: the engine,
+    given policyconf.kind_checks(), already leaves policies with such fields out of every path)."""
     return {k: v for k, v in eff.items() if k in policyconf.KINDS and not policyconf.unsupported_fields(k, v)}
 
 
@@ -669,28 +690,19 @@ def _segment_prefix(prefix: str, path: str) -> bool:
 def _locations(vh: VirtualHost, rules: list[MatchRule]) -> None:
     """Every location of a virtual host and its candidate rules, in precedence order.
 
-    A request reaching `location /v2/` has a path under /v2/, so every PathPrefix rule whose
-    prefix is a segment prefix of /v2 matches it too: those are its fallbacks when the /v2 rules'
-    header, query or method conditions fail (the spec's precedence is across all rules).
+    One location per Exact path and one per PathPrefix (render matches `<path>/` so a prefix
+    location is segment-wise). A request reaching the /v2 prefix location has a path under /v2, so
+    every PathPrefix rule whose prefix is a segment prefix of /v2 matches it too: those are its
+    fallbacks when the /v2 rules' header, query or method conditions fail (the spec's precedence is
+    across all rules).
     """
     keys: set[tuple[bool, str]] = set()
     for r in rules:
-        p = r.action.path_value
-        if r.action.path_type == "Exact":
-            keys.add((True, p))
-        elif p == "/":
-            keys.add((False, "/"))
-        else:
-            keys.add((True, p))
-            keys.add((False, p + "/"))
+        keys.add((r.action.path_type == "Exact", r.action.path_value))
     ordered = sorted(rules, key=MatchRule.precedence)
     for exact, path in sorted(keys):
-        if exact:
-            cands = [r for r in ordered if (r.action.path_type == "Exact" and r.action.path_value == path)
-                     or (r.action.path_type == "PathPrefix" and _segment_prefix(r.action.path_value, path))]
-        else:
-            base = path.rstrip("/") or "/"
-            cands = [r for r in ordered if r.action.path_type == "PathPrefix" and _segment_prefix(r.action.path_value, base)]
+        cands = [r for r in ordered if (exact and r.action.path_type == "Exact" and r.action.path_value == path)
+                 or (r.action.path_type == "PathPrefix" and _segment_prefix(r.action.path_value, path))]
         cut: list[MatchRule] = []
         for c in cands:
             cut.append(c)

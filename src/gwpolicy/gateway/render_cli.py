@@ -12,6 +12,7 @@ import sys
 
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway.dataplane import DEFAULT_ADDRESS_POOL, DEFAULT_CONTROLLER_NAME, DataPlaneConfig, DataPlaneError, build_dataplane
+from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.render import render
 from gwpolicy.load import LoadError, load_paths
 
@@ -29,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         loaded = load_paths(args.filename)
-        analysis = analyse(loaded.objects, loaded.origins)
+        analysis = analyse(loaded.objects, loaded.origins, kind_checks=policyconf.kind_checks())
         config = DataPlaneConfig(controller_name=None if args.controller_name == "*" else args.controller_name,
                                  address_pool=args.address_pool)
         files = render(build_dataplane(analysis, config))
