@@ -373,3 +373,21 @@ def test_echo_policy_extensions(echo2: Any) -> None:
     assert echo2.attempts[rid] == 3
     assert get(f"/r?fail=1&id={rid}x") == 503  # code defaults to 503
     assert echo2.accepted - before == 6  # one connection per request here
+
+
+def test_a_route_policy_applies_to_its_own_matches_where_routes_share_host_port_and_path(gw: Gateway, echo: Any,
+                                                                                          echo2: Any) -> None:
+    """NGF rejects such a policy (TargetConflict) because its routes share one NGINX location; here
+    each route's match gets its own location, so the engine's answer holds in traffic and the
+    policy is accepted: only the route it targets is affected."""
+    a_route = route("a", "svc")
+    a_route["spec"]["rules"][0]["matches"][0]["headers"] = [{"name": "X-Route", "value": "a"}]
+    gw.program(gateway() + service("svc", echo) + service("svc2", echo2) + [
+        a_route, route("b", "svc2"),
+        policy("TimeoutPolicy", "b-only", "HTTPRoute", "b", default={"readTimeout": 1})])
+    assert gw.outcome("b-only")[0] == "Accepted"
+    status, body, _ = gw.request("/?delay=1500ms", headers={"X-Route": "a"})
+    assert status == 200 and body["pod"].startswith("infra-backend-v1")
+    assert gw.request("/?delay=1500ms")[0] == 504  # route b: its policy's 1 s
+    status, body, _ = gw.request("/?delay=100ms")
+    assert status == 200 and body["pod"].startswith("infra-backend-v2")
