@@ -13,6 +13,7 @@ import copy
 import datetime
 import ipaddress
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -119,17 +120,17 @@ def make_cert(hosts: Iterable[str], signer: tuple[Any, Any] | None = None, clien
     return _pem_cert(cert), _pem_key(key)
 
 
-def generated_objects(base: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[tuple[str, str], bytes]]:
-    """The Secrets and ConfigMaps of base.yaml `generated:`, with fresh keys; and the PEM of every
-    Secret's certificate by (namespace, name) so that clients can trust it."""
+def generated_objects(base: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[tuple[str, str], tuple[bytes, bytes]]]:
+    """The Secrets and ConfigMaps of base.yaml `generated:`, with fresh keys; and the PEM certificate
+    and key of every Secret by (namespace, name), for clients to trust and TLS backends to serve."""
     cas: dict[str, tuple[Any, Any]] = {}
     out: list[dict[str, Any]] = []
-    pems: dict[tuple[str, str], bytes] = {}
+    pems: dict[tuple[str, str], tuple[bytes, bytes]] = {}
     entries = base["generated"]["objects"]
     # CAs first (ConfigMaps), labelled CA-n in their data description, in the order they appear
     for e in entries:
         if e["kind"] == "ConfigMap":
-            label = str(e["data"]["ca.crt"]).split("(")[-1].rstrip(")")
+            label = re.search(r"CA-\d+", str(e["data"]["ca.crt"])).group(0)
             cas[label] = make_ca()
             out.append({"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": e["name"], "namespace": e["namespace"]},
@@ -140,7 +141,7 @@ def generated_objects(base: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[
         spec = e.get("cert") or {}
         signer = cas.get(spec["signedBy"]) if spec.get("signedBy") else None
         crt, key = make_cert(spec.get("hosts") or [], signer, bool(spec.get("clientAuth")))
-        pems[(e["namespace"], e["name"])] = crt
+        pems[(e["namespace"], e["name"])] = (crt, key)
         out.append({"apiVersion": "v1", "kind": "Secret", "type": e.get("type", "kubernetes.io/tls"),
                     "metadata": {"name": e["name"], "namespace": e["namespace"]},
                     "data": {"tls.crt": base64.b64encode(crt).decode(), "tls.key": base64.b64encode(key).decode()}})

@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 import gwconformance as gc
+from gwpolicy.analysis import analyse
+from gwpolicy.gateway import backendtls
 from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, Programming, all_desired,
-                                     class_annotations, gateway_facts)
+                                     class_annotations, dataplane_objects, gateway_facts, policy_status)
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import build_index
 
@@ -22,7 +24,7 @@ NOW = "2026-12-01T00:00:00Z"
 BASE = gc.load_base()
 GENERATED, _ = gc.generated_objects(BASE)
 #: status entries this module does not judge, with why
-NOT_OURS = {"BackendTLSPolicy": "BackendTLSPolicy status is written by POL's policy rules (tests/test_gateway_policies*)"}
+NOT_OURS: dict[str, str] = {}
 
 
 def _key(o: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -68,7 +70,11 @@ class World:
                 obj = index.by_ref[ref]
                 prog.generations[ref] = obj.generation
                 prog.addresses[ref] = [f"127.0.20.{i + 1}"]
-        for ref, status in all_desired(index, facts, prog, NOW).items():
+        desired = all_desired(index, facts, prog, NOW)
+        analysis = analyse(dataplane_objects(list(self.objects.values()), facts))
+        for ref, conds in backendtls.all_conditions(analysis).items():  # POL's rules, our ancestors
+            desired[ref] = policy_status(index.by_ref[ref], conds, facts, NOW)
+        for ref, status in desired.items():
             obj = index.by_ref[ref]
             self.objects[_key(obj.raw)]["status"] = status
 
@@ -98,7 +104,11 @@ def _check(entries: list[dict[str, Any]], world: World) -> list[str]:
 
 
 #: cases whose status this gateway does not give, and why (docs/gateway.md, "Conformance")
-STATUS_GAPS = {"HTTPRouteDisallowedKind": "needs a TLS passthrough listener (TLSRoute) to be Programmed; this "
+STATUS_GAPS = {"GatewayInvalidFrontendClientCertificateValidation": "client certificate validation (spec.tls.frontend) "
+                "is not rendered by the data plane, so a listener asking for it is Accepted=False/UnsupportedValue",
+               "HTTPRouteCORS": "the data plane does not render the CORS filter, so those routes are "
+                                "Accepted=False/UnsupportedValue",
+               "HTTPRouteDisallowedKind": "needs a TLS passthrough listener (TLSRoute) to be Programmed; this "
                                           "gateway serves HTTP and HTTPS listeners only (UnsupportedProtocol)"}
 
 

@@ -38,8 +38,9 @@ from gwpolicy.controller.informer import Informer
 from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LeaderElector
 from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, Programming, all_desired,
-                                     class_annotations, gateway_facts)
+                                     class_annotations, dataplane_objects, gateway_facts, policy_status)
 from gwpolicy.kinds import split_api_version
+from gwpolicy.model import build_index
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 
 log = logging.getLogger("gwpolicy.gateway")
@@ -52,7 +53,8 @@ BUILTIN = [
     Kind("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True, False),
 ]
 #: objects whose status we may write
-STATUS_KINDS = {(GATEWAY_GROUP, "GatewayClass"), (GATEWAY_GROUP, "Gateway"), (GATEWAY_GROUP, "HTTPRoute")}
+STATUS_KINDS = {(GATEWAY_GROUP, "GatewayClass"), (GATEWAY_GROUP, "Gateway"), (GATEWAY_GROUP, "HTTPRoute"),
+                (GATEWAY_GROUP, "BackendTLSPolicy")}
 _VOLATILE_META = ("resourceVersion", "managedFields", "generation")
 
 
@@ -302,21 +304,37 @@ class GatewayController:
 
     async def reconcile(self) -> None:
         raws = list(self.objects.values())
-        analysis = analyse(raws, controller=self.opts.controller_name)
-        facts = gateway_facts(analysis.index, self.opts.controller_name)
+        index = build_index(raws)
+        facts = gateway_facts(index, self.opts.controller_name)
+        analysis = analyse(dataplane_objects(raws, facts), controller=self.opts.controller_name)
         if self.driver is not None:
             await self._program(analysis, facts)
         programming = Programming(dict(self.running), self.error, dict(self.addresses), dict(self.listener_facts))
-        desired = all_desired(analysis.index, facts, programming, utc_now())
+        now = utc_now()
+        desired = all_desired(index, facts, programming, now)
+        desired.update(self._policy_status(analysis, index, facts, now))
         self.desired = desired
         self.annotations = {}
         kinds = self._enforced_policy_kinds()
         for ref in facts.classes:
-            obj = analysis.index.by_ref.get(ref)
+            obj = index.by_ref.get(ref)
             if obj is not None:
                 self.annotations[ref] = class_annotations(obj, kinds)
         for ref in list(desired) + list(self.annotations):
             self._enqueue_if_different(ref)
+
+    def _policy_status(self, analysis: Any, index: Any, facts: Any, now: str) -> dict[Ref, dict[str, Any]]:
+        """BackendTLSPolicy ancestors under our controllerName (POL's rules give the conditions)."""
+        try:
+            from gwpolicy.gateway import backendtls
+        except ImportError:
+            return {}
+        out = {}
+        for ref, conds in backendtls.all_conditions(analysis).items():
+            obj = index.by_ref.get(ref)
+            if obj is not None:
+                out[ref] = policy_status(obj, conds, facts, now)
+        return out
 
     def _enforced_policy_kinds(self) -> list[str]:
         try:

@@ -36,8 +36,13 @@ BUNDLE_ANNOTATION = "gateway.networking.k8s.io/bundle-version"
 SUPPORTED_PROTOCOLS = ("HTTP", "HTTPS")
 #: route kinds this data plane serves, per protocol
 SUPPORTED_ROUTE_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute",), "HTTPS": ("HTTPRoute",)}
-#: HTTPRoute filter types the data plane renders; anything else makes the route Accepted=False/UnsupportedValue
-SUPPORTED_FILTERS = frozenset({"RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite", "CORS"})
+#: HTTPRoute filter types the data plane renders (its own list); anything else makes the route
+#: Accepted=False/UnsupportedValue
+try:
+    from gwpolicy.gateway.dataplane import SUPPORTED_FILTERS as _RENDERED
+except ImportError:  # pragma: no cover - the data plane model is part of the package
+    _RENDERED = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite")
+SUPPORTED_FILTERS = frozenset(_RENDERED)
 SUPPORTED_PATH_TYPES = frozenset({"Exact", "PathPrefix"})
 
 #: Gateway API features (conformance names) this gateway claims in GatewayClass.status.supportedFeatures;
@@ -336,6 +341,10 @@ def _listener(gw: Obj, l: dict[str, Any], frontend: dict[str, Any], index: Objec
                     lf.client_cas = []
                     break
                 lf.client_cas.append(cm)
+            if lf.accepted.status and lf.client_cas:
+                # NGINX could (ssl_verify_client), but the renderer does not yet: never claim it silently
+                lf.accepted = Cond("Accepted", False, "UnsupportedValue",
+                                   "Client certificate validation (spec.tls.frontend) is not supported by this data plane.")
     return lf
 
 
@@ -640,6 +649,65 @@ def all_desired(index: ObjectIndex, facts: Facts, programming: Programming, now:
     return out
 
 
-def serving(facts: Facts) -> Mapping[Ref, GatewayFacts]:
-    """The Gateways the data plane should serve (accepted ones), for the renderer."""
-    return {ref: gf for ref, gf in facts.gateways.items() if gf.servable}
+def dataplane_objects(raws: Iterable[dict[str, Any]], facts: Facts) -> list[dict[str, Any]]:
+    """The objects the data plane is built from: the same, except that our Gateways keep only the
+    listeners status accepts (a listener status calls not Accepted is not served at all), and a
+    Gateway status does not accept keeps none."""
+    out = []
+    for raw in raws:
+        meta = raw.get("metadata") or {}
+        ref = Ref(GATEWAY_GROUP, "Gateway", meta.get("namespace"), str(meta.get("name", "")))
+        gf = facts.gateways.get(ref) if raw.get("kind") == "Gateway" else None
+        if gf is not None and isinstance(raw.get("spec"), dict):
+            keep = [l for l in raw["spec"].get("listeners") or [] if isinstance(l, dict)
+                    and gf.accepted.status and l.get("name") in gf.listeners and gf.listeners[l["name"]].accepted.status]
+            if len(keep) != len(raw["spec"].get("listeners") or []):
+                raw = dict(raw, spec=dict(raw["spec"], listeners=keep))
+        out.append(raw)
+    return out
+
+
+# ---------------------------------------------------------------- policies the gateway enforces
+
+def policy_ancestors(policy: Obj, facts: Facts) -> list[Ref]:
+    """Our Gateways that send traffic to a Service the policy targets (through an accepted parent)."""
+    spec = _dict(policy.spec)
+    targets = {Ref(CORE_GROUP, "Service", policy.namespace, str(t.get("name", "")))
+               for t in spec.get("targetRefs") or [] if isinstance(t, dict)
+               and (t.get("group") or CORE_GROUP) == CORE_GROUP and (t.get("kind") or "Service") == "Service"}
+    out: dict[Ref, None] = {}
+    for rf in facts.routes.values():
+        if not any(b.ref in targets for b in rf.backends):
+            continue
+        for p in rf.parents:
+            if p.accepted.status:
+                out[p.gateway] = None
+    return sorted(out, key=Ref.sort_key)
+
+
+def policy_status(policy: Obj, conditions: list[dict[str, str]], facts: Facts, now: str) -> dict[str, Any]:
+    """A policy's `status.ancestors` with our entries (one per Gateway of ours it takes effect
+    through, with `conditions`) and everyone else's kept in place."""
+    status = copy.deepcopy(_dict(policy.raw.get("status")))
+    existing = [a for a in status.get("ancestors") or [] if isinstance(a, dict)]
+    gen = policy.generation
+    ours: dict[tuple, dict[str, Any]] = {}
+    for gw in policy_ancestors(policy, facts):
+        aref = {"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": gw.namespace, "name": gw.name}
+        key = _pkey(aref, policy)
+        prev = next((a.get("conditions") for a in existing if a.get("controllerName") == facts.controller
+                     and _pkey(_dict(a.get("ancestorRef")), policy) == key), None)
+        ours[key] = {"ancestorRef": aref, "controllerName": facts.controller,
+                     "conditions": [Cond(c["type"], c["status"] == "True", c["reason"], c.get("message", "")).to_json(gen, prev, now)
+                                    for c in conditions]}
+    ancestors = []
+    for a in existing:
+        if a.get("controllerName") != facts.controller:
+            ancestors.append(a)
+            continue
+        key = _pkey(_dict(a.get("ancestorRef")), policy)
+        if key in ours:
+            ancestors.append(ours.pop(key))
+    ancestors.extend(ours.values())
+    status["ancestors"] = ancestors[:16]
+    return status
