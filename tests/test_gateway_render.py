@@ -109,7 +109,7 @@ def test_gwpolicy_render_prints_every_file_but_no_private_key(tmp_path: Path) ->
     objects.append(tls_secret("cert", "infra", cert.read_bytes(), key.read_bytes()))
     run = run_cli("render", "-f", str(write_manifests(tmp_path, objects)))
     assert run.code == 0, run.err
-    for name in ("nginx.conf", "servers.conf", "upstreams.conf", "maps.conf", "matches.json", "secrets/infra_cert.pem"):
+    for name in ("nginx.conf", "servers.conf", "upstreams.conf", "maps.conf", "secrets/infra_cert.pem"):
         assert f"# ==== {name} ====" in run.out
     assert "PRIVATE KEY" not in run.out and "BEGIN CERTIFICATE" not in run.out
     assert "listen 127.0.10.1:18443 default_server ssl;" in run.out

@@ -62,7 +62,6 @@ class DataPlaneConfig:
     address_pool: str = DEFAULT_ADDRESS_POOL  # loopback network new Gateways get addresses from
     port_offset: int = 0  # added to every listener port (tests on high ports)
     worker_processes: int | str = 1
-    njs_module: str = "/usr/lib/nginx/modules/ngx_http_js_module.so"
     worker_shutdown_timeout: str = "10s"
 
 
