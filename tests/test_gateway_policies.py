@@ -145,6 +145,7 @@ def test_every_kind_translates_to_its_directives() -> None:
         "keepalive_timeout 30s;",  # the smaller of idleTimeout 75s and keepAlive.timeout 30s
         f"limit_req zone={zone.name} burst=2 nodelay;", "limit_req_status 429;")
     assert conf.peer_copies == 3
+    assert conf.uri_lines == ("client_max_body_size 1m;",)
     assert pc.http_directives(conf.zones) == [f"limit_req_zone $http_x_user_id zone={zone.name}:10m rate=5r/m;"]
 
 

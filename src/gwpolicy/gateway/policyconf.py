@@ -160,6 +160,10 @@ class LocationConf:
     lines: tuple[str, ...] = ()
     zones: tuple[RateZone, ...] = ()
     peer_copies: int = 1  # how often the upstream must list each endpoint (RetryPolicy attempts)
+    # lines that only work in the location NGINX selects by URI: NGINX checks a request's
+    # Content-Length against client_max_body_size in its find-config phase, which a jump to a
+    # named location (error_page, r.internalRedirect('@x')) skips; they are in `lines` too
+    uri_lines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -561,7 +565,8 @@ def location_directives(effective: Mapping[Any, Any] | None, *, scope: str = "")
             parts.append("nodelay")
         lines.append(f"limit_req {' '.join(parts)};")
         lines.append("limit_req_status 429;")
-    return LocationConf(tuple(lines), tuple(zones), copies)
+    uri = tuple(l for l in lines if l.startswith("client_max_body_size "))
+    return LocationConf(tuple(lines), tuple(zones), copies, uri)
 
 
 def rate_zone(spec: Mapping[str, Any], scope: str = "") -> RateZone:
