@@ -331,3 +331,21 @@ def test_route_field_mappings_are_declared_in_the_policykinds() -> None:
                 for m in d["spec"].get("fieldMappings", [])}
     assert mappings == {(k, s): "spec.rules[]." + ".".join(f) for k, s, f, _ in pc.ROUTE_FIELDS}
     assert pc.unsupported_fields("TimeoutPolicy", {"readTimeout": 1, "_requestTimeout": "1s"}) == []
+
+
+def test_describe_httproute_says_what_nginx_enforces(tmp_path: Path) -> None:
+    from helpers import run_cli
+
+    seed = _seed("seed-timeout-three-levels")
+    objs = policy_manifests() + _with_gwpolicy_api(seed["manifests"])
+    route = next(m for m in objs if m["kind"] == "TimeoutPolicy" and m["metadata"]["name"] == "route")
+    route["spec"]["default"]["idleTimeout"] = "30s"
+    f = tmp_path / "m.yaml"
+    f.write_text(yaml.safe_dump_all(objs))
+    run = run_cli("describe", "httproute/example", "-n", "default", "-f", str(f), "--now", "2026-01-01T00:00:00Z")
+    assert run.code == 0, run.err
+    rows = {line.split()[0]: line for line in run.out.splitlines() if line.strip().startswith(
+        ("connectionTimeout", "readTimeout", "idleTimeout", "FIELD"))}
+    assert rows["FIELD"].rstrip().endswith("NGINX")
+    assert rows["connectionTimeout"].rstrip().endswith("approximated")
+    assert rows["idleTimeout"].rstrip().endswith("enforced")

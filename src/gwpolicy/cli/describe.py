@@ -138,8 +138,25 @@ def _effective_block(ctx: Ctx, a: Analysis, target: Ref, items: list[EffectivePo
             beat = [f"{show(c.value)} ({_who(c)}" + (", Conflicted)" if c.verdict == "conflicted" else ")")
                     for c in cands if c.field == fname and c.verdict in ("beaten", "conflicted")]
             rows.append([fname, show(value), src, stanza or "-", level, "; ".join(beat) or "-"])
-        out += indent(table(["FIELD", "VALUE", "SOURCE", "STANZA", "LEVEL", "BEAT"], rows))
+        headers = ["FIELD", "VALUE", "SOURCE", "STANZA", "LEVEL", "BEAT"]
+        nginx = _gateway_enforcement(ep)
+        if nginx is not None:  # a kind the gateway's NGINX data plane knows: say what it does
+            headers.append("NGINX")
+            for row in rows:
+                row.append(nginx(row[0]))
+        out += indent(table(headers, rows))
     return out
+
+
+def _gateway_enforcement(ep: EffectivePolicy):
+    """For the gateway's kinds (gwpolicy.io, BackendTLSPolicy): field -> whether NGINX enforces it."""
+    from gwpolicy.gateway import policyconf
+
+    if ep.kind.group != policyconf.GROUP and ep.kind.kind != policyconf.BACKEND_TLS:
+        return None
+    if ep.kind.group == policyconf.GROUP and ep.kind.kind not in policyconf.KINDS:
+        return None
+    return lambda fname: policyconf.enforcement(ep.kind.kind, fname)
 
 
 def _who(c) -> str:
