@@ -245,3 +245,27 @@ def test_the_rule_nginx_picks_is_the_one_the_spec_ranks_first(rules_: list[Match
     want = _spec_choice(rules_, path, method, headers)
     got = _nginx_choice(vh, path, method, headers)
     assert (got.action.id if got else None) == (want.action.id if want else None)
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="NGINX is not installed (./dev test installs it)")
+def test_values_from_manifests_cannot_break_or_smuggle_into_the_configuration(tmp_path: Path) -> None:
+    objects = load(GOLDEN / "gateway-basic" / "input.yaml")
+    hostile = "X-A; return 200 pwned; #"
+    objects.append({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                    "metadata": {"name": "hostile", "namespace": "infra"},
+                    "spec": {"parentRefs": [{"name": "gw", "sectionName": "http"}],
+                             "hostnames": ["ok.example.com", "bad;host { }"],
+                             "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/a;b {"}}],
+                                        "backendRefs": [{"name": "v1", "port": 8080}]},
+                                       {"matches": [{"path": {"type": "PathPrefix", "value": "/h"}, "headers": [{"name": hostile, "value": "1"}]}],
+                                        "backendRefs": [{"name": "v1", "port": 8080}]},
+                                       {"matches": [{"path": {"type": "PathPrefix", "value": "/s"}}],
+                                        "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+                                            "set": [{"name": hostile, "value": "x"}, {"name": "X-Ok", "value": "$secret"}]}}],
+                                        "backendRefs": [{"name": "v1", "port": 8080}]}]}})
+    files = rendered(objects)
+    text = "\n".join(l for l in b"".join(files.values()).decode().splitlines() if not l.strip().startswith("#"))
+    assert "pwned" not in text and "bad;host" not in text and "$secret" not in text
+    assert 'location "/_v' in text  # the path with ';' and '{' is quoted, not parsed
+    out = nginx_t(tmp_path, files)
+    assert out.returncode == 0, out.stderr

@@ -20,6 +20,7 @@ import base64
 import binascii
 import hashlib
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -224,13 +225,17 @@ def intersect_hostname(listener: str, route: str) -> str | None:
     return None
 
 
+HOSTNAME = re.compile(r"(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
 def route_hostnames(listener: str, hostnames: list[str]) -> list[str]:
-    """Route hostnames intersected with a listener's: what the route serves there."""
+    """Route hostnames intersected with a listener's: what the route serves there (a hostname that
+    is not one, e.g. from a server that did not validate it, serves nothing)."""
     if not hostnames:
         return [""]
     out: list[str] = []
     for h in hostnames:
-        if not isinstance(h, str):
+        if not isinstance(h, str) or not HOSTNAME.fullmatch(h.lower()):
             continue
         got = intersect_hostname(listener, h.lower())
         if got is not None and got not in out:
@@ -362,6 +367,9 @@ class _Builder:
             if protocol not in ("HTTP", "HTTPS"):
                 self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_PROTOCOL,
                                                          f"protocol {protocol!r} is not served by this data plane (HTTP and HTTPS are)")
+                continue
+            if hostname and not HOSTNAME.fullmatch(hostname):
+                self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_VALUE, f"hostname {hostname!r} is not a hostname")
                 continue
             if not isinstance(port, int) or not 1 <= port <= 65535:
                 self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_VALUE, f"port {port!r} is not a port number")

@@ -12,6 +12,7 @@ variables that need a `map`.
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,16 @@ def quote(value: str) -> str:
     if "$" in value or "\n" in value or "\r" in value:
         raise RenderError(f"value {value!r} contains '$' or a line break, which NGINX cannot carry")
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9!#%&'*+.^_`|~-]+")
+
+
+def header_name(name: str) -> str:
+    """A header name as RFC 9110 defines a token (anything else could smuggle NGINX syntax in)."""
+    if not _TOKEN.fullmatch(name):
+        raise RenderError(f"header name {name!r} is not a valid HTTP header name")
+    return name
 
 
 def _var(name: str) -> str:
@@ -184,13 +195,19 @@ def _location_uri(v: VirtualHost, loc: Location) -> str:
 
 def _location(s: Server, v: VirtualHost, loc: Location, st: _State, named_done: set[str]) -> str:
     prefix = f"/_v{v.id}"
-    head = f"    location {'= ' if loc.exact else ''}{_location_uri(v, loc)} {{"
+    uri = _location_uri(v, loc)
+    if not re.fullmatch(r"[A-Za-z0-9/._~%-]+", uri):
+        uri = '"' + uri.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    head = f"    location {'= ' if loc.exact else ''}{uri} {{"
     first = loc.candidates[0]
     if first.unconditional:
         body = [f"# {_who(first.action)}"] + _action(s, first.action, prefix, st, named_done)
         return "\n".join([head] + [f"        {l}" for l in body] + ["    }"])
     targets = [(c, _named_action(s, c.action, prefix, st, named_done)) for c in loc.candidates]
-    var = _match_map([(c.method, c.headers, c.query, t) for c, t in targets], st)
+    try:
+        var = _match_map([(c.method, c.headers, c.query, t) for c, t in targets], st)
+    except RenderError as e:
+        return "\n".join([head, f"        # {_who(first.action)}: {e}", "        return 500;", "    }"])
     return "\n".join([head, f"        # {len(targets)} rules, in precedence order: {var} names the first that matches",
                       f"        error_page 418 = {var};", "        return 418;", "    }"])
 
@@ -322,6 +339,11 @@ def _match_map(cands: list[tuple[str | None, tuple[tuple[str, str, str], ...], t
     for kind, idx in (("header", 1), ("query", 2)):
         names = sorted({c[1] if kind == "header" else c[1].lower() for cand in cands for c in cand[idx]})
         fields += [(kind, n) for n in names]
+    for k, n in fields:
+        if k == "header":
+            header_name(n)
+        elif k == "query" and not re.fullmatch(r"[A-Za-z0-9_-]+", n):
+            raise RenderError(f"query parameter name {n!r} cannot be matched by NGINX ($arg_ takes letters, digits, - and _)")
     source = "".join({"method": "$request_method", "header": f"$http_{_var(n)}", "query": f"$arg_{_var(n)}"}[k] + "\n"
                      for k, n in fields)
     entries = []
@@ -373,27 +395,28 @@ def _header_lines(fs: tuple[dict[str, Any], ...], rewrite: list[dict[str, Any]],
         for m in req:
             for h in m.get("set") or []:
                 if isinstance(h, dict) and isinstance(h.get("name"), str):
-                    headers[h["name"].lower()] = (h["name"], quote(str(h.get("value", ""))))
+                    headers[h["name"].lower()] = (header_name(h["name"]), quote(str(h.get("value", ""))))
             for h in m.get("add") or []:
                 if isinstance(h, dict) and isinstance(h.get("name"), str):
-                    v = _var(h["name"])
+                    v = _var(header_name(h["name"]))
                     mv = f"$gw_add_{v}"
                     st.maps[mv] = f"map $http_{v} {mv} {{\n    default \"\";\n    \"~.\" \"$http_{v},\";\n}}\n"
                     headers[h["name"].lower()] = (h["name"], '"${' + mv[1:] + '}' + quote(str(h.get("value", "")))[1:])
             for name in m.get("remove") or []:
                 if isinstance(name, str):
-                    headers[name.lower()] = (name, '""')
+                    headers[name.lower()] = (header_name(name), '""')
         out += [f"proxy_set_header {n} {v};" for n, v in headers.values()]
     for m in _filters(fs, "ResponseHeaderModifier", "responseHeaderModifier"):
         for h in m.get("set") or []:
             if isinstance(h, dict) and isinstance(h.get("name"), str):
-                out += [f"proxy_hide_header {h['name']};", f"add_header {h['name']} {quote(str(h.get('value', '')))} always;"]
+                n = header_name(h["name"])
+                out += [f"proxy_hide_header {n};", f"add_header {n} {quote(str(h.get('value', '')))} always;"]
         for h in m.get("add") or []:
             if isinstance(h, dict) and isinstance(h.get("name"), str):
-                out.append(f"add_header {h['name']} {quote(str(h.get('value', '')))} always;")
+                out.append(f"add_header {header_name(h['name'])} {quote(str(h.get('value', '')))} always;")
         for name in m.get("remove") or []:
             if isinstance(name, str):
-                out.append(f"proxy_hide_header {name};")
+                out.append(f"proxy_hide_header {header_name(name)};")
     return out
 
 
