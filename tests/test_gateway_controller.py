@@ -188,3 +188,19 @@ def test_nginx_does_not_outlive_the_gateway(env, tmp_path, sig):
     finally:
         other.stop()
         sb.kubectl("delete", "gateway", "second", "-n", NS, "--ignore-not-found")
+
+
+def test_the_quickstart_runs_and_curls_through_nginx():
+    """examples/quickstart/run.sh, as the README shows it: both backends answer by path, 404 elsewhere."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "examples" / "quickstart" / "run.sh"
+    out = subprocess.run([str(script)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, ADDRESS_POOL="127.0.24.0/24"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Gateway demo is served on 127.0.24." in out.stdout
+    answers = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert [(a["path"], a["pod"]) for a in answers] == [("/", "shop-v1-7d4b9c-x1"), ("/v2/cart", "shop-v2-5f6a8e-y2")]
+    assert out.stdout.rstrip().endswith("404")
