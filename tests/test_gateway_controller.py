@@ -4,8 +4,13 @@ kubectl, traffic on loopback (127.0.20.0/24 for Gateways, 127.0.22.0/24 for back
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import socket
+import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,7 +19,7 @@ from gateway_proc import GatewayProcess, alive, request, wait_until
 from gwpolicy.gateway.controller import with_defaults
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.status import GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION
-from sandbox_proc import GW_CRDS, SandboxProcess
+from sandbox_proc import BIN, GW_CRDS, SandboxProcess
 
 NS = "gwtest"
 BACKEND_IP = "127.0.22.1"
@@ -192,10 +197,6 @@ def test_nginx_does_not_outlive_the_gateway(env, tmp_path, sig):
 
 def test_the_quickstart_runs_and_curls_through_nginx():
     """examples/quickstart/run.sh, as the README shows it: both backends answer by path, 404 elsewhere."""
-    import os
-    import subprocess
-    from pathlib import Path
-
     script = Path(__file__).resolve().parent.parent / "examples" / "quickstart" / "run.sh"
     out = subprocess.run([str(script)], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, ADDRESS_POOL="127.0.24.0/24"))
@@ -204,3 +205,41 @@ def test_the_quickstart_runs_and_curls_through_nginx():
     answers = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert [(a["path"], a["pod"]) for a in answers] == [("/", "shop-v1-7d4b9c-x1"), ("/v2/cart", "shop-v2-5f6a8e-y2")]
     assert out.stdout.rstrip().endswith("404")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root (to drop to an unprivileged user with setpriv)")
+def test_without_privileges_port_80_is_not_programmed_and_the_status_says_why(env):
+    """docs/gateway.md "Ports below 1024": NGINX cannot bind them, the Gateway says so."""
+    sb, _, _ = env
+    work = Path(tempfile.mkdtemp(prefix="gwpolicy-nonroot-"))
+    try:
+        os.chmod(work, 0o777)
+        kubeconfig = work / "kubeconfig"
+        shutil.copy(sb.kubeconfig, kubeconfig)
+        os.chmod(kubeconfig, 0o644)
+        cls = dict(GATEWAY_CLASS, metadata={"name": "unprivileged"}, spec={"controllerName": "example.com/unprivileged"})
+        gwobj = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "low", "namespace": NS},
+                 "spec": {"gatewayClassName": "unprivileged", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}
+        _apply(sb, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, cls, gwobj)
+        proc = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(BIN / "gwpolicy"), "gateway",
+                                 "--kubeconfig", str(kubeconfig), "--no-leader-election", "--listen", "127.0.0.1:0",
+                                 "--state-dir", str(work / "state"), "--address-pool", "127.0.25.0/24",
+                                 "--controller-name", "example.com/unprivileged"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            def failed():
+                o = _get(sb, "gateway", "low")
+                c = _cond((o.get("status") or {}).get("conditions"), "Programmed")
+                return c if c.get("status") == "False" and c.get("reason") == "Invalid" else None
+
+            cond = wait_until(failed, 30, what="Programmed=False/Invalid")
+            assert "Permission denied" in cond["message"] and ":80" in cond["message"]
+            listener = _get(sb, "gateway", "low")["status"]["listeners"][0]
+            assert _cond(listener["conditions"], "Programmed")["status"] == "False"
+        finally:
+            proc.terminate()
+            proc.wait(15)
+    finally:
+        sb.kubectl("delete", "gateway", "low", "-n", NS, "--ignore-not-found")
+        shutil.rmtree(work, ignore_errors=True)
