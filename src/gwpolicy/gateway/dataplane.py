@@ -17,6 +17,7 @@ longer prefix whose conditions fail to a shorter one, are in each location's can
 from __future__ import annotations
 
 import base64
+import functools
 import binascii
 import hashlib
 import ipaddress
@@ -323,6 +324,7 @@ class _Builder:
         self.warnings: list[str] = []
         self._slices: dict[tuple[str, str], list[Any]] | None = None
         self._effective = analysis._effective_by_target()
+        self._at: dict[int, dict[str, dict[str, Any]]] = {}  # path node -> effective_at (nodes live in the analysis)
 
     # -- gateways and listeners ---------------------------------------------------------------
 
@@ -434,13 +436,16 @@ class _Builder:
                 if server is None:
                     continue
                 fact.listeners.add(lref)
+                matches = None
                 for host in route_hostnames(server.hostname, _list(spec.get("hostnames"))):
                     key = (server.id, host)
                     if key not in vhosts:
                         vh = VirtualHost(f"{len(vhosts)}", host)
                         vhosts[key] = vh
                         server.vhosts.append(vh)
-                    rules_of.setdefault(key, []).extend(self._match_rules(route, node, server, fact))
+                    if matches is None:
+                        matches = self._match_rules(route, node, server, fact)
+                    rules_of.setdefault(key, []).extend(matches)
         # actions are shared by every vhost of a listener: build once per (listener, route); the
         # loop above rebuilt them per hostname, so de-duplicate by id
         for key, rules in rules_of.items():
@@ -550,6 +555,13 @@ class _Builder:
 
     def effective_at(self, target: Ref, node: PathNode) -> dict[str, dict[str, Any]]:
         """Kind -> effective spec of exactly this path (what POL's policyconf translates)."""
+        got = self._at.get(id(node))
+        if got is not None:
+            return got
+        got = self._at[id(node)] = self._effective_at(target, node)
+        return got
+
+    def _effective_at(self, target: Ref, node: PathNode) -> dict[str, dict[str, Any]]:
         eps = self._effective.get(target, {}).get(node, ())
         return {(ep.kind.kind if ep.kind.group == POLICY_GROUP else f"{ep.kind.group}/{ep.kind.kind}"): ep.result.spec
                 for ep in eps if ep.result.leaves}
@@ -571,8 +583,11 @@ class _Builder:
                   tls: Any = None) -> str:
         base = f"{_slug(svc.namespace)}_{_slug(svc.name)}_{port}"
         usable = _programmable(eff)
-        copies = policyconf.retry_peer_copies(usable)
-        conf = policyconf.upstream_directives(base, usable, peer_copies=copies)
+        if usable:
+            copies = memo("copies", usable, lambda: policyconf.retry_peer_copies(usable))
+            conf = memo("upstream", usable, lambda: policyconf.upstream_directives(base, usable, peer_copies=copies), base)
+        else:  # no policy of a kind this data plane enforces: nothing to ask policyconf
+            copies, conf = 1, policyconf.UpstreamConf()
         variant = (conf.lines, conf.server_params, copies)
         name = base if variant == ((), "", 1) else f"{base}_{hashlib.sha1(repr(variant).encode()).hexdigest()[:8]}"
         if tls is not None:
@@ -618,7 +633,33 @@ class _Builder:
         return tuple(sorted(out, key=lambda e: (e.address, e.port)))
 
 
+_MEMO: dict[Any, Any] = {}  # signature of an effective-policy dict -> what policyconf made of it
+
+
+def signature(eff: dict[str, dict[str, Any]]) -> tuple[tuple[str, int], ...]:
+    """Identity of an effective-policy dict: the engine shares one Result (and its spec) among every
+    path with the same ladder, so thousands of backends have a handful of distinct signatures and
+    policyconf translates each once (the memo holds the specs, so ids stay unique while cached)."""
+    return tuple(sorted((k, id(v)) for k, v in eff.items()))
+
+
+def memo(kind: str, eff: dict[str, dict[str, Any]], compute: Any, *extra: Any) -> Any:
+    key = (kind, signature(eff), extra)
+    hit = _MEMO.get(key)
+    if hit is None or hit[0] is not eff and any(hit[0].get(k) is not v for k, v in eff.items()):
+        if len(_MEMO) > 100_000:
+            _MEMO.clear()
+        hit = _MEMO[key] = (eff, compute())
+    return hit[1]
+
+
 def _programmable(eff: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    if not any(k in policyconf.KINDS for k in eff):
+        return {}
+    return memo("programmable", eff, lambda: _programmable_now(eff))
+
+
+def _programmable_now(eff: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The kinds whose effective spec this data plane can honour in full (a safety net: the engine,
     given policyconf.kind_checks(), already leaves policies with such fields out of every path)."""
     return {k: v for k, v in eff.items() if k in policyconf.KINDS and not policyconf.unsupported_fields(k, v)}
@@ -658,6 +699,7 @@ def _tls_pem(secret: Any) -> bytes | None:
     return crt.rstrip(b"\n") + b"\n" + key.rstrip(b"\n") + b"\n"
 
 
+@functools.lru_cache(maxsize=65536)
 def _slug(text: str | None) -> str:
     return "".join(c if c.isalnum() else "_" for c in (text or ""))
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import (Action, Backend, DataPlane, Location, MatchRule, Server, VirtualHost,
-                                        _programmable)
+                                        _programmable, memo)
 
 EMPTY = '""'
 NO_VHOST = "x"  # the map value when no route serves the Host: `/_vx/...` reaches only the 404 location
@@ -251,8 +251,9 @@ def _filters(fs: tuple[dict[str, Any], ...], kind: str, key: str) -> list[dict[s
 
 def _policy_lines(eff: dict[str, dict[str, Any]], st: _State) -> tuple[list[str], int]:
     usable = _programmable(eff)
-    scope = ""
-    conf = policyconf.location_directives(usable, scope=scope)
+    if not usable:
+        return [], 1
+    conf = memo("location", usable, lambda: policyconf.location_directives(usable, scope=""))
     st.zones.update(conf.zones)
     return list(conf.lines), conf.peer_copies
 
