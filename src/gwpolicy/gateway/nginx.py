@@ -44,7 +44,9 @@ class ReloadResult:
     ok: bool
     error: str = ""
     changed: bool = True  # False: the files were the ones already serving, nothing was reloaded
-    seconds: float = 0.0
+    seconds: float = 0.0  # the whole apply
+    test_seconds: float = 0.0  # of which `nginx -t`
+    reload_seconds: float = 0.0  # of which SIGHUP (or start) until the new generation answered
 
 
 def nginx_version(binary: str = "nginx") -> tuple[int, int, int]:
@@ -142,7 +144,9 @@ class Nginx:
             if gdir.exists():
                 shutil.rmtree(gdir)
             self._write(gdir, files, gen)
+            t_test = time.perf_counter()
             problem = self._test(gdir)
+            test_s = time.perf_counter() - t_test
             if problem:
                 shutil.rmtree(gdir, ignore_errors=True)
                 return ReloadResult(self._generation, False, f"nginx -t rejected the configuration: {problem}",
@@ -150,6 +154,7 @@ class Nginx:
             previous = self._current_target()
             self._point_current(gdir.name)
             offset = self.error_log.stat().st_size if self.error_log.exists() else 0
+            t_reload = time.perf_counter()
             if self.pid is None:
                 error = self._start(gen, offset)
             else:
@@ -163,7 +168,8 @@ class Nginx:
             self._generation = gen
             self._serving = dict(files)
             self._prune()
-            return ReloadResult(gen, True, seconds=time.perf_counter() - t0)
+            now = time.perf_counter()
+            return ReloadResult(gen, True, seconds=now - t0, test_seconds=test_s, reload_seconds=now - t_reload)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Quit NGINX gracefully (SIGQUIT), then SIGTERM, then SIGKILL; idempotent."""
