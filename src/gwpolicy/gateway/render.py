@@ -67,6 +67,7 @@ class _State:
     splits: dict[str, str] = field(default_factory=dict)
     zones: set[policyconf.RateZone] = field(default_factory=set)
     named: dict[str, list[str]] = field(default_factory=dict)  # per server: named location blocks
+    uri_lines: list[tuple[str, ...]] = field(default_factory=list)  # of the location being rendered
     system_ca: bool = False  # some backend verifies against the system store: its bundle goes to http
 
 
@@ -200,16 +201,55 @@ def _location(s: Server, v: VirtualHost, loc: Location, st: _State, named_done: 
         uri = '"' + uri.replace("\\", "\\\\").replace('"', '\\"') + '"'
     head = f"    location {'= ' if loc.exact else ''}{uri} {{"
     first = loc.candidates[0]
+    st.uri_lines = []
     if first.unconditional:
-        body = [f"# {_who(first.action)}"] + _action(s, first.action, prefix, st, named_done)
+        body = _action(s, first.action, prefix, st, named_done)
+        body = [f"# {_who(first.action)}"] + _uri_lines(st.uri_lines) + body
         return "\n".join([head] + [f"        {l}" for l in body] + ["    }"])
     targets = [(c, _named_action(s, c.action, prefix, st, named_done)) for c in loc.candidates]
     try:
         var = _match_map([(c.method, c.headers, c.query, t) for c, t in targets], st)
     except RenderError as e:
         return "\n".join([head, f"        # {_who(first.action)}: {e}", "        return 500;", "    }"])
-    return "\n".join([head, f"        # {len(targets)} rules, in precedence order: {var} names the first that matches",
-                      f"        error_page 418 = {var};", "        return 418;", "    }"])
+    uri_lines = [f"        {l}" for l in _uri_lines(st.uri_lines)]
+    return "\n".join([head, f"        # {len(targets)} rules, in precedence order: {var} names the first that matches"]
+                     + uri_lines + [f"        error_page 418 = {var};", "        return 418;", "    }"])
+
+
+_SIZE_UNITS = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+
+
+def _size(line: str) -> float:
+    value = line.split()[1].rstrip(";").lower()
+    number, unit = (value[:-1], value[-1]) if value[-1:] in "kmg" else (value, "")
+    n = float(number) * _SIZE_UNITS[unit]
+    return float("inf") if n == 0 else n  # 0 = no limit
+
+
+def _uri_lines(collected: list[tuple[str, ...]]) -> list[str]:
+    """Lines NGINX honours only in the location it selects by URI (policyconf.LocationConf.uri_lines:
+    client_max_body_size is checked before a jump to a named location). When the rules this
+    location serves disagree, NGINX cannot know the rule yet: the most permissive value applies,
+    and the location says so (the rules' own locations still carry theirs)."""
+    by_name: dict[str, set[str]] = {}
+    for lines in collected:
+        for l in lines:
+            by_name.setdefault(l.split()[0], set()).add(l)
+    if not by_name and not any(collected):
+        return []
+    out: list[str] = []
+    for name, lines in sorted(by_name.items()):
+        unset = any(not any(l.split()[0] == name for l in c) for c in collected)
+        if len(lines) == 1 and not unset:
+            out.extend(lines)
+            continue
+        if name == "client_max_body_size":
+            chosen = max(lines, key=_size)
+            if unset and _size(chosen) < 1024 ** 2:
+                chosen = "client_max_body_size 1m;"  # NGINX's default, which the other rules have
+            out += [f"# the rules of this location differ in {name}; NGINX checks it before it knows the rule,",
+                    "# so the most permissive value applies here", chosen]
+    return out
 
 
 def _who(a: Action) -> str:
@@ -252,8 +292,10 @@ def _filters(fs: tuple[dict[str, Any], ...], kind: str, key: str) -> list[dict[s
 def _policy_lines(eff: dict[str, dict[str, Any]], st: _State) -> tuple[list[str], int]:
     usable = _programmable(eff)
     if not usable:
+        st.uri_lines.append(())
         return [], 1
     conf = memo("location", usable, lambda: policyconf.location_directives(usable, scope=""))
+    st.uri_lines.append(conf.uri_lines)
     st.zones.update(conf.zones)
     return list(conf.lines), conf.peer_copies
 
