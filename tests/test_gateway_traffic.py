@@ -237,3 +237,44 @@ def test_cross_namespace_certificate_needs_a_reference_grant(world, tmp_path):
     assert (bad.programmed, bad.reason) == (False, "RefNotPermitted")
     assert "secrets/certs_other.pem" not in dp_files
     world["served"].files(world["objects"])  # leave the module's data plane as it was
+
+
+# ---------------------------------------------------------------------------------------------
+# the echo backend itself (what the conformance suite reads from echo-basic)
+
+
+def test_echo_answers_like_echo_basic(tmp_path):
+    import json as _json
+    import subprocess
+    import sys
+    import time
+
+    from gwpolicy.gateway.echo import EchoServer
+
+    with EchoServer("infra-backend-v1-abc-xyz", "infra", address=BACKENDS) as e:
+        a = request(BACKENDS, e.port, "/p?q=1", "h.test:81", headers={"X-Echo-Set-Header": "X-One:1,x-two:2,X-One:3", "X-Multi": "a"})
+        assert a.headers["content-type"] == "application/json"
+        body = a.echo
+        assert {k: body[k] for k in ("path", "host", "method", "proto", "namespace", "pod", "ingress", "service")} == {
+            "path": "/p?q=1", "host": "h.test:81", "method": "GET", "proto": "HTTP/1.1", "namespace": "infra",
+            "pod": "infra-backend-v1-abc-xyz", "ingress": "", "service": ""}
+        assert body["headers"]["X-Multi"] == ["a"] and body["httpPort"] == str(e.port)
+        assert a.headers["x-one"] == "1,3" and a.headers["x-two"] == "2"
+        t0 = time.monotonic()
+        assert request(BACKENDS, e.port, "/?delay=300ms").status == 200 and time.monotonic() - t0 >= 0.3
+    cert, key = self_signed(tmp_path, "echo", ["backend.test"])
+    with EchoServer("tls-backend-a-b", "infra", address=BACKENDS, cert=str(cert), key=str(key)) as e:
+        tls = request(BACKENDS, e.port, "/", "backend.test", tls=True, sni="backend.test").echo["tls"]
+        assert tls["serverName"] == "backend.test" and tls["version"].startswith("TLS")
+    port = free_port(BACKENDS)
+    proc = subprocess.Popen([sys.executable, "-m", "gwpolicy.cli.main", "echo", "--port", str(port), "--address", BACKENDS,
+                             "--pod", "web-backend-a-b", "--namespace", "web"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert "web/web-backend-a-b" in proc.stdout.readline()
+        assert _json.loads(request(BACKENDS, port, "/").body)["namespace"] == "web"
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
+    bad = subprocess.run([sys.executable, "-m", "gwpolicy.cli.main", "echo", "--port", str(port), "--pod", "p", "--namespace", "n",
+                          "--cert", str(cert)], capture_output=True, text=True)
+    assert bad.returncode != 0 and "--cert and --key go together" in bad.stderr and "Traceback" not in bad.stderr
