@@ -230,9 +230,11 @@ def _int(value: Any, where: str, lo: int, hi: int | None = None) -> int:
 
 
 def _get(spec: Mapping[str, Any], dotted: str) -> Any:
+    if "." not in dotted:  # the common case, fast (the renderer asks thousands of times)
+        return spec.get(dotted) if isinstance(spec, dict) else None
     cur: Any = spec
     for seg in dotted.split("."):
-        if not isinstance(cur, Mapping):
+        if not isinstance(cur, dict):
             return None
         cur = cur.get(seg)
     return cur
@@ -246,7 +248,7 @@ def _set(spec: Mapping[str, Any], dotted: str) -> bool:
 def _leaves(spec: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
     for k, v in spec.items():
         name = f"{prefix}{k}"
-        if isinstance(v, Mapping) and v:
+        if isinstance(v, dict) and v:
             yield from _leaves(v, name + ".")
         else:
             yield name
