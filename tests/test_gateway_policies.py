@@ -349,3 +349,10 @@ def test_describe_httproute_says_what_nginx_enforces(tmp_path: Path) -> None:
     assert rows["FIELD"].rstrip().endswith("NGINX")
     assert rows["connectionTimeout"].rstrip().endswith("approximated")
     assert rows["idleTimeout"].rstrip().endswith("enforced")
+
+
+def test_an_accepted_policy_with_approximated_fields_has_a_message_saying_how() -> None:
+    msg = pc.approximation_message("TimeoutPolicy", {"targetRef": {}, "default": {"readTimeout": 5, "idleTimeout": 3}})
+    assert msg.startswith("spec.default.readTimeout is approximated by the nginx-1.22 data plane: longest wait")
+    assert "idleTimeout" not in msg
+    assert pc.approximation_message("UpstreamSettingsPolicy", {"keepAlive": {"connections": 2}}) is None

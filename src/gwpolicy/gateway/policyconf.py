@@ -316,6 +316,19 @@ def invalid_message(kind: str, policy_spec: Mapping[str, Any] | None) -> str | N
     return "; ".join(f"{f}: {why}" for f, why in bad) + ". Nothing of this policy is programmed."
 
 
+def approximation_message(kind: str, policy_spec: Mapping[str, Any] | None) -> str | None:
+    """For an accepted policy's message: the fields it sets that NGINX honours only approximately,
+    and how (the CRD descriptions say the same)."""
+    if kind not in FIELDS or not isinstance(policy_spec, Mapping):
+        return None
+    stanzas = [s for s in STANZA_NAMES if isinstance(policy_spec.get(s), Mapping)]
+    blocks = [(f"spec.{s}.", policy_spec[s]) for s in stanzas] or [
+        ("spec.", {k: v for k, v in policy_spec.items() if k not in TARGET_FIELDS})]
+    notes = [f"{prefix}{f} is approximated by {DATA_PLANE}: {how}" for prefix, block in blocks
+             for f, how in approximations(kind, block)]
+    return "; ".join(notes) + "." if notes else None
+
+
 def kind_checks() -> dict[tuple[str, str], Any]:
     """For `analyse(..., kind_checks=...)`: a policy of our kinds with a field this data plane cannot
     honour becomes Invalid in the engine, so it contributes to no path (it "changes nothing") and
@@ -634,13 +647,6 @@ def retry_peer_copies(effective: Mapping[Any, Any] | None) -> int:
 def http_directives(zones: Iterable[RateZone]) -> list[str]:
     """The http-context lines: each distinct rate-limit zone once, sorted (deterministic)."""
     return [z.directive for z in sorted(set(zones), key=lambda z: z.name)]
-
-
-def server_directives(effective: Mapping[Any, Any] | None) -> list[str]:
-    """Server-context lines.  Every field of the kinds above is honoured per location (so per path),
-    so this is empty today; it exists so a server-only field can be added without a new interface."""
-    _specs(effective)
-    return []
 
 
 @dataclass
