@@ -278,3 +278,34 @@ def test_echo_answers_like_echo_basic(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "gwpolicy.cli.main", "echo", "--port", str(port), "--pod", "p", "--namespace", "n",
                           "--cert", str(cert)], capture_output=True, text=True)
     assert bad.returncode != 0 and "--cert and --key go together" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_cors_preflight_answered_by_the_gateway_and_simple_requests_get_the_headers(world):
+    cors = {"type": "CORS", "cors": {"allowOrigins": ["https://www.foo.com", "https://*.bar.com"], "allowMethods": ["GET", "OPTIONS"],
+                                     "allowHeaders": ["x-header-1", "x-header-2"], "exposeHeaders": ["x-header-3"],
+                                     "allowCredentials": True, "maxAge": 3600}}
+    wild = {"type": "CORS", "cors": {"allowOrigins": ["*"], "allowMethods": ["*"], "allowHeaders": ["*"]}}
+    objects = world["objects"] + [route("cors", "infra", [rule(path("/cors-1"), filters=[cors]), rule(path("/cors-2"), filters=[wild])],
+                                        hostnames=["cors.test"])]
+    world["served"].apply(objects)
+    try:
+        pre = {"Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "x-header-1"}
+        a = get(world, "/cors-1", "cors.test", method="OPTIONS", headers={"Origin": "https://xpto.www.bar.com", **pre})
+        assert a.status == 204 and a.echo == {}  # answered by the gateway, not the backend
+        assert a.headers["access-control-allow-origin"] == "https://xpto.www.bar.com"
+        assert a.headers["access-control-allow-methods"] == "GET, OPTIONS"
+        assert a.headers["access-control-allow-headers"] == "x-header-1, x-header-2"
+        assert (a.headers["access-control-max-age"], a.headers["access-control-allow-credentials"]) == ("3600", "true")
+        a = get(world, "/cors-1", "cors.test", method="OPTIONS", headers={"Origin": "https://foobar.com", **pre})
+        assert a.status == 204 and not any(h.startswith("access-control-") for h in a.headers)
+        a = get(world, "/cors-1", "cors.test", headers={"Origin": "https://www.foo.com"})
+        assert a.pod.startswith("v1-") and a.headers["access-control-allow-origin"] == "https://www.foo.com"
+        assert a.headers["access-control-expose-headers"] == "x-header-3"
+        assert "access-control-allow-origin" not in get(world, "/cors-1", "cors.test", headers={"Origin": "https://foobar.com"}).headers
+        a = get(world, "/cors-2", "cors.test", method="OPTIONS",
+                headers={"Origin": "https://foobar.com:12345", "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "x-a"})
+        assert (a.headers["access-control-allow-origin"], a.headers["access-control-allow-methods"]) == ("https://foobar.com:12345", "POST")
+        assert a.headers["access-control-allow-headers"] == "x-a" and "access-control-allow-credentials" not in a.headers
+        assert get(world, "/cors-2", "cors.test", method="OPTIONS").pod.startswith("v1-")  # not a preflight: proxied
+    finally:
+        world["served"].apply(world["objects"])

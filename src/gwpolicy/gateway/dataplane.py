@@ -48,7 +48,7 @@ UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
 PROTOCOL_CONFLICT = "ProtocolConflict"
 HOSTNAME_CONFLICT = "HostnameConflict"
 
-SUPPORTED_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite")
+SUPPORTED_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite", "CORS")
 
 
 class DataPlaneError(ValueError):

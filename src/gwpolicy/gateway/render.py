@@ -305,21 +305,76 @@ def _action_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set
     rewrite = _filters(a.filters, "URLRewrite", "urlRewrite")
     if redirect:
         return _redirect(a, redirect[0], prefix)
+    cors = _filters(a.filters, "CORS", "cors")
+    preflight, cors_lines = _cors(cors[0], st) if cors else ([], [])
     live = _weighted(a.backends)
     if not live:
-        return ["# no backend to send to (none, or all of weight 0)", "return 500;"]
+        return preflight + ["# no backend to send to (none, or all of weight 0)", "return 500;"]
     per_backend = []
     for b in live:
         pl, _ = _policy_lines(b.effective if b.path else a.effective, st)
-        per_backend.append(pl + _header_lines(a.filters + b.filters, rewrite, st) + _tls_lines(b.tls, st))
+        per_backend.append(pl + _header_lines(a.filters + b.filters, rewrite, st) + cors_lines + _tls_lines(b.tls, st))
     if len(live) > 1 and any(p != per_backend[0] for p in per_backend[1:]):
         # backends whose own policy, filters or TLS differ: a named location each, picked by weight
         targets = []
         for b, pl in zip(live, per_backend):
             body = _dispatch(s, [b], pl, rewrite, a, prefix, st, named_done)
             targets.append([b.weight, _shared(s, body, f"{_who(a)} backend {b.ref.namespace}/{b.ref.name}", st, named_done)])
-        return _pick(targets, st)
-    return _dispatch(s, live, per_backend[0], rewrite, a, prefix, st, named_done)
+        return preflight + _pick(targets, st)
+    return preflight + _dispatch(s, live, per_backend[0], rewrite, a, prefix, st, named_done)
+
+
+def _cors(c: dict[str, Any], st: _State) -> tuple[list[str], list[str]]:
+    """The CORS filter: a preflight (OPTIONS with Origin and Access-Control-Request-Method) is
+    answered here with 204, never sent to the backend; other requests get the allow-origin,
+    credentials and expose headers on the backend's answer. An origin not allowed gets no CORS
+    header at all (the variables are empty, and NGINX sends no header with an empty value)."""
+    origins = [o for o in c.get("allowOrigins") or [] if isinstance(o, str)]
+    patterns = []
+    for o in origins:
+        if o == "*":
+            patterns.append("~.")
+        else:
+            patterns.append("~*" + "^" + ".*".join(_pcre_literal(part) for part in o.split("*")) + "$")
+    key = hashlib.sha1(json.dumps(c, sort_keys=True).encode()).hexdigest()[:12]
+    origin = f"$gw_cors_o_{key}"
+    st.maps[origin] = (f"map $http_origin {origin} {{\n" + "".join(f"    {_conf_string(p)} $http_origin;\n" for p in patterns)
+                       + "    default \"\";\n}\n")
+
+    def when_allowed(name: str, value: str) -> str:
+        var = f"$gw_cors_{name}_{key}"
+        st.maps[var] = f"map {origin} {var} {{\n    \"\" \"\";\n    default {value};\n}}\n"
+        return var
+
+    methods = [m for m in c.get("allowMethods") or [] if isinstance(m, str)]
+    headers = [h for h in c.get("allowHeaders") or [] if isinstance(h, str)]
+    expose = [h for h in c.get("exposeHeaders") or [] if isinstance(h, str)]
+    for h in headers + expose:
+        if h != "*":
+            header_name(h)
+    for m in methods:
+        if m != "*" and not _TOKEN.fullmatch(m):
+            raise RenderError(f"CORS allowMethods {m!r} is not a method")
+    common = [f"add_header Access-Control-Allow-Origin {origin} always;", "add_header Vary Origin always;"]
+    if c.get("allowCredentials") is True:
+        common.append(f"add_header Access-Control-Allow-Credentials {when_allowed('c', 'true')} always;")
+    if expose:
+        common.append(f"add_header Access-Control-Expose-Headers {when_allowed('e', quote(', '.join(expose)))} always;")
+    pre = list(common)
+    if methods:
+        value = "$http_access_control_request_method" if "*" in methods else quote(", ".join(methods))
+        pre.append(f"add_header Access-Control-Allow-Methods {when_allowed('m', value)} always;")
+    if headers:
+        value = "$http_access_control_request_headers" if "*" in headers else quote(", ".join(headers))
+        pre.append(f"add_header Access-Control-Allow-Headers {when_allowed('h', value)} always;")
+    max_age = c.get("maxAge", 5)
+    if isinstance(max_age, int) and not isinstance(max_age, bool):
+        pre.append(f"add_header Access-Control-Max-Age {when_allowed('a', str(max_age))} always;")
+    st.maps["$gw_cors_preflight"] = ("map \"$request_method\\n$http_origin\\n$http_access_control_request_method\" $gw_cors_preflight {\n"
+                                     "    \"~^OPTIONS\\n[^\\n]+\\n[^\\n]+$\" 1;\n    default \"\";\n}\n")
+    preflight = ["# CORS: preflight requests are answered here", "if ($gw_cors_preflight) {"] + \
+        [f"    {l}" for l in pre] + ["    return 204;", "}"]
+    return preflight, common
 
 
 def _dispatch(s: Server, live: list[Backend], lines: list[str], rewrite: list[dict[str, Any]], a: Action,
