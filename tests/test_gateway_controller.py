@@ -243,3 +243,100 @@ def test_without_privileges_port_80_is_not_programmed_and_the_status_says_why(en
     finally:
         sb.kubectl("delete", "gateway", "low", "-n", NS, "--ignore-not-found")
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _metric(port: int, name: str) -> float:
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and not line.startswith("#") and 'result="ok"' in line or
+               (line.startswith(name + " ") or line.startswith(name + "{")) and "result" not in line)
+
+
+def test_beside_the_policy_controller_neither_fights_and_enforced_policies_get_our_ancestors(env):
+    """Both controllers on one cluster: each writes only its own conditions and entries, both keep
+    the other's, writes stop once status is right; a policy with a field NGINX cannot honour is
+    Accepted=False/Invalid in our ancestor entry, naming the field."""
+    import re
+    import threading
+    import time
+
+    from gwpolicy.status import DEFAULT_CONTROLLER as POLICY_CONTROLLER
+
+    sb, gw, echo = env
+    deploy = Path(__file__).resolve().parent.parent / "deploy"
+    sb.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(deploy / "10-policykind-crd.yaml"))
+    sb.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(deploy / "41-timeoutpolicy.yaml"),
+               "-f", str(deploy / "42-retrypolicy.yaml"))
+    _apply(sb, GATEWAY_CLASS, *_objects(echo.port))
+    timeout_policy = {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "TimeoutPolicy", "metadata": {"name": "t", "namespace": NS},
+                      "spec": {"targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"},
+                               "default": {"connectionTimeout": "5s"}}}
+    retry_policy = {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "RetryPolicy", "metadata": {"name": "bad", "namespace": NS},
+                    "spec": {"targetRef": {"group": "", "kind": "Service", "name": "echo"},
+                             "default": {"attempts": 3, "codes": [503], "backoff": "100ms"}}}
+    _apply(sb, timeout_policy, retry_policy)
+    ctl = subprocess.Popen([str(BIN / "gwpolicy"), "controller", "--kubeconfig", str(sb.kubeconfig), "--listen", "127.0.0.1:0",
+                            "--no-leader-election"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        ctl_port = None
+        while ctl_port is None:
+            line = ctl.stderr.readline()
+            assert line, "gwpolicy controller did not start"
+            m = re.search(r"serving health and metrics on port (\d+)", line)
+            ctl_port = int(m.group(1)) if m else None
+        threading.Thread(target=ctl.stderr.read, daemon=True).start()  # keep its pipe drained
+
+        def both_there():
+            g = _get(sb, "gateway", "gw")
+            types = {c["type"] for c in (g.get("status") or {}).get("conditions", [])}
+            r = _get(sb, "httproute", "r")
+            names = {p.get("controllerName") for p in (r.get("status") or {}).get("parents", [])}
+            t = _get(sb, "timeoutpolicy", "t")
+            anc = {a.get("controllerName") for a in (t.get("status") or {}).get("ancestors", [])}
+            return ({"Accepted", "Programmed", "gwpolicy.io/TimeoutPolicyAffected"} <= types
+                    and {GATEWAY_CONTROLLER, POLICY_CONTROLLER} <= names and {GATEWAY_CONTROLLER, POLICY_CONTROLLER} <= anc)
+
+        wait_until(both_there, 30, what="both controllers' status")
+        time.sleep(1.0)
+        before = (_metric(gw.port, "gwpolicy_gateway_writes_total"), _metric(ctl_port, "gwpolicy_writes_total"))
+        time.sleep(2.0)
+        after = (_metric(gw.port, "gwpolicy_gateway_writes_total"), _metric(ctl_port, "gwpolicy_writes_total"))
+        if after != before:  # say which object the two keep rewriting
+            kinds = [("gateway", "gw"), ("httproute", "r"), ("timeoutpolicy", "t"), ("retrypolicy", "bad"),
+                     ("gatewayclass", "gwtest"), ("service", "echo")]
+            first = {k: _get(sb, k, n, None if k == "gatewayclass" else NS) for k, n in kinds}
+            time.sleep(0.3)
+            second = {k: _get(sb, k, n, None if k == "gatewayclass" else NS) for k, n in kinds}
+            moving = {k: (json.dumps(first[k].get("status"), sort_keys=True), json.dumps(second[k].get("status"), sort_keys=True))
+                      for k in first if first[k]["metadata"]["resourceVersion"] != second[k]["metadata"]["resourceVersion"]}
+            seq = []
+            with sb.http.stream("GET", f"/apis/gateway.networking.k8s.io/v1/namespaces/{NS}/gateways",
+                                params={"watch": "true", "resourceVersion": first["gateway"]["metadata"]["resourceVersion"],
+                                        "timeoutSeconds": "1"}) as r:
+                for line in r.iter_lines():
+                    o = json.loads(line)["object"]
+                    seq.append((o["metadata"]["resourceVersion"], [m.get("manager") + ":" + m.get("operation") for m in o["metadata"].get("managedFields", [])],
+                                [c["type"] + "@" + c["lastTransitionTime"] for c in o.get("status", {}).get("conditions", [])]))
+                    if len(seq) > 8:
+                        break
+            raise AssertionError(f"writes went on: {before} -> {after}; changing: {list(moving)}; gateway events: {seq}")
+        assert both_there()
+        bad = _get(sb, "retrypolicy", "bad")
+        ours = [a for a in bad["status"]["ancestors"] if a["controllerName"] == GATEWAY_CONTROLLER]
+        assert ours, bad["status"]
+        acc = _cond(ours[0]["conditions"], "Accepted")
+        assert (acc["status"], acc["reason"]) == ("False", "Invalid") and "spec.default.backoff" in acc["message"]
+        good = _get(sb, "timeoutpolicy", "t")
+        ours = [a for a in good["status"]["ancestors"] if a["controllerName"] == GATEWAY_CONTROLLER]
+        assert [a["ancestorRef"]["name"] for a in ours] == ["gw"] and _cond(ours[0]["conditions"], "Accepted")["status"] == "True"
+    finally:
+        ctl.terminate()
+        try:
+            ctl.wait(15)
+        except subprocess.TimeoutExpired:
+            ctl.kill()
+            ctl.wait(5)
+        sb.kubectl("delete", "timeoutpolicy", "t", "-n", NS, "--ignore-not-found")
+        sb.kubectl("delete", "retrypolicy", "bad", "-n", NS, "--ignore-not-found")

@@ -106,8 +106,6 @@ def _check(entries: list[dict[str, Any]], world: World) -> list[str]:
 #: cases whose status this gateway does not give, and why (docs/gateway.md, "Conformance")
 STATUS_GAPS = {"GatewayInvalidFrontendClientCertificateValidation": "client certificate validation (spec.tls.frontend) "
                 "is not rendered by the data plane, so a listener asking for it is Accepted=False/UnsupportedValue",
-               "HTTPRouteCORS": "the data plane does not render the CORS filter, so those routes are "
-                                "Accepted=False/UnsupportedValue",
                "HTTPRouteDisallowedKind": "needs a TLS passthrough listener (TLSRoute) to be Programmed; this "
                                           "gateway serves HTTP and HTTPS listeners only (UnsupportedProtocol)"}
 
@@ -236,3 +234,38 @@ def test_route_without_crd_defaults_gets_full_parent_refs():
     ours = [p for p in route["status"]["parents"] if p["controllerName"] == GATEWAY_CONTROLLER][0]
     assert ours["parentRef"] == {"name": "same-namespace", "group": "gateway.networking.k8s.io", "kind": "Gateway",
                                  "namespace": "gateway-conformance-infra"}
+
+
+def test_status_is_merged_into_the_newest_copy_not_the_one_analysed():
+    """Another controller writes between our analysis and our write: what it wrote survives."""
+    from gwpolicy.gateway.status import desired_status
+    from gwpolicy.model import Obj
+
+    world = _world_with_route()
+    world.reconcile()
+    index = build_index(list(world.objects.values()))
+    facts = gateway_facts(index)
+    prog = Programming({r: index.by_ref[r].generation for r in facts.gateways},
+                       addresses={r: ["127.0.20.1"] for r in facts.gateways})
+    gw_ref = next(r for r in facts.gateways if r.name == "same-namespace")
+    route_ref = next(r for r in facts.routes if r.name == "r")
+    for ref, extra in ((gw_ref, {"conditions": [{"type": "gwpolicy.io/TimeoutPolicyAffected", "status": "True"}]}),
+                       (route_ref, {"parents": [{"controllerName": "example.com/late", "parentRef": {"name": "x"}}]})):
+        newer = copy.deepcopy(index.by_ref[ref].raw)
+        key, item = next(iter(extra.items()))
+        newer["status"][key] = newer["status"].get(key, []) + item
+        st = desired_status(Obj(newer, ref, "v1", "api"), facts, prog, NOW)
+        assert item[0] in st[key], (ref, st[key])
+
+
+def test_keep_in_place_leaves_every_entry_where_it_was():
+    from gwpolicy.gateway.status import keep_in_place
+
+    ours_old = {"controllerName": "us", "ancestorRef": {"name": "a"}, "conditions": [{"reason": "Old"}]}
+    theirs = {"controllerName": "them", "ancestorRef": {"name": "a"}}
+    ours_new = dict(ours_old, conditions=[{"reason": "New"}])
+    added = {"controllerName": "us", "ancestorRef": {"name": "b"}}
+    # the engine's order puts others first; the object has ours first: ours stays first
+    assert keep_in_place([ours_old, theirs], [theirs, ours_new, added], "us", "ancestorRef") == [ours_new, theirs, added]
+    # an entry of ours that is no longer computed goes; others' stay
+    assert keep_in_place([ours_old, theirs], [theirs], "us", "ancestorRef") == [theirs]

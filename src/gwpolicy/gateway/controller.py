@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import dataclasses
 import logging
 import os
 import signal
@@ -37,10 +38,11 @@ from gwpolicy.controller import kube
 from gwpolicy.controller.informer import Informer
 from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LeaderElector
-from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, Programming, all_desired,
-                                     class_annotations, dataplane_objects, gateway_facts, policy_status)
+from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, Programming, dataplane_objects,
+                                     desired_status, gateway_facts, keep_in_place, policy_kinds_annotation,
+                                     policy_status)
 from gwpolicy.kinds import split_api_version
-from gwpolicy.model import build_index
+from gwpolicy.model import Obj, build_index
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 
 log = logging.getLogger("gwpolicy.gateway")
@@ -52,9 +54,6 @@ BUILTIN = [
     Kind("", "v1", "ConfigMap", "configmaps", True, False),
     Kind("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True, False),
 ]
-#: objects whose status we may write
-STATUS_KINDS = {(GATEWAY_GROUP, "GatewayClass"), (GATEWAY_GROUP, "Gateway"), (GATEWAY_GROUP, "HTTPRoute"),
-                (GATEWAY_GROUP, "BackendTLSPolicy")}
 _VOLATILE_META = ("resourceVersion", "managedFields", "generation")
 
 
@@ -162,6 +161,38 @@ def _ref(key: tuple[str, str, str, str]) -> Ref:
     return Ref(key[0], key[1], key[2] or None, key[3])
 
 
+def _in_place(obj: Obj, status: dict[str, Any], controller: str) -> dict[str, Any]:
+    """The engine's policy status with every ancestor entry where the object has it."""
+    previous = (obj.raw.get("status") or {}).get("ancestors") if isinstance(obj.raw.get("status"), dict) else None
+    status["ancestors"] = keep_in_place(previous, status.get("ancestors") or [], controller, "ancestorRef")
+    return status
+
+
+def _kind_checks() -> Any:
+    """This data plane's checks of the policy kinds it enforces (policyconf, POL)."""
+    from gwpolicy.gateway import policyconf
+
+    return policyconf.kind_checks()
+
+
+def policy_ancestors_of(analysis: Any, ref: Ref) -> set[Ref]:
+    """The Gateways on the paths of what a policy targets."""
+    out: set[Ref] = set()
+    for o in analysis.outcomes.get(ref, []):
+        if o.declared is None or not analysis.topology.exists(o.declared):
+            continue
+        for path in analysis.topology.paths_of(o.declared):
+            for level in path:
+                if level.kind == "Gateway" and level.group == GATEWAY_GROUP and level.section is None:
+                    out.add(level)
+    return out
+
+
+def enforced_here(gateways: set[Ref], facts: Any) -> bool:
+    """Whether a policy reaches one of our Gateways (else it is none of this gateway's business)."""
+    return any(g in facts.gateways for g in gateways)
+
+
 # ---------------------------------------------------------------- the data plane, through DP's modules
 
 class DataPlaneDriver:
@@ -218,8 +249,8 @@ class GatewayController:
         self.wake = asyncio.Event()
         self.queue: dict[Ref, None] = {}
         self.queue_event = asyncio.Event()
-        self.desired: dict[Ref, dict[str, Any]] = {}
-        self.annotations: dict[Ref, dict[str, str]] = {}
+        self.wanted: dict[Ref, Any] = {}  # object -> (its newest copy -> the status it should carry)
+        self.annotations: dict[Ref, str] = {}  # GatewayClass -> the policy kinds annotation it should carry
         self.running: dict[Ref, int | None] = {}  # objects (and generations) in the configuration NGINX runs
         self.error: str | None = None
         self.addresses: dict[Ref, list[str]] = {}
@@ -270,7 +301,7 @@ class GatewayController:
             self.wake.set()
         else:  # only status or bookkeeping changed (the echo of our writes among them): compare again
             ref = _ref(key)
-            if ref in self.desired:
+            if ref in self.wanted or ref in self.annotations:
                 self._enqueue_if_different(ref)
 
     @property
@@ -306,34 +337,56 @@ class GatewayController:
         raws = list(self.objects.values())
         index = build_index(raws)
         facts = gateway_facts(index, self.opts.controller_name)
-        analysis = analyse(dataplane_objects(raws, facts), controller=self.opts.controller_name)
+        analysis = analyse(dataplane_objects(raws, facts), controller=self.opts.controller_name,
+                           kind_checks=_kind_checks())
         if self.driver is not None:
             await self._program(analysis, facts)
         programming = Programming(dict(self.running), self.error, dict(self.addresses), dict(self.listener_facts))
-        now = utc_now()
-        desired = all_desired(index, facts, programming, now)
-        desired.update(self._policy_status(analysis, index, facts, now))
-        self.desired = desired
+        # what each object should carry, as a function of its newest copy: other controllers write
+        # between our analysis and our write, and their entries must survive it
+        wanted: dict[Ref, Any] = {}
+        for refs in (facts.classes, facts.gateways, facts.routes):
+            for ref in refs:
+                wanted[ref] = lambda obj, _f=facts, _p=programming: desired_status(obj, _f, _p, utc_now())
+        wanted.update(self._policy_status(analysis, index, facts))
+        self.wanted = wanted
         self.annotations = {}
         kinds = self._enforced_policy_kinds()
         for ref in facts.classes:
-            obj = index.by_ref.get(ref)
-            if obj is not None:
-                self.annotations[ref] = class_annotations(obj, kinds)
-        for ref in list(desired) + list(self.annotations):
+            self.annotations[ref] = policy_kinds_annotation(kinds)
+        for ref in list(wanted) + list(self.annotations):
             self._enqueue_if_different(ref)
 
-    def _policy_status(self, analysis: Any, index: Any, facts: Any, now: str) -> dict[Ref, dict[str, Any]]:
-        """BackendTLSPolicy ancestors under our controllerName (POL's rules give the conditions)."""
-        try:
-            from gwpolicy.gateway import backendtls
-        except ImportError:
-            return {}
-        out = {}
+    def desired(self, ref: Ref) -> dict[str, Any] | None:
+        """The status `ref` should carry, computed from the copy we hold now."""
+        raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
+        fn = self.wanted.get(ref)
+        if raw is None or fn is None:
+            return None
+        group, version = split_api_version(raw.get("apiVersion", ""))
+        return fn(Obj(raw, ref, version, "api"))
+
+    def _policy_status(self, analysis: Any, index: Any, facts: Any) -> dict[Ref, Any]:
+        """Ancestor entries under our controllerName for the policies this gateway enforces: the
+        BackendTLSPolicy conditions are POL's rules; the gwpolicy.io kinds' are the engine's outcome
+        with this data plane's checks (a field NGINX cannot honour makes the policy Invalid)."""
+        from gwpolicy.gateway import backendtls, policyconf
+        from gwpolicy.status import policy_status as engine_policy_status
+
+        out: dict[Ref, Any] = {}
         for ref, conds in backendtls.all_conditions(analysis).items():
-            obj = index.by_ref.get(ref)
-            if obj is not None:
-                out[ref] = policy_status(obj, conds, facts, now)
+            if ref in index.by_ref:
+                out[ref] = lambda obj, _c=conds, _f=facts: policy_status(obj, _c, _f, utc_now())
+        enforced = {(policyconf.GROUP, k) for k in policyconf.KINDS}
+        topo, controller = analysis.topology, self.opts.controller_name
+        for ref, policy in analysis.policies.items():
+            if (ref.group, ref.kind) not in enforced or ref not in index.by_ref:
+                continue
+            if not enforced_here(policy_ancestors_of(analysis, ref), facts):
+                continue
+            outcomes = analysis.outcomes.get(ref, [])
+            out[ref] = lambda obj, _p=policy, _o=outcomes: _in_place(obj, engine_policy_status(
+                dataclasses.replace(_p, obj=obj), _o, topo, controller, utc_now()), controller)
         return out
 
     def _enforced_policy_kinds(self) -> list[str]:
@@ -378,10 +431,10 @@ class GatewayController:
         raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
         if raw is None:
             return
-        want = self.desired.get(ref)
+        want = self.desired(ref)
         differs = want is not None and want != (raw.get("status") or {})
         ann = self.annotations.get(ref)
-        if ann is not None and ann.get(POLICY_KINDS_ANNOTATION) != ((raw.get("metadata") or {}).get("annotations") or {}).get(POLICY_KINDS_ANNOTATION):
+        if ann is not None and ann != ((raw.get("metadata") or {}).get("annotations") or {}).get(POLICY_KINDS_ANNOTATION):
             differs = True
         if differs:
             self.queue[ref] = None
@@ -419,10 +472,10 @@ class GatewayController:
         computed from: a 409 means a newer copy is on its way and we compute again from it)."""
         kind = self.kinds.get((ref.group, ref.kind))
         raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
-        if kind is None or raw is None or self.client is None or (ref.group, ref.kind) not in STATUS_KINDS:
+        if kind is None or raw is None or self.client is None or not kind.status_subresource:
             return
         res = kube.resource_class(kind)
-        want = self.desired.get(ref)
+        want = self.desired(ref)
         try:
             if want is not None and want != (raw.get("status") or {}):
                 body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]}, "status": want}
@@ -432,9 +485,9 @@ class GatewayController:
                 await self.on_event("MODIFIED", kind, out)
                 raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name)) or raw
             ann = self.annotations.get(ref)
-            if ann is not None and ann.get(POLICY_KINDS_ANNOTATION) != ((raw.get("metadata") or {}).get("annotations") or {}).get(POLICY_KINDS_ANNOTATION):
+            if ann is not None and ann != ((raw.get("metadata") or {}).get("annotations") or {}).get(POLICY_KINDS_ANNOTATION):
                 body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"],
-                                     "annotations": {POLICY_KINDS_ANNOTATION: ann[POLICY_KINDS_ANNOTATION]}}}
+                                     "annotations": {POLICY_KINDS_ANNOTATION: ann}}}
                 out = kube.to_dict(await self.client.patch(res, ref.name, body, namespace=ref.namespace,
                                                            patch_type=kube.PatchType.MERGE, field_manager=self.opts.field_manager))
                 self.metrics.writes.labels("ok").inc()

@@ -530,15 +530,27 @@ def desired_status(obj: Obj, facts: Facts, programming: Programming, now: str) -
     if ref in facts.classes:
         return _class_status(obj, facts, now)
     if ref in facts.gateways:
-        return _gateway_status(facts.gateways[ref], facts, programming, now)
+        return _gateway_status(obj, facts.gateways[ref], facts, programming, now)
     if ref in facts.routes:
-        return _route_status(facts.routes[ref], facts, now)
+        return _route_status(obj, facts.routes[ref], facts, now)
     return None
 
 
-def _keep_others(conds: Any, owned: Iterable[str]) -> list[dict[str, Any]]:
+def _merge_conditions(prev: Any, ours: list[dict[str, Any]], owned: Iterable[str]) -> list[dict[str, Any]]:
+    """Our conditions replace ours where they are, new ones go last, others' stay where they are: a
+    controller that appends its own after everyone else's then sees the same list (no ping-pong)."""
     owned = set(owned)
-    return [c for c in conds or [] if isinstance(c, dict) and c.get("type") not in owned]
+    by_type = {c["type"]: c for c in ours}
+    out = []
+    for c in prev or []:
+        if not isinstance(c, dict):
+            continue
+        if c.get("type") in owned:
+            if c["type"] in by_type:
+                out.append(by_type.pop(c["type"]))
+        else:
+            out.append(c)
+    return out + [c for c in ours if c["type"] in by_type]
 
 
 def _class_status(gc: Obj, facts: Facts, now: str) -> dict[str, Any]:
@@ -546,13 +558,13 @@ def _class_status(gc: Obj, facts: Facts, now: str) -> dict[str, Any]:
     prev = status.get("conditions")
     gen = gc.generation
     ours = [facts.classes[gc.ref], facts.class_versions[gc.ref]]
-    status["conditions"] = _keep_others(prev, GATEWAY_CONDITION_TYPES) + [c.to_json(gen, prev, now) for c in ours]
+    status["conditions"] = _merge_conditions(prev, [c.to_json(gen, prev, now) for c in ours], GATEWAY_CONDITION_TYPES)
     status["supportedFeatures"] = [{"name": n} for n in sorted(SUPPORTED_FEATURES)]
     return status
 
 
-def _gateway_status(gf: GatewayFacts, facts: Facts, programming: Programming, now: str) -> dict[str, Any]:
-    gw = gf.obj
+def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Programming, now: str) -> dict[str, Any]:
+    """`gw` is the newest copy (its status is what we merge into); `gf` what its spec gave."""
     status = copy.deepcopy(_dict(gw.raw.get("status")))
     prev = status.get("conditions")
     gen = gw.generation
@@ -570,7 +582,7 @@ def _gateway_status(gf: GatewayFacts, facts: Facts, programming: Programming, no
     else:
         programmed = Cond("Programmed", False, "Pending", "Waiting for NGINX to load the configuration.")
     ours = [gf.accepted, programmed] + ([gf.resolved_refs] if gf.resolved_refs is not None else [])
-    status["conditions"] = _keep_others(prev, GATEWAY_CONDITION_TYPES) + [c.to_json(gen, prev, now) for c in ours]
+    status["conditions"] = _merge_conditions(prev, [c.to_json(gen, prev, now) for c in ours], GATEWAY_CONDITION_TYPES)
     status["addresses"] = [{"type": "IPAddress", "value": a} for a in addresses] if gf.accepted.status else []
     old_listeners = {l.get("name"): l for l in status.get("listeners") or [] if isinstance(l, dict)}
     listeners = []
@@ -598,8 +610,7 @@ def _gateway_status(gf: GatewayFacts, facts: Facts, programming: Programming, no
     return status
 
 
-def _route_status(rf: RouteFacts, facts: Facts, now: str) -> dict[str, Any]:
-    route = rf.obj
+def _route_status(route: Obj, rf: RouteFacts, facts: Facts, now: str) -> dict[str, Any]:
     status = copy.deepcopy(_dict(route.raw.get("status")))
     existing = [p for p in status.get("parents") or [] if isinstance(p, dict)]
     gen = route.generation
@@ -711,3 +722,24 @@ def policy_status(policy: Obj, conditions: list[dict[str, str]], facts: Facts, n
     ancestors.extend(ours.values())
     status["ancestors"] = ancestors[:16]
     return status
+
+
+def keep_in_place(previous: Any, computed: list[dict[str, Any]], controller: str, key: str) -> list[dict[str, Any]]:
+    """`computed` (others' entries and ours, in any order) laid out like `previous`: every entry stays
+    where it was, ours replaced in place, new ones of ours last. Two controllers that each append
+    their own entries after the others' would otherwise swap the order on every write."""
+    def k(e: dict[str, Any]) -> tuple:
+        return (e.get("controllerName"), json_key(e.get(key)))
+
+    fresh = {k(e): e for e in computed if isinstance(e, dict)}
+    out = []
+    for e in previous or []:
+        if isinstance(e, dict) and k(e) in fresh:
+            out.append(fresh.pop(k(e)))
+    return out + [e for e in computed if isinstance(e, dict) and k(e) in fresh]
+
+
+def json_key(v: Any) -> str:
+    import json
+
+    return json.dumps(v, sort_keys=True, default=str)
