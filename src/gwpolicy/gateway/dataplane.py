@@ -17,6 +17,8 @@ longer prefix whose conditions fail to a shorter one, are in each location's can
 from __future__ import annotations
 
 import base64
+import contextlib
+import gc
 import functools
 import binascii
 import hashlib
@@ -298,7 +300,22 @@ def _status_address(gw: Any) -> str | None:
 
 def build_dataplane(analysis: Any, config: DataPlaneConfig | None = None) -> DataPlane:
     """The data plane for every Gateway of our GatewayClasses in the analysis."""
-    return _Builder(analysis, config or DataPlaneConfig()).build()
+    with without_gc():
+        return _Builder(analysis, config or DataPlaneConfig()).build()
+
+
+@contextlib.contextmanager
+def without_gc() -> Any:
+    """The cyclic collector paused: building allocates hundreds of thousands of small objects and
+    makes no cycles, and every collection would walk the analysis' millions of objects again
+    (40% of the build and render time at 10k routes)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _dict(v: Any) -> dict[str, Any]:

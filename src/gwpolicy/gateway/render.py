@@ -19,7 +19,7 @@ from typing import Any
 
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import (Action, Backend, DataPlane, Location, MatchRule, Server, VirtualHost,
-                                        _programmable, memo)
+                                        _programmable, memo, without_gc)
 
 EMPTY = '""'
 NO_VHOST = "x"  # the map value when no route serves the Host: `/_vx/...` reaches only the 404 location
@@ -72,6 +72,11 @@ class _State:
 
 
 def render(dp: DataPlane) -> dict[str, bytes]:
+    with without_gc():
+        return _render(dp)
+
+
+def _render(dp: DataPlane) -> dict[str, bytes]:
     st = _State()
     servers: list[str] = []
     for s in sorted(dp.servers, key=lambda s: (s.address, s.port, s.hostname == "", s.hostname, s.id)):
