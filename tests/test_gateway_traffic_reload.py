@@ -163,3 +163,17 @@ def test_nginx_does_not_outlive_the_process_that_started_it(tmp_path: Path, sig:
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_a_missing_or_unusable_nginx_is_named_with_what_to_install(tmp_path: Path) -> None:
+    from gwpolicy.gateway.nginx import Nginx, NginxError, check_modules
+
+    with pytest.raises(NginxError, match=r"NGINX not found .*install the Debian package 'nginx'"):
+        Nginx(tmp_path, binary=str(tmp_path / "no-nginx-here"))
+    fake = tmp_path / "old-nginx"
+    fake.write_text("#!/bin/sh\necho 'nginx version: nginx/1.18.0' >&2\n")
+    fake.chmod(0o755)
+    with pytest.raises(NginxError, match=r"NGINX 1\.18\.0 .* too old: this data plane needs 1\.22"):
+        Nginx(tmp_path, binary=str(fake))
+    with pytest.raises(NginxError, match="libnginx-mod-http-js"):
+        check_modules({"nginx.conf": b"load_module /nowhere/ngx_http_js_module.so;\n"})
