@@ -356,3 +356,16 @@ def test_an_accepted_policy_with_approximated_fields_has_a_message_saying_how() 
     assert msg.startswith("spec.default.readTimeout is approximated by the nginx-1.22 data plane: longest wait")
     assert "idleTimeout" not in msg
     assert pc.approximation_message("UpstreamSettingsPolicy", {"keepAlive": {"connections": 2}}) is None
+
+
+@pytest.mark.parametrize("kind, spec, field", [
+    ("TimeoutPolicy", {"readTimeout": "ten seconds"}, "readTimeout"),
+    ("ClientSettingsPolicy", {"body": {"maxSize": "lots"}}, "body.maxSize"),
+    ("UpstreamSettingsPolicy", {"keepAlive": {"connections": -1}}, "keepAlive.connections"),
+    ("RateLimitPolicy", {"requests": 0}, "requests"),
+])
+def test_a_value_the_translation_refuses_makes_the_policy_invalid(kind: str, spec: dict[str, Any], field: str) -> None:
+    """Never a 500 in traffic for a typo: the policy is Invalid and the message names the field."""
+    got = pc.unsupported_fields(kind, spec)
+    assert [f for f, _ in got] == [field]
+    assert "Nothing of this policy is programmed" in pc.invalid_message(kind, {"default": spec} if kind != "UpstreamSettingsPolicy" else spec)

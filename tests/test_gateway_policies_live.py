@@ -136,3 +136,35 @@ def test_an_unsupported_field_changes_nothing_and_the_status_names_it(env) -> No
     time.sleep(0.5)  # a reload would have happened by now
     assert _post(addr, "/", 2048) == 200  # the body limit of the invalid policy is not programmed
     sb.kubectl("delete", "clientsettingspolicy", "body-min-timeout", "-n", NS)
+
+
+def test_the_primers_timeout_policies_are_accepted_by_the_api_server_with_only_apiversion_changed(env) -> None:
+    """The primer's manifests (bare seconds, `default`/`override` spellings) are stored as written; a
+    value that is not a duration (the CRD's pattern refuses it where the API server validates; this
+    sandbox does not) makes the policy Invalid with the field named, and traffic is unchanged."""
+    sb, gw, addr = env
+    seed = yaml.safe_load((DEPLOY.parent.parent / "shared" / "conformance" / "seeds" /
+                           "seed-timeout-three-levels.yaml").read_text())
+    policies = [dict(m, apiVersion="gwpolicy.io/v1alpha1", metadata={**m["metadata"], "namespace": NS})
+                for m in seed["manifests"] if m["kind"] == "TimeoutPolicy"]
+    _apply(sb, *policies)
+    got = json.loads(sb.kubectl("get", "timeoutpolicies", "-n", NS, "-o", "json").stdout)["items"]
+    specs = {o["metadata"]["name"]: o["spec"] for o in got}
+    assert specs["gateway"]["override"] == {"connectionTimeout": 5}
+    assert specs["backend"]["default"] == {"readTimeout": 10}
+    bad = dict(policies[0], metadata={"name": "bad", "namespace": NS})
+    bad["spec"] = dict(bad["spec"], default={"readTimeout": "ten seconds"})
+    sb.kubectl("delete", "timeoutpolicies", "--all", "-n", NS)
+    bad["spec"]["targetRef"] = {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "r"}
+    _apply(sb, bad)
+
+    def accepted() -> dict[str, Any] | None:
+        o = json.loads(sb.kubectl("get", "timeoutpolicy", "bad", "-n", NS, "-o", "json").stdout)
+        conds = [c for a in (o.get("status") or {}).get("ancestors") or [] for c in a.get("conditions") or []]
+        return next((c for c in conds if c.get("type") == "Accepted"), None)
+
+    cond = wait_until(accepted, 15, what=f"policy status\n{gw.tail()}")
+    assert (cond["status"], cond["reason"]) == ("False", "Invalid")
+    assert cond["message"].startswith("spec.default.readTimeout: 'ten seconds' is not a duration")
+    assert _post(addr, "/", 10) == 200  # not a 500: nothing of the policy is programmed
+    sb.kubectl("delete", "timeoutpolicies", "--all", "-n", NS)

@@ -281,7 +281,24 @@ def unsupported_fields(kind: str, spec: Mapping[str, Any] | None) -> list[tuple[
         if info.support == UNSUPPORTED:
             out.append((leaf, f"{info.note}; not supported by {DATA_PLANE}"))
     out.extend(_unsupported_values(kind, spec))
+    if not out:
+        out.extend(_bad_values(kind, spec))
     return out
+
+
+def _bad_values(kind: str, spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Values the translation refuses (a duration that is not one, a negative count): the CRD
+    schema says the same, but an API server that does not validate lets them through."""
+    try:
+        if kind == UPSTREAM:
+            upstream_directives("u", {kind: dict(spec)})
+        else:
+            location_directives({kind: dict(spec)})
+    except PolicyValueError as e:
+        text = str(e)
+        fname = text.split(":", 1)[0].removeprefix(f"{kind} ")
+        return [(fname, text.split(":", 1)[1].strip() if ":" in text else text)]
+    return []
 
 
 STANZA_NAMES = ("default", "defaults", "override", "overrides")
