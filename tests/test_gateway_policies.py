@@ -369,3 +369,26 @@ def test_a_value_the_translation_refuses_makes_the_policy_invalid(kind: str, spe
     got = pc.unsupported_fields(kind, spec)
     assert [f for f, _ in got] == [field]
     assert "Nothing of this policy is programmed" in pc.invalid_message(kind, {"default": spec} if kind != "UpstreamSettingsPolicy" else spec)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(pc.ROUTE_FIELDS), st.sampled_from([None, "defaults", "overrides"]), st.booleans(),
+       st.integers(1, 5))
+def test_route_fields_precedence_override_then_route_then_default(mapping: tuple, stanza: str | None, route_set: bool,
+                                                                n: int) -> None:
+    kind, setting, path, convert = mapping
+    value = {"readTimeout": n, "attempts": n, "codes": [500 + n % 5]}[setting]
+    route_value = {"readTimeout": f"{n + 10}s", "attempts": n + 3, "codes": [502]}[setting]
+    effective = {kind: _Result({setting: value}, overridden=(setting,) if stanza == "overrides" else ())} if stanza else {}
+    rule: dict[str, Any] = {}
+    if route_set:
+        rule[path[0]] = {path[1]: route_value}
+    got = pc.with_route_fields(effective, rule).get(kind, {}).get(setting)
+    if stanza == "overrides":
+        assert got == value
+    elif route_set:
+        assert got == (convert(route_value) if convert else route_value)
+    elif stanza == "defaults":
+        assert got == value
+    else:
+        assert got is None
