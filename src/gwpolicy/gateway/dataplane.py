@@ -10,8 +10,8 @@ hostname. Route hostnames become virtual hosts inside the listener's server, dis
 `map $host` with NGINX's hostname matching (exact before the longest wildcard), and each virtual
 host's paths are `location`s under a per-host URI prefix (`/_v<id>`), so NGINX's location tree
 does the Exact/longest-prefix choice. Header, query and method matches, and the fallback from a
-longer prefix whose conditions fail to a shorter one, are in each location's candidate list
-(njs), sorted by the spec's precedence.
+longer prefix whose conditions fail to a shorter one, are in each location's candidate list,
+sorted by the spec's precedence (render.py makes it a `map`).
 """
 
 from __future__ import annotations
