@@ -11,8 +11,10 @@ Contexts:
 - upstream: UpstreamSettingsPolicy, and the peer repetition that makes retries work with one endpoint;
 - http: the `limit_req_zone` declarations the locations refer to (collected from every location).
 
-Pure: no I/O; values were validated by the CRD schema, but bad values still give a PolicyValueError
-naming the kind and field rather than a traceback or a broken nginx.conf.
+Honest limits: `unsupported_fields` (and `kind_checks()` for the engine) name every field this data
+plane cannot honour, unknown fields and values the translation refuses, so such a policy is Invalid
+and programs nothing; the translation itself raises PolicyValueError naming kind and field rather
+than writing a broken nginx.conf.  Pure: no I/O.
 """
 
 from __future__ import annotations
