@@ -48,7 +48,9 @@ SUPPORTED_PATH_TYPES = frozenset({"Exact", "PathPrefix"})
 #: Gateway API features (conformance names) this gateway claims in GatewayClass.status.supportedFeatures;
 #: the conformance harness checks that every case needing only these passes (tests/gateway_conformance)
 SUPPORTED_FEATURES = (
-    "Gateway", "HTTPRoute", "ReferenceGrant",
+    "BackendTLSPolicy", "Gateway", "HTTPRoute", "HTTPRoute303RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
+    "HTTPRouteBackendRequestHeaderModification", "HTTPRouteCORS", "HTTPRouteHostRewrite", "HTTPRouteMethodMatching",
+    "HTTPRoutePathRedirect", "HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "ReferenceGrant",
 )
 
 #: the condition types this controller owns on Gateways and GatewayClasses (others' are kept)
@@ -261,8 +263,10 @@ def _gateway(gw: Obj, gc_ref: Ref, index: ObjectIndex, grants: ReferenceGrants) 
     backend = _dict(_dict(spec.get("tls")).get("backend"))
     if isinstance(backend.get("clientCertificateRef"), dict):
         problem = _secret_problem(gw, backend["clientCertificateRef"], index, grants, "spec.tls.backend.clientCertificateRef")
-        if problem is None:
-            resolved = Cond("ResolvedRefs", True, "ResolvedRefs", "The backend client certificate is resolved.")
+        if problem is None:  # resolved, but said plainly: NGINX does not present it (not in supportedFeatures)
+            resolved = Cond("ResolvedRefs", True, "ResolvedRefs",
+                            "The backend client certificate is resolved, but this data plane does not present client "
+                            "certificates to backends (GatewayBackendClientCertificate is not supported).")
         else:
             reason = "RefNotPermitted" if problem[0] == "RefNotPermitted" else "InvalidClientCertificateRef"
             resolved = Cond("ResolvedRefs", False, reason, problem[1])
