@@ -392,3 +392,16 @@ def test_route_fields_precedence_override_then_route_then_default(mapping: tuple
         assert got == value
     else:
         assert got is None
+
+
+def test_equal_rate_limits_of_different_policies_get_their_own_buckets() -> None:
+    class R:
+        def __init__(self, name: str) -> None:
+            self.spec = {"requests": 10, "burst": 5}
+            self.sources = [{"field": f, "stanza": "defaults", "policy": {"kind": "RateLimitPolicy", "namespace": "ns",
+                                                                           "name": name}} for f in self.spec]
+
+    a = pc.location_directives({"RateLimitPolicy": pc.Effective.of(R("a"))})
+    a2 = pc.location_directives({"RateLimitPolicy": pc.Effective.of(R("a"))})
+    b = pc.location_directives({"RateLimitPolicy": pc.Effective.of(R("b"))})
+    assert a.zones == a2.zones and a.zones != b.zones

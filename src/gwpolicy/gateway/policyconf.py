@@ -422,9 +422,9 @@ def _specs(effective: Mapping[Any, Any] | None) -> dict[str, dict[str, Any]]:
         name = kind_name(key)
         if name is None:
             continue
-        spec = getattr(value, "spec", value)
+        spec = value if isinstance(value, Effective) else getattr(value, "spec", value)
         if isinstance(spec, Mapping) and spec:
-            out[name] = dict(spec)
+            out[name] = spec if isinstance(spec, Effective) else dict(spec)
     return out
 
 
@@ -436,15 +436,23 @@ class Effective(dict):  # type: ignore[type-arg]
     stanza supplied: those beat the route's own fields, everything else loses to them."""
 
     overridden: frozenset[str] = frozenset()
+    origin: dict[str, str] = {}  # field -> the policy that supplied it ("Kind/ns/name")
 
     @classmethod
     def of(cls, result: Any) -> "Effective":
         """From the engine's Result (its `.spec` and `.sources`), or a plain dict (no overrides)."""
         spec = getattr(result, "spec", result)
         out = cls(spec if isinstance(spec, Mapping) else {})
-        out.overridden = frozenset(s["field"] for s in getattr(result, "sources", None) or ()
-                                   if s.get("stanza") == "overrides")
+        sources = getattr(result, "sources", None) or ()
+        out.overridden = frozenset(s["field"] for s in sources if s.get("stanza") == "overrides")
+        out.origin = {s["field"]: _policy_id(s.get("policy")) for s in sources if s.get("policy")}
         return out
+
+
+def _policy_id(ref: Any) -> str:
+    if isinstance(ref, Mapping):
+        return f"{ref.get('kind', '')}/{ref.get('namespace') or ''}/{ref.get('name', '')}"
+    return str(ref)
 
 
 def _plus_one(n: Any) -> Any:
@@ -491,13 +499,13 @@ def with_route_fields(effective: Mapping[Any, Any] | None, rule: Mapping[str, An
             if not value:
                 continue
         new = Effective({**cur, setting: convert(value) if convert else value})
-        new.overridden = cur.overridden
+        new.overridden, new.origin = cur.overridden, {**cur.origin, setting: "route"}
         out[kind] = new
     request = _get(rule, "timeouts.request")
     if isinstance(request, str) and request:
         cur = out.get(TIMEOUT) or Effective()
         new = Effective({**cur, "_requestTimeout": request})
-        new.overridden = cur.overridden
+        new.overridden, new.origin = cur.overridden, cur.origin
         out[TIMEOUT] = new
     return out
 
@@ -591,7 +599,9 @@ def location_directives(effective: Mapping[Any, Any] | None, *, scope: str = "")
         lines.append(f"keepalive_timeout {nginx_time(min(idle))};")
     rl = specs.get(RATELIMIT, {})
     if _set(rl, "requests"):
-        zone = rate_zone(rl, scope)
+        # one bucket per policy that sets the rate: two routes with equal but separate policies
+        # do not share one (DP may pass its own scope; Effective knows the supplying policy)
+        zone = rate_zone(rl, scope or getattr(rl, "origin", {}).get("requests", ""))
         zones.append(zone)
         burst = _int(rl.get("burst", 0), f"{RATELIMIT} burst", 0)
         parts = [f"zone={zone.name}"] + ([f"burst={burst}"] if burst else [])
