@@ -340,3 +340,26 @@ def test_beside_the_policy_controller_neither_fights_and_enforced_policies_get_o
             ctl.wait(5)
         sb.kubectl("delete", "timeoutpolicy", "t", "-n", NS, "--ignore-not-found")
         sb.kubectl("delete", "retrypolicy", "bad", "-n", NS, "--ignore-not-found")
+
+
+def test_a_burst_of_changes_is_coalesced_into_few_reloads(env):
+    sb, gw, echo = env
+    _apply(sb, GATEWAY_CLASS, *_objects(echo.port))
+    address = wait_until(lambda: (_get(sb, "gateway", "gw").get("status") or {}).get("addresses"), 30)[0]["value"]
+    wait_until(lambda: request(address, 80, "/")[0] == 200, 30, what="route r served")
+    before = _metric(gw.port, "gwpolicy_gateway_nginx_reloads_total")
+    routes = [{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": f"burst-{i}", "namespace": NS},
+               "spec": {"parentRefs": [{"name": "gw"}], "hostnames": [f"burst-{i}.example"],
+                        "rules": [{"backendRefs": [{"name": "echo", "port": 8080}]}]}} for i in range(20)]
+    _apply(sb, *routes)
+    def all_attached():
+        g = _get(sb, "gateway", "gw")
+        listener = g["status"]["listeners"][0]
+        return listener["attachedRoutes"] >= 21 and _cond(g["status"]["conditions"], "Programmed")["status"] == "True"
+
+    wait_until(all_attached, 30, what="21 routes attached and programmed")
+    echoed = [json.loads(request(address, 80, f"/b{i}", host=f"burst-{i}.example")[2]) for i in range(20)]
+    assert all(e["host"] == f"burst-{i}.example" for i, e in enumerate(echoed))
+    reloads = _metric(gw.port, "gwpolicy_gateway_nginx_reloads_total") - before
+    assert 1 <= reloads <= 10, f"{reloads} reloads for 20 route creations"
+    sb.kubectl("delete", "httproute", *[r["metadata"]["name"] for r in routes], "-n", NS)
