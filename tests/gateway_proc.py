@@ -22,12 +22,15 @@ GATEWAY_POOL = "127.0.20.0/24"
 
 
 class GatewayProcess:
-    def __init__(self, kubeconfig: Path, state_dir: Path, *extra: str, pool: str = GATEWAY_POOL) -> None:
+    def __init__(self, kubeconfig: Path, state_dir: Path, *extra: str, pool: str = GATEWAY_POOL,
+                 lease_namespace: str | None = None) -> None:
         self.state_dir = state_dir
         self.log_path = state_dir.parent / f"{state_dir.name}.log"
         self.log = open(self.log_path, "w")
+        election = (["--lease-namespace", lease_namespace, "--lease-duration", "1.5", "--identity", state_dir.name]
+                    if lease_namespace else ["--no-leader-election"])
         self.proc = subprocess.Popen([str(BIN / "gwpolicy"), "gateway", "--kubeconfig", str(kubeconfig),
-                                      "--listen", "127.0.0.1:0", "--no-leader-election", "--state-dir", str(state_dir),
+                                      "--listen", "127.0.0.1:0", *election, "--state-dir", str(state_dir),
                                       "--address-pool", pool, "--debounce", "0.02", *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.port = None

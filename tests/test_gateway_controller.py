@@ -363,3 +363,40 @@ def test_a_burst_of_changes_is_coalesced_into_few_reloads(env):
     reloads = _metric(gw.port, "gwpolicy_gateway_nginx_reloads_total") - before
     assert 1 <= reloads <= 10, f"{reloads} reloads for 20 route creations"
     sb.kubectl("delete", "httproute", *[r["metadata"]["name"] for r in routes], "-n", NS)
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["leader-stops", "leader-killed"])
+def test_a_standby_takes_over_nginx_and_status_when_the_leader_goes(env, tmp_path, how):
+    """Two replicas with leader election: only the leader runs NGINX and writes status; when it
+    stops (lease released) or is killed (lease expires), the standby serves the same address."""
+    sb, _, echo = env
+    cls = dict(GATEWAY_CLASS, metadata={"name": "ha"}, spec={"controllerName": "example.com/ha"})
+    gwobj = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "ha", "namespace": NS},
+             "spec": {"gatewayClassName": "ha", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}
+    route = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "ha", "namespace": NS},
+             "spec": {"parentRefs": [{"name": "ha"}], "rules": [{"backendRefs": [{"name": "echo", "port": 8080}]}]}}
+    _apply(sb, *_objects(echo.port)[:4], cls, gwobj, route)
+    replicas = [GatewayProcess(sb.kubeconfig, tmp_path / name, "--controller-name", "example.com/ha", pool="127.0.28.0/24",
+                               lease_namespace=NS) for name in ("one", "two")]
+    try:
+        def programmed():
+            o = _get(sb, "gateway", "ha")
+            c = _cond((o.get("status") or {}).get("conditions"), "Programmed")
+            return o["status"]["addresses"][0]["value"] if c.get("status") == "True" else None
+
+        address = wait_until(programmed, 30, what="Gateway ha Programmed")
+        wait_until(lambda: request(address, 80, "/")[0] == 200, 15, what="traffic")
+        lease = _get(sb, "lease", "gwpolicy-gateway")
+        leader = next(r for r in replicas if r.state_dir.name == lease["spec"]["holderIdentity"])
+        standby = next(r for r in replicas if r is not leader)
+        assert leader.nginx_pids() and not standby.nginx_pids()  # the standby serves nothing
+        leader.stop(how)
+        wait_until(lambda: _get(sb, "lease", "gwpolicy-gateway")["spec"]["holderIdentity"] == standby.state_dir.name
+                   and standby.nginx_pids(), 20, what=f"standby leads and runs NGINX\n{standby.tail()}")
+        wait_until(lambda: request(address, 80, "/")[0] == 200, 20, what=f"traffic through the new leader\n{standby.tail()}")
+        assert programmed() == address
+    finally:
+        for r in replicas:
+            r.stop()
+        sb.kubectl("delete", "httproute", "ha", "-n", NS, "--ignore-not-found")
+        sb.kubectl("delete", "gateway", "ha", "-n", NS, "--ignore-not-found")

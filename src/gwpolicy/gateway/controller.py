@@ -7,7 +7,8 @@ objects with the engine, builds the data plane model, renders it, has NGINX vali
 (gateway/nginx.py), and writes GEP-1364 status: only what differs from what the object carries,
 only for objects of our GatewayClasses, and in `status.parents` only our own entries.
 
-Every replica runs its NGINX (each is a data plane); only the holder of the Lease writes status.
+Only the holder of the Lease runs NGINX and writes status (the Gateways' loopback addresses can be
+bound by one NGINX only); a standby keeps its informers warm and takes over when the lease expires.
 The informers, the Lease and the Kubernetes client are the policy controller's
 (src/gwpolicy/controller/).
 """
@@ -24,8 +25,9 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
@@ -88,7 +90,6 @@ class GatewayOptions:
     port_offset: int = 0
     debounce: float = 0.05
     nginx: str = "/usr/sbin/nginx"
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- defaults a server may not apply
@@ -203,8 +204,9 @@ class DataPlaneDriver:
 
         self.opts = opts
         self.state_dir = opts.state_dir or tempfile.mkdtemp(prefix="gwpolicy-gateway-")
-        self.nginx = Nginx(self.state_dir, binary=opts.nginx)  # checks the version: NginxError says what is missing
+        self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx)  # checks the version (NginxError says what is missing)
         self.applied: dict[str, bytes] | None = None
+        self.lock = threading.Lock()  # apply and stop come from different threads
 
     def config(self) -> Any:
         from gwpolicy.gateway.dataplane import DataPlaneConfig
@@ -227,14 +229,24 @@ class DataPlaneDriver:
     def apply(self, files: dict[str, bytes]) -> str | None:
         """Validate, load and verify; None when NGINX serves `files`, else why not (the last good
         configuration keeps serving)."""
-        result = self.nginx.apply(files)
-        if result.ok:
-            self.applied = files
-            return None
-        return result.error or "NGINX did not take the configuration"
+        with self.lock:
+            if self.nginx is None:  # stopped when we lost the lease; a new master for the new term
+                from gwpolicy.gateway.nginx import Nginx
+
+                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx)
+            result = self.nginx.apply(files)
+            if result.ok:
+                self.applied = files
+                return None
+            return result.error or "NGINX did not take the configuration"
 
     def stop(self) -> None:
-        self.nginx.stop()
+        """Stop NGINX (it no longer holds the Gateways' addresses); `apply` starts a new one."""
+        with self.lock:
+            if self.nginx is not None:
+                self.nginx.stop()
+                self.nginx = None
+            self.applied = None
 
 
 class GatewayController:
@@ -262,7 +274,7 @@ class GatewayController:
         self.busy = False
         self.reconciles = 0
         self.nginx_running = False
-        self.last_error_logged: str | None = None
+        self.retry_in = 1.0  # seconds until a failed apply is tried again
 
     # ---------- watching ----------
     def _watch(self, kind: Kind) -> None:
@@ -339,7 +351,7 @@ class GatewayController:
         facts = gateway_facts(index, self.opts.controller_name)
         analysis = analyse(dataplane_objects(raws, facts), controller=self.opts.controller_name,
                            kind_checks=_kind_checks())
-        if self.driver is not None:
+        if self.driver is not None and self.leading:  # a standby serves nothing: the addresses are the leader's
             await self._program(analysis, facts)
         programming = Programming(dict(self.running), self.error, dict(self.addresses), dict(self.listener_facts))
         # what each object should carry, as a function of its newest copy: other controllers write
@@ -424,7 +436,14 @@ class GatewayController:
         else:
             self.metrics.reloads.labels("failed").inc()
             self.error = error
-            log.error("NGINX did not take the new configuration; the previous one keeps serving: %s", error)
+            log.error("NGINX did not take the new configuration; the previous one keeps serving: %s (trying again in %.0f s)",
+                      error, self.retry_in)
+            # the cause may pass without any object changing (a port another process held, the
+            # previous leader's NGINX still stopping): try again, less and less often
+            asyncio.get_running_loop().call_later(self.retry_in, self.wake.set)
+            self.retry_in = min(self.retry_in * 2, 30.0)
+            return
+        self.retry_in = 1.0
 
     # ---------- writes ----------
     def _enqueue_if_different(self, ref: Ref) -> None:
@@ -521,6 +540,8 @@ class GatewayController:
         async def readyz(_: web.Request) -> web.Response:
             if not self.synced:
                 return web.Response(text="informers not synced", status=503)
+            if self.driver is not None and not self.leading:
+                return web.Response(text="standby: the leader's NGINX serves", status=503)
             if self.driver is not None and not self.nginx_running:
                 return web.Response(text="NGINX has no configuration yet", status=503)
             return web.Response(text="ok")
@@ -566,9 +587,19 @@ class GatewayController:
     def _leader_changed(self, leader: bool) -> None:
         self.metrics.leader.set(1 if leader else 0)
         if leader:
-            self.wake.set()
+            self.wake.set()  # program NGINX and write status for the current state
+        elif self.driver is not None:  # another replica leads now: give the addresses up
+            self.running, self.nginx_running = {}, False
+            self.tasks.append(asyncio.create_task(asyncio.to_thread(self.driver.stop), name="nginx-stop"))
 
     async def stop(self) -> None:
+        """NGINX first (it gives the addresses up), then the Lease (a standby takes over at once),
+        then the informers and the HTTP endpoints."""
+        for t in self.tasks:
+            if t.get_name() in ("reconcile", "write"):
+                t.cancel()
+        if self.driver is not None:
+            await asyncio.to_thread(self.driver.stop)
         if self.elector:
             try:
                 await self.elector.release()
@@ -583,8 +614,6 @@ class GatewayController:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass
-        if self.driver is not None:
-            await asyncio.to_thread(self.driver.stop)
         if self.runner:
             await self.runner.cleanup()
         if self.client:
