@@ -398,8 +398,15 @@ def _requests(case: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[list[di
     return run, skipped
 
 
+#: the case format's keys (README "Case file format"); anything else would go unchecked, so it fails
+KNOWN_KEYS = {"name", "description", "source", "manifestSource", "features", "profile", "provisional", "manifests",
+              "namespacesReady", "status", "requests", "weights", "headerMatchesPod", "steps", "notes"}
+
+
 def run_case(suite: Suite, case: dict[str, Any], timeout: float) -> list[str]:
     """Run one case; returns what it could not check (requests needing a missing capability)."""
+    unknown = set(case) - KNOWN_KEYS
+    assert not unknown, f"{case['name']}: the harness does not run {sorted(unknown)} (e.g. `harness:`): extend it"
     applied: list[dict[str, Any]] = []
     skipped: list[str] = []
     try:

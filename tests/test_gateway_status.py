@@ -269,3 +269,25 @@ def test_keep_in_place_leaves_every_entry_where_it_was():
     assert keep_in_place([ours_old, theirs], [theirs, ours_new, added], "us", "ancestorRef") == [ours_new, theirs, added]
     # an entry of ours that is no longer computed goes; others' stay
     assert keep_in_place([ours_old, theirs], [theirs], "us", "ancestorRef") == [theirs]
+
+
+def test_routes_of_a_gateway_that_is_not_accepted_are_not_accepted_either():
+    gw = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+          "metadata": {"name": "params", "namespace": "gateway-conformance-infra"},
+          "spec": {"gatewayClassName": "gwpolicy", "infrastructure": {"parametersRef": {"group": "x", "kind": "Y", "name": "z"}},
+                   "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}
+    route = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+             "metadata": {"name": "to-params", "namespace": "gateway-conformance-infra"},
+             "spec": {"parentRefs": [{"name": "params"}], "rules": [{"backendRefs": [{"name": "infra-backend-v1", "port": 8080}]}]}}
+    world = World(BASE["manifests"] + GENERATED + [gw, route])
+    world.reconcile()
+    g = world.find("Gateway", "gateway-conformance-infra", "params")
+    assert {c["type"]: c["reason"] for c in g["status"]["conditions"]}["Accepted"] == "InvalidParameters"
+    assert g["status"]["addresses"] == [] and g["status"]["listeners"][0]["attachedRoutes"] == 0
+    parent = world.find("HTTPRoute", "gateway-conformance-infra", "to-params")["status"]["parents"][0]
+    acc = {c["type"]: c for c in parent["conditions"]}["Accepted"]
+    assert acc["status"] == "False" and "InvalidParameters" not in acc["message"] and "not accepted" in acc["message"]
+    # and the data plane is given no listener of it
+    index = build_index(list(world.objects.values()))
+    objs = dataplane_objects(list(world.objects.values()), gateway_facts(index))
+    assert next(o for o in objs if o["metadata"]["name"] == "params" and o["kind"] == "Gateway")["spec"]["listeners"] == []

@@ -207,7 +207,10 @@ def gateway_facts(index: ObjectIndex, controller: str = GATEWAY_CONTROLLER,
     for gw in index.of_kind(GATEWAY_GROUP, "Gateway"):
         gc_ref = Ref(GATEWAY_GROUP, "GatewayClass", None, str(_dict(gw.spec).get("gatewayClassName", "")))
         if gc_ref in classes:
-            facts.gateways[gw.ref] = _gateway(gw, gc_ref, index, grants)
+            gf = facts.gateways[gw.ref] = _gateway(gw, gc_ref, index, grants)
+            if not facts.classes[gc_ref].status:
+                gf.accepted = Cond("Accepted", False, "Pending",
+                                   f"GatewayClass {gc_ref.name} is not accepted: {facts.classes[gc_ref].message}")
     for route in index.of_kind(GATEWAY_GROUP, "HTTPRoute"):
         rf = _route(route, facts, index, grants)
         if rf is not None:
@@ -445,6 +448,10 @@ def _route(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGrants
             why = None if attached else "NoMatchingParent"
         if unsupported is not None:
             accepted = Cond("Accepted", False, "UnsupportedValue", unsupported)
+            attached = []
+        elif not gf.accepted.status:
+            accepted = Cond("Accepted", False, "NoMatchingParent",
+                            f"Gateway {gw_ref.namespace}/{gw_ref.name} is not accepted: {gf.accepted.message}")
             attached = []
         elif why is not None:
             accepted = Cond("Accepted", False, why, _why(why, pref, gf))
