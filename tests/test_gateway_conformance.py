@@ -312,7 +312,7 @@ class Suite:
                 ok, last = 0, f"got HTTP {status}, want no response"
             elif mode == "failure":
                 if status == 200:
-                    return f"got 200, want a failure"
+                    return "got 200, want a failure"
                 if status in (408, 504):
                     ok, last = 0, f"got {status}"
                 else:

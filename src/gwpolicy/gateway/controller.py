@@ -663,8 +663,6 @@ def parse(argv: list[str]) -> GatewayOptions:
 
 
 async def run(opts: GatewayOptions) -> None:
-    from gwpolicy.gateway.nginx import NginxError  # noqa: F401 - raised by DataPlaneDriver when NGINX is unusable
-
     c = GatewayController(opts, DataPlaneDriver(opts))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
