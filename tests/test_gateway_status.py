@@ -291,3 +291,16 @@ def test_routes_of_a_gateway_that_is_not_accepted_are_not_accepted_either():
     index = build_index(list(world.objects.values()))
     objs = dataplane_objects(list(world.objects.values()), gateway_facts(index))
     assert next(o for o in objs if o["metadata"]["name"] == "params" and o["kind"] == "Gateway")["spec"]["listeners"] == []
+
+
+def test_our_entry_goes_when_a_route_no_longer_names_our_gateway():
+    world = _world_with_route({"parentRef": {"name": "someone-elses", "namespace": "gateway-conformance-infra"},
+                               "controllerName": "example.com/other", "conditions": []})
+    world.reconcile()
+    route = world.find("HTTPRoute", "gateway-conformance-infra", "r")
+    assert [p["controllerName"] for p in route["status"]["parents"]] == ["example.com/other", GATEWAY_CONTROLLER]
+    route["spec"]["parentRefs"] = [{"name": "someone-elses"}]  # ours no more
+    world.put(route)
+    world.reconcile()
+    route = world.find("HTTPRoute", "gateway-conformance-infra", "r")
+    assert [p["controllerName"] for p in route["status"]["parents"]] == ["example.com/other"]

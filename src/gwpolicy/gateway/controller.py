@@ -42,7 +42,7 @@ from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LeaderElector
 from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, Programming, dataplane_objects,
                                      desired_status, gateway_facts, keep_in_place, policy_kinds_annotation,
-                                     policy_status)
+                                     policy_status, stale_routes, without_our_entries)
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import Obj, build_index
 from gwpolicy.refs import GATEWAY_GROUP, Ref
@@ -357,7 +357,7 @@ class GatewayController:
         # what each object should carry, as a function of its newest copy: other controllers write
         # between our analysis and our write, and their entries must survive it
         wanted: dict[Ref, Any] = {}
-        for refs in (facts.classes, facts.gateways, facts.routes):
+        for refs in (facts.classes, facts.gateways, facts.routes, stale_routes(index, facts)):
             for ref in refs:
                 wanted[ref] = lambda obj, _f=facts, _p=programming: desired_status(obj, _f, _p, utc_now())
         wanted.update(self._policy_status(analysis, index, facts))
@@ -395,6 +395,8 @@ class GatewayController:
             if (ref.group, ref.kind) not in enforced or ref not in index.by_ref:
                 continue
             if not enforced_here(policy_ancestors_of(analysis, ref), facts):
+                if without_our_entries(index.by_ref[ref], controller) is not None:  # it reached us before
+                    out[ref] = lambda obj: without_our_entries(obj, controller)
                 continue
             outcomes = analysis.outcomes.get(ref, [])
             out[ref] = lambda obj, _p=policy, _o=outcomes: _in_place(obj, engine_policy_status(

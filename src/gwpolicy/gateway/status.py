@@ -544,6 +544,19 @@ def desired_status(obj: Obj, facts: Facts, programming: Programming, now: str) -
         return _gateway_status(obj, facts.gateways[ref], facts, programming, now)
     if ref in facts.routes:
         return _route_status(obj, facts.routes[ref], facts, now)
+    return without_our_entries(obj, facts.controller)
+
+
+def without_our_entries(obj: Obj, controller: str) -> dict[str, Any] | None:
+    """For an object that is no longer ours (its parentRefs no longer name our Gateways, a policy
+    that no longer reaches one): its status without the entries we wrote; None when it has none."""
+    status = _dict(obj.raw.get("status"))
+    for key in ("parents", "ancestors"):
+        entries = status.get(key)
+        if isinstance(entries, list) and any(isinstance(e, dict) and e.get("controllerName") == controller for e in entries):
+            out = copy.deepcopy(status)
+            out[key] = [e for e in entries if not (isinstance(e, dict) and e.get("controllerName") == controller)]
+            return out
     return None
 
 
@@ -659,9 +672,10 @@ def class_annotations(gc: Obj, policy_kinds: Iterable[str]) -> dict[str, str]:
 
 
 def all_desired(index: ObjectIndex, facts: Facts, programming: Programming, now: str) -> dict[Ref, dict[str, Any]]:
-    """Every object of ours -> the status it should carry."""
+    """Every object of ours -> the status it should carry; and routes that carry an entry of ours
+    but no longer name our Gateways -> their status without it."""
     out: dict[Ref, dict[str, Any]] = {}
-    for refs in (facts.classes, facts.gateways, facts.routes):
+    for refs in (facts.classes, facts.gateways, facts.routes, stale_routes(index, facts)):
         for ref in refs:
             obj = index.by_ref.get(ref)
             if obj is not None:
@@ -669,6 +683,12 @@ def all_desired(index: ObjectIndex, facts: Facts, programming: Programming, now:
                 if st is not None:
                     out[ref] = st
     return out
+
+
+def stale_routes(index: ObjectIndex, facts: Facts) -> list[Ref]:
+    """HTTPRoutes that are not ours (now) but carry a `status.parents` entry of ours."""
+    return [r.ref for r in index.of_kind(GATEWAY_GROUP, "HTTPRoute")
+            if r.ref not in facts.routes and without_our_entries(r, facts.controller) is not None]
 
 
 def dataplane_objects(raws: Iterable[dict[str, Any]], facts: Facts) -> list[dict[str, Any]]:
