@@ -19,11 +19,11 @@ from gwpolicy.gateway import policyconf as pc
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = ROOT.parent / "shared" / "conformance" / "seeds"
-POLICY_FILES = sorted((ROOT / "deploy").glob("4[0-9]-*.yaml"))
+POLICY_FILES = sorted((ROOT / "deploy").glob("4[0-9]-*.yaml")) + sorted((ROOT / "deploy" / "policykinds").glob("4[0-9]-*.yaml"))
 
 
 def policy_manifests() -> list[dict[str, Any]]:
-    """The CRDs and PolicyKinds of deploy/4x, as the gateway's input gets them."""
+    """The CRDs (deploy/4x) and PolicyKinds (deploy/policykinds/4x), as the gateway's input gets them."""
     out: list[dict[str, Any]] = []
     for f in POLICY_FILES:
         out.extend(d for d in yaml.safe_load_all(f.read_text()) if d)
@@ -405,3 +405,17 @@ def test_equal_rate_limits_of_different_policies_get_their_own_buckets() -> None
     a2 = pc.location_directives({"RateLimitPolicy": pc.Effective.of(R("a"))})
     b = pc.location_directives({"RateLimitPolicy": pc.Effective.of(R("b"))})
     assert a.zones == a2.zones and a.zones != b.zones
+
+
+def test_the_policykinds_are_valid_against_the_policykind_crd() -> None:
+    """deploy/policykinds holds objects of our own CRD (deploy/10): checked against its schema here,
+    since a generic Kubernetes validator does not know the kind."""
+    crd = yaml.safe_load((ROOT / "deploy" / "10-policykind-crd.yaml").read_text())
+    spec_schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    for d in policy_manifests():
+        if d["kind"] != "PolicyKind":
+            continue
+        assert set(d["spec"]) <= set(spec_schema["properties"]), d["metadata"]["name"]
+        assert d["spec"]["attachment"] in spec_schema["properties"]["attachment"]["enum"]
+        for m in d["spec"].get("fieldMappings", []):
+            assert set(m) <= set(spec_schema["properties"]["fieldMappings"]["items"]["properties"])

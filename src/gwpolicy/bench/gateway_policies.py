@@ -33,8 +33,8 @@ V = "gwpolicy.io/v1alpha1"
 
 
 def policy_kinds() -> list[dict[str, Any]]:
-    """The CRDs and PolicyKinds of deploy/4x (the bench runs from a checkout)."""
-    files = sorted(DEPLOY.glob("4[0-9]-*.yaml"))
+    """The CRDs (deploy/4x) and PolicyKinds (deploy/policykinds/4x): the bench runs from a checkout."""
+    files = sorted(DEPLOY.glob("4[0-9]-*.yaml")) + sorted((DEPLOY / "policykinds").glob("4[0-9]-*.yaml"))
     if not files:
         raise SystemExit(f"gwpolicy bench: no policy CRDs under {DEPLOY} (run it from a checkout)")
     return [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
