@@ -692,19 +692,38 @@ def stale_routes(index: ObjectIndex, facts: Facts) -> list[Ref]:
 
 
 def dataplane_objects(raws: Iterable[dict[str, Any]], facts: Facts) -> list[dict[str, Any]]:
-    """The objects the data plane is built from: the same, except that our Gateways keep only the
-    listeners status accepts (a listener status calls not Accepted is not served at all), and a
-    Gateway status does not accept keeps none."""
+    """The objects the data plane is built from, so that it serves exactly what status says: our
+    Gateways keep only the listeners status accepts (none when the Gateway is not accepted), and
+    routes keep only the parentRefs to our Gateways that status accepts (a route that is not
+    accepted is not served: its requests get the 404 of no route)."""
     out = []
     for raw in raws:
         meta = raw.get("metadata") or {}
-        ref = Ref(GATEWAY_GROUP, "Gateway", meta.get("namespace"), str(meta.get("name", "")))
-        gf = facts.gateways.get(ref) if raw.get("kind") == "Gateway" else None
-        if gf is not None and isinstance(raw.get("spec"), dict):
-            keep = [l for l in raw["spec"].get("listeners") or [] if isinstance(l, dict)
-                    and gf.accepted.status and l.get("name") in gf.listeners and gf.listeners[l["name"]].accepted.status]
-            if len(keep) != len(raw["spec"].get("listeners") or []):
-                raw = dict(raw, spec=dict(raw["spec"], listeners=keep))
+        kind = raw.get("kind")
+        spec = raw.get("spec")
+        if kind == "Gateway" and isinstance(spec, dict):
+            gf = facts.gateways.get(Ref(GATEWAY_GROUP, "Gateway", meta.get("namespace"), str(meta.get("name", ""))))
+            if gf is not None:
+                keep = [l for l in spec.get("listeners") or [] if isinstance(l, dict)
+                        and gf.accepted.status and l.get("name") in gf.listeners and gf.listeners[l["name"]].accepted.status]
+                if len(keep) != len(spec.get("listeners") or []):
+                    raw = dict(raw, spec=dict(spec, listeners=keep))
+        elif kind == "HTTPRoute" and isinstance(spec, dict):
+            ref = Ref(GATEWAY_GROUP, "HTTPRoute", meta.get("namespace") or "default", str(meta.get("name", "")))
+            rf = facts.routes.get(ref)
+            if rf is not None:
+                verdicts = iter(rf.parents)  # in parentRef order, ours only (see _route)
+                route = Obj(raw, ref, "", "")
+                keep = []
+                for p in spec.get("parentRefs") or []:
+                    gw = parent_gateway(route, p) if isinstance(p, dict) else None
+                    if gw is not None and gw in facts.gateways:
+                        if next(verdicts).accepted.status:
+                            keep.append(p)
+                    else:
+                        keep.append(p)
+                if len(keep) != len(spec.get("parentRefs") or []):
+                    raw = dict(raw, spec=dict(spec, parentRefs=keep))
         out.append(raw)
     return out
 
