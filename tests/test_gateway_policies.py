@@ -114,7 +114,7 @@ def test_primer_timeout_seed_works_with_only_the_api_version_changed() -> None:
     backend = _effective(a, "Service", "example")
     assert backend == [{"TimeoutPolicy": {"connectionTimeout": 5, "readTimeout": 10}}]
     conf = pc.location_directives(backend[0])
-    assert conf.lines == ("proxy_connect_timeout 5s;", "proxy_read_timeout 10s;")
+    assert conf.lines == ("proxy_connect_timeout 5s;", "proxy_read_timeout 10s;", "proxy_next_upstream error;")
     # the seed's other expectations hold too (the kinds' descriptors do not change the engine's answer)
     for exp in seed["expect"]["effective"]:
         kind, name = exp["target"].split("/")[0], exp["target"].split("/")[-1]
@@ -419,3 +419,17 @@ def test_the_policykinds_are_valid_against_the_policykind_crd() -> None:
         assert d["spec"]["attachment"] in spec_schema["properties"]["attachment"]["enum"]
         for m in d["spec"].get("fieldMappings", []):
             assert set(m) <= set(spec_schema["properties"]["fieldMappings"]["items"]["properties"])
+
+
+def test_zero_means_no_timeout_and_a_timeout_alone_does_not_retry() -> None:
+    lines = pc.location_directives(pc.with_route_fields({}, {"timeouts": {"backendRequest": "0s", "request": "0s"}})).lines
+    assert lines == ("proxy_read_timeout 86400s;", "proxy_next_upstream error;")
+    assert pc.location_directives({"TimeoutPolicy": {"connectionTimeout": 0}}).lines == ("proxy_connect_timeout 75s;",)
+    with_retry = pc.location_directives({"TimeoutPolicy": {"readTimeout": 1}, "RetryPolicy": {"attempts": 2}}).lines
+    assert "proxy_next_upstream error timeout;" in with_retry and "proxy_next_upstream error;" not in with_retry
+
+
+def test_an_upstream_behind_a_timeout_never_marks_its_endpoints_down() -> None:
+    assert pc.upstream_directives("u", {"TimeoutPolicy": {"readTimeout": 1}}).server_params == "max_fails=0"
+    assert pc.upstream_directives("u", pc.with_route_fields({}, {"timeouts": {"request": "1s"}})).server_params == "max_fails=0"
+    assert pc.upstream_directives("u", {"TimeoutPolicy": {"connectionTimeout": 1}}).server_params == ""

@@ -41,6 +41,7 @@ RETRY_CONDITIONS = {"connect-failure": "error", "reset": "error", "timeout": "ti
 DEFAULT_RETRY_ON = ("connect-failure", "reset", "timeout")
 MAX_ATTEMPTS = 10
 MAX_CONNECT_TIMEOUT_MS = 75_000  # the kernel's connect() limit NGINX runs into
+NO_TIMEOUT_MS = 86_400_000  # what a zero duration ("no timeout") becomes for reads and writes
 DEFAULT_ZONE_SIZE = "10m"
 
 
@@ -547,12 +548,18 @@ def location_directives(effective: Mapping[Any, Any] | None, *, scope: str = "")
     idle: list[int] = []
     t = specs.get(TIMEOUT, {})
     request_ms = duration_ms(t["_requestTimeout"], "rules[].timeouts.request") if _set(t, "_requestTimeout") else None
+    if request_ms == 0:  # Gateway API: a zero duration disables the timeout
+        request_ms = None
+    timed = request_ms is not None
     for fname, directive in (("connectionTimeout", "proxy_connect_timeout"),
                              ("readTimeout", "proxy_read_timeout"), ("sendTimeout", "proxy_send_timeout")):
         ms = duration_ms(t[fname], f"{TIMEOUT} {fname}") if _set(t, fname) else None
+        if ms == 0:  # no timeout: NGINX has no "off", so its longest useful wait
+            ms = MAX_CONNECT_TIMEOUT_MS if fname == "connectionTimeout" else NO_TIMEOUT_MS
         if request_ms is not None:
             ms = request_ms if ms is None else min(ms, request_ms)
         if ms is not None:
+            timed = timed or fname != "connectionTimeout"
             lines.append(f"{directive} {nginx_time(min(ms, MAX_CONNECT_TIMEOUT_MS) if fname == 'connectionTimeout' else ms)};")
     if _set(t, "idleTimeout"):
         idle.append(duration_ms(t["idleTimeout"], f"{TIMEOUT} idleTimeout"))
@@ -584,6 +591,11 @@ def location_directives(effective: Mapping[Any, Any] | None, *, scope: str = "")
         if budget is not None:
             lines.append(f"proxy_next_upstream_timeout {nginx_time(budget)};")
         copies = attempts
+    elif timed:
+        # without a RetryPolicy a timeout is the answer (504), not a reason to try another endpoint
+        # (NGINX's default `error timeout` would double the wait and mark the endpoint down, so
+        # the next requests would get 502 "no live upstreams")
+        lines.append("proxy_next_upstream error;")
     c = specs.get(CLIENT, {})
     if _set(c, "body.maxSize"):
         lines.append(f"client_max_body_size {nginx_size(_get(c, 'body.maxSize'), f'{CLIENT} body.maxSize')};")
@@ -643,9 +655,15 @@ def upstream_directives(upstream_name: str, effective: Mapping[Any, Any] | None,
     `effective` is the effective policy of the backend (UpstreamSettingsPolicy is Direct on a
     Service, so all paths to one Service port agree).  `peer_copies` > 1 (from
     LocationConf.peer_copies) makes DP list each endpoint that many times; the servers then need
-    `max_fails=0` or a retried failure would mark the only endpoint down.
+    `max_fails=0` or a retried failure would mark the only endpoint down.  So do upstreams of paths
+    with a read, send or request timeout: NGINX counts a timed-out response as a failed attempt
+    whatever proxy_next_upstream says, so one slow answer would take an endpoint out for 10 s and
+    the next requests would get 502 ("no live upstreams") instead of their own answer or 504.
     """
-    u = _specs(effective).get(UPSTREAM, {})
+    specs = _specs(effective)
+    u = specs.get(UPSTREAM, {})
+    t = specs.get(TIMEOUT, {})
+    timed = any(_set(t, f) for f in ("readTimeout", "sendTimeout", "_requestTimeout"))
     lines: list[str] = []
     if _set(u, "zoneSize"):
         lines.append(f"zone {upstream_name} {nginx_size(u['zoneSize'], f'{UPSTREAM} zoneSize')};")
@@ -662,7 +680,7 @@ def upstream_directives(upstream_name: str, effective: Mapping[Any, Any] | None,
             lines.append(f"keepalive_time {nginx_time(duration_ms(_get(u, 'keepAlive.time'), f'{UPSTREAM} keepAlive.time'))};")
         if _set(u, "keepAlive.timeout"):
             lines.append(f"keepalive_timeout {nginx_time(duration_ms(_get(u, 'keepAlive.timeout'), f'{UPSTREAM} keepAlive.timeout'))};")
-    return UpstreamConf(tuple(lines), keepalive, "max_fails=0" if peer_copies > 1 else "")
+    return UpstreamConf(tuple(lines), keepalive, "max_fails=0" if peer_copies > 1 or timed else "")
 
 
 def retry_peer_copies(effective: Mapping[Any, Any] | None) -> int:
