@@ -66,8 +66,9 @@ FIELDS: dict[str, dict[str, FieldInfo]] = {
     TIMEOUT: {
         "connectionTimeout": FieldInfo("proxy_connect_timeout", "location", APPROXIMATED,
                                        "time to open the TCP (and TLS) connection to one backend peer; "
-                                       "NGINX waits at most about 75 s whatever the value; a reused "
-                                       "keep-alive connection does not connect again"),
+                                       "at most 75 s (NGINX cannot wait longer; a larger value makes "
+                                       "the policy Invalid); a reused keep-alive connection does not "
+                                       "connect again"),
         "readTimeout": FieldInfo("proxy_read_timeout", "location", APPROXIMATED,
                                  "longest wait for the backend's response headers and between two "
                                  "successive reads of the body, not a deadline for the whole response"),
