@@ -433,3 +433,13 @@ def test_an_upstream_behind_a_timeout_never_marks_its_endpoints_down() -> None:
     assert pc.upstream_directives("u", {"TimeoutPolicy": {"readTimeout": 1}}).server_params == "max_fails=0"
     assert pc.upstream_directives("u", pc.with_route_fields({}, {"timeouts": {"request": "1s"}})).server_params == "max_fails=0"
     assert pc.upstream_directives("u", {"TimeoutPolicy": {"connectionTimeout": 1}}).server_params == ""
+
+
+def test_docs_policies_section_lists_every_field_as_the_code_treats_it() -> None:
+    docs = (ROOT / "docs" / "gateway.md").read_text()
+    section = docs[docs.index("\n## Policies"):]
+    for kind, fields in pc.FIELDS.items():
+        assert f"#### {kind}" in section
+        for fname, info in fields.items():
+            directive = f"`{info.directive}`" if info.directive else "none"
+            assert f"| `{fname}` | {directive} | {info.context or '-'} | {info.support} | {info.note} |" in section, fname
