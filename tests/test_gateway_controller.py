@@ -80,8 +80,12 @@ def env(tmp_path_factory):
 def test_gatewayclass_is_accepted_before_any_gateway_exists(env):
     sb, gw, _ = env
     _apply(sb, GATEWAY_CLASS)
-    cls = wait_until(lambda: (lambda o: o if _cond((o.get("status") or {}).get("conditions"), "Accepted").get("status") == "True" else None)(
-        _get(sb, "gatewayclass", "gwtest", None)), 15, what="GatewayClass Accepted")
+    def accepted():
+        o = _get(sb, "gatewayclass", "gwtest", None)
+        ok = _cond((o.get("status") or {}).get("conditions"), "Accepted").get("status") == "True"
+        return o if ok and POLICY_KINDS_ANNOTATION in (o["metadata"].get("annotations") or {}) else None
+
+    cls = wait_until(accepted, 15, what="GatewayClass Accepted and annotated")
     conds = cls["status"]["conditions"]
     assert all(c["observedGeneration"] == cls["metadata"]["generation"] for c in conds)
     assert _cond(conds, "SupportedVersion")["status"] == "True"
