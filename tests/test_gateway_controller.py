@@ -404,3 +404,18 @@ def test_a_standby_takes_over_nginx_and_status_when_the_leader_goes(env, tmp_pat
             r.stop()
         sb.kubectl("delete", "httproute", "ha", "-n", NS, "--ignore-not-found")
         sb.kubectl("delete", "gateway", "ha", "-n", NS, "--ignore-not-found")
+
+
+def test_health_readiness_and_metrics(env):
+    import urllib.request
+
+    sb, gw, echo = env
+    _apply(sb, GATEWAY_CLASS, *_objects(echo.port))
+    wait_until(lambda: (_get(sb, "gateway", "gw").get("status") or {}).get("addresses"), 30)
+    get = lambda path: urllib.request.urlopen(f"http://127.0.0.1:{gw.port}{path}", timeout=5)  # noqa: E731
+    assert get("/healthz").read() == b"ok"
+    wait_until(lambda: get("/readyz").status == 200, 15, what="ready")
+    text = get("/metrics").read().decode()
+    assert 'gwpolicy_gateway_nginx_reloads_total{result="ok"}' in text and "gwpolicy_gateway_reconciles_total" in text
+    statusz = json.loads(get("/statusz").read())
+    assert statusz["synced"] and statusz["nginxError"] is None
