@@ -213,4 +213,6 @@ def test_not_a_certificate_and_unknown_well_known_are_reported() -> None:
     objs = _cluster(_btls("wk", "2025-01-01T00:00:01Z", {"hostname": "a.example.com", "wellKnownCACertificates": "Mozilla"}))
     assert _policy_conditions(objs)["wk"]["Accepted"] == ("False", "Invalid")
     assert bt.for_backend({}, None) is None
+    assert isinstance(bt.for_backend({"BackendTLSPolicy": {"validation": {"hostname": "a.example.com"}}}, None),
+                      bt.TLSFailure)  # a bare spec fails closed
     assert isinstance(bt.resolve({"validation": {"hostname": "A_B"}}, Ref("gateway.networking.k8s.io", "BackendTLSPolicy", "ns", "x"), None), bt.TLSFailure)

@@ -145,8 +145,11 @@ def for_backend(effective: Mapping[Any, Any] | None, index: ObjectIndex) -> TLSP
         if key in (KIND, KIND[1]):
             spec = getattr(value, "spec", value)
             policies = sorted(getattr(value, "policies", ()) or (), key=Ref.sort_key)
-            if not policies or not isinstance(spec, Mapping):
+            if not isinstance(spec, Mapping) or not spec:
                 return None
+            if not policies:  # a bare spec: no namespace for its ConfigMaps; fail closed, never plain HTTP
+                return TLSFailure(Ref(*KIND, None, "?"), R_INVALID, R_RESOLVED,
+                                  "BackendTLSPolicy spec without its policy (pass the engine's Result)")
             return resolve(spec, policies[0], index)
     return None
 
