@@ -443,3 +443,18 @@ def test_docs_policies_section_lists_every_field_as_the_code_treats_it() -> None
         for fname, info in fields.items():
             directive = f"`{info.directive}`" if info.directive else "none"
             assert f"| `{fname}` | {directive} | {info.context or '-'} | {info.support} | {info.note} |" in section, fname
+
+
+@pytest.mark.parametrize("default, override", [("default", "override"), ("defaults", "overrides")])
+def test_both_stanza_spellings_give_the_same_directives(default: str, override: str) -> None:
+    seed = _seed("seed-timeout-three-levels")
+    objs = _with_gwpolicy_api(seed["manifests"])
+    for m in objs:
+        if m["kind"] == "TimeoutPolicy":
+            spec = m["spec"]
+            for old, new in (("default", default), ("override", override)):
+                if old in spec:
+                    spec[new] = spec.pop(old)
+    a = analyse(policy_manifests() + objs, now="2026-01-01T00:00:00Z", kind_checks=pc.kind_checks())
+    backend = _effective(a, "Service", "example")
+    assert pc.location_directives(backend[0]).lines[:2] == ("proxy_connect_timeout 5s;", "proxy_read_timeout 10s;")
