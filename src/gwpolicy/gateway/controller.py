@@ -89,6 +89,7 @@ class GatewayOptions:
     address_pool: str | None = None  # loopback network Gateways get their addresses from
     port_offset: int = 0
     debounce: float = 0.05
+    write_workers: int = 4
     nginx: str = "/usr/sbin/nginx"
 
 
@@ -275,6 +276,7 @@ class GatewayController:
         self.reconciles = 0
         self.nginx_running = False
         self.retry_in = 1.0  # seconds until a failed apply is tried again
+        self.writing: set[Ref] = set()  # objects a write worker holds
 
     # ---------- watching ----------
     def _watch(self, kind: Kind) -> None:
@@ -475,9 +477,13 @@ class GatewayController:
                 except asyncio.TimeoutError:
                     pass
                 continue
-            ref = next(iter(self.queue))
+            ref = next((r for r in self.queue if r not in self.writing), None)
+            if ref is None:  # all queued objects are being written by another worker
+                await asyncio.sleep(0.01)
+                continue
             del self.queue[ref]
             self.metrics.queue_depth.set(len(self.queue))
+            self.writing.add(ref)
             try:
                 await self.write(ref)
             except asyncio.CancelledError:
@@ -487,6 +493,8 @@ class GatewayController:
                 self.metrics.errors.labels("write").inc()
                 self.queue[ref] = None
                 await asyncio.sleep(0.2)
+            finally:
+                self.writing.discard(ref)
 
     async def write(self, ref: Ref) -> None:
         """One object's status (merge patch of the status subresource, with the resourceVersion we
@@ -577,7 +585,8 @@ class GatewayController:
         for k in [kube.CRD, *BUILTIN]:
             self._watch(k)
         self.tasks.append(asyncio.create_task(self.reconcile_loop(), name="reconcile"))
-        self.tasks.append(asyncio.create_task(self.write_loop(), name="write"))
+        for _ in range(max(1, self.opts.write_workers)):  # writes wait on the API server: a few in flight
+            self.tasks.append(asyncio.create_task(self.write_loop(), name="write"))
         if self.opts.leader_election:
             self.elector = LeaderElector(self.client, self.opts.identity, self.opts.lease_namespace, self.opts.lease_name,
                                          duration=self.opts.lease_duration, on_change=self._leader_changed)
@@ -652,6 +661,7 @@ def parse(argv: list[str]) -> GatewayOptions:
     p.add_argument("--port-offset", type=int, default=0,
                    help="add this to every listener port NGINX binds (e.g. 8000 to serve port 80 on 8080 without root)")
     p.add_argument("--debounce", type=float, default=0.05, help="seconds to gather a burst of changes into one reload")
+    p.add_argument("--write-workers", type=int, default=4, help="status writes in flight at most (default 4)")
     p.add_argument("--nginx", default="/usr/sbin/nginx", help="the NGINX binary (1.22 or newer, with njs)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
@@ -661,7 +671,8 @@ def parse(argv: list[str]) -> GatewayOptions:
     return GatewayOptions(kubeconfig=a.kubeconfig, context=a.context, controller_name=a.controller_name, listen=a.listen,
                           lease_namespace=a.lease_namespace, lease_duration=a.lease_duration, identity=a.identity,
                           leader_election=not a.no_leader_election, state_dir=a.state_dir, address_pool=a.address_pool,
-                          port_offset=a.port_offset, debounce=a.debounce, nginx=a.nginx)
+                          port_offset=a.port_offset, debounce=a.debounce, write_workers=a.write_workers,
+                          nginx=a.nginx)
 
 
 async def run(opts: GatewayOptions) -> None:
