@@ -335,6 +335,8 @@ def test_beside_the_policy_controller_neither_fights_and_enforced_policies_get_o
         good = _get(sb, "timeoutpolicy", "t")
         ours = [a for a in good["status"]["ancestors"] if a["controllerName"] == GATEWAY_CONTROLLER]
         assert [a["ancestorRef"]["name"] for a in ours] == ["gw"] and _cond(ours[0]["conditions"], "Accepted")["status"] == "True"
+        # a field NGINX honours only approximately is said in the message (the policy stays Accepted)
+        assert "spec.default.connectionTimeout is approximated" in _cond(ours[0]["conditions"], "Accepted")["message"]
     finally:
         ctl.terminate()
         try:

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,6 +171,18 @@ def _in_place(obj: Obj, status: dict[str, Any], controller: str) -> dict[str, An
     return status
 
 
+def _with_note(status: dict[str, Any], controller: str, note: str | None) -> dict[str, Any]:
+    """Our accepted entries say which fields NGINX honours only approximately, and how."""
+    if note:
+        for a in status.get("ancestors") or []:
+            if a.get("controllerName") != controller:
+                continue
+            for c in a.get("conditions") or []:
+                if c.get("type") == "Accepted" and c.get("status") == "True" and note not in c.get("message", ""):
+                    c["message"] = f"{c.get('message', '').rstrip()} {note}".strip()
+    return status
+
+
 def _kind_checks() -> Any:
     """This data plane's checks of the policy kinds it enforces (policyconf, POL)."""
     from gwpolicy.gateway import policyconf
@@ -277,6 +290,7 @@ class GatewayController:
         self.nginx_running = False
         self.retry_in = 1.0  # seconds until a failed apply is tried again
         self.writing: set[Ref] = set()  # objects a write worker holds
+        self.nginx_thread = ThreadPoolExecutor(1, thread_name_prefix="nginx")
 
     # ---------- watching ----------
     def _watch(self, kind: Kind) -> None:
@@ -401,8 +415,9 @@ class GatewayController:
                     out[ref] = lambda obj: without_our_entries(obj, controller)
                 continue
             outcomes = analysis.outcomes.get(ref, [])
-            out[ref] = lambda obj, _p=policy, _o=outcomes: _in_place(obj, engine_policy_status(
-                dataclasses.replace(_p, obj=obj), _o, topo, controller, utc_now()), controller)
+            note = policyconf.approximation_message(ref.kind, policy.obj.spec)
+            out[ref] = lambda obj, _p=policy, _o=outcomes, _n=note: _in_place(obj, _with_note(engine_policy_status(
+                dataclasses.replace(_p, obj=obj), _o, topo, controller, utc_now()), controller, _n), controller)
         return out
 
     def _enforced_policy_kinds(self) -> list[str]:
@@ -430,7 +445,7 @@ class GatewayController:
             self.running = generations  # the same configuration holds these generations too
             return
         t = time.perf_counter()
-        error = await asyncio.to_thread(self.driver.apply, files)
+        error = await self._nginx_call(self.driver.apply, files)
         self.metrics.reload_seconds.observe(time.perf_counter() - t)
         if error is None:
             self.metrics.reloads.labels("ok").inc()
@@ -448,6 +463,11 @@ class GatewayController:
             self.retry_in = min(self.retry_in * 2, 30.0)
             return
         self.retry_in = 1.0
+
+    async def _nginx_call(self, fn: Any, *args: Any) -> Any:
+        """Every NGINX operation on one thread that lives as long as the gateway: NGINX is started
+        with PR_SET_PDEATHSIG, which fires when the *thread* that started it ends."""
+        return await asyncio.get_running_loop().run_in_executor(self.nginx_thread, fn, *args)
 
     # ---------- writes ----------
     def _enqueue_if_different(self, ref: Ref) -> None:
@@ -580,7 +600,7 @@ class GatewayController:
     async def start(self) -> None:
         self.client = kube.make_client(self.opts.kubeconfig, self.opts.context, self.opts.field_manager)
         if self.driver is not None:
-            await asyncio.to_thread(self.driver.start)
+            await self._nginx_call(self.driver.start)
         await self.http()
         for k in [kube.CRD, *BUILTIN]:
             self._watch(k)
@@ -601,7 +621,7 @@ class GatewayController:
             self.wake.set()  # program NGINX and write status for the current state
         elif self.driver is not None:  # another replica leads now: give the addresses up
             self.running, self.nginx_running = {}, False
-            self.tasks.append(asyncio.create_task(asyncio.to_thread(self.driver.stop), name="nginx-stop"))
+            self.tasks.append(asyncio.create_task(self._nginx_call(self.driver.stop), name="nginx-stop"))
 
     async def stop(self) -> None:
         """NGINX first (it gives the addresses up), then the Lease (a standby takes over at once),
@@ -610,7 +630,7 @@ class GatewayController:
             if t.get_name() in ("reconcile", "write"):
                 t.cancel()
         if self.driver is not None:
-            await asyncio.to_thread(self.driver.stop)
+            await self._nginx_call(self.driver.stop)
         if self.elector:
             try:
                 await self.elector.release()
@@ -629,6 +649,7 @@ class GatewayController:
             await self.runner.cleanup()
         if self.client:
             await self.client.close()
+        self.nginx_thread.shutdown(wait=True)
 
 
 # ---------------------------------------------------------------- command line
