@@ -269,3 +269,61 @@ def test_values_from_manifests_cannot_break_or_smuggle_into_the_configuration(tm
     assert 'location "/_v' in text  # the path with ';' and '{' is quoted, not parsed
     out = nginx_t(tmp_path, files)
     assert out.returncode == 0, out.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# whatever a server hands us (objects without defaults, values the CRD schema would refuse): a data
+# plane, never a traceback (the shapes the engine itself walks are load.py's to validate)
+
+JUNK = st.one_of(st.none(), st.integers(-3, 70000), st.booleans(), st.text(max_size=6), st.lists(st.integers(), max_size=2),
+                 st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
+
+
+def _maybe(strategy: Any) -> Any:
+    return st.one_of(strategy, JUNK)
+
+
+MATCH = st.fixed_dictionaries({}, optional={
+    "path": _maybe(st.fixed_dictionaries({"type": _maybe(st.sampled_from(["Exact", "PathPrefix", "RegularExpression"])),
+                                          "value": _maybe(st.sampled_from(["/", "/a", "/a/", "a", "/a b", '/"x'])) })),
+    "headers": _maybe(st.lists(st.fixed_dictionaries({"name": _maybe(st.sampled_from(["x", "X-Y", "bad name"])),
+                                                      "value": _maybe(st.text(max_size=4))}), max_size=2)),
+    "queryParams": _maybe(st.lists(st.fixed_dictionaries({"name": _maybe(st.sampled_from(["q", "a-b", "x y"])),
+                                                          "value": JUNK}), max_size=2)),
+    "method": _maybe(st.sampled_from(["GET", "POST"])),
+})
+FILTER = st.fixed_dictionaries({"type": _maybe(st.sampled_from(list(("RequestHeaderModifier", "ResponseHeaderModifier",
+                                                                     "RequestRedirect", "URLRewrite", "CORS", "RequestMirror"))))},
+                               optional={"requestHeaderModifier": _maybe(st.fixed_dictionaries({}, optional={
+                                             "set": _maybe(st.lists(st.fixed_dictionaries({"name": JUNK, "value": JUNK}), max_size=2)),
+                                             "remove": _maybe(st.lists(JUNK, max_size=2))})),
+                                         "requestRedirect": _maybe(st.fixed_dictionaries({}, optional={
+                                             "statusCode": JUNK, "port": JUNK, "scheme": JUNK, "hostname": JUNK,
+                                             "path": _maybe(st.fixed_dictionaries({"type": _maybe(st.sampled_from(["ReplaceFullPath", "ReplacePrefixMatch"]))}))})),
+                                         "urlRewrite": _maybe(st.fixed_dictionaries({}, optional={"hostname": JUNK, "path": JUNK})),
+                                         "cors": _maybe(st.fixed_dictionaries({}, optional={"allowOrigins": _maybe(st.lists(JUNK, max_size=2)),
+                                                                                            "allowMethods": _maybe(st.lists(JUNK, max_size=2)),
+                                                                                            "maxAge": JUNK}))})
+RULE = st.fixed_dictionaries({}, optional={
+    "matches": _maybe(st.lists(MATCH, max_size=2)),
+    "filters": _maybe(st.lists(FILTER, max_size=2)),
+    # the engine walks backendRefs itself (and load.py validates them): only their values vary here
+    "backendRefs": st.lists(st.fixed_dictionaries({"name": st.sampled_from(["v1", "v2", "nosuch"])},
+                                                  optional={"port": _maybe(st.just(8080)), "weight": JUNK,
+                                                            "kind": st.sampled_from(["Service", "Thing"]),
+                                                            "namespace": st.sampled_from(["infra", "elsewhere"]),
+                                                            "filters": _maybe(st.lists(FILTER, max_size=1))}),
+                            max_size=3),
+})
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(RULE, max_size=3), _maybe(st.lists(_maybe(st.sampled_from(["a.example.com", "*.example.com", "x;y"])), max_size=2)))
+def test_any_route_a_server_might_hold_gives_a_data_plane_and_files(rules_: list[Any], hostnames: Any) -> None:
+    objects = load(GOLDEN / "gateway-basic" / "input.yaml")
+    objects.append({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "fuzz", "namespace": "infra"},
+                    "spec": {"parentRefs": [{"name": "gw"}], "hostnames": hostnames, "rules": rules_}})
+    files = rendered(objects)
+    assert "servers.conf" in files
+    text = files["servers.conf"].decode()
+    assert text.count("{") == text.count("}")  # every block closed: nothing from the route broke the syntax
