@@ -27,7 +27,7 @@ class GatewayProcess:
         self.state_dir = state_dir
         self.log_path = state_dir.parent / f"{state_dir.name}.log"
         self.log = open(self.log_path, "w")
-        election = (["--lease-namespace", lease_namespace, "--lease-duration", "1.5", "--identity", state_dir.name]
+        election = (["--lease-namespace", lease_namespace, "--lease-duration", "3", "--identity", state_dir.name]
                     if lease_namespace else ["--no-leader-election"])
         self.proc = subprocess.Popen([str(BIN / "gwpolicy"), "gateway", "--kubeconfig", str(kubeconfig),
                                       "--listen", "127.0.0.1:0", *election, "--state-dir", str(state_dir),
