@@ -421,3 +421,28 @@ def test_health_readiness_and_metrics(env):
     assert 'gwpolicy_gateway_nginx_reloads_total{result="ok"}' in text and "gwpolicy_gateway_reconciles_total" in text
     statusz = json.loads(get("/statusz").read())
     assert statusz["synced"] and statusz["nginxError"] is None
+
+
+def test_endpoints_follow_the_endpointslices(env):
+    """The sandbox serves EndpointSlices and the gateway watches them: no ready endpoint -> 5xx; a
+    slice with the echo backend -> 200; the endpoint not ready -> 5xx again."""
+    sb, gw, echo = env
+    _apply(sb, GATEWAY_CLASS, *_objects(echo.port))
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "late", "namespace": NS},
+           "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": echo.port}]}}
+    route = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "late", "namespace": NS},
+             "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["late.example"],
+                      "rules": [{"backendRefs": [{"name": "late", "port": 8080}]}]}}
+    _apply(sb, svc, route)
+    address = wait_until(lambda: (_get(sb, "gateway", "gw").get("status") or {}).get("addresses"), 30)[0]["value"]
+    wait_until(lambda: request(address, 80, "/", host="late.example")[0] >= 500, 15, what="5xx without endpoints")
+    slice_ = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+              "metadata": {"name": "late-1", "namespace": NS, "labels": {"kubernetes.io/service-name": "late"}},
+              "addressType": "IPv4", "ports": [{"name": "http", "port": echo.port, "protocol": "TCP"}],
+              "endpoints": [{"addresses": [BACKEND_IP], "conditions": {"ready": True}}]}
+    _apply(sb, slice_)
+    wait_until(lambda: request(address, 80, "/", host="late.example")[0] == 200, 15, what="200 once the slice has the endpoint")
+    slice_["endpoints"][0]["conditions"]["ready"] = False
+    _apply(sb, slice_)
+    wait_until(lambda: request(address, 80, "/", host="late.example")[0] >= 500, 15, what="5xx once it is not ready")
+    sb.kubectl("delete", "httproute", "late", "-n", NS)
