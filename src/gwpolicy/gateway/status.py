@@ -456,7 +456,8 @@ def _route(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGrants
         elif why is not None:
             accepted = Cond("Accepted", False, why, _why(why, pref, gf))
         else:
-            accepted = Cond("Accepted", True, "Accepted", "Route is accepted.")
+            names = ", ".join(l["name"] for l in attached)
+            accepted = Cond("Accepted", True, "Accepted", f"Accepted by listener{'s' if len(attached) > 1 else ''} {names}.")
         parents.append(ParentFacts(full, gw_ref, [l["name"] for l in attached], accepted))
     if not parents:
         return None
