@@ -104,6 +104,9 @@ def world(tmp_path_factory):
                # weights
                route("weights", "infra", [rule(backends=[backend("v1", weight=70), backend("v2", weight=30), backend("v3", weight=0)])],
                      hostnames=["weights.test"]),
+               route("per-backend", "infra", [rule(backends=[
+                   backend("v1", weight=1, filters=[{"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "X-Which", "value": "one"}]}}]),
+                   backend("v2", weight=1)])], hostnames=["per-backend.test"]),
                route("half-broken", "infra", [rule(backends=[backend("v1", weight=50), backend("nosuch", weight=50)])],
                      hostnames=["half.test"]),
                # TLS
@@ -309,3 +312,11 @@ def test_cors_preflight_answered_by_the_gateway_and_simple_requests_get_the_head
         assert get(world, "/cors-2", "cors.test", method="OPTIONS").pod.startswith("v1-")  # not a preflight: proxied
     finally:
         world["served"].apply(world["objects"])
+
+
+def test_backend_level_filters_apply_only_to_their_backend(world):
+    with ThreadPoolExecutor(10) as pool:
+        answers = list(pool.map(lambda _: get(world, "/", "per-backend.test"), range(200)))
+    seen = Counter((a.pod.split("-")[0], tuple(a.echo["headers"].get("X-Which", []))) for a in answers)
+    assert set(seen) == {("v1", ("one",)), ("v2", ())}, seen
+    assert abs(seen[("v1", ("one",))] / 200 - 0.5) <= 0.12, seen

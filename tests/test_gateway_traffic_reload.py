@@ -177,3 +177,18 @@ def test_a_missing_or_unusable_nginx_is_named_with_what_to_install(tmp_path: Pat
         Nginx(tmp_path, binary=str(fake))
     with pytest.raises(NginxError, match="libnginx-mod-http-js"):
         check_modules({"nginx.conf": b"load_module /nowhere/ngx_http_js_module.so;\n"})
+
+
+def test_once_apply_returns_every_new_connection_gets_the_new_configuration(setup):
+    """Right after a SIGHUP both generations' workers accept on the same sockets; apply() returns
+    only when the old ones have stopped accepting, so `Programmed` never runs ahead of traffic."""
+    served, echoes, port = setup
+    served.apply(manifests(echoes, port, 0))
+    stale = []
+    for version in range(1, 11):
+        served.apply(manifests(echoes, port, version))
+        for _ in range(5):
+            got = request(ADDR, port, "/", "reload.test").headers.get("x-change")
+            if got != str(version):
+                stale.append((version, got))
+    assert stale == []

@@ -158,8 +158,9 @@ class Nginx:
             if self.pid is None:
                 error = self._start(gen, offset)
             else:
+                old_workers = self._workers()
                 os.kill(self._proc.pid, signal.SIGHUP)  # type: ignore[union-attr]
-                error = self._verify(gen, offset)
+                error = self._verify(gen, offset) or self._retired(old_workers)
             if error:
                 if previous is not None:
                     self._point_current(previous)
@@ -276,6 +277,43 @@ class Nginx:
                 return f"NGINX did not serve generation {gen} within {self.verify_timeout:.0f} s"
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
+
+    def _workers(self) -> list[int]:
+        pid = self.pid
+        if pid is None:
+            return []
+        try:
+            return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            return []
+
+    def _retired(self, old: list[int]) -> str:
+        """Wait until the workers of the previous generation accept no more connections.
+
+        Both generations' workers listen on the same sockets for a moment after the new ones
+        start; an old worker closes its listening sockets when it takes the master's QUIT, just
+        after it retitles itself "worker process is shutting down" (in-flight requests and idle
+        keep-alive connections then end, bounded by worker_shutdown_timeout). Until then a new
+        connection may still get the old configuration."""
+        deadline = time.monotonic() + self.verify_timeout
+        pending = list(old)
+        while pending:
+            still = []
+            for pid in pending:
+                try:
+                    title = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+                except OSError:
+                    continue  # gone
+                if state != "Z" and b"shutting down" not in title:
+                    still.append(pid)
+            pending = still
+            if pending:
+                if time.monotonic() > deadline:
+                    return f"the previous NGINX workers {pending} did not stop accepting within {self.verify_timeout:.0f} s"
+                time.sleep(0.005)
+        time.sleep(0.005)  # the title is set just before the listening sockets are closed
+        return ""
 
     def _severe_since(self, offset: int) -> tuple[list[str], str]:
         try:
