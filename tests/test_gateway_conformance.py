@@ -62,11 +62,6 @@ GAPS: dict[str, str] = {
         "without the check",
     "HTTPRouteBackendRequestRedirect": "a RequestRedirect filter in backendRefs[].filters is not carried out by the "
         "data plane (the request is proxied: 200, not 302)",
-    "HTTPRouteTimeoutBackendRequest": "rules[].timeouts.backendRequest renders no directive: the data plane does not "
-        "call policyconf.with_route_fields yet (a 1 s delay answers 200, not 504)",
-    "HTTPRouteTimeoutRequest": "rules[].timeouts.request renders no directive: the data plane does not call "
-        "policyconf.with_route_fields yet (a 1 s delay answers 200, not 504); NGINX has no whole-request deadline, "
-        "only an approximation (docs/gateway.md, Policies)",
     "HTTPRouteDisallowedKind": "needs a TLS passthrough listener (TLSRoute) to be Accepted and Programmed; this gateway "
                                "serves HTTP and HTTPS listeners only",
 }

@@ -322,3 +322,12 @@ def test_the_data_plane_gets_only_what_status_accepts():
     objs = {(o["kind"], o["metadata"]["name"]): o for o in dataplane_objects(list(world.objects.values()), gateway_facts(index))}
     assert objs[("HTTPRoute", "mirror")]["spec"]["parentRefs"] == [{"name": "someone-elses"}]  # not ours: left alone
     assert objs[("HTTPRoute", "r")]["spec"]["parentRefs"] == [{"name": "same-namespace"}, {"name": "someone-elses"}]
+
+
+def test_a_route_field_nginx_only_approximates_is_said_in_accepted():
+    case = gc.load_case("HTTPRouteTimeoutRequest")
+    world = World(BASE["manifests"] + GENERATED + case["manifests"])
+    world.reconcile()
+    parent = world.find("HTTPRoute", "gateway-conformance-infra", "request-timeout")["status"]["parents"][0]
+    acc = {c["type"]: c for c in parent["conditions"]}["Accepted"]
+    assert acc["status"] == "True" and "spec.rules[0].timeouts.request" in acc["message"]

@@ -457,7 +457,8 @@ def _route(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGrants
             accepted = Cond("Accepted", False, why, _why(why, pref, gf))
         else:
             names = ", ".join(l["name"] for l in attached)
-            accepted = Cond("Accepted", True, "Accepted", f"Accepted by listener{'s' if len(attached) > 1 else ''} {names}.")
+            accepted = Cond("Accepted", True, "Accepted",
+                            f"Accepted by listener{'s' if len(attached) > 1 else ''} {names}.{_route_notes(spec)}")
         parents.append(ParentFacts(full, gw_ref, [l["name"] for l in attached], accepted))
     if not parents:
         return None
@@ -465,6 +466,16 @@ def _route(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGrants
     problems = [b.problem for b in backends if b.problem is not None]
     resolved = problems[0] if problems else Cond("ResolvedRefs", True, "ResolvedRefs", "All references are resolved.")
     return RouteFacts(route.ref, route, parents, backends, resolved, unsupported)
+
+
+def _route_notes(spec: dict[str, Any]) -> str:
+    """The route's own fields NGINX honours only approximately (or not at all), and how (POL's
+    policyconf.route_field_notes): said in the Accepted message, which stays True."""
+    from gwpolicy.gateway import policyconf
+
+    notes = [f"{f}: {how}" for i, rule in enumerate(r for r in spec.get("rules") or [] if isinstance(r, dict))
+             for f, how in policyconf.route_field_notes(rule, f"spec.rules[{i}]")]
+    return (" " + "; ".join(notes) + ".") if notes else ""
 
 
 def _why(reason: str, pref: dict[str, Any], gf: GatewayFacts) -> str:
