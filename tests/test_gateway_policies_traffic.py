@@ -396,16 +396,7 @@ def test_a_route_policy_applies_to_its_own_matches_where_routes_share_host_port_
 # ---------------------------------------------------------------------------------------------
 # the route's own fields (HTTPRoute rules[].timeouts, rules[].retry) against policies
 
-#: policyconf.with_route_fields is tested on its own (test_gateway_policies.py); the data plane
-#: does not call it yet (docs/gateway.md, Interfaces: DP wraps effective_at with it). Strict: these
-#: turn into failures the moment it does, so the marker cannot outlive the gap.
-NEEDS_ROUTE_FIELDS = pytest.mark.xfail(
-    strict=True, reason="dataplane.py does not yet merge the rule's own fields (policyconf.with_route_fields)")
-
-
-@pytest.mark.parametrize("stanza, expected", [pytest.param(None, 504, marks=NEEDS_ROUTE_FIELDS),
-                                              pytest.param("default", 504, marks=NEEDS_ROUTE_FIELDS),
-                                              ("override", 200)])
+@pytest.mark.parametrize("stanza, expected", [(None, 504), ("default", 504), ("override", 200)])
 def test_route_backend_request_timeout_beats_a_default_and_loses_to_an_override(
         gw: Gateway, echo: Any, stanza: str | None, expected: int) -> None:
     r = route("r", "svc", timeouts={"backendRequest": "1s"})
@@ -416,7 +407,6 @@ def test_route_backend_request_timeout_beats_a_default_and_loses_to_an_override(
     assert gw.request("/?delay=1500ms")[0] == expected
 
 
-@NEEDS_ROUTE_FIELDS
 def test_route_request_timeout_is_approximated(gw: Gateway, echo: Any) -> None:
     """HTTPRouteTimeoutRequest's shape: timeouts.request 500ms, a backend answering after 1 s."""
     gw.program(gateway() + service("svc", echo) + [route("r", "svc", timeouts={"request": "500ms"})])
@@ -425,7 +415,6 @@ def test_route_request_timeout_is_approximated(gw: Gateway, echo: Any) -> None:
     assert gw.request("/?delay=100ms")[0] == 200
 
 
-@NEEDS_ROUTE_FIELDS
 @pytest.mark.parametrize("retries, expected", [(2, 200), (1, 503)])
 def test_route_retry_attempts_count_retries(gw: Gateway, echo: Any, retries: int, expected: int) -> None:
     gw.program(gateway() + service("svc", echo) + [

@@ -342,6 +342,7 @@ class _Builder:
         self._slices: dict[tuple[str, str], list[Any]] | None = None
         self._effective = analysis._effective_by_target()
         self._at: dict[int, dict[str, dict[str, Any]]] = {}  # path node -> effective_at (nodes live in the analysis)
+        self._specs: dict[int, tuple[Any, Any]] = {}  # id(Result) -> (Result, Effective)
 
     # -- gateways and listeners ---------------------------------------------------------------
 
@@ -493,7 +494,8 @@ class _Builder:
                     action = Action(aid, route.ref, ri, mi, server.listener, server.protocol.lower(),
                                     server.port - self.config.port_offset, ptype, pvalue,
                                     tuple(f for f in _list(rule.get("filters")) if isinstance(f, dict)),
-                                    backends, self.effective_at(rule_node.levels[-1], rule_node), tuple(rule_node.levels))
+                                    backends, policyconf.with_route_fields(self.effective_at(rule_node.levels[-1], rule_node), rule),
+                                    tuple(rule_node.levels))
                     self._check_action(action, fact)
                     self.actions[aid] = action
                 if ptype not in ("Exact", "PathPrefix") or not pvalue.startswith("/"):
@@ -554,6 +556,8 @@ class _Builder:
                     pnode = _child(bnode, ref.with_section(sport["name"])) if bnode is not None and sport.get("name") else None
                     target_node = pnode or bnode
                     eff = self.effective_at(target_node.levels[-1], target_node) if target_node is not None else {}
+                    # the rule's own fields (timeouts, retry) merged in as the kinds' fieldMappings say
+                    eff = policyconf.with_route_fields(eff, rule)
                     backend.effective = eff
                     backend.path = tuple(target_node.levels) if target_node is not None else ()
                     endpoints = self._endpoints(svc, sport)
@@ -580,8 +584,16 @@ class _Builder:
 
     def _effective_at(self, target: Ref, node: PathNode) -> dict[str, dict[str, Any]]:
         eps = self._effective.get(target, {}).get(node, ())
-        return {(ep.kind.kind if ep.kind.group == POLICY_GROUP else f"{ep.kind.group}/{ep.kind.kind}"): ep.result.spec
+        return {(ep.kind.kind if ep.kind.group == POLICY_GROUP else f"{ep.kind.group}/{ep.kind.kind}"): self._spec_of(ep.result)
                 for ep in eps if ep.result.leaves}
+
+    def _spec_of(self, result: Any) -> Any:
+        """policyconf.Effective of an engine Result (knows its overrides and sources), one per Result:
+        results are shared by every path with the same ladder, and so are these (memo keys)."""
+        got = self._specs.get(id(result))
+        if got is None or got[0] is not result:
+            got = self._specs[id(result)] = (result, policyconf.Effective.of(result))
+        return got[1]
 
     def _tls(self, node: PathNode | None) -> Any:
         """The BackendTLSPolicy of this backend path (POL's backendtls), from the engine's Result."""
