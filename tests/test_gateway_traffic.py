@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -320,3 +319,19 @@ def test_backend_level_filters_apply_only_to_their_backend(world):
     seen = Counter((a.pod.split("-")[0], tuple(a.echo["headers"].get("X-Which", []))) for a in answers)
     assert set(seen) == {("v1", ("one",)), ("v2", ())}, seen
     assert abs(seen[("v1", ("one",))] / 200 - 0.5) <= 0.12, seen
+
+
+def test_backend_level_redirect_and_rewrite(world):
+    redirect = {"type": "RequestRedirect", "requestRedirect": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/redirected-prefix"}}}
+    rewrite = {"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplaceFullPath", "replaceFullPath": "/rewritten"}}}
+    objects = world["objects"] + [route("backend-filters", "infra", [
+        rule(path("/prefix"), backends=[backend("v1", filters=[redirect])]),
+        rule(path("/rw"), backends=[backend("v2", filters=[rewrite])])], hostnames=["backend-filters.test"])]
+    world["served"].apply(objects)
+    try:
+        a = get(world, "/prefix/x?q=1", "backend-filters.test")
+        assert (a.status, a.headers["location"]) == (302, "http://backend-filters.test:%d/redirected-prefix/x?q=1" % world["http"])
+        e = get(world, "/rw/y", "backend-filters.test").echo
+        assert (e["path"], e["pod"][:3]) == ("/rewritten", "v2-")
+    finally:
+        world["served"].apply(world["objects"])

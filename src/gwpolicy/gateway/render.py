@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gwpolicy.gateway import policyconf
-from gwpolicy.gateway.dataplane import (Action, Backend, DataPlane, Location, MatchRule, Server, VirtualHost,
+from gwpolicy.gateway.dataplane import (Action, Backend, DataPlane, Location, Server, VirtualHost,
                                         _programmable, memo, without_gc)
 
 EMPTY = '""'
@@ -316,17 +316,29 @@ def _action_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set
     if not live:
         return preflight + ["# no backend to send to (none, or all of weight 0)", "return 500;"]
     per_backend = []
+    rewrites = []
     for b in live:
+        # backendRefs[].filters: a RequestRedirect answers that backend's share; a URLRewrite adds to the rule's
+        b_redirect = _filters(b.filters, "RequestRedirect", "requestRedirect")
+        b_rewrite = rewrite + _filters(b.filters, "URLRewrite", "urlRewrite")
+        rewrites.append(b_rewrite)
+        if b_redirect:
+            per_backend.append(["# RequestRedirect of the backendRef"] + _redirect(a, b_redirect[0], prefix))
+            continue
         pl, _ = _policy_lines(b.effective if b.path else a.effective, st)
-        per_backend.append(pl + _header_lines(a.filters + b.filters, rewrite, st) + cors_lines + _tls_lines(b.tls, st))
-    if len(live) > 1 and any(p != per_backend[0] for p in per_backend[1:]):
+        per_backend.append(pl + _header_lines(a.filters + b.filters, b_rewrite, st) + cors_lines + _tls_lines(b.tls, st))
+    redirects = [p[0].startswith("# RequestRedirect") for p in per_backend if p]
+    if len(live) == 1 and redirects and redirects[0]:
+        return preflight + per_backend[0]
+    if len(live) > 1 and (any(redirects) or any(p != per_backend[0] for p in per_backend[1:])
+                          or any(r != rewrites[0] for r in rewrites[1:])):
         # backends whose own policy, filters or TLS differ: a named location each, picked by weight
         targets = []
-        for b, pl in zip(live, per_backend):
-            body = _dispatch(s, [b], pl, rewrite, a, prefix, st, named_done)
+        for b, pl, rw in zip(live, per_backend, rewrites):
+            body = pl if pl and pl[0].startswith("# RequestRedirect") else _dispatch(s, [b], pl, rw, a, prefix, st, named_done)
             targets.append([b.weight, _shared(s, body, f"{_who(a)} backend {b.ref.namespace}/{b.ref.name}", st, named_done)])
         return preflight + _pick(targets, st)
-    return preflight + _dispatch(s, live, per_backend[0], rewrite, a, prefix, st, named_done)
+    return preflight + _dispatch(s, live, per_backend[0], rewrites[0], a, prefix, st, named_done)
 
 
 def _cors(c: dict[str, Any], st: _State) -> tuple[list[str], list[str]]:
