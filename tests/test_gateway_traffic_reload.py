@@ -6,7 +6,6 @@ never outliving the process that started it.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
