@@ -327,3 +327,17 @@ def test_any_route_a_server_might_hold_gives_a_data_plane_and_files(rules_: list
     assert "servers.conf" in files
     text = files["servers.conf"].decode()
     assert text.count("{") == text.count("}")  # every block closed: nothing from the route broke the syntax
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="NGINX is not installed (./dev test installs it)")
+def test_two_gateways_on_one_address_and_port_do_not_break_the_configuration(tmp_path: Path) -> None:
+    objects = load(GOLDEN / "gateway-basic" / "input.yaml")
+    second = yaml.safe_load(yaml.safe_dump(objects[1]))
+    second["metadata"].update(name="gw2", creationTimestamp="2025-01-01T00:00:00Z")
+    objects[1]["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+    objects.append(second)  # same spec.addresses and ports
+    dp = build_dataplane(analyse(objects), DataPlaneConfig())
+    facts = {(l.name, l.section): (f.programmed, f.reason) for l, f in dp.listeners.items()}
+    assert facts[("gw", "http")] == (True, "") and facts[("gw2", "http")] == (False, "PortUnavailable")
+    out = nginx_t(tmp_path, render(dp))
+    assert out.returncode == 0, out.stderr

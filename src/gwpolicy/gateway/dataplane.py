@@ -49,6 +49,7 @@ INVALID_CERTIFICATE_REF = "InvalidCertificateRef"
 UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
 PROTOCOL_CONFLICT = "ProtocolConflict"
 HOSTNAME_CONFLICT = "HostnameConflict"
+PORT_UNAVAILABLE = "PortUnavailable"
 
 SUPPORTED_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite", "CORS")
 
@@ -361,8 +362,16 @@ class _Builder:
         gateways = self._our_gateways()
         addresses = gateway_addresses(gateways, self.config)
         servers: list[Server] = []
-        for gw in gateways:
-            servers.extend(self._gateway_servers(gw, addresses[gw.ref]))
+        owner: dict[tuple[str, int], Ref] = {}  # address:port -> the Gateway serving it
+        for gw in sorted(gateways, key=lambda g: g.age_key):  # the older Gateway keeps a shared address:port
+            for srv in self._gateway_servers(gw, addresses[gw.ref]):
+                first = owner.setdefault((srv.address, srv.port), gw.ref)
+                if first != gw.ref:  # two Gateways on one address:port would make NGINX refuse everything
+                    self.listener_facts[srv.listener] = ListenerFact(
+                        False, PORT_UNAVAILABLE, f"{srv.address}:{srv.port - self.config.port_offset} is already served "
+                        f"for Gateway {first.namespace}/{first.name}")
+                    continue
+                servers.append(srv)
         by_listener = {s.listener: s for s in servers}
         self._attach_routes(by_listener)
         for s in servers:
