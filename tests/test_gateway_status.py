@@ -331,3 +331,17 @@ def test_a_route_field_nginx_only_approximates_is_said_in_accepted():
     parent = world.find("HTTPRoute", "gateway-conformance-infra", "request-timeout")["status"]["parents"][0]
     acc = {c["type"]: c for c in parent["conditions"]}["Accepted"]
     assert acc["status"] == "True" and "spec.rules[0].timeouts.request" in acc["message"]
+
+
+def test_a_port_the_data_plane_gives_to_an_older_gateway_is_port_unavailable():
+    world = World(BASE["manifests"] + GENERATED)
+    index = build_index(list(world.objects.values()))
+    facts = gateway_facts(index)
+    ref = next(r for r in facts.gateways if r.name == "all-namespaces")
+    prog = Programming({r: index.by_ref[r].generation for r in facts.gateways},
+                       addresses={r: ["127.0.20.1"] for r in facts.gateways},
+                       listeners={ref.with_section("http"): (False, "PortUnavailable", "127.0.20.1:80 is already served by an older Gateway")})
+    st = all_desired(index, facts, prog, NOW)[ref]
+    conds = {c["type"]: c for c in st["listeners"][0]["conditions"]}
+    assert (conds["Accepted"]["status"], conds["Accepted"]["reason"]) == ("False", "PortUnavailable")
+    assert conds["Programmed"]["status"] == "False"

@@ -635,7 +635,11 @@ def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Progra
             lprog = Cond("Programmed", True, "Programmed", "NGINX serves this listener.")
         else:
             lprog = Cond("Programmed", False, programmed.reason, programmed.message)
-        conds = [lf.accepted, lprog, lf.resolved_refs, lf.conflicted]
+        accepted = lf.accepted
+        rendered = programming.listeners.get(gf.ref.with_section(lf.name))
+        if rendered is not None and not rendered[0] and rendered[1] == "PortUnavailable":
+            accepted = Cond("Accepted", False, "PortUnavailable", rendered[2])  # GEP-1364 says it with Accepted
+        conds = [accepted, lprog, lf.resolved_refs, lf.conflicted]
         listeners.append({
             "name": lf.name,
             "supportedKinds": [dict(k) for k in lf.supported_kinds],
