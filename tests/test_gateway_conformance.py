@@ -60,8 +60,6 @@ GAPS: dict[str, str] = {
     "GatewayInvalidFrontendClientCertificateValidation": "client certificate validation (spec.tls.frontend) is not "
         "rendered by the data plane; a listener asking for it is Accepted=False/UnsupportedValue instead of served "
         "without the check",
-    "HTTPRouteBackendRequestRedirect": "a RequestRedirect filter in backendRefs[].filters is not carried out by the "
-        "data plane (the request is proxied: 200, not 302)",
     "HTTPRouteDisallowedKind": "needs a TLS passthrough listener (TLSRoute) to be Accepted and Programmed; this gateway "
                                "serves HTTP and HTTPS listeners only",
 }

@@ -49,7 +49,7 @@ SUPPORTED_PATH_TYPES = frozenset({"Exact", "PathPrefix"})
 #: the conformance harness checks that every case needing only these passes (tests/gateway_conformance)
 SUPPORTED_FEATURES = (
     "BackendTLSPolicy", "Gateway", "HTTPRoute", "HTTPRoute303RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
-    "HTTPRouteBackendRequestHeaderModification", "HTTPRouteCORS", "HTTPRouteHostRewrite", "HTTPRouteMethodMatching",
+    "HTTPRouteBackendRequestHeaderModification", "HTTPRouteBackendRequestRedirect", "HTTPRouteCORS", "HTTPRouteHostRewrite", "HTTPRouteMethodMatching",
     "HTTPRoutePathRedirect", "HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "ReferenceGrant",
 )
 
