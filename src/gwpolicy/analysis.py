@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from itertools import chain
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from gwpolicy.attach import ACCEPTED, CONFLICTED, TargetOutcome, resolve_targets
 from gwpolicy.effective import EffectivePolicy, Evaluator, KindKey, LevelEntry, Result, settings_schema
@@ -182,8 +182,11 @@ class Analysis:
 
 def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None, *,
             default_namespace: str = "default", controller: str = DEFAULT_CONTROLLER,
-            now: str | None = None, timings: dict[str, float] | None = None) -> Analysis:
-    """Analyse objects; `timings`, when given, receives seconds per phase (for the benchmark)."""
+            now: str | None = None, timings: dict[str, float] | None = None,
+            kind_checks: Mapping[KindKey, Callable[[dict[str, Any]], str | None]] | None = None) -> Analysis:
+    """Analyse objects; `timings`, when given, receives seconds per phase (for the benchmark);
+    `kind_checks` (kind -> check of a policy's spec) lets a data plane make policies it cannot
+    honour Invalid (the gateway's policyconf.kind_checks())."""
     clock = _Clock(timings)
     index = build_index(raws, origins, default_namespace)
     grants = ReferenceGrants(index)
@@ -192,6 +195,9 @@ def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None
     clock.lap("topology")
     kinds = build_kinds(index)
     topo.policy_kinds = frozenset(kinds)
+    for key, check in (kind_checks or {}).items():
+        if key in kinds:
+            kinds[key].check = check
     warnings = list(index.warnings) + list(topo.warnings)
     for pk in sorted(kinds.values(), key=lambda k: k.key):
         warnings.extend(pk.warnings)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP
@@ -38,6 +38,9 @@ class PolicyKind:
     field_mappings: tuple[FieldMapping, ...] = ()
     schema: dict[str, Any] | None = None  # the CRD's openAPIV3Schema, when the input has the CRD
     warnings: list[str] = field(default_factory=list)
+    # a data plane's check of a policy's spec (e.g. the gateway's unsupported fields): a message
+    # makes the policy Invalid, so it contributes nothing anywhere (set by analyse(kind_checks=))
+    check: Callable[[dict[str, Any]], str | None] | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -197,6 +200,8 @@ def parse_policy(obj: Obj, kind: PolicyKind) -> Policy:
     else:
         cls = "direct"
         stanzas = {"direct": {k: v for k, v in spec.items() if k not in TARGET_FIELDS}}
+    if invalid is None and kind.check is not None:
+        invalid = kind.check(spec)
     return Policy(obj, kind, cls, stanzas, targets, target_field, invalid)
 
 

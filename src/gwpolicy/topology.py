@@ -262,32 +262,55 @@ def attach_route(topo: Topology, route: Obj, index: ObjectIndex, grants: Referen
     return reached
 
 
+#: why a parentRef attaches to no listener of its Gateway (GEP-1364 route `Accepted` reasons)
+NO_MATCHING_PARENT = "NoMatchingParent"
+NOT_ALLOWED_BY_LISTENERS = "NotAllowedByListeners"
+NO_MATCHING_LISTENER_HOSTNAME = "NoMatchingListenerHostname"
+
+
+def parent_gateway(route: Obj, pref: dict[str, Any]) -> Ref | None:
+    """The Gateway a parentRef names (group and kind defaulted as the CRD does); None for other parents."""
+    group = pref.get("group") if pref.get("group") is not None else GATEWAY_GROUP
+    kind = pref.get("kind") or "Gateway"
+    if group != GATEWAY_GROUP or kind != "Gateway":
+        return None  # mesh parents (a Service) are not part of this hierarchy (S4.4)
+    return Ref(GATEWAY_GROUP, "Gateway", pref.get("namespace") or route.namespace, str(pref.get("name", "")))
+
+
+def parent_listeners(route: Obj, pref: dict[str, Any], gw: Obj, listeners: list[dict[str, Any]],
+                     index: ObjectIndex) -> tuple[list[dict[str, Any]], str | None]:
+    """The listeners of `gw` a parentRef attaches the route to, and, when there are none, why: the
+    first filter that left none (sectionName/port, then allowedRoutes, then hostnames)."""
+    spec = route.spec if isinstance(route.spec, dict) else {}
+    hostnames = spec.get("hostnames") if isinstance(spec.get("hostnames"), list) else []
+    named = [l for l in listeners
+             if (pref.get("sectionName") is None or pref.get("sectionName") == l["name"])
+             and (pref.get("port") is None or pref.get("port") == l.get("port"))]
+    if not named:
+        return [], NO_MATCHING_PARENT
+    admitting = [l for l in named if _admits(l, gw, route, index)]
+    if not admitting:
+        return [], NOT_ALLOWED_BY_LISTENERS
+    matching = [l for l in admitting if hostnames_intersect(l.get("hostname"), hostnames)]
+    if not matching:
+        return [], NO_MATCHING_LISTENER_HOSTNAME
+    return matching, None
+
+
 def _route_paths(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[dict[str, Any]]],
                  topo: Topology) -> list[PathNode]:
     """One path per listener the route is attached to; `Namespace > route` when none (S4.3)."""
     spec = route.spec if isinstance(route.spec, dict) else {}
-    hostnames = spec.get("hostnames") if isinstance(spec.get("hostnames"), list) else []
     parent_refs = [p for p in spec.get("parentRefs") or [] if isinstance(p, dict)]
     topo.route_parents[route.ref] = parent_refs
     paths: dict[PathNode, None] = {}
     for pref in parent_refs:
-        group = pref.get("group") if pref.get("group") is not None else GATEWAY_GROUP
-        kind = pref.get("kind") or "Gateway"
-        if group != GATEWAY_GROUP or kind != "Gateway":
-            continue  # mesh parents (a Service) are not part of this hierarchy (S4.4)
-        gw_ref = Ref(GATEWAY_GROUP, "Gateway", pref.get("namespace") or route.namespace, str(pref.get("name", "")))
-        gw = index.by_ref.get(gw_ref)
-        if gw is None:
+        gw_ref = parent_gateway(route, pref)
+        gw = index.by_ref.get(gw_ref) if gw_ref is not None else None
+        if gw_ref is None or gw is None:
             continue
-        for listener in listeners_of.get(gw_ref, []):
-            if pref.get("sectionName") is not None and pref.get("sectionName") != listener["name"]:
-                continue
-            if pref.get("port") is not None and pref.get("port") != listener.get("port"):
-                continue
-            if not _admits(listener, gw, route, index):
-                continue
-            if not hostnames_intersect(listener.get("hostname"), hostnames):
-                continue
+        attached, _ = parent_listeners(route, pref, gw, listeners_of.get(gw_ref, []), index)
+        for listener in attached:
             lref = gw_ref.with_section(listener["name"])
             for lp in topo.paths.get(lref, []):
                 paths[extend(lp, route.ref)] = None

@@ -176,12 +176,16 @@ def _main(argv: list[str] | None = None) -> int:
                    help="the controller's --breadcrumb-qps (default 0: unpaced, to measure the controller itself)")
     r.add_argument("--json", help="also write the figures to this file")
     w = sub.add_parser("webhook", help="measure the admission webhook's latency on synthetic clusters")
-    w.add_argument("--routes", default="1000,20000", help="route counts, comma-separated")
-    w.add_argument("--reviews", type=int, default=300, help="reviews of each sort (policy, route) per size")
+    w.add_argument("--routes", type=route_counts, default="1000,20000", help="route counts, comma-separated")
+    w.add_argument("--reviews", type=_at_least(1), default=300, help="reviews of each sort (policy, route) per size")
+    sub.add_parser("gateway", help="measure the NGINX data plane (gwpolicy bench gateway --help)", add_help=False)
+    if (argv if argv is not None else sys.argv[1:])[:1] == ["gateway"]:
+        from gwpolicy.bench.gateway import main as gateway_main
+        return gateway_main(list(argv if argv is not None else sys.argv[1:])[1:])
     args = parser.parse_args(argv)
     if args.cmd == "webhook":
         from gwpolicy.bench.webhook import measure_webhook, webhook_table
-        rows = [measure_webhook(int(n), args.reviews) for n in args.routes.split(",") if n]
+        rows = [measure_webhook(n, args.reviews) for n in args.routes]
         print("\n".join(webhook_table(rows)))
         return 0
     if args.cmd == "generate":

@@ -156,9 +156,11 @@ def _effective_block(ctx: Ctx, a: Analysis, target: Ref, items: list[EffectivePo
             out += f"  {ctx.style.dim(path_text(p, target.namespace))}\n"
         cands = ladder(a, ep)
         rows = []
+        fields = []  # the whole field names (a table cell may cut them)
         cut = False
         for path_leaf, (value, stanza, source) in sorted(ep.result.leaves.items(), key=lambda kv: field_name(kv[0])):
             fname = field_name(path_leaf)
+            fields.append(fname)
             level = next((label(c.level, target.namespace) for c in cands
                           if c.field == fname and c.verdict == "effective" and c.level), "-")
             src = f"{source.kind}/{short(source)}" if source else "object"
@@ -168,10 +170,27 @@ def _effective_block(ctx: Ctx, a: Analysis, target: Ref, items: list[EffectivePo
             cut = cut or len(fname) > MAX_CELL or len(value_text) > MAX_CELL or any(
                 len(show(c.value)) > MAX_CELL for c in cands if c.field == fname and c.verdict in ("beaten", "conflicted"))
             rows.append([cell(fname), cell(value_text), src, stanza or "-", level, "; ".join(beat) or "-"])
-        out += indent(table(["FIELD", "VALUE", "SOURCE", "STANZA", "LEVEL", "BEAT"], rows))
+        headers = ["FIELD", "VALUE", "SOURCE", "STANZA", "LEVEL", "BEAT"]
+        nginx = _gateway_enforcement(ep)
+        if nginx is not None:  # a kind the gateway's NGINX data plane knows: say what it does
+            headers.append("NGINX")
+            for row, fname in zip(rows, fields):
+                row.append(nginx(fname))
+        out += indent(table(headers, rows))
         if cut:
             out += indent(CUT_NOTE + "\n")
     return out
+
+
+def _gateway_enforcement(ep: EffectivePolicy):
+    """For the gateway's kinds (gwpolicy.io, BackendTLSPolicy): field -> whether NGINX enforces it."""
+    from gwpolicy.gateway import policyconf
+
+    if ep.kind.group != policyconf.GROUP and ep.kind.kind != policyconf.BACKEND_TLS:
+        return None
+    if ep.kind.group == policyconf.GROUP and ep.kind.kind not in policyconf.KINDS:
+        return None
+    return lambda fname: policyconf.enforcement(ep.kind.kind, fname)
 
 
 def _who(c) -> str:

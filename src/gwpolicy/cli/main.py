@@ -183,6 +183,9 @@ def build_parser(prog: str = "gwpolicy") -> argparse.ArgumentParser:
     sub.add_parser("sandbox", help="a local Kubernetes API server to try policies with kubectl (gwpolicy sandbox --help)")
     sub.add_parser("controller", help="write policy status into a cluster (gwpolicy controller --help)")
     sub.add_parser("webhook", help="warn at apply time about policy effects (gwpolicy webhook --help)")
+    sub.add_parser("gateway", help="serve Gateways and HTTPRoutes with NGINX, with GEP-1364 status (gwpolicy gateway --help)")
+    sub.add_parser("render", help="print the NGINX configuration for manifests on disk (gwpolicy render --help)")
+    sub.add_parser("echo", help="the conformance echo backend for tests and demos (gwpolicy echo --help)")
     sub.add_parser("bench", help="generate synthetic clusters and measure gwpolicy on them (gwpolicy bench --help)")
     p = _command(sub, "effective", "effective policy of every object, path and policy kind", prog)
     _common(p, ("json", "yaml"))
@@ -389,6 +392,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["webhook"]:
         from gwpolicy.webhook.main import main as webhook_main
         return webhook_main(argv[1:])
+    if argv[:1] == ["render"]:
+        from gwpolicy.gateway.render_cli import main as render_main
+        return render_main(argv[1:])
+    if argv[:1] == ["echo"]:
+        from gwpolicy.gateway.echo import main as echo_main
+        return echo_main(argv[1:])
+    if argv[:1] == ["gateway"]:
+        from gwpolicy.gateway.controller import main as gateway_main
+        return gateway_main(argv[1:])
     # A CLI run is short and allocates millions of objects that live until it exits: the cyclic
     # garbage collector would walk them again and again for nothing (a third of the run time).
     gc.disable()

@@ -69,6 +69,7 @@ BUILTINS = (
              "validatingwebhookconfigurations", "validatingwebhookconfiguration", False, False, (), ("api-extensions",)),
     Resource("admissionregistration.k8s.io", ("v1",), "MutatingWebhookConfiguration",
              "mutatingwebhookconfigurations", "mutatingwebhookconfiguration", False, False, (), ("api-extensions",)),
+    # what a gateway reads to find a Service's endpoints (kube-apiserver serves it; no status subresource)
     Resource("discovery.k8s.io", ("v1",), "EndpointSlice", "endpointslices", "endpointslice", True, False),
 )
 

@@ -1,0 +1,729 @@
+"""`gwpolicy gateway`: the controller of the GatewayClasses whose controllerName is ours.
+
+It watches what the data plane is built from (GatewayClass, Gateway, HTTPRoute, ReferenceGrant,
+BackendTLSPolicy, Service, EndpointSlice, Secret, ConfigMap, Namespace and the policy kinds found
+through their CRDs), and on a change (debounced: a burst of events is one analysis) analyses the
+objects with the engine, builds the data plane model, renders it, has NGINX validate and load it
+(gateway/nginx.py), and writes GEP-1364 status: only what differs from what the object carries,
+only for objects of our GatewayClasses, and in `status.parents` only our own entries.
+
+Only the holder of the Lease runs NGINX and writes status (the Gateways' loopback addresses can be
+bound by one NGINX only); a standby keeps its informers warm and takes over when the lease expires.
+The informers, the Lease and the Kubernetes client are the policy controller's
+(src/gwpolicy/controller/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2 as httpx  # the HTTP client lightkube is built on
+from aiohttp import web
+from lightkube import ApiError, AsyncClient
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from gwpolicy.analysis import analyse, utc_now
+from gwpolicy.controller import kube
+from gwpolicy.controller.informer import Informer
+from gwpolicy.controller.kube import Kind
+from gwpolicy.controller.leader import LeaderElector
+from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, Programming, dataplane_objects,
+                                     desired_status, gateway_facts, keep_in_place, policy_kinds_annotation,
+                                     policy_status, stale_routes, without_our_entries)
+from gwpolicy.kinds import split_api_version
+from gwpolicy.model import Obj, build_index
+from gwpolicy.refs import GATEWAY_GROUP, Ref
+
+log = logging.getLogger("gwpolicy.gateway")
+
+BUILTIN = [
+    Kind("", "v1", "Namespace", "namespaces", False),
+    Kind("", "v1", "Service", "services", True),
+    Kind("", "v1", "Secret", "secrets", True, False),
+    Kind("", "v1", "ConfigMap", "configmaps", True, False),
+    Kind("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True, False),
+]
+_VOLATILE_META = ("resourceVersion", "managedFields", "generation")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.events = Counter("gwpolicy_gateway_events", "Watch events received", ["resource", "type"], registry=r)
+        self.reconciles = Counter("gwpolicy_gateway_reconciles", "Analyses of the cluster", registry=r)
+        self.reconcile_seconds = Histogram("gwpolicy_gateway_reconcile_seconds", "Analysis, render and apply", registry=r)
+        self.reloads = Counter("gwpolicy_gateway_nginx_reloads", "NGINX configurations applied", ["result"], registry=r)
+        self.reload_seconds = Histogram("gwpolicy_gateway_nginx_reload_seconds", "Validate, reload and verify", registry=r)
+        self.writes = Counter("gwpolicy_gateway_writes", "Status writes", ["result"], registry=r)
+        self.errors = Counter("gwpolicy_gateway_errors", "Errors", ["where"], registry=r)
+        self.leader = Gauge("gwpolicy_gateway_leader", "1 when this replica holds the lease", registry=r)
+        self.queue_depth = Gauge("gwpolicy_gateway_queue_depth", "Objects waiting for a status write", registry=r)
+
+
+@dataclass
+class GatewayOptions:
+    kubeconfig: str | None = None
+    context: str | None = None
+    controller_name: str = GATEWAY_CONTROLLER
+    field_manager: str = "gwpolicy-gateway"
+    listen: str = "0.0.0.0:8081"
+    lease_namespace: str = os.environ.get("POD_NAMESPACE", "gwpolicy-system")
+    lease_name: str = "gwpolicy-gateway"
+    lease_duration: float = 15.0
+    identity: str = f"{socket.gethostname()}-{os.getpid()}"
+    leader_election: bool = True
+    state_dir: str | None = None  # NGINX's files; a fresh temporary directory when None
+    address_pool: str | None = None  # loopback network Gateways get their addresses from
+    port_offset: int = 0
+    debounce: float = 0.05
+    write_workers: int = 4
+    nginx: str = "/usr/sbin/nginx"
+
+
+# ---------------------------------------------------------------- defaults a server may not apply
+
+def with_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """The CRD defaults the gateway relies on, for objects from a server that did not apply them
+    (parentRef group/kind, backendRef group/kind/weight, a rule's default match, a match's default
+    path, a listener's allowedRoutes). Objects that carry them come back equal."""
+    group, _ = split_api_version(raw.get("apiVersion", ""))
+    if group != GATEWAY_GROUP or not isinstance(raw.get("spec"), dict):
+        return raw
+    kind = raw.get("kind")
+    if kind not in ("HTTPRoute", "Gateway"):
+        return raw
+    raw = copy.deepcopy(raw)
+    spec = raw["spec"]
+    if kind == "Gateway":
+        for l in spec.get("listeners") or []:
+            if isinstance(l, dict):
+                ar = l.setdefault("allowedRoutes", {})
+                if isinstance(ar, dict):
+                    ns = ar.setdefault("namespaces", {})
+                    if isinstance(ns, dict):
+                        ns.setdefault("from", "Same")
+        return raw
+    for p in spec.get("parentRefs") or []:
+        if isinstance(p, dict):
+            p.setdefault("group", GATEWAY_GROUP)
+            p.setdefault("kind", "Gateway")
+    rules = spec.get("rules")
+    if rules is None:
+        rules = spec["rules"] = [{}]
+    for rule in rules if isinstance(rules, list) else []:
+        if not isinstance(rule, dict):
+            continue
+        if not rule.get("matches"):
+            rule["matches"] = [{"path": {"type": "PathPrefix", "value": "/"}}]
+        for m in rule["matches"]:
+            if isinstance(m, dict):
+                path = m.setdefault("path", {"type": "PathPrefix", "value": "/"})
+                if isinstance(path, dict):
+                    path.setdefault("type", "PathPrefix")
+                    path.setdefault("value", "/")
+                for h in m.get("headers") or []:
+                    if isinstance(h, dict):
+                        h.setdefault("type", "Exact")
+                for q in m.get("queryParams") or []:
+                    if isinstance(q, dict):
+                        q.setdefault("type", "Exact")
+        for b in rule.get("backendRefs") or []:
+            if isinstance(b, dict):
+                b.setdefault("group", "")
+                b.setdefault("kind", "Service")
+                b.setdefault("weight", 1)
+    return raw
+
+
+def _essence(raw: dict[str, Any]) -> Any:
+    meta = {k: v for k, v in (raw.get("metadata") or {}).items() if k not in _VOLATILE_META}
+    return (raw.get("spec"), meta, {k: v for k, v in raw.items() if k not in ("spec", "metadata", "status")})
+
+
+def _key(raw: dict[str, Any]) -> tuple[str, str, str, str]:
+    group, _ = split_api_version(raw.get("apiVersion", ""))
+    meta = raw.get("metadata") or {}
+    return (group, raw.get("kind", ""), meta.get("namespace") or "", meta.get("name") or "")
+
+
+def _ref(key: tuple[str, str, str, str]) -> Ref:
+    return Ref(key[0], key[1], key[2] or None, key[3])
+
+
+def _in_place(obj: Obj, status: dict[str, Any], controller: str) -> dict[str, Any]:
+    """The engine's policy status with every ancestor entry where the object has it."""
+    previous = (obj.raw.get("status") or {}).get("ancestors") if isinstance(obj.raw.get("status"), dict) else None
+    status["ancestors"] = keep_in_place(previous, status.get("ancestors") or [], controller, "ancestorRef")
+    return status
+
+
+def _with_note(status: dict[str, Any], controller: str, note: str | None) -> dict[str, Any]:
+    """Our accepted entries say which fields NGINX honours only approximately, and how."""
+    if note:
+        for a in status.get("ancestors") or []:
+            if a.get("controllerName") != controller:
+                continue
+            for c in a.get("conditions") or []:
+                if c.get("type") == "Accepted" and c.get("status") == "True" and note not in c.get("message", ""):
+                    c["message"] = f"{c.get('message', '').rstrip()} {note}".strip()
+    return status
+
+
+def _kind_checks() -> Any:
+    """This data plane's checks of the policy kinds it enforces (policyconf, POL)."""
+    from gwpolicy.gateway import policyconf
+
+    return policyconf.kind_checks()
+
+
+def policy_ancestors_of(analysis: Any, ref: Ref) -> set[Ref]:
+    """The Gateways on the paths of what a policy targets."""
+    out: set[Ref] = set()
+    for o in analysis.outcomes.get(ref, []):
+        if o.declared is None or not analysis.topology.exists(o.declared):
+            continue
+        for path in analysis.topology.paths_of(o.declared):
+            for level in path:
+                if level.kind == "Gateway" and level.group == GATEWAY_GROUP and level.section is None:
+                    out.add(level)
+    return out
+
+
+def enforced_here(gateways: set[Ref], facts: Any) -> bool:
+    """Whether a policy reaches one of our Gateways (else it is none of this gateway's business)."""
+    return any(g in facts.gateways for g in gateways)
+
+
+# ---------------------------------------------------------------- the data plane, through DP's modules
+
+class DataPlaneDriver:
+    """Builds, renders and applies the configuration: gateway/dataplane.py, render.py, nginx.py (DP)."""
+
+    def __init__(self, opts: GatewayOptions) -> None:
+        from gwpolicy.gateway.nginx import Nginx
+
+        self.opts = opts
+        self.state_dir = opts.state_dir or tempfile.mkdtemp(prefix="gwpolicy-gateway-")
+        self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx)  # checks the version (NginxError says what is missing)
+        self.applied: dict[str, bytes] | None = None
+        self.lock = threading.Lock()  # apply and stop come from different threads
+
+    def config(self) -> Any:
+        from gwpolicy.gateway.dataplane import DataPlaneConfig
+
+        kw: dict[str, Any] = {"controller_name": self.opts.controller_name, "port_offset": self.opts.port_offset}
+        if self.opts.address_pool:
+            kw["address_pool"] = self.opts.address_pool
+        return DataPlaneConfig(**kw)
+
+    def build(self, analysis: Any) -> tuple[Any, dict[str, bytes]]:
+        from gwpolicy.gateway.dataplane import build_dataplane
+        from gwpolicy.gateway.render import render
+
+        dp = build_dataplane(analysis, self.config())
+        return dp, render(dp)
+
+    def start(self) -> None:
+        """NGINX starts with the first configuration `apply` gets."""
+
+    def apply(self, files: dict[str, bytes]) -> str | None:
+        """Validate, load and verify; None when NGINX serves `files`, else why not (the last good
+        configuration keeps serving)."""
+        with self.lock:
+            if self.nginx is None:  # stopped when we lost the lease; a new master for the new term
+                from gwpolicy.gateway.nginx import Nginx
+
+                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx)
+            result = self.nginx.apply(files)
+            if result.ok:
+                self.applied = files
+                return None
+            return result.error or "NGINX did not take the configuration"
+
+    def stop(self) -> None:
+        """Stop NGINX (it no longer holds the Gateways' addresses); `apply` starts a new one."""
+        with self.lock:
+            if self.nginx is not None:
+                self.nginx.stop()
+                self.nginx = None
+            self.applied = None
+
+
+class GatewayController:
+    def __init__(self, opts: GatewayOptions, driver: Any = None) -> None:
+        self.opts = opts
+        self.metrics = Metrics()
+        self.driver = driver
+        self.client: AsyncClient | None = None
+        self.informers: dict[Kind, Informer] = {}
+        self.kinds: dict[tuple[str, str], Kind] = {}
+        self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self.wake = asyncio.Event()
+        self.queue: dict[Ref, None] = {}
+        self.queue_event = asyncio.Event()
+        self.wanted: dict[Ref, Any] = {}  # object -> (its newest copy -> the status it should carry)
+        self.annotations: dict[Ref, str] = {}  # GatewayClass -> the policy kinds annotation it should carry
+        self.running: dict[Ref, int | None] = {}  # objects (and generations) in the configuration NGINX runs
+        self.error: str | None = None
+        self.addresses: dict[Ref, list[str]] = {}
+        self.listener_facts: dict[Ref, tuple[bool, str, str]] = {}
+        self.elector: LeaderElector | None = None
+        self.tasks: list[asyncio.Task] = []
+        self.runner: web.AppRunner | None = None
+        self.port: int | None = None
+        self.busy = False
+        self.reconciles = 0
+        self.nginx_running = False
+        self.retry_in = 1.0  # seconds until a failed apply is tried again
+        self.writing: set[Ref] = set()  # objects a write worker holds
+        self.nginx_thread = ThreadPoolExecutor(1, thread_name_prefix="nginx")
+
+    # ---------- watching ----------
+    def _watch(self, kind: Kind) -> None:
+        if kind in self.informers or self.client is None:
+            return
+        self.kinds[(kind.group, kind.kind)] = kind
+        inf = Informer(self.client, kind, self.on_event, None, self.metrics)
+        self.informers[kind] = inf
+        inf.start()
+        log.info("watching %s/%s", kind.api_version, kind.plural)
+
+    def _consider_crd(self, crd: dict[str, Any]) -> None:
+        named = {((pk.get("spec") or {}).get("group", ""), (pk.get("spec") or {}).get("kind", ""))
+                 for key, pk in self.objects.items() if key[:2] == ("gwpolicy.io", "PolicyKind")}
+        kind = kube.kind_of_crd(crd, named)
+        if kind is not None:
+            self._watch(kind)
+
+    async def on_event(self, etype: str, kind: Kind, raw: dict[str, Any]) -> None:
+        meta = raw.get("metadata")
+        if isinstance(meta, dict):
+            meta.pop("managedFields", None)
+        key = _key(raw)
+        old = self.objects.get(key)
+        if etype == "DELETED":
+            self.objects.pop(key, None)
+        else:
+            self.objects[key] = with_defaults(raw)
+        if kind == kube.CRD and etype != "DELETED":
+            self._consider_crd(raw)
+        if (kind.group, kind.kind) == ("gwpolicy.io", "PolicyKind") and etype != "DELETED":
+            for k, crd in list(self.objects.items()):
+                if k[:2] == ("apiextensions.k8s.io", "CustomResourceDefinition"):
+                    self._consider_crd(crd)
+        if etype == "DELETED" or old is None or _essence(old) != _essence(self.objects[key]):
+            self.wake.set()
+        else:  # only status or bookkeeping changed (the echo of our writes among them): compare again
+            ref = _ref(key)
+            if ref in self.wanted or ref in self.annotations:
+                self._enqueue_if_different(ref)
+
+    @property
+    def synced(self) -> bool:
+        return bool(self.informers) and all(i.synced.is_set() for i in self.informers.values())
+
+    # ---------- reconcile ----------
+    async def reconcile_loop(self) -> None:
+        while True:
+            await self.wake.wait()
+            await asyncio.sleep(self.opts.debounce)
+            self.wake.clear()
+            if not self.synced:
+                await asyncio.sleep(0.05)
+                self.wake.set()
+                continue
+            self.busy = True
+            t = time.perf_counter()
+            try:
+                await self.reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - one bad object must not stop the gateway
+                log.exception("reconcile failed")
+                self.metrics.errors.labels("reconcile").inc()
+            finally:
+                self.busy = False
+            self.reconciles += 1
+            self.metrics.reconciles.inc()
+            self.metrics.reconcile_seconds.observe(time.perf_counter() - t)
+
+    async def reconcile(self) -> None:
+        raws = list(self.objects.values())
+        index = build_index(raws)
+        facts = gateway_facts(index, self.opts.controller_name)
+        analysis = analyse(dataplane_objects(raws, facts), controller=self.opts.controller_name,
+                           kind_checks=_kind_checks())
+        if self.driver is not None and self.leading:  # a standby serves nothing: the addresses are the leader's
+            await self._program(analysis, facts)
+        programming = Programming(dict(self.running), self.error, dict(self.addresses), dict(self.listener_facts))
+        # what each object should carry, as a function of its newest copy: other controllers write
+        # between our analysis and our write, and their entries must survive it
+        wanted: dict[Ref, Any] = {}
+        for refs in (facts.classes, facts.gateways, facts.routes, stale_routes(index, facts)):
+            for ref in refs:
+                wanted[ref] = lambda obj, _f=facts, _p=programming: desired_status(obj, _f, _p, utc_now())
+        wanted.update(self._policy_status(analysis, index, facts))
+        self.wanted = wanted
+        self.annotations = {}
+        kinds = self._enforced_policy_kinds()
+        for ref in facts.classes:
+            self.annotations[ref] = policy_kinds_annotation(kinds)
+        for ref in list(wanted) + list(self.annotations):
+            self._enqueue_if_different(ref)
+
+    def desired(self, ref: Ref) -> dict[str, Any] | None:
+        """The status `ref` should carry, computed from the copy we hold now."""
+        raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
+        fn = self.wanted.get(ref)
+        if raw is None or fn is None:
+            return None
+        group, version = split_api_version(raw.get("apiVersion", ""))
+        return fn(Obj(raw, ref, version, "api"))
+
+    def _policy_status(self, analysis: Any, index: Any, facts: Any) -> dict[Ref, Any]:
+        """Ancestor entries under our controllerName for the policies this gateway enforces: the
+        BackendTLSPolicy conditions are POL's rules; the gwpolicy.io kinds' are the engine's outcome
+        with this data plane's checks (a field NGINX cannot honour makes the policy Invalid)."""
+        from gwpolicy.gateway import backendtls, policyconf
+        from gwpolicy.status import policy_status as engine_policy_status
+
+        out: dict[Ref, Any] = {}
+        for ref, conds in backendtls.all_conditions(analysis).items():
+            if ref in index.by_ref:
+                out[ref] = lambda obj, _c=conds, _f=facts: policy_status(obj, _c, _f, utc_now())
+        enforced = {(policyconf.GROUP, k) for k in policyconf.KINDS}
+        topo, controller = analysis.topology, self.opts.controller_name
+        for ref, policy in analysis.policies.items():
+            if (ref.group, ref.kind) not in enforced or ref not in index.by_ref:
+                continue
+            if not enforced_here(policy_ancestors_of(analysis, ref), facts):
+                if without_our_entries(index.by_ref[ref], controller) is not None:  # it reached us before
+                    out[ref] = lambda obj: without_our_entries(obj, controller)
+                continue
+            outcomes = analysis.outcomes.get(ref, [])
+            note = policyconf.approximation_message(ref.kind, policy.obj.spec)
+            out[ref] = lambda obj, _p=policy, _o=outcomes, _n=note: _in_place(obj, _with_note(engine_policy_status(
+                dataclasses.replace(_p, obj=obj), _o, topo, controller, utc_now()), controller, _n), controller)
+        return out
+
+    def _enforced_policy_kinds(self) -> list[str]:
+        try:
+            from gwpolicy.gateway import policyconf
+
+            kinds = [f"{k}.{policyconf.GROUP}" for k in policyconf.KINDS]
+        except ImportError:
+            kinds = []
+        return kinds + ["BackendTLSPolicy.gateway.networking.k8s.io"]
+
+    async def _program(self, analysis: Any, facts: Any) -> None:
+        try:
+            dp, files = self.driver.build(analysis)
+        except Exception as exc:  # noqa: BLE001 - DP's errors name the object and field
+            log.error("cannot build the NGINX configuration: %s", exc)
+            self.metrics.errors.labels("render").inc()
+            self.error = f"cannot build the configuration: {exc}"
+            return
+        self.addresses = {ref: [addr] for ref, addr in dp.addresses.items()}
+        self.listener_facts = {ref: (lf.programmed, lf.reason, lf.message) for ref, lf in dp.listeners.items()}
+        generations = {o.ref: o.generation for kind in ("Gateway", "HTTPRoute")
+                       for o in analysis.index.of_kind(GATEWAY_GROUP, kind)}
+        if files == getattr(self.driver, "applied", None):
+            self.running = generations  # the same configuration holds these generations too
+            return
+        t = time.perf_counter()
+        error = await self._nginx_call(self.driver.apply, files)
+        self.metrics.reload_seconds.observe(time.perf_counter() - t)
+        if error is None:
+            self.metrics.reloads.labels("ok").inc()
+            self.running, self.error = generations, None
+            self.nginx_running = True
+            log.info("NGINX serves the new configuration (%d files) after %.0f ms", len(files), (time.perf_counter() - t) * 1000)
+        else:
+            self.metrics.reloads.labels("failed").inc()
+            self.error = error
+            log.error("NGINX did not take the new configuration; the previous one keeps serving: %s (trying again in %.0f s)",
+                      error, self.retry_in)
+            # the cause may pass without any object changing (a port another process held, the
+            # previous leader's NGINX still stopping): try again, less and less often
+            asyncio.get_running_loop().call_later(self.retry_in, self.wake.set)
+            self.retry_in = min(self.retry_in * 2, 30.0)
+            return
+        self.retry_in = 1.0
+
+    async def _nginx_call(self, fn: Any, *args: Any) -> Any:
+        """Every NGINX operation on one thread that lives as long as the gateway: NGINX is started
+        with PR_SET_PDEATHSIG, which fires when the *thread* that started it ends."""
+        return await asyncio.get_running_loop().run_in_executor(self.nginx_thread, fn, *args)
+
+    # ---------- writes ----------
+    def _enqueue_if_different(self, ref: Ref) -> None:
+        raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
+        if raw is None:
+            return
+        want = self.desired(ref)
+        differs = want is not None and want != (raw.get("status") or {})
+        ann = self.annotations.get(ref)
+        if ann is not None and ann != ((raw.get("metadata") or {}).get("annotations") or {}).get(POLICY_KINDS_ANNOTATION):
+            differs = True
+        if differs:
+            self.queue[ref] = None
+            self.metrics.queue_depth.set(len(self.queue))
+            self.queue_event.set()
+
+    @property
+    def leading(self) -> bool:
+        return not self.opts.leader_election or (self.elector is not None and self.elector.is_leader)
+
+    async def write_loop(self) -> None:
+        while True:
+            if not self.queue or not self.leading:
+                self.queue_event.clear()
+                try:
+                    await asyncio.wait_for(self.queue_event.wait(), 0.2)
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            ref = next((r for r in self.queue if r not in self.writing), None)
+            if ref is None:  # all queued objects are being written by another worker
+                await asyncio.sleep(0.01)
+                continue
+            del self.queue[ref]
+            self.metrics.queue_depth.set(len(self.queue))
+            self.writing.add(ref)
+            try:
+                await self.write(ref)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001
+                log.exception("writing %s failed; trying again", ref)
+                self.metrics.errors.labels("write").inc()
+                self.queue[ref] = None
+                await asyncio.sleep(0.2)
+            finally:
+                self.writing.discard(ref)
+
+    async def write(self, ref: Ref) -> None:
+        """One object's status (merge patch of the status subresource, with the resourceVersion we
+        computed from: a 409 means a newer copy is on its way and we compute again from it)."""
+        kind = self.kinds.get((ref.group, ref.kind))
+        raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
+        if kind is None or raw is None or self.client is None or not kind.status_subresource:
+            return
+        res = kube.resource_class(kind)
+        want = self.desired(ref)
+        try:
+            if want is not None and want != (raw.get("status") or {}):
+                body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]}, "status": want}
+                out = kube.to_dict(await self.client.patch(res.Status, ref.name, body, namespace=ref.namespace,
+                                                           patch_type=kube.PatchType.MERGE, field_manager=self.opts.field_manager))
+                self.metrics.writes.labels("ok").inc()
+                await self.on_event("MODIFIED", kind, out)
+                raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name)) or raw
+            ann = self.annotations.get(ref)
+            if ann is not None and ann != ((raw.get("metadata") or {}).get("annotations") or {}).get(POLICY_KINDS_ANNOTATION):
+                body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"],
+                                     "annotations": {POLICY_KINDS_ANNOTATION: ann}}}
+                out = kube.to_dict(await self.client.patch(res, ref.name, body, namespace=ref.namespace,
+                                                           patch_type=kube.PatchType.MERGE, field_manager=self.opts.field_manager))
+                self.metrics.writes.labels("ok").inc()
+                await self.on_event("MODIFIED", kind, out)
+        except ApiError as exc:
+            code = exc.status.code
+            self.metrics.writes.labels(str(code)).inc()
+            if code == 409:  # stale: the newer copy comes through the informer; compute again from it
+                try:
+                    fresh = await kube.get_object(self.client, kind, ref.name, ref.namespace)
+                except (ApiError, httpx.HTTPError, OSError):
+                    return
+                await self.on_event("MODIFIED", kind, fresh)
+                self.wake.set()
+            elif code != 404:
+                log.warning("cannot write status of %s: %s", ref, exc.status.message)
+                self.queue[ref] = None
+                await asyncio.sleep(0.5)
+        except (httpx.HTTPError, OSError):
+            self.metrics.errors.labels("write").inc()
+            self.queue[ref] = None
+            await asyncio.sleep(0.5)
+
+    # ---------- HTTP ----------
+    async def http(self) -> None:
+        app = web.Application()
+
+        async def healthz(_: web.Request) -> web.Response:
+            return web.Response(text="ok")
+
+        async def readyz(_: web.Request) -> web.Response:
+            if not self.synced:
+                return web.Response(text="informers not synced", status=503)
+            if self.driver is not None and not self.leading:
+                return web.Response(text="standby: the leader's NGINX serves", status=503)
+            if self.driver is not None and not self.nginx_running:
+                return web.Response(text="NGINX has no configuration yet", status=503)
+            return web.Response(text="ok")
+
+        async def metrics(_: web.Request) -> web.Response:
+            return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
+
+        async def statusz(_: web.Request) -> web.Response:
+            return web.json_response({"leader": self.leading, "synced": self.synced, "reconciles": self.reconciles,
+                                      "busy": self.busy or self.wake.is_set(), "queued": len(self.queue),
+                                      "nginxError": self.error,
+                                      "addresses": {str(k): v for k, v in self.addresses.items()}})
+
+        app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
+        app.router.add_get("/metrics", metrics)
+        app.router.add_get("/statusz", statusz)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        host, _, port = self.opts.listen.rpartition(":")
+        site = web.TCPSite(self.runner, host or "0.0.0.0", int(port))
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    # ---------- lifecycle ----------
+    async def start(self) -> None:
+        self.client = kube.make_client(self.opts.kubeconfig, self.opts.context, self.opts.field_manager)
+        if self.driver is not None:
+            await self._nginx_call(self.driver.start)
+        await self.http()
+        for k in [kube.CRD, *BUILTIN]:
+            self._watch(k)
+        self.tasks.append(asyncio.create_task(self.reconcile_loop(), name="reconcile"))
+        for _ in range(max(1, self.opts.write_workers)):  # writes wait on the API server: a few in flight
+            self.tasks.append(asyncio.create_task(self.write_loop(), name="write"))
+        if self.opts.leader_election:
+            self.elector = LeaderElector(self.client, self.opts.identity, self.opts.lease_namespace, self.opts.lease_name,
+                                         duration=self.opts.lease_duration, on_change=self._leader_changed)
+            self.tasks.append(asyncio.create_task(self.elector.run(), name="leader"))
+        else:
+            self.metrics.leader.set(1)
+        self.wake.set()
+
+    def _leader_changed(self, leader: bool) -> None:
+        self.metrics.leader.set(1 if leader else 0)
+        if leader:
+            self.wake.set()  # program NGINX and write status for the current state
+        elif self.driver is not None:  # another replica leads now: give the addresses up
+            self.running, self.nginx_running = {}, False
+            self.tasks.append(asyncio.create_task(self._nginx_call(self.driver.stop), name="nginx-stop"))
+
+    async def stop(self) -> None:
+        """NGINX first (it gives the addresses up), then the Lease (a standby takes over at once),
+        then the informers and the HTTP endpoints."""
+        for t in self.tasks:
+            if t.get_name() in ("reconcile", "write"):
+                t.cancel()
+        if self.driver is not None:
+            await self._nginx_call(self.driver.stop)
+        if self.elector:
+            try:
+                await self.elector.release()
+            except Exception:  # noqa: BLE001 - stopping goes on
+                pass
+        for t in self.tasks:
+            t.cancel()
+        for i in list(self.informers.values()):
+            await i.stop()
+        for t in self.tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self.runner:
+            await self.runner.cleanup()
+        if self.client:
+            await self.client.close()
+        self.nginx_thread.shutdown(wait=True)
+
+
+# ---------------------------------------------------------------- command line
+
+DESCRIPTION = """Run the gateway: a controller for the GatewayClasses whose spec.controllerName is
+ours, with NGINX as its data plane. It watches GatewayClass, Gateway, HTTPRoute, ReferenceGrant,
+BackendTLSPolicy, Service, EndpointSlice, Secret, ConfigMap and the policy kinds; renders one NGINX
+configuration from the engine's analysis; starts NGINX as a child process, validates every new
+configuration before loading it and verifies that it serves; and writes GEP-1364 status
+(GatewayClass, Gateway and listeners, HTTPRoute parents). Each Gateway is served on its own
+loopback address (127.0.0.0/8, from --address-pool unless spec.addresses names one) and its
+listeners' ports; status.addresses says where. Runs in the foreground until SIGTERM or SIGINT, then
+stops NGINX. Ports below 1024 need root (or CAP_NET_BIND_SERVICE); without it NGINX cannot bind
+them, and the Gateway's Programmed condition says so (see --port-offset)."""
+
+
+def parse(argv: list[str]) -> GatewayOptions:
+    p = argparse.ArgumentParser(prog="gwpolicy gateway", description=DESCRIPTION)
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--controller-name", default=GATEWAY_CONTROLLER,
+                   help=f"serve the GatewayClasses with this spec.controllerName (default {GATEWAY_CONTROLLER})")
+    p.add_argument("--listen", default="0.0.0.0:8081", help="address of /healthz, /readyz, /metrics (default 0.0.0.0:8081)")
+    p.add_argument("--lease-namespace", default=GatewayOptions.lease_namespace, help="namespace of the leader-election Lease")
+    p.add_argument("--lease-duration", type=float, default=15.0, help="seconds a leader holds the lease without renewing")
+    p.add_argument("--identity", default=GatewayOptions.identity, help="this replica's name in the Lease")
+    p.add_argument("--no-leader-election", action="store_true", help="write status without holding a lease (one replica only)")
+    p.add_argument("--state-dir", help="directory for NGINX's configuration and logs (default: a new temporary directory)")
+    p.add_argument("--address-pool", help="loopback network (CIDR) Gateways get their addresses from")
+    p.add_argument("--port-offset", type=int, default=0,
+                   help="add this to every listener port NGINX binds (e.g. 8000 to serve port 80 on 8080 without root)")
+    p.add_argument("--debounce", type=float, default=0.05, help="seconds to gather a burst of changes into one reload")
+    p.add_argument("--write-workers", type=int, default=4, help="status writes in flight at most (default 4)")
+    p.add_argument("--nginx", default="/usr/sbin/nginx", help="the NGINX binary (1.22 or newer, with njs)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx2").setLevel(logging.DEBUG if a.verbose else logging.WARNING)
+    return GatewayOptions(kubeconfig=a.kubeconfig, context=a.context, controller_name=a.controller_name, listen=a.listen,
+                          lease_namespace=a.lease_namespace, lease_duration=a.lease_duration, identity=a.identity,
+                          leader_election=not a.no_leader_election, state_dir=a.state_dir, address_pool=a.address_pool,
+                          port_offset=a.port_offset, debounce=a.debounce, write_workers=a.write_workers,
+                          nginx=a.nginx)
+
+
+async def run(opts: GatewayOptions) -> None:
+    c = GatewayController(opts, DataPlaneDriver(opts))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await c.start()
+        print(f"gwpolicy gateway {opts.identity} serving health and metrics on port {c.port}", file=sys.stderr, flush=True)
+        await stop.wait()
+    finally:
+        await c.stop()
+
+
+def main(argv: list[str]) -> int:
+    from lightkube.core.exceptions import ConfigError
+
+    from gwpolicy.gateway.nginx import NginxError
+
+    opts = parse(argv)
+    try:
+        asyncio.run(run(opts))
+    except KeyboardInterrupt:
+        pass
+    except ConfigError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    except NginxError as exc:  # NGINX missing or too old: say what to install
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    return 0

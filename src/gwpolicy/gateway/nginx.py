@@ -1,0 +1,336 @@
+"""The NGINX child process: stage, validate, swap, reload, verify, roll back (the edge of the gateway).
+
+A reload counts only once the new configuration is seen serving: `nginx -s reload` exits 0 even
+when the master then fails to apply the configuration (a port in use), so every generation
+carries a probe (`control.conf`: `GET /generation` on a unix socket answers its number) and the
+error log written since the SIGHUP is read for `[emerg]`. A configuration `nginx -t` rejects is
+never swapped in; one that fails after the SIGHUP is rolled back (the master keeps serving the old
+one, and `current` points at it again). NGINX never outlives us: the master gets SIGTERM when our
+process dies (PR_SET_PDEATHSIG) and `stop()` quits it.
+
+Layout under `root`: `gen-<n>/` one directory per generation, `current -> gen-<n>` (NGINX runs
+with `-p root/current/`, so a SIGHUP reads the new generation), `run/` (pid, temp files),
+`logs/error.log`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import http.client
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MIN_VERSION = (1, 22)
+PR_SET_PDEATHSIG = 1
+_SEVERE = re.compile(r"\[(emerg|alert|crit)\]")
+
+
+class NginxError(RuntimeError):
+    """NGINX is missing or unusable; the message says what to install or fix."""
+
+
+@dataclass(frozen=True)
+class ReloadResult:
+    generation: int  # the generation serving after this call
+    ok: bool
+    error: str = ""
+    changed: bool = True  # False: the files were the ones already serving, nothing was reloaded
+    seconds: float = 0.0  # the whole apply
+    test_seconds: float = 0.0  # of which `nginx -t`
+    reload_seconds: float = 0.0  # of which SIGHUP (or start) until the new generation answered
+
+
+def nginx_version(binary: str = "nginx") -> tuple[int, int, int]:
+    """The version of the NGINX binary, or NginxError saying what is missing."""
+    path = shutil.which(binary) or (binary if os.path.exists(binary) else None)
+    if path is None:
+        raise NginxError(f"NGINX not found ({binary!r} is not on PATH): install the Debian package "
+                         f"'nginx' (./dev test installs it) or pass the path of an nginx binary")
+    try:
+        out = subprocess.run([path, "-v"], capture_output=True, text=True, timeout=10)
+    except OSError as e:
+        raise NginxError(f"cannot run {path}: {e}") from e
+    m = re.search(r"nginx/(\d+)\.(\d+)\.(\d+)", out.stderr + out.stdout)
+    if m is None:
+        raise NginxError(f"{path} -v did not print an NGINX version: {(out.stderr or out.stdout).strip()!r}")
+    version = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    if version[:2] < MIN_VERSION:
+        raise NginxError(f"NGINX {'.'.join(map(str, version))} at {path} is too old: this data plane needs "
+                         f"{'.'.join(map(str, MIN_VERSION))} or newer")
+    return version
+
+
+def check_modules(files: dict[str, bytes]) -> None:
+    """Every `load_module` of nginx.conf exists (njs comes from Debian's libnginx-mod-http-js)."""
+    for m in re.finditer(rb"^\s*load_module\s+([^;]+);", files.get("nginx.conf", b""), re.M):
+        path = m.group(1).decode()
+        if not os.path.exists(path):
+            hint = " (install the Debian package 'libnginx-mod-http-js')" if "js" in path else ""
+            raise NginxError(f"NGINX module {path} is missing{hint}; header, query and method matches need it")
+
+
+def _pdeathsig() -> None:  # pragma: no cover - runs in the child
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
+
+
+class Nginx:
+    """One NGINX master serving the generations `apply` hands it; see the module docstring."""
+
+    def __init__(self, root: str | os.PathLike[str], *, binary: str = "nginx", verify_timeout: float = 60.0,
+                 keep_generations: int = 2) -> None:
+        self.root = Path(root).resolve()
+        self.binary = shutil.which(binary) or binary
+        self.verify_timeout = verify_timeout
+        self.keep = max(2, keep_generations)
+        self.version = nginx_version(binary)
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._generation = 0
+        self._attempt = 0
+        self._serving: dict[str, bytes] | None = None
+        for d in ("run", "logs"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        self._sockdir = tempfile.mkdtemp(prefix="gwng-")  # unix socket paths must stay short
+        self.control_socket = os.path.join(self._sockdir, "control.sock")
+        self.error_log = self.root / "logs" / "error.log"
+
+    # -- public API -----------------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        """The generation NGINX serves (0 before the first successful apply)."""
+        return self._generation
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def apply(self, files: dict[str, bytes]) -> ReloadResult:
+        """Serve `files` (render's output): validate, swap, start or reload, verify, roll back."""
+        with self._lock:
+            t0 = time.perf_counter()
+            if self._serving == files and self.pid is not None:
+                return ReloadResult(self._generation, True, changed=False)
+            try:
+                check_modules(files)
+            except NginxError as e:
+                return ReloadResult(self._generation, False, str(e))
+            self._attempt += 1
+            gen = self._attempt  # never reused: a late answer of a failed attempt cannot pass for this one
+            gdir = self.root / f"gen-{gen}"
+            if gdir.exists():
+                shutil.rmtree(gdir)
+            self._write(gdir, files, gen)
+            t_test = time.perf_counter()
+            problem = self._test(gdir)
+            test_s = time.perf_counter() - t_test
+            if problem:
+                shutil.rmtree(gdir, ignore_errors=True)
+                return ReloadResult(self._generation, False, f"nginx -t rejected the configuration: {problem}",
+                                    seconds=time.perf_counter() - t0)
+            previous = self._current_target()
+            self._point_current(gdir.name)
+            offset = self.error_log.stat().st_size if self.error_log.exists() else 0
+            t_reload = time.perf_counter()
+            if self.pid is None:
+                error = self._start(gen, offset)
+            else:
+                old_workers = self._workers()
+                os.kill(self._proc.pid, signal.SIGHUP)  # type: ignore[union-attr]
+                error = self._verify(gen, offset) or self._retired(old_workers)
+            if error:
+                if previous is not None:
+                    self._point_current(previous)
+                shutil.rmtree(gdir, ignore_errors=True)
+                return ReloadResult(self._generation, False, error, seconds=time.perf_counter() - t0)
+            self._generation = gen
+            self._serving = dict(files)
+            self._prune()
+            now = time.perf_counter()
+            return ReloadResult(gen, True, seconds=now - t0, test_seconds=test_s, reload_seconds=now - t_reload)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Quit NGINX gracefully (SIGQUIT), then SIGTERM, then SIGKILL; idempotent."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+            if proc is not None and proc.poll() is None:
+                for sig, wait in ((signal.SIGQUIT, timeout), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+                    try:
+                        proc.send_signal(sig)
+                        proc.wait(wait)
+                        break
+                    except subprocess.TimeoutExpired:
+                        continue
+                    except ProcessLookupError:
+                        break
+            shutil.rmtree(self._sockdir, ignore_errors=True)
+
+    def __enter__(self) -> "Nginx":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def probe(self, timeout: float = 2.0) -> int | None:
+        """The generation the running workers answer with, or None."""
+        conn = _UnixHTTPConnection(self.control_socket, timeout)
+        try:
+            conn.request("GET", "/generation")
+            resp = conn.getresponse()
+            body = resp.read().decode().strip()
+            return int(body) if resp.status == 200 and body.isdigit() else None
+        except (OSError, http.client.HTTPException, ValueError):
+            return None
+        finally:
+            conn.close()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _write(self, gdir: Path, files: dict[str, bytes], gen: int) -> None:
+        for rel, data in files.items():
+            if rel.startswith("/") or ".." in Path(rel).parts:
+                raise ValueError(f"refusing to write {rel!r} outside the generation directory")
+            p = gdir / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            if rel.startswith("secrets/"):
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+            else:
+                p.write_bytes(data)
+        (gdir / "control.conf").write_text(
+            "# written by gwpolicy's process layer: which generation the workers serve\n"
+            f"server {{\n    listen unix:{self.control_socket};\n"
+            f"    location = /generation {{\n        return 200 \"{gen}\";\n    }}\n}}\n")
+
+    def _test(self, gdir: Path) -> str:
+        try:
+            out = subprocess.run([self.binary, "-t", "-q", "-p", f"{gdir}/", "-c", str(gdir / "nginx.conf"),
+                                  "-e", str(self.root / "logs" / "test.log")], capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            return "nginx -t did not finish within 600 s"
+        text = (out.stderr + out.stdout).strip()
+        severe = [l for l in text.splitlines() if _SEVERE.search(l)]
+        if out.returncode != 0 or severe:
+            return _clean("; ".join(severe) or text or f"exit status {out.returncode}")
+        return ""
+
+    def _current_target(self) -> str | None:
+        cur = self.root / "current"
+        return os.readlink(cur) if cur.is_symlink() else None
+
+    def _point_current(self, target: str) -> None:
+        tmp = self.root / f".current-{os.getpid()}"
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        os.symlink(target, tmp)
+        os.replace(tmp, self.root / "current")
+
+    def _start(self, gen: int, offset: int) -> str:
+        cur = self.root / "current"
+        with open(self.root / "logs" / "stderr.log", "ab") as err:
+            self._proc = subprocess.Popen(
+                [self.binary, "-p", f"{cur}/", "-c", str(cur / "nginx.conf"), "-e", str(self.error_log), "-g", "daemon off;"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, preexec_fn=_pdeathsig, cwd=self.root)
+        return self._verify(gen, offset)
+
+    def _verify(self, gen: int, offset: int) -> str:
+        deadline = time.monotonic() + self.verify_timeout
+        delay = 0.01
+        while True:
+            if self._proc is not None and self._proc.poll() is not None:
+                err = (self.root / "logs" / "stderr.log").read_text(errors="replace")[-2000:]
+                self._proc = None
+                return "NGINX exited: " + _clean("; ".join(self._severe_since(offset)[0]) or err.strip() or "no message")
+            if self.probe() == gen:
+                return ""
+            severe, text = self._severe_since(offset)
+            # a bind() that fails is retried by the master for about 2 s ("try again to bind()"); the
+            # reload has failed only once it gives up, else a late success would go unnoticed
+            retrying = "try again to bind()" in text and "still could not bind()" not in text
+            if severe and not retrying:
+                return "NGINX did not apply the configuration: " + _clean("; ".join(dict.fromkeys(severe)))
+            if time.monotonic() > deadline:
+                return f"NGINX did not serve generation {gen} within {self.verify_timeout:.0f} s"
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    def _workers(self) -> list[int]:
+        pid = self.pid
+        if pid is None:
+            return []
+        try:
+            return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            return []
+
+    def _retired(self, old: list[int]) -> str:
+        """Wait until the workers of the previous generation accept no more connections.
+
+        Both generations' workers listen on the same sockets for a moment after the new ones
+        start; an old worker closes its listening sockets when it takes the master's QUIT, just
+        after it retitles itself "worker process is shutting down" (in-flight requests and idle
+        keep-alive connections then end, bounded by worker_shutdown_timeout). Until then a new
+        connection may still get the old configuration."""
+        deadline = time.monotonic() + self.verify_timeout
+        pending = list(old)
+        while pending:
+            still = []
+            for pid in pending:
+                try:
+                    title = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+                except OSError:
+                    continue  # gone
+                if state != "Z" and b"shutting down" not in title:
+                    still.append(pid)
+            pending = still
+            if pending:
+                if time.monotonic() > deadline:
+                    return f"the previous NGINX workers {pending} did not stop accepting within {self.verify_timeout:.0f} s"
+                time.sleep(0.005)
+        time.sleep(0.005)  # the title is set just before the listening sockets are closed
+        return ""
+
+    def _severe_since(self, offset: int) -> tuple[list[str], str]:
+        try:
+            with open(self.error_log, "rb") as fh:
+                fh.seek(offset)
+                text = fh.read().decode(errors="replace")
+        except OSError:
+            return [], ""
+        return [l for l in text.splitlines() if _SEVERE.search(l)], text
+
+    def _prune(self) -> None:
+        gens = sorted((int(p.name[4:]), p) for p in self.root.glob("gen-*") if p.name[4:].isdigit())
+        for _, p in gens[:-self.keep]:
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _clean(text: str) -> str:
+    """NGINX's messages without their timestamps and pids."""
+    text = re.sub(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \[(\w+)\] \d+#\d+: ", r"[\1] ", text)
+    return re.sub(r"nginx: ", "", text).strip()

@@ -1,0 +1,61 @@
+"""`gwpolicy render -f DIR`: the NGINX configuration for manifests on disk, no cluster (the edge).
+
+Prints every file render() produces, each under a `# ==== <path> ====` header, so a user can see
+what a change does to the data plane before applying it. Private keys are never printed: a
+certificate file is shown as a one-line note naming its Secret.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gwpolicy.analysis import analyse
+from gwpolicy.gateway.dataplane import DEFAULT_ADDRESS_POOL, DEFAULT_CONTROLLER_NAME, DataPlaneConfig, DataPlaneError, build_dataplane
+from gwpolicy.gateway import policyconf
+from gwpolicy.gateway.render import render
+from gwpolicy.load import LoadError, load_paths
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-f", "--filename", action="append", required=True, help="manifest file or directory (repeatable)")
+    p.add_argument("--controller-name", default=DEFAULT_CONTROLLER_NAME,
+                   help=f"render the Gateways of GatewayClasses with this controllerName (default {DEFAULT_CONTROLLER_NAME}); "
+                        "'*' renders every GatewayClass")
+    p.add_argument("--address-pool", default=DEFAULT_ADDRESS_POOL,
+                   help=f"loopback network Gateways without an address get one from (default {DEFAULT_ADDRESS_POOL})")
+    p.add_argument("--file", dest="only", action="append", help="print only this file (e.g. servers.conf; repeatable)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        loaded = load_paths(args.filename)
+        analysis = analyse(loaded.objects, loaded.origins, kind_checks=policyconf.kind_checks())
+        config = DataPlaneConfig(controller_name=None if args.controller_name == "*" else args.controller_name,
+                                 address_pool=args.address_pool)
+        files = render(build_dataplane(analysis, config))
+    except (LoadError, DataPlaneError, ValueError) as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    out = sys.stdout
+    shown = [k for k in files if not args.only or k in args.only]
+    if args.only and not shown:
+        print(f"Error: no file {', '.join(args.only)} in the rendered configuration (files: {', '.join(files)})", file=sys.stderr)
+        return 1
+    for path in shown:
+        out.write(f"# ==== {path} ====\n")
+        if path.startswith("secrets/"):
+            out.write(f"# certificate and private key of Secret {path[8:-4].replace('_', '/', 1)} "
+                      f"({len(files[path])} bytes; not printed)\n\n")
+            continue
+        text = files[path].decode("utf-8", errors="replace")
+        out.write(text if text.endswith("\n") else text + "\n")
+        out.write("\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="gwpolicy render", description="Print the NGINX configuration the gateway would "
+                                "run for manifests on disk (no cluster needed).")
+    add_arguments(p)
+    return run(p.parse_args(argv))

@@ -1,0 +1,193 @@
+"""Reloads verified, not assumed (127.0.11.0/24): no request lost while the configuration changes,
+each change in traffic within 1 s, a configuration NGINX rejects never loaded, a reload that fails
+after `nginx -t` (a port in use) detected with the last good configuration still serving, and NGINX
+never outliving the process that started it.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gateway_kit import Echoes, Served, backend, eventually, free_port, gateway, gatewayclass, have_nginx, listener, request, route
+
+pytestmark = pytest.mark.skipif(not have_nginx(), reason="NGINX is not installed (./dev test installs it)")
+
+ADDR = "127.0.11.1"
+BACKENDS = "127.0.11.2"
+
+
+def manifests(echoes: Echoes, port: int, version: int, extra_listener: dict | None = None) -> list[dict]:
+    """Change number `version`: the route sends to v1 or v2 and says which change it is in a header."""
+    listeners = [listener("http", port)] + ([extra_listener] if extra_listener else [])
+    rules = [{"backendRefs": [backend("v1" if version % 2 == 0 else "v2")],
+              "filters": [{"type": "ResponseHeaderModifier",
+                           "responseHeaderModifier": {"set": [{"name": "X-Change", "value": str(version)}]}}]}]
+    return [gatewayclass(), *echoes.objects(), gateway("gw", "infra", *listeners),
+            route("r", "infra", rules, hostnames=["reload.test"])]
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    echoes = Echoes(BACKENDS).start("v1", "v2")
+    port = free_port(ADDR)
+    served = Served(tmp_path / "nginx", ADDR)
+    yield served, echoes, port
+    served.stop()
+    echoes.stop()
+
+
+def test_twenty_changes_under_steady_traffic_lose_nothing_and_show_within_a_second(setup):
+    served, echoes, port = setup
+    served.apply(manifests(echoes, port, 0))
+    stop = threading.Event()
+    failures: list[str] = []
+    sent = [0]
+    seen: dict[int, float] = {}  # change -> first time a response carried it
+    lock = threading.Lock()
+
+    def client() -> None:
+        while not stop.is_set():
+            try:
+                a = request(ADDR, port, "/", "reload.test", timeout=5)
+                change = int(a.headers.get("x-change", "-1"))
+                ok = a.status == 200 and a.pod.startswith("v1-" if change % 2 == 0 else "v2-")
+                with lock:
+                    sent[0] += 1
+                    seen.setdefault(change, time.monotonic())
+                    if not ok:
+                        failures.append(f"change {change}: {a.status} {a.pod}")
+            except OSError as e:  # a connection refused or reset would be a lost request
+                with lock:
+                    failures.append(repr(e))
+
+    threads = [threading.Thread(target=client) for _ in range(4)]
+    for t in threads:
+        t.start()
+    lag = []
+    try:
+        for version in range(1, 21):
+            t0 = time.monotonic()
+            result = served.apply(manifests(echoes, port, version))
+            assert result.ok and result.changed
+            assert eventually(lambda: version in seen, timeout=5, poll=0.01), f"change {version} never seen"
+            lag.append(seen[version] - t0)
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert failures == []
+    assert sent[0] > 100
+    assert max(lag) < 1.0, lag
+    assert served.nginx.generation == 21
+
+
+def test_a_configuration_nginx_rejects_is_never_loaded(setup):
+    served, echoes, port = setup
+    served.apply(manifests(echoes, port, 0))
+    files = served.files(manifests(echoes, port, 1))
+    files["servers.conf"] += b"\nnot_a_directive on;\n"
+    result = served.nginx.apply(files)
+    assert not result.ok and "not_a_directive" in result.error and "nginx -t" in result.error
+    assert result.generation == 1 == served.nginx.generation
+    a = request(ADDR, port, "/", "reload.test")
+    assert (a.status, a.headers["x-change"]) == (200, "0")
+    # the next good configuration goes in as usual
+    served.apply(manifests(echoes, port, 2))
+    assert request(ADDR, port, "/", "reload.test").headers["x-change"] == "2"
+
+
+def test_a_reload_that_fails_after_nginx_t_is_detected_and_the_old_configuration_keeps_serving(setup):
+    served, echoes, port = setup
+    served.apply(manifests(echoes, port, 0))
+    busy = socket.socket()
+    busy.bind((ADDR, 0))
+    busy.listen()
+    taken = busy.getsockname()[1]
+    try:
+        files = served.files(manifests(echoes, port, 1, extra_listener=listener("more", taken)))
+        result = served.nginx.apply(files)
+        assert not result.ok
+        assert "Address already in use" in result.error and f"{ADDR}:{taken}" in result.error
+        assert served.nginx.generation == 1
+        assert served.nginx.probe() == 1
+        assert request(ADDR, port, "/", "reload.test").headers["x-change"] == "0"
+    finally:
+        busy.close()
+    result = served.nginx.apply(files)  # the port is free now: the same change goes in
+    assert result.ok, result.error
+    assert request(ADDR, taken, "/", "reload.test").headers["x-change"] == "1"
+
+
+def test_unchanged_files_do_not_reload(setup):
+    served, echoes, port = setup
+    first = served.apply(manifests(echoes, port, 0))
+    again = served.apply(manifests(echoes, port, 0))
+    assert (again.changed, again.generation) == (False, first.generation)
+
+
+CHILD = """
+import sys, time
+from gwpolicy.gateway.nginx import Nginx
+n = Nginx(sys.argv[1])
+r = n.apply({"nginx.conf": open(sys.argv[2], "rb").read()})
+assert r.ok, r.error
+print(n.pid, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_nginx_does_not_outlive_the_process_that_started_it(tmp_path: Path, sig: int) -> None:
+    conf = tmp_path / "min.conf"
+    conf.write_text("pid ../run/nginx.pid;\nerror_log ../logs/error.log;\nevents {}\nhttp {\n    access_log off;\n"
+                    "    client_body_temp_path ../run/b; proxy_temp_path ../run/p; fastcgi_temp_path ../run/f;\n"
+                    "    uwsgi_temp_path ../run/u; scgi_temp_path ../run/s;\n    include control*.conf;\n}\n")
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "root"), str(conf)], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(child.stdout.readline())
+        assert Path(f"/proc/{pid}").exists()
+        child.send_signal(sig)
+        child.wait(10)
+        assert eventually(lambda: not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text(),
+                          timeout=10), "NGINX outlived its parent"
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
+def test_a_missing_or_unusable_nginx_is_named_with_what_to_install(tmp_path: Path) -> None:
+    from gwpolicy.gateway.nginx import Nginx, NginxError, check_modules
+
+    with pytest.raises(NginxError, match=r"NGINX not found .*install the Debian package 'nginx'"):
+        Nginx(tmp_path, binary=str(tmp_path / "no-nginx-here"))
+    fake = tmp_path / "old-nginx"
+    fake.write_text("#!/bin/sh\necho 'nginx version: nginx/1.18.0' >&2\n")
+    fake.chmod(0o755)
+    with pytest.raises(NginxError, match=r"NGINX 1\.18\.0 .* too old: this data plane needs 1\.22"):
+        Nginx(tmp_path, binary=str(fake))
+    with pytest.raises(NginxError, match="libnginx-mod-http-js"):
+        check_modules({"nginx.conf": b"load_module /nowhere/ngx_http_js_module.so;\n"})
+
+
+def test_once_apply_returns_every_new_connection_gets_the_new_configuration(setup):
+    """Right after a SIGHUP both generations' workers accept on the same sockets; apply() returns
+    only when the old ones have stopped accepting, so `Programmed` never runs ahead of traffic."""
+    served, echoes, port = setup
+    served.apply(manifests(echoes, port, 0))
+    stale = []
+    for version in range(1, 11):
+        served.apply(manifests(echoes, port, version))
+        for _ in range(5):
+            got = request(ADDR, port, "/", "reload.test").headers.get("x-change")
+            if got != str(version):
+                stale.append((version, got))
+    assert stale == []
