@@ -25,7 +25,7 @@ EXAMPLES = """examples:
   # refuse policies that would be Conflicted or Invalid
   gwpolicy webhook --deny-conflicts --deny-invalid
 
-  # in a cluster, behind the Service of deploy/40-webhook.yaml, certificate from cert-manager
+  # in a cluster, behind the Service of deploy/60-webhook.yaml, certificate from cert-manager
   gwpolicy webhook --listen-address 0.0.0.0 --service gwpolicy-system/gwpolicy-webhook \\
       --tls-cert-file /certs/tls.crt --tls-key-file /certs/tls.key --ca-file /certs/ca.crt
 

@@ -4,7 +4,7 @@ model of the cluster (informers, never a list per request).
 Out of a cluster it makes its own CA and serving certificate and creates or updates the
 ValidatingWebhookConfiguration `gwpolicy` pointing at `https://127.0.0.1:PORT/validate` with that CA
 as `caBundle`; in a cluster it serves the certificate it is given (or makes one) behind the Service of
-`deploy/40-webhook.yaml` and patches that configuration's `caBundle`.
+`deploy/60-webhook.yaml` and patches that configuration's `caBundle`.
 """
 
 from __future__ import annotations
