@@ -15,12 +15,15 @@ from typing import Any, Iterable
 
 import yaml
 
+from gwpolicy import yamlfast
+
 try:  # the C loader is several times faster; fall back to the pure one where libyaml is missing
     _Loader: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - depends on the build of PyYAML
     _Loader = yaml.SafeLoader
 
 _SUFFIXES = (".yaml", ".yml", ".json")
+_FAST_FROM = 64 * 1024  # below this, PyYAML's time is not worth a second reader
 _DOC_SEP = re.compile(r"^---", re.MULTILINE)
 
 
@@ -116,6 +119,10 @@ def load_text(text: str, name: str, into: Loaded | None = None) -> Loaded:
 
 
 def _load_yaml(text: str, name: str) -> list[Any]:
+    if len(text) >= _FAST_FROM:  # rapidyaml where it reads exactly as PyYAML does (yamlfast)
+        docs = yamlfast.load_all(text)
+        if docs is not None:
+            return docs
     try:
         return list(yaml.load_all(text, Loader=_Loader))
     except yaml.YAMLError as exc:
