@@ -228,3 +228,16 @@ def test_a_big_file_reads_as_pyyaml_reads_it():
         assert len(text) >= 64 * 1024
         slow_docs = [d for d in yaml.load_all(text, Loader=Loader) if d is not None]
         assert same(fast.objects, slow_docs)
+
+
+def test_the_benchmark_puts_effective_beside_both_parsers(tmp_path, capsys):
+    from gwpolicy.bench.run import main as bench
+
+    assert bench(["run", "--sizes", "20", "--repeat", "1", "--workdir", str(tmp_path),
+                  "--json", str(tmp_path / "f.json")]) == 0
+    import json
+
+    row = json.loads((tmp_path / "f.json").read_text())["engine"][0]
+    assert 0 < row["fastest_parse_s"] and 0 < row["parse_s"] and row["objects"] > 20
+    assert abs(row["ratio_to_fastest"] - row["effective_s"] / row["fastest_parse_s"]) < 1e-9
+    assert "x fastest" in capsys.readouterr().out
