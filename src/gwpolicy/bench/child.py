@@ -6,6 +6,7 @@ Usage: python -m gwpolicy.bench.child parse|parse_fastest|phases|effective FILE 
 from __future__ import annotations
 
 import gc
+import os
 import json
 import resource
 import sys
@@ -67,6 +68,7 @@ def effective(path: str) -> dict[str, float]:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     code = cli(["effective", "-f", path, "-o", "json"])
+    sys.stdout.flush()
     return {"exit": float(code)}
 
 
@@ -78,6 +80,9 @@ def main() -> None:
     data["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     with open(result, "w", encoding="utf-8") as fh:
         json.dump(data, fh)
+    if mode == "effective":  # and exit as the command line does (gwpolicy.cli.main.entry)
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":
