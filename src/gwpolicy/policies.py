@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from gwpolicy.model import Obj, ObjectIndex
@@ -39,8 +40,9 @@ class PolicyKind:
     schema: dict[str, Any] | None = None  # the CRD's openAPIV3Schema, when the input has the CRD
     warnings: list[str] = field(default_factory=list)
 
-    @property
+    @cached_property
     def key(self) -> tuple[str, str]:
+        """(group, kind), built once: it is read for every item of the output and every merge."""
         return (self.group, self.kind)
 
     def to_json(self) -> dict[str, str]:

@@ -94,7 +94,9 @@ def _parse_to_json(text: str) -> str | None:
     """rapidyaml's JSON for the stream (a list of documents); its parse errors go to /dev/null.
 
     rapidyaml prints a parse error on file descriptor 2 before raising; PyYAML then reports the
-    error properly, so the fast path's message is silenced for the length of the parse.
+    error properly, so the fast path's message is silenced for the length of the parse (anything
+    another thread writes there meanwhile is lost too: the callers are the command line and the
+    sandbox's seeding at start, both single-threaded then).
     """
     saved = os.dup(2)
     try:
