@@ -241,3 +241,28 @@ def test_the_benchmark_puts_effective_beside_both_parsers(tmp_path, capsys):
     assert 0 < row["fastest_parse_s"] and 0 < row["parse_s"] and row["objects"] > 20
     assert abs(row["ratio_to_fastest"] - row["effective_s"] / row["fastest_parse_s"]) < 1e-9
     assert "x fastest" in capsys.readouterr().out
+
+
+def test_the_command_line_on_a_big_cluster_gives_what_pyyaml_alone_gives(tmp_path, monkeypatch):
+    """End to end through the console script (fast path, and its exit without teardown) against
+    the same command in process with the fast path switched off."""
+    import os
+    import subprocess
+    import sys
+
+    from gwpolicy.bench.generate import write_yaml
+    from helpers import run_cli
+
+    path = tmp_path / "cluster.yaml"
+    write_yaml(120, str(path))
+    assert path.stat().st_size >= 64 * 1024 and yamlfast.load_all(path.read_text()) is not None
+    script = os.path.join(os.path.dirname(sys.executable), "gwpolicy")
+    for cmd in (["effective", "-o", "json"], ["status", "-o", "json"]):
+        fast = subprocess.run([script, *cmd, "-f", str(path), "--now", "2026-01-01T00:00:00Z"],
+                              capture_output=True, text=True, timeout=120)
+        assert fast.returncode == 0, fast.stderr
+        with monkeypatch.context() as m:
+            m.setattr(yamlfast, "load_all", lambda text: None)
+            slow = run_cli(*cmd, "-f", str(path), "--now", "2026-01-01T00:00:00Z")
+        assert slow.code == 0
+        assert fast.stdout == slow.out and fast.stderr == slow.err
