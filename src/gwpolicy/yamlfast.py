@@ -53,7 +53,9 @@ _RISKY = [re.compile(p, re.MULTILINE) for p in (
     # a character PyYAML refuses or reads as a line break, tabs, carriage returns, a byte order mark
     r"[^\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]",
     r"\\[^\\\"nt]",  # escapes other than the four both surely read alike
-    r"[&*!?](?<![^\s\[{,][&*!?])",  # anchor, alias, tag, complex key (or a harmless `a *b`)
+    # anchor, alias, tag, complex key, directive or reserved indicator (`@`, backquote): rapidyaml
+    # reads some of these as plain text where PyYAML refuses them
+    r"[&*!?@`%](?<![^\s\[{,][&*!?@`%])",
     r"\n(?:%|\.\.\.)",  # directive, document end
     # after `key: ` or `- `: a folded block scalar, a literal one with an indentation indicator,
     # or a plain value (or a key after `- `) that is not one of the forms both read alike
@@ -66,9 +68,19 @@ _RISKY = [re.compile(p, re.MULTILINE) for p in (
 )]  # the text is searched with a newline before it, so that `\n` also finds the first line
 
 
+#: an empty key, or a plain scalar starting with a closing bracket (`[]` and `{}` pass): rapidyaml
+#: reads them, PyYAML refuses them. Literals, found by the fast substring search.
+_RISKY_LITERALS = (" :", "\n:", "[:", "{:", ",:", " ]", " }", "\n]", "\n}")
+_FLOW_COMMENT = re.compile(r"[\[{][^\n]*[ \t]#")  # PyYAML ends a flow collection's line at a comment
+
+
 def risky(text: str) -> bool:
     """Whether `text` holds anything the fast path could read differently from PyYAML."""
     text = "\n" + text
+    if any(s in text for s in _RISKY_LITERALS):
+        return True
+    if " #" in text and _FLOW_COMMENT.search(text):
+        return True
     return any(p.search(text) for p in _RISKY)
 
 
