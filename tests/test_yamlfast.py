@@ -267,3 +267,31 @@ def test_the_command_line_on_a_big_cluster_gives_what_pyyaml_alone_gives(tmp_pat
             slow = run_cli(*cmd, "-f", str(path), "--now", "2026-01-01T00:00:00Z")
         assert slow.code == 0
         assert fast.stdout == slow.out and fast.stderr == slow.err
+
+
+SMALL_FILES = [p for p in FILES if "seeds" in p.parts or "parable" in p.parts][:24]
+EDIT_CHARS = " \n:-'\"#[]{},|>&*!?x1.\\"
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(st.sampled_from(SMALL_FILES),
+       st.lists(st.tuples(st.integers(0, 4), st.integers(0, 10_000), st.integers(0, 200), st.sampled_from(EDIT_CHARS)),
+                min_size=1, max_size=3))
+def test_real_manifests_with_characters_edited_read_alike_or_go_to_pyyaml(path, edits):
+    """Broken indentation, stray indicators, cut lines: where rapidyaml is more lenient than PyYAML,
+    the fast path must decline (PyYAML then reports the error)."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for op, line, pos, char in edits:
+        j = line % len(lines)
+        k = pos % (len(lines[j]) + 1)
+        if op == 0:
+            lines[j] = lines[j][:k] + lines[j][k + 1:]
+        elif op == 1:
+            lines[j] = lines[j][:k] + char + lines[j][k:]
+        elif op == 2:
+            lines.insert(j, lines[j])
+        elif op == 3:
+            lines[j] = " " + lines[j]
+        else:
+            lines[j] = lines[j][1:]
+    check("\n".join(lines))
