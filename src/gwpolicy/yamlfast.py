@@ -57,14 +57,16 @@ _RISKY = [re.compile(p, re.MULTILINE) for p in (
     # reads some of these as plain text where PyYAML refuses them
     r"[&*!?@`%](?<![^\s\[{,][&*!?@`%])",
     r"\n(?:%|\.\.\.)",  # directive, document end
-    # after `key: ` or `- `: a folded block scalar, a literal one with an indentation indicator,
-    # or a plain value (or a key after `- `) that is not one of the forms both read alike
-    rf"[:-][ \t]++(?:>|\|[^\s#]*[0-9]|(?=[{_FIRST}])(?!{_SAFE_VALUE}{_END})(?:{_TOKEN})(?={_END}|[ \t]*:(?:[ \t]|$)))",
+    # after `key: `: a folded block scalar, a literal one with an indentation indicator, or a plain
+    # value that is not one of the forms both read alike (a hyphen is too common to start from:
+    # list items are checked from the start of their line, below)
+    rf":[ \t]++(?:>|\|[^\s#]*[0-9]|(?=[{_FIRST}])(?:(?:{_TOKEN}|true|false|null)[ \t]*:(?:[ \t]|$)|(?!{_SAFE_VALUE}{_END})(?:{_TOKEN})(?={_END})))",
     # the same in flow context, and flow content of the form `a:b` (YAML 1.1 and 1.2 differ there)
-    rf"[\[{{,][ \t]*+(?:(?=[{_FIRST}])(?!{_SAFE_VALUE}{_END})(?:{_TOKEN})(?={_END}|[ \t]*:(?:[ \t]|$))|[^\s\]}}#'\"][^\n:]*:[^\s])",
-    # at the start of a line (after `- `s): a plain key that YAML 1.1 resolves (PyYAML reads
-    # a non-string), or a plain value on a line of its own
-    rf"\n[ \t]*+(?:-[ \t]++)*+(?=[{_FIRST}])(?:(?:{_TOKEN}|true|false|null)[ \t]*:(?:[ \t]|$)|(?!{_SAFE_VALUE}{_END})(?:{_TOKEN}){_END})",
+    # and a flow collection continued on the next line (PyYAML refuses keys there)
+    rf"[\[{{,](?:[ \t]*+(?:(?=[{_FIRST}])(?:(?:{_TOKEN}|true|false|null)[ \t]*:(?:[ \t]|$)|(?!{_SAFE_VALUE}{_END})(?:{_TOKEN})(?={_END}))|[^\s\]}}#'\"][^\n:]*:[^\s])|(?<=[\[{{])[^\n\]}}]*\n)",
+    # at the start of a line (after `- `s): the block scalars above, a plain key that YAML 1.1
+    # resolves (PyYAML reads a non-string), or a plain value (a list item, or on a line of its own)
+    rf"\n[ \t]*+(?:-[ \t]++)*+(?:>|\|[^\s#]*[0-9]|(?=[{_FIRST}])(?:(?:{_TOKEN}|true|false|null)[ \t]*:(?:[ \t]|$)|(?!{_SAFE_VALUE}{_END})(?:{_TOKEN}){_END}))",
 )]  # the text is searched with a newline before it, so that `\n` also finds the first line
 
 
@@ -72,6 +74,9 @@ _RISKY = [re.compile(p, re.MULTILINE) for p in (
 #: reads them, PyYAML refuses them. Literals, found by the fast substring search.
 _RISKY_LITERALS = (" :", "\n:", "[:", "{:", ",:", " ]", " }", "\n]", "\n}")
 _FLOW_COMMENT = re.compile(r"[\[{][^\n]*[ \t]#")  # PyYAML ends a flow collection's line at a comment
+_QUOTED_KEY = re.compile(r"[\"'][ \t]*:(?:[ \t]|$)", re.MULTILINE)
+#: a quoted key whose quotes open on an earlier line: PyYAML refuses a key of two lines
+_MULTILINE_KEY = re.compile(r"\n[ \t]*+(?:-[ \t]++)*+[^\s\"'#][^\n]*[\"'][ \t]*:(?:[ \t]|$)", re.MULTILINE)
 
 
 def risky(text: str) -> bool:
@@ -80,6 +85,8 @@ def risky(text: str) -> bool:
     if any(s in text for s in _RISKY_LITERALS):
         return True
     if " #" in text and _FLOW_COMMENT.search(text):
+        return True
+    if _QUOTED_KEY.search(text) and _MULTILINE_KEY.search(text):
         return True
     return any(p.search(text) for p in _RISKY)
 
