@@ -296,3 +296,16 @@ def test_real_manifests_with_characters_edited_read_alike_or_go_to_pyyaml(path, 
         else:
             lines[j] = lines[j][1:]
     check("\n".join(lines))
+
+
+#: texts that rapidyaml read (or read differently) where PyYAML refuses them, found by comparing
+#: the two readers on generated text: each was read by an earlier version of the scan
+FOUND = ["k: @x\n", "- `x\n", "k: [%x]\n", "k: {a: x # y}\n", "k: [:x]\n", "- : x\n", "k: ]x\n", "}x: 1\n",
+         " : 1\n", '- "a\n  b": 1\n', "k: 'a\n  b': 1\n", "k: [false: 1]\n", "k: {null: 1}\n",
+         "k: [plain\n  more: 1]\n", "'q'!x\n", "[]!x\n", "|\nx=1E3\n", "--- >\nx\n", "- - x1.5\n  ...\n"]
+
+
+@pytest.mark.parametrize("text", FOUND)
+def test_what_rapidyaml_reads_and_pyyaml_does_not_goes_to_pyyaml(text):
+    assert yamlfast.load_all(text) is None
+    check(text)

@@ -55,8 +55,10 @@ _RISKY = [re.compile(p, re.MULTILINE) for p in (
     r"\\[^\\\"nt]",  # escapes other than the four both surely read alike
     # anchor, alias, tag, complex key, directive or reserved indicator (`@`, backquote): rapidyaml
     # reads some of these as plain text where PyYAML refuses them
-    r"[&*!?@`%](?<![^\s\[{,][&*!?@`%])",
-    r"\n(?:%|\.\.\.)",  # directive, document end
+    r"[&*!?@`%](?<![^\s\[{,\]}][&*!?@`%])",  # (also right after a closing bracket)
+    r"['\"][&!@`%]",  # and right after a quote (not `*` or `?`: `'*.example.com'` is common)
+    # directive, document end (indented, too), an indented `---`, a document that is a block scalar
+    r"\n(?:%|[ \t]*\.\.\.|[ \t]+---|(?:---[ \t]+)?[|>])",
     # after `key: `: a folded block scalar, a literal one with an indentation indicator, or a plain
     # value that is not one of the forms both read alike (a hyphen is too common to start from:
     # list items are checked from the start of their line, below)
