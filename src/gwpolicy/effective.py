@@ -100,6 +100,7 @@ class Summary:
 
 
 EMPTY_SUMMARY = Summary({}, ())
+_UNKNOWN = object()  # not looked up yet (None is a value: the object sets none of the mapped fields)
 _NO_ENTRIES: dict = {}
 
 
@@ -252,8 +253,9 @@ class Evaluator:
         if not kind.field_mappings:
             return None
         key = (owner, kind.key)
-        if key in self._object_values:
-            return self._object_values[key]
+        contrib = self._object_values.get(key, _UNKNOWN)
+        if contrib is not _UNKNOWN:
+            return contrib  # type: ignore[return-value]
         contrib = None
         obj = self.index.by_ref.get(owner)
         if obj is not None:

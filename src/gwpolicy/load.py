@@ -15,13 +15,16 @@ from typing import Any, Iterable
 
 import yaml
 
+from gwpolicy import yamlfast
+
 try:  # the C loader is several times faster; fall back to the pure one where libyaml is missing
     _Loader: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - depends on the build of PyYAML
     _Loader = yaml.SafeLoader
 
 _SUFFIXES = (".yaml", ".yml", ".json")
-_DOC_SEP = re.compile(r"^---", re.MULTILINE)
+_FAST_FROM = 64 * 1024  # below this, PyYAML's time is not worth a second reader
+_DOC_SEP = re.compile(r"\n---")  # a literal first: re finds it by a fast search, `^` would try every position
 
 
 class LoadError(Exception):
@@ -116,6 +119,10 @@ def load_text(text: str, name: str, into: Loaded | None = None) -> Loaded:
 
 
 def _load_yaml(text: str, name: str) -> list[Any]:
+    if len(text) >= _FAST_FROM:  # rapidyaml where it reads exactly as PyYAML does (yamlfast)
+        docs = yamlfast.load_all(text)
+        if docs is not None:
+            return docs
     try:
         return list(yaml.load_all(text, Loader=_Loader))
     except yaml.YAMLError as exc:
@@ -146,11 +153,11 @@ def _beyond_limits(text: str, name: str, syntax: str, exc: Exception) -> str:
 
 def _doc_start_lines(text: str) -> list[int]:
     """First line of each YAML document, counted as PyYAML counts documents (one pass over the text)."""
-    seps: list[int] = []
+    seps: list[int] = [1] if text.startswith("---") else []
     line, pos = 1, 0
     for m in _DOC_SEP.finditer(text):
-        line += text.count("\n", pos, m.start())
-        pos = m.start()
+        line += text.count("\n", pos, m.start() + 1)
+        pos = m.start() + 1
         seps.append(line)
     first = _first_content_line(text)
     starts = [n + 1 for n in seps]  # the document's first line is the one after `---`
@@ -161,10 +168,13 @@ def _doc_start_lines(text: str) -> list[int]:
 
 def _first_content_line(text: str) -> int:
     """Number of the first line that is neither blank nor a comment."""
-    for number, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if s and not s.startswith("#"):
-            return number
+    for chunk in (text[:65536], text):  # the head first: splitting a whole big file into lines costs
+        for number, line in enumerate(chunk.splitlines(), 1):
+            s = line.strip()
+            if s and not s.startswith("#"):
+                return number  # (a line the head cuts short starts as the whole line does)
+        if len(chunk) == len(text):
+            break
     return 1
 
 

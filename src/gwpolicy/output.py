@@ -54,6 +54,7 @@ _TARGET = _ITEM_FIELD + b'"target": '
 _PATH = b"," + _ITEM_FIELD + b'"path": '
 _KIND = b"," + _ITEM_FIELD + b'"policyKind": '
 _END = b"\n    }"
+_NEXT = b",\n    {"
 
 
 def _part(value: Any) -> bytes:
@@ -81,35 +82,39 @@ def write_effective(a: Analysis, out: BinaryIO, fmt: str, namespace: str | None 
     out.write(b'{\n  "apiVersion": "' + API_VERSION.encode() + b'",\n  "kind": "EffectivePolicyList",\n  "items": [')
     last_target: Any = None
     last_path: Any = None
-    t = p = b""
+    t = head = b""
     kinds: dict[Any, bytes] = {}
-    results: dict[int, bytes] = {}
+    tails: dict[tuple[int, Any], bytes] = {}  # (result, kind): everything of an item after its path
     buf: list[bytes] = []
     size = 0
-    sep = b"\n    {"
-    any_item = False
+    first = True
     for ep in a.effective:
         if namespace is not None and ep.target.namespace != namespace:
             continue
-        if ep.target is not last_target:  # items come grouped by target, then path: keep only the last
-            last_target, t = ep.target, _part(ep.target.to_target_json())
-        if ep.path is not last_path:
-            last_path, p = ep.path, _part(ep.path.to_json())
-        k = kinds.get(ep.kind.key)
-        if k is None:
-            k = kinds[ep.kind.key] = _part(ep.kind.to_json())
-        r = results.get(id(ep.result))
-        if r is None:
-            r = results[id(ep.result)] = (b"," + _ITEM_FIELD + b'"spec": ' + _part(ep.result.spec) + b"," + _ITEM_FIELD
-                                          + b'"sources": ' + _part(ep.result.sources))
-        buf += (sep, _TARGET, t, _PATH, p, _KIND, k, r, _END)
-        sep = b",\n    {"
-        any_item = True
-        size += len(p) + len(r) + 200
+        if ep.path is not last_path or ep.target is not last_target:
+            if ep.target is not last_target:  # items come grouped by target, then path: keep only the last
+                last_target, t = ep.target, _part(ep.target.to_target_json())
+            last_path = ep.path
+            head = _NEXT + _TARGET + t + _PATH + _part(ep.path.to_json())
+        kk = ep.kind.key
+        tail = tails.get((id(ep.result), kk))
+        if tail is None:
+            k = kinds.get(kk)
+            if k is None:
+                k = kinds[kk] = _part(ep.kind.to_json())
+            tail = tails[(id(ep.result), kk)] = (
+                _KIND + k + b"," + _ITEM_FIELD + b'"spec": ' + _part(ep.result.spec) + b"," + _ITEM_FIELD
+                + b'"sources": ' + _part(ep.result.sources) + _END)
+        if first:
+            buf += (head[1:], tail)  # the first item has no comma before it
+            first = False
+        else:
+            buf += (head, tail)
+        size += len(head) + len(tail)
         if size >= chunk:
             out.write(b"".join(buf))
             buf, size = [], 0
-    buf.append(b"\n  ]\n}\n" if any_item else b"]\n}\n")
+    buf.append(b"]\n}\n" if first else b"\n  ]\n}\n")
     out.write(b"".join(buf))
 
 

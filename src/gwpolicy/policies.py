@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable
 
 from gwpolicy.model import Obj, ObjectIndex
@@ -42,8 +43,9 @@ class PolicyKind:
     # makes the policy Invalid, so it contributes nothing anywhere (set by analyse(kind_checks=))
     check: Callable[[dict[str, Any]], str | None] | None = None
 
-    @property
+    @cached_property
     def key(self) -> tuple[str, str]:
+        """(group, kind), built once: it is read for every item of the output and every merge."""
         return (self.group, self.kind)
 
     def to_json(self) -> dict[str, str]:

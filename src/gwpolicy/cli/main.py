@@ -497,5 +497,22 @@ def sandbox_main(argv: list[str]) -> int:
     return 0
 
 
+_SERVERS = ("bench", "sandbox", "controller", "webhook", "gateway", "echo")
+
+
+def entry() -> None:
+    """The console scripts: `main`, then, for a one-shot command, an exit that leaves the memory to
+    the operating system instead of freeing the analysis object by object (0.9 s at 20k routes)."""
+    code = main()
+    if sys.argv[1:2] and sys.argv[1] in _SERVERS:
+        sys.exit(code)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()
