@@ -66,7 +66,8 @@ def condition(ctype: str, status: str, reason: str, message: str, generation: in
     return cond
 
 
-def _find(conditions: Any, ctype: str) -> dict[str, Any] | None:
+def find_condition(conditions: Any, ctype: str) -> dict[str, Any] | None:
+    """The condition of a type in a list that may hold anything."""
     if isinstance(conditions, list):
         for c in conditions:
             if isinstance(c, dict) and c.get("type") == ctype:
@@ -113,7 +114,7 @@ def policy_status(policy: Policy, outcomes: list[TargetOutcome], topo: Topology,
         o = results[anc]
         aref = anc.to_json()
         prev = previous.get(_parent_key(aref))
-        prev_cond = _find((prev or {}).get("conditions"), "Accepted")
+        prev_cond = find_condition((prev or {}).get("conditions"), "Accepted")
         status_word = "True" if o.reason == ACCEPTED else "False"
         ours.append({
             "ancestorRef": aref,
@@ -150,7 +151,7 @@ def _affected_conditions(kinds: list[str], room: int, describe: str, gen: int | 
     """One `gwpolicy.io/<Kind>Affected` condition per kind (S8.4), within `room` conditions: when they
     do not all fit, the last one that fits is `gwpolicy.io/PolicyAffected`, naming the other kinds."""
     def one(ctype: str, message: str) -> dict[str, Any]:
-        return condition(ctype, "True", "PolicyAffected", message, gen, _find(previous, ctype), now)
+        return condition(ctype, "True", "PolicyAffected", message, gen, find_condition(previous, ctype), now)
 
     if len(kinds) <= room:
         return [one(affected_condition_type(k), f"Affected by a {k}; run '{describe}' to see how.") for k in kinds]

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import gc
-import logging
-import signal
-import sys
 
-from lightkube.core.exceptions import ConfigError
-
+from gwpolicy import serve
 from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.controller.app import Controller, ListenError, Options
 from gwpolicy.status import DEFAULT_CONTROLLER
@@ -42,9 +36,7 @@ def parse(argv: list[str]) -> Options:
                    "what a watch missed (default 0: never; a kube-apiserver's watches can be trusted)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx2").setLevel(logging.DEBUG if a.verbose else logging.WARNING)
+    serve.setup_logging(a.verbose)
     return Options(kubeconfig=a.kubeconfig, context=a.context, controller_name=a.controller_name, namespace=a.namespace,
                    listen=a.listen, lease_namespace=a.lease_namespace, lease_duration=a.lease_duration,
                    identity=a.identity, leader_election=not a.no_leader_election, breadcrumb_qps=a.breadcrumb_qps,
@@ -52,29 +44,9 @@ def parse(argv: list[str]) -> Options:
                    effective_policy_namespace=a.effective_policy_namespace, resync=a.resync)
 
 
-async def run(opts: Options) -> None:
-    c = Controller(opts)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await c.start()
-    print(f"gwpolicy controller {opts.identity} serving health and metrics on port {c.port}", file=sys.stderr, flush=True)
-    await stop.wait()
-    await c.stop()
-
-
 def main(argv: list[str]) -> int:
     opts = parse(argv)
     gc.freeze()  # what start-up allocated lives for the whole run
-    try:
-        asyncio.run(run(opts))
-    except KeyboardInterrupt:
-        pass
-    except ConfigError as exc:  # no kubeconfig, an unknown context, no in-cluster service account
-        print(f"Error: {exc}", file=sys.stderr)
-        return 1
-    except ListenError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    c = Controller(opts)
+    return serve.run(c, lambda: f"gwpolicy controller {opts.identity} serving health and metrics on port {c.port}",
+                     (ListenError,))

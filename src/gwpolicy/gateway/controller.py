@@ -21,9 +21,7 @@ import copy
 import dataclasses
 import logging
 import os
-import signal
 import socket
-import sys
 import tempfile
 import threading
 import time
@@ -36,6 +34,7 @@ from aiohttp import web
 from lightkube import ApiError, AsyncClient
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from gwpolicy import serve
 from gwpolicy.analysis import analyse, utc_now
 from gwpolicy.controller import kube
 from gwpolicy.controller.informer import Informer
@@ -686,9 +685,7 @@ def parse(argv: list[str]) -> GatewayOptions:
     p.add_argument("--nginx", default="/usr/sbin/nginx", help="the NGINX binary (1.22 or newer, with njs)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx2").setLevel(logging.DEBUG if a.verbose else logging.WARNING)
+    serve.setup_logging(a.verbose)
     return GatewayOptions(kubeconfig=a.kubeconfig, context=a.context, controller_name=a.controller_name, listen=a.listen,
                           lease_namespace=a.lease_namespace, lease_duration=a.lease_duration, identity=a.identity,
                           leader_election=not a.no_leader_election, state_dir=a.state_dir, address_pool=a.address_pool,
@@ -696,34 +693,11 @@ def parse(argv: list[str]) -> GatewayOptions:
                           nginx=a.nginx)
 
 
-async def run(opts: GatewayOptions) -> None:
-    c = GatewayController(opts, DataPlaneDriver(opts))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await c.start()
-        print(f"gwpolicy gateway {opts.identity} serving health and metrics on port {c.port}", file=sys.stderr, flush=True)
-        await stop.wait()
-    finally:
-        await c.stop()
-
-
 def main(argv: list[str]) -> int:
-    from lightkube.core.exceptions import ConfigError
-
     from gwpolicy.gateway.nginx import NginxError
 
     opts = parse(argv)
-    try:
-        asyncio.run(run(opts))
-    except KeyboardInterrupt:
-        pass
-    except ConfigError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return 1
-    except NginxError as exc:  # NGINX missing or too old: say what to install
-        print(f"Error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    c = GatewayController(opts, DataPlaneDriver(opts))
+    # NginxError: NGINX missing or too old (it says what to install)
+    return serve.run(c, lambda: f"gwpolicy gateway {opts.identity} serving health and metrics on port {c.port}",
+                     (NginxError,))

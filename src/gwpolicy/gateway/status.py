@@ -21,7 +21,7 @@ from typing import Any, Iterable
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
-from gwpolicy.status import condition
+from gwpolicy.status import condition, find_condition
 from gwpolicy.topology import parent_gateway, parent_listeners
 
 GATEWAY_CONTROLLER = "gwpolicy.io/gateway-controller"
@@ -68,7 +68,7 @@ class Cond:
 
     def to_json(self, generation: int | None, previous: Any, now: str) -> dict[str, Any]:
         return condition(self.type, "True" if self.status else "False", self.reason, self.message,
-                         generation, _find(previous, self.type), now)
+                         generation, find_condition(previous, self.type), now)
 
 
 @dataclass
@@ -174,14 +174,6 @@ class Programming:
 
 def _dict(v: Any) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
-
-
-def _find(conditions: Any, ctype: str) -> dict[str, Any] | None:
-    if isinstance(conditions, list):
-        for c in conditions:
-            if isinstance(c, dict) and c.get("type") == ctype:
-                return c
-    return None
 
 
 def our_classes(index: ObjectIndex, controller: str) -> dict[Ref, Obj]:

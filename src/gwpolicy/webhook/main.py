@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
 import os
-import signal
-import sys
 
-from lightkube.core.exceptions import ConfigError
-
+from gwpolicy import serve
 from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.controller.app import Options as ControllerOptions
 from gwpolicy.status import DEFAULT_CONTROLLER
@@ -70,9 +64,7 @@ def parse(argv: list[str]) -> WebhookOptions:
         p.error("--tls-cert-file and --tls-key-file go together")
     if not 0 <= a.port <= 65535:
         p.error(f"--port {a.port}: not a port number")
-    logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx2").setLevel(logging.DEBUG if a.verbose else logging.WARNING)
+    serve.setup_logging(a.verbose)
     copts = ControllerOptions(kubeconfig=a.kubeconfig, context=a.context, controller_name=DEFAULT_CONTROLLER,
                               listen=a.health_listen, leader_election=False, field_manager="gwpolicy-webhook")
     return WebhookOptions(copts, ReviewOptions(deny_invalid=a.deny_invalid, deny_conflicts=a.deny_conflicts),
@@ -81,28 +73,8 @@ def parse(argv: list[str]) -> WebhookOptions:
                           failure_policy=a.failure_policy, timeout_seconds=a.timeout_seconds)
 
 
-async def run(opts: WebhookOptions) -> None:
-    w = WebhookProcess(opts)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await w.start()
-    print(f"gwpolicy webhook serving https://{opts.host}:{w.webhook_port}/validate", file=sys.stderr, flush=True)
-    await stop.wait()
-    await w.stop()
-
-
 def main(argv: list[str]) -> int:
     opts = parse(argv)
-    try:
-        asyncio.run(run(opts))
-    except KeyboardInterrupt:
-        pass
-    except ConfigError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:  # a busy port, an unreadable certificate
-        print(f"Error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    w = WebhookProcess(opts)
+    # OSError: a busy port, an unreadable certificate
+    return serve.run(w, lambda: f"gwpolicy webhook serving https://{opts.host}:{w.webhook_port}/validate", (OSError,))
