@@ -165,7 +165,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog=f"{program_name()} bench", formatter_class=HelpFormatter)
+    parser = Parser(prog=f"{program_name()} bench", formatter_class=HelpFormatter, epilog="""examples:
+  gwpolicy bench generate --routes 1000 -o /tmp/1k.yaml     # a synthetic cluster
+  gwpolicy bench run --sizes 1000,10000                      # the engine, against PyYAML's parse
+  gwpolicy bench run --sizes '' --controller --controller-routes 1000
+  gwpolicy bench webhook --routes 1000,20000                 # admission latency
+  gwpolicy bench gateway --sizes 1000,10000                  # the NGINX data plane
+""")
     sub = parser.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="write a synthetic cluster as YAML")
     g.add_argument("--routes", type=_at_least(0), required=True)

@@ -92,7 +92,7 @@ def describe_target(ctx: Ctx, obj: Ref) -> str:
         pairs.append(("Namespace", obj.namespace))
     pairs.append(("Kind", f"{obj.kind}.{obj.group}" if obj.group else obj.kind))
     if o is None:
-        pairs.append(("Virtual", "yes: named by a backendRef, not an object of the input (S1.4)"))
+        pairs.append(("Virtual", "yes: named by a backendRef, not an object of the input"))
     else:
         pairs.append(("Created", f"{o.created} ({age(o.created, a.now)} ago)" if o.created[:4] != "9999" else "<unknown>"))
     pairs.append(("Affected", s.state("yes") + f": {len(affecting)} {'policy' if len(affecting) == 1 else 'policies'} of "
@@ -221,7 +221,7 @@ def describe_policy(ctx: Ctx, ref: Ref) -> str:
                      "True" if t.reason == ACCEPTED else "False", t.reason, t.message])
     out += indent(table(["TARGET", "ACCEPTED", "REASON", "MESSAGE"], rows))
     anc = ancestor_results(p, a.outcomes[ref], a.topology)
-    out += "\n" + s.bold("Status (one entry per ancestor, S8.1):") + "\n"
+    out += "\n" + s.bold("Status (one entry per ancestor):") + "\n"
     rows = [[label(r, ref.namespace), "True" if t.reason == ACCEPTED else "False", t.reason]
             for r, t in sorted(anc.items(), key=lambda kv: kv[0].sort_key())]
     out += indent(table(["ANCESTOR", "ACCEPTED", "REASON"], rows))
@@ -233,7 +233,7 @@ def describe_policy(ctx: Ctx, ref: Ref) -> str:
         out += f"  {label(r, ref.namespace)}\n"
     fs = fates(a, ref)
     tally = Counter(f.fate for f in fs)
-    out += "\n" + s.bold("Fields (S6.2):") + (f" effective on {tally['effective']} paths, partially on {tally['partially']}, "
+    out += "\n" + s.bold("Fields:") + (f" effective on {tally['effective']} paths, partially on {tally['partially']}, "
                                                f"overridden on {tally['overridden']}\n" if fs else " takes part in no effective policy\n")
     if fs:
         rows: dict[tuple[str, ...], int] = {}

@@ -10,8 +10,21 @@ from gwpolicy.controller.app import Controller, ListenError, Options
 from gwpolicy.status import DEFAULT_CONTROLLER
 
 
+EXAMPLES = """examples:
+  # against the sandbox, one replica
+  gwpolicy sandbox --port 8001 --kubeconfig-out /tmp/sb.kubeconfig -f examples/parable &
+  gwpolicy controller --kubeconfig /tmp/sb.kubeconfig --no-leader-election
+
+  # in a cluster (deploy/): two replicas, leader election on a Lease in the pod's namespace
+  gwpolicy controller --listen 0.0.0.0:8080
+
+  # also keep an EffectivePolicy next to each affected object (deploy/50-effectivepolicy-crd.yaml)
+  gwpolicy controller --effective-policy-objects
+"""
+
+
 def parse(argv: list[str]) -> Options:
-    p = Parser(prog=f"{program_name()} controller", formatter_class=HelpFormatter, description="Keep policy status (GEP-713, GEP-1364) "
+    p = Parser(prog=f"{program_name()} controller", formatter_class=HelpFormatter, epilog=EXAMPLES, description="Keep policy status (GEP-713, GEP-1364) "
                                 "and breadcrumbs true in a cluster, for any policy kind.")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
     p.add_argument("--context", help="kubeconfig context")

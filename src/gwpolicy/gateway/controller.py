@@ -15,7 +15,6 @@ The informers, the Lease and the Kubernetes client are the policy controller's
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import copy
 import dataclasses
@@ -35,6 +34,7 @@ from lightkube import ApiError, AsyncClient
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gwpolicy import serve
+from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.analysis import analyse, utc_now
 from gwpolicy.controller import kube
 from gwpolicy.controller.informer import Informer
@@ -666,12 +666,20 @@ them, and the Gateway's Programmed condition says so (see --port-offset)."""
 
 
 def parse(argv: list[str]) -> GatewayOptions:
-    p = argparse.ArgumentParser(prog="gwpolicy gateway", description=DESCRIPTION)
+    p = Parser(prog=f"{program_name()} gateway", formatter_class=HelpFormatter, description=DESCRIPTION,
+               epilog="""examples:
+  # against the sandbox, one replica; Gateways of GatewayClasses whose controllerName is ours
+  gwpolicy sandbox --port 8001 --kubeconfig-out /tmp/sb.kubeconfig &
+  gwpolicy gateway --kubeconfig /tmp/sb.kubeconfig --no-leader-election
+
+  # without root: serve listener port 80 on 8080
+  gwpolicy gateway --kubeconfig /tmp/sb.kubeconfig --port-offset 8000
+""")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--controller-name", default=GATEWAY_CONTROLLER,
                    help=f"serve the GatewayClasses with this spec.controllerName (default {GATEWAY_CONTROLLER})")
-    p.add_argument("--listen", default="0.0.0.0:8081", help="address of /healthz, /readyz, /metrics (default 0.0.0.0:8081)")
+    p.add_argument("--listen", default="0.0.0.0:8081", help="address of /healthz, /readyz, /metrics")
     p.add_argument("--lease-namespace", default=GatewayOptions.lease_namespace, help="namespace of the leader-election Lease")
     p.add_argument("--lease-duration", type=float, default=15.0, help="seconds a leader holds the lease without renewing")
     p.add_argument("--identity", default=GatewayOptions.identity, help="this replica's name in the Lease")
@@ -681,7 +689,7 @@ def parse(argv: list[str]) -> GatewayOptions:
     p.add_argument("--port-offset", type=int, default=0,
                    help="add this to every listener port NGINX binds (e.g. 8000 to serve port 80 on 8080 without root)")
     p.add_argument("--debounce", type=float, default=0.05, help="seconds to gather a burst of changes into one reload")
-    p.add_argument("--write-workers", type=int, default=4, help="status writes in flight at most (default 4)")
+    p.add_argument("--write-workers", type=int, default=4, help="status writes in flight at most")
     p.add_argument("--nginx", default="/usr/sbin/nginx", help="the NGINX binary (1.22 or newer, with njs)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)

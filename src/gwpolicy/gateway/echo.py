@@ -22,6 +22,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from urllib.parse import parse_qs, urlsplit
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -207,6 +209,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="gwpolicy echo", description=__doc__.splitlines()[0])
+    p = Parser(prog=f"{program_name()} echo", formatter_class=HelpFormatter, description=__doc__.splitlines()[0],
+               epilog="""examples:
+  gwpolicy echo --port 3000 --pod infra-backend-v1-abc-xyz --namespace gateway-conformance-infra
+  curl -H 'X-Echo-Set-Header: X-Seen:yes' http://127.0.0.1:3000/some/path   # echo-basic's JSON back
+""")
     add_arguments(p)
     return run(p.parse_args(argv))

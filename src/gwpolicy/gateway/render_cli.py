@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway.dataplane import DEFAULT_ADDRESS_POOL, DEFAULT_CONTROLLER_NAME, DataPlaneConfig, DataPlaneError, build_dataplane
 from gwpolicy.gateway import policyconf
@@ -55,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="gwpolicy render", description="Print the NGINX configuration the gateway would "
-                                "run for manifests on disk (no cluster needed).")
+    p = Parser(prog=f"{program_name()} render", formatter_class=HelpFormatter, description="Print the NGINX "
+               "configuration the gateway would run for manifests on disk (no cluster needed).", epilog="""examples:
+  gwpolicy render -f examples/quickstart            # every file, one after the other, under a header
+  gwpolicy render -f manifests/ -f -                # files and stdin, as the other commands take them
+""")
     add_arguments(p)
     return run(p.parse_args(argv))
