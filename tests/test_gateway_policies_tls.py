@@ -17,6 +17,7 @@ from cryptography.x509.oid import NameOID
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import backendtls as bt
 from gwpolicy.refs import Ref
+from gwconformance import merge_patch
 
 CASES = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-conformance"
 NOW = "2026-01-01T00:00:00Z"
@@ -56,19 +57,6 @@ def pem(cert: x509.Certificate) -> str:
 
 def configmap(name: str, ns: str, data: dict[str, str]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": data}
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge_patch(out.get(k), v)
-    return out
 
 
 def _stamp(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
