@@ -305,3 +305,24 @@ def test_a_crd_schema_nested_hundreds_of_levels_is_reported_not_a_recursion_erro
     assert run.code == 0, run.err
     assert f"{path}:1: CustomResourceDefinition xs.x.io: spec.versions[0].schema.openAPIV3Schema" in run.err, run.err
     assert f"nests more than {MAX_DEPTH} levels deep; skipped" in run.err
+
+
+def test_a_reader_that_stops_early_is_no_error(tmp_path):
+    """`gwpolicy effective -o json | head`: the streamed output meets a closed pipe; kubectl exits
+    quietly then, and so does gwpolicy (no 'unexpected BrokenPipeError')."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gwpolicy.bench.generate import write_yaml
+
+    big = tmp_path / "cluster.yaml"
+    write_yaml(500, str(big))
+    gw = Path(sys.executable).parent / "gwpolicy"
+    proc = subprocess.Popen([str(gw), "effective", "-f", str(big), "-A", "-o", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.read(100)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(60) == 0, err
+    assert "unexpected" not in err and "Traceback" not in err, err

@@ -434,6 +434,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `gwpolicy effective ... | head`: the reader has what it wanted (streamed output)
+        return 0
     except Exception as exc:  # noqa: BLE001 - never a traceback for users; GWPOLICY_DEBUG=1 shows it
         if os.environ.get("GWPOLICY_DEBUG"):
             raise
