@@ -28,6 +28,29 @@ class JsonPathError(ValueError):
 # ---------------------------------------------------------------- paths
 
 
+def _closing(text: str, start: int, opening: str, closing: str) -> int:
+    """Index of the `closing` that ends the bracket opened just before `start` (nested brackets and
+    quoted strings skipped); len(text) when there is none."""
+    depth, quote, j = 1, "", start
+    while j < len(text):
+        ch = text[j]
+        if quote:
+            if ch == "\\":
+                j += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == opening:
+            depth += 1
+        elif ch == closing:
+            depth -= 1
+            if depth == 0:
+                return j
+        j += 1
+    return len(text)
+
+
 def _quote(name: str) -> str:
     return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -49,23 +72,7 @@ def translate(expr: str) -> tuple[str, bool]:
     while i < len(text):
         c = text[i]
         if c == "[":
-            depth, quote, j = 0, "", i
-            while j < len(text):
-                ch = text[j]
-                if quote:
-                    if ch == "\\":
-                        j += 1
-                    elif ch == quote:
-                        quote = ""
-                elif ch in "'\"":
-                    quote = ch
-                elif ch == "[":
-                    depth += 1
-                elif ch == "]":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j += 1
+            j = _closing(text, i + 1, "[", "]")
             if j >= len(text):
                 raise JsonPathError(f"unclosed '[' in {expr!r}")
             out.append(text[i:j + 1])
@@ -137,23 +144,7 @@ def _split_actions(template: str) -> list[tuple[bool, str]]:
         if template[i] == "{":
             if i > start:
                 pieces.append((False, template[start:i]))
-            j, quote, depth = i + 1, "", 1
-            while j < len(template):
-                ch = template[j]
-                if quote:
-                    if ch == "\\":
-                        j += 1
-                    elif ch == quote:
-                        quote = ""
-                elif ch in "'\"":
-                    quote = ch
-                elif ch == "{":
-                    depth += 1
-                elif ch == "}":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j += 1
+            j = _closing(template, i + 1, "{", "}")
             if j >= len(template):
                 raise JsonPathError(f"unclosed action in {template!r}: a '{{' has no '}}'")
             pieces.append((True, template[i + 1:j]))
