@@ -493,16 +493,23 @@ class Controller:
             await self.elector.release()
         if self.effective is not None:
             await self.effective.stop()
-        for t in self.tasks:
-            t.cancel()
-        for i in list(self.informers.values()):
-            await i.stop()
-        for t in self.tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
-        if self.runner:
-            await self.runner.cleanup()
-        if self.client:
-            await self.client.close()
+        await shut_down(self.tasks, list(self.informers.values()), self.runner, self.client)
+
+
+async def shut_down(tasks: list[asyncio.Task], informers: list[Informer], runner: web.AppRunner | None,
+                    client: AsyncClient | None) -> None:
+    """The end of a process that watches (the controller, the gateway): its tasks cancelled and
+    awaited, its informers stopped, its HTTP endpoints and API client closed."""
+    for t in tasks:
+        t.cancel()
+    for i in informers:
+        await i.stop()
+    for t in tasks:
+        try:
+            await t
+        except (asyncio.CancelledError, Exception):
+            pass
+    if runner:
+        await runner.cleanup()
+    if client:
+        await client.close()

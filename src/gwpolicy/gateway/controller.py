@@ -37,6 +37,7 @@ from gwpolicy import serve
 from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.analysis import analyse, utc_now
 from gwpolicy.controller import kube
+from gwpolicy.controller.app import shut_down
 from gwpolicy.controller.informer import Informer
 from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LeaderElector
@@ -635,19 +636,7 @@ class GatewayController:
                 await self.elector.release()
             except Exception:  # noqa: BLE001 - stopping goes on
                 pass
-        for t in self.tasks:
-            t.cancel()
-        for i in list(self.informers.values()):
-            await i.stop()
-        for t in self.tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
-        if self.runner:
-            await self.runner.cleanup()
-        if self.client:
-            await self.client.close()
+        await shut_down(self.tasks, list(self.informers.values()), self.runner, self.client)
         self.nginx_thread.shutdown(wait=True)
 
 
