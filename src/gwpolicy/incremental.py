@@ -65,6 +65,22 @@ def policy_ref(a: Analysis, raw: dict[str, Any]) -> Ref | None:
     return Ref(group, kind, ns, meta.get("name", ""))
 
 
+def apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
+    """One object created, changed (`new` its new copy) or deleted (`new` None; `raw` the last copy
+    known), applied to the analysis in place: the objects whose status may change, or None when only
+    a full analysis can say (the caller runs one). The single entry point the controller, the webhook
+    and the gateway use, whatever the kind."""
+    ref = policy_ref(a, raw)
+    if ref is not None:
+        return update_policy(a, ref, new)
+    group, _ = split_api_version(raw.get("apiVersion", ""))
+    meta = raw.get("metadata") or {}
+    obj = Ref(group, raw.get("kind", ""), meta.get("namespace") or None, meta.get("name") or "")
+    if obj.kind in ROUTE_KINDS:
+        return update_route(a, obj, new)
+    return None
+
+
 def _misfits_schema(raw: dict[str, Any], kind: PolicyKind) -> bool:
     spec_schema = ((kind.schema or {}).get("properties") or {}).get("spec")
     return isinstance(spec_schema, dict) and list_map_problem(raw.get("spec"), spec_schema, "spec") is not None

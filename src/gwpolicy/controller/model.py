@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from gwpolicy.analysis import Analysis, analyse, utc_now
-from gwpolicy.incremental import policy_ref, prepare, update_policy, update_route
-from gwpolicy.kinds import ROUTE_KINDS, split_api_version
+from gwpolicy.incremental import apply_change, prepare
+from gwpolicy.kinds import split_api_version
 from gwpolicy.model import Obj
 from gwpolicy.refs import Ref
 from gwpolicy.status import ANNOTATION, breadcrumbs, policy_status
@@ -94,13 +94,8 @@ class ClusterModel:
         if self.stale or self.analysis is None or not self.incremental:
             self.stale = True
             return
-        ref = policy_ref(self.analysis, raw)
         t = time.perf_counter()
-        if ref is not None:
-            check = update_policy(self.analysis, ref, new)
-        else:
-            route = self.ref_of(raw)
-            check = update_route(self.analysis, route, new) if route.kind in ROUTE_KINDS else None
+        check = apply_change(self.analysis, raw, new)
         if check is None:
             self.stale = True
             return
