@@ -309,6 +309,12 @@ def _add(into: Loaded, obj: Any, where: str) -> None:
 
 def check_object(obj: Any) -> str | None:
     """Why an object cannot be analysed, or None (apiVersion, kind and metadata.name are required)."""
+    if type(obj) is dict:  # the common case first, without building a message (48k objects at 20k routes)
+        api, kind, meta = obj.get("apiVersion"), obj.get("kind"), obj.get("metadata")
+        if api and kind and type(api) is str and type(kind) is str and type(meta) is dict:
+            name = meta.get("name")
+            if name and type(name) is str:
+                return None
     if not isinstance(obj, dict):
         return "item is not an object"
     missing = [f for f in ("apiVersion", "kind") if not isinstance(obj.get(f), str) or not obj.get(f)]

@@ -122,22 +122,31 @@ def load_all(text: str) -> list[Any] | None:
             json_text = _parse_to_json(text)
         if json_text is None:  # nothing but comments and blank lines
             return [] if not text.strip() or _only_comments(text) else None
-        docs = orjson.loads(json_text)
-        if json_text.count('":') != orjson.dumps(docs).count(b'":'):
+        json_bytes, stream = json_text
+        docs = orjson.loads(json_bytes)
+        if not stream:
+            docs = [docs]
+        if json_bytes.obj.count(b'":', 0, len(json_bytes)) != orjson.dumps(docs).count(b'":'):
             return None  # a duplicate key, which orjson drops: PyYAML's reading names it (load.py)
     except Exception:  # noqa: BLE001 - any failure of the fast path means: let PyYAML read it (and report)
         return None
     return docs
 
 
-def _parse_to_json(text: str) -> str | None:
-    """rapidyaml's JSON for the stream (a list of documents); its parse errors go to /dev/null.
+def _parse_to_json(text: str) -> tuple[memoryview, bool] | None:
+    """rapidyaml's JSON for the text, and whether it is a stream (a list of documents); its parse
+    errors go to /dev/null.
+
+    rapidyaml parses the text in place (its tree points into the buffer) and writes its JSON
+    into a buffer sized from the text (JSON of YAML is about twice as long; a short guess is
+    told the size and tried once more), which orjson reads without a copy.
 
     rapidyaml prints a parse error on file descriptor 2 before raising; PyYAML then reports the
     error properly, so the fast path's message is silenced for the length of the parse (anything
     another thread writes there meanwhile is lost too: the callers are the command line and the
     sandbox's seeding at start, both single-threaded then).
     """
+    source = bytearray(text.encode("utf-8"))
     saved = os.dup(2)
     try:
         null = os.open(os.devnull, os.O_WRONLY)
@@ -145,15 +154,21 @@ def _parse_to_json(text: str) -> str | None:
             os.dup2(null, 2)
         finally:
             os.close(null)
-        tree = ryml.parse_in_arena(text.encode("utf-8"))
+        tree = ryml.parse_in_place(source)
     finally:
         os.dup2(saved, 2)
         os.close(saved)
     root = tree.root_id()
-    out = ryml.emit_json_malloc(tree, root)
-    if out is None:
+    out = bytearray(2 * len(source) + 4096)
+    failed, size = ryml.emit_json_to_substr(tree, root, out)
+    if failed:
+        out = bytearray(size)
+        failed, size = ryml.emit_json_to_substr(tree, root, out)
+        if failed:  # pragma: no cover - the size rapidyaml asked for
+            return None
+    if size == 0:
         return None
-    return out if tree.is_stream(root) else f"[{out}]"
+    return memoryview(out)[:size], tree.is_stream(root)
 
 
 def _only_comments(text: str) -> bool:
