@@ -122,3 +122,36 @@ def test_a_key_written_twice_anywhere_in_a_cluster_is_refused_by_both_readers(in
     assert str(err.value).startswith(f'c.yaml:{end + 1}: invalid YAML: duplicate key "{key}" '), str(err.value)
     assert yamlfast.load_all(text) is None
     assert yamlfast.load_all("".join(CLUSTER_LINES)) is not None  # the text without the copy: fast path
+
+
+def test_the_same_error_with_and_without_the_fast_path_on_a_big_cluster(monkeypatch):
+    """Both paths agree: a big file (fast path tried) and the same file read by PyYAML alone give
+    the same message, at the same line, for a duplicate deep in the cluster."""
+    text = yaml.dump_all(cluster(100, 2), Dumper=yaml.SafeDumper, sort_keys=False)
+    assert len(text) >= 64 * 1024
+    lines = text.splitlines(keepends=True)
+    index = max(i for i in KEY_LINES_OF(lines) if lines[i].strip().startswith("name:"))
+    dup = "".join(lines[:index + 1]) + lines[index] + "".join(lines[index + 1:])
+    with pytest.raises(LoadError) as fast:
+        load_text(dup, "c.yaml")
+    monkeypatch.setattr(yamlfast, "load_all", lambda text: None)
+    with pytest.raises(LoadError) as slow:
+        load_text(dup, "c.yaml")
+    assert str(fast.value) == str(slow.value) and f"c.yaml:{index + 2}: " in str(fast.value)
+    assert len(load_text(text, "c.yaml").objects) > 100  # without the copy: read
+
+
+def KEY_LINES_OF(lines: list[str]) -> list[int]:  # noqa: N802 - the constant's recipe, for other texts
+    return [i for i, line in enumerate(lines) if re.match(r"^[ -]*[A-Za-z][^:\n]*:(?: |$)", line)]
+
+
+def test_a_json_manifest_with_a_duplicate_key_is_refused_too(tmp_path):
+    path = tmp_path / "svc.json"
+    path.write_text('{"apiVersion": "v1", "kind": "Service",\n "metadata": {"name": "s", "namespace": "n"},\n'
+                    ' "spec": {"ports": [{"port": 1,\n   "port": 2}]}}\n')
+    run = run_cli("effective", "-f", str(path))
+    assert run.code == 1
+    assert run.err == (f'Error: {path}:4: invalid JSON: duplicate key "port" at spec.ports[0].port in Service n/s '
+                       '(first at line 3); kubectl refuses a manifest with a duplicate key too\n')
+    path.write_text('{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "n"}}')
+    assert run_cli("effective", "-f", str(path)).code == 0

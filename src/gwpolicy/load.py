@@ -143,7 +143,9 @@ def load_text(text: str, name: str, into: Loaded | None = None) -> Loaded:
     stripped = text.lstrip()
     if name.endswith(".json") or stripped.startswith(("{", "[")):
         try:
-            doc = json.loads(text)
+            doc = json.loads(text, object_pairs_hook=_unique_pairs)
+        except _RepeatedJSONKey as exc:
+            raise LoadError(_duplicate_json_key(text, name, exc.key)) from exc
         except json.JSONDecodeError as exc:
             if name.endswith(".json"):
                 raise LoadError(f"{name}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
@@ -196,7 +198,38 @@ def _load_yaml(text: str, name: str) -> list[Any]:
         raise LoadError(_beyond_limits(text, name, "YAML", exc)) from exc
 
 
-def _duplicate_key(exc: DuplicateKeyError, name: str) -> str:
+class _RepeatedJSONKey(Exception):
+    """A JSON object with a key twice (Python's json keeps the last; kubectl refuses it)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedJSONKey(key)
+            seen.add(key)
+    return obj
+
+
+def _duplicate_json_key(text: str, name: str, key: str) -> str:
+    """The message for a JSON duplicate: JSON is YAML's flow style, so PyYAML's marks name the
+    lines and the object; where PyYAML cannot read the text (an escape YAML lacks), the key alone."""
+    try:
+        list(yaml.load_all(text, Loader=_Loader))
+    except DuplicateKeyError as exc:
+        return _duplicate_key(exc, name, "JSON")
+    except (yaml.YAMLError, ValueError, RecursionError):
+        pass
+    return f'{name}:1: invalid JSON: duplicate key "{key}"; kubectl refuses a manifest with a duplicate key too'
+
+
+def _duplicate_key(exc: DuplicateKeyError, name: str, syntax: str = "YAML") -> str:
     """`file:line: ... duplicate key "k" at spec.rules[0].k in Kind ns/name (first at line N)`."""
     where = _path_to(exc.document, exc.mapping) if exc.document is not None else None
     path: list[str | int] = where[1] if where else []
@@ -205,7 +238,7 @@ def _duplicate_key(exc: DuplicateKeyError, name: str) -> str:
     key = exc.key if isinstance(exc.key, str) else _scalar(exc.again)
     field = f"{field}.{key}" if field else str(key)
     what = _object_label(obj) if obj is not None else None
-    return (f'{name}:{exc.again.start_mark.line + 1}: invalid YAML: duplicate key "{key}" at {field}'
+    return (f'{name}:{exc.again.start_mark.line + 1}: invalid {syntax}: duplicate key "{key}" at {field}'
             + (f" in {what}" if what else "") + f" (first at line {exc.first.start_mark.line + 1}); "
             "kubectl refuses a manifest with a duplicate key too")
 
