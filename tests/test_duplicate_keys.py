@@ -155,3 +155,12 @@ def test_a_json_manifest_with_a_duplicate_key_is_refused_too(tmp_path):
                        '(first at line 3); kubectl refuses a manifest with a duplicate key too\n')
     path.write_text('{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "n"}}')
     assert run_cli("effective", "-f", str(path)).code == 0
+
+
+@pytest.mark.parametrize("text", ["? [a, b]\n: 1\nc: 2\n", "? {a: 1}\n: 1\nc: 2\n", "? !!str [a]\n: 1\nc: 2\n"])
+def test_a_key_that_is_a_collection_is_still_plain_yaml_error(text):
+    """The duplicate check looks at keys before PyYAML does: a list or mapping as a key (which no
+    manifest has) must still give PyYAML's own error, not a crash."""
+    with pytest.raises(LoadError) as err:
+        load_text(text, "k.yaml")
+    assert str(err.value).startswith("k.yaml:1: invalid YAML: ")

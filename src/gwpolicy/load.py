@@ -77,8 +77,9 @@ class _Loader(_SafeLoader):  # type: ignore[misc, valid-type]
     @staticmethod
     def _may_repeat(pairs: list[tuple[yaml.Node, yaml.Node]]) -> bool:
         """False when every key is a string (the common case) and no two are written alike."""
-        texts = {k.value for k, _ in pairs}
-        return len(texts) < len(pairs) or any(k.tag != _STR_TAG for k, _ in pairs)
+        if any(k.tag != _STR_TAG or k.id != "scalar" for k, _ in pairs):  # (a collection's value is a list)
+            return True
+        return len({k.value for k, _ in pairs}) < len(pairs)
 
 _SUFFIXES = (".yaml", ".yml", ".json")
 _FAST_FROM = 64 * 1024  # below this, PyYAML's time is not worth a second reader
