@@ -164,3 +164,22 @@ def test_a_key_that_is_a_collection_is_still_plain_yaml_error(text):
     with pytest.raises(LoadError) as err:
         load_text(text, "k.yaml")
     assert str(err.value).startswith("k.yaml:1: invalid YAML: ")
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.sampled_from(["a", "'a'", '"a"', "1", "'1'", "yes", "true", "~", "? [x]", "? {y: 1}", "<<",
+                                 "? !!str [z]", "!!str b", "&k a", "*k", "[a, b]", "{}"]), min_size=1, max_size=5),
+       st.sampled_from(["", "  "]))
+def test_any_keys_give_objects_or_a_load_error_never_a_crash(keys, indent):
+    """Keys of every sort, repeated or not, in a block mapping: read, or a LoadError; for a key
+    text given twice among plain string keys, the duplicate error."""
+    text = "m:\n" + "".join(f"  {indent}{k}{'' if k.startswith('?') else ':'} {i}\n" if not k.startswith("?")
+                            else f"  {indent}{k}\n  {indent}: {i}\n" for i, k in enumerate(keys))
+    try:
+        load_text(text, "k.yaml")
+    except LoadError as exc:
+        assert str(exc).startswith("k.yaml:"), str(exc)
+    scalars = {"a", "'a'", '"a"', "1", "'1'", "yes", "true", "~", "!!str b"}
+    if set(keys) <= scalars and sum(k in ("a", "'a'", '"a"') for k in keys) > 1:
+        with pytest.raises(LoadError, match='duplicate key "'):  # (another pair may come first)
+            load_text(text, "k.yaml")
