@@ -20,13 +20,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gwpolicy import yamlfast
+from gwpolicy import load as load_module, yamlfast
 from gwpolicy.bench.generate import cluster
 from gwpolicy.load import LoadError, load_text
 from helpers import ROOT, SHARED
 from test_mutations import BASES, REPLACEMENTS, mutate
 
 Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+Strict = load_module._Loader  # PyYAML's safe loader, refusing duplicate keys as kubectl does
 
 
 def same(a: Any, b: Any) -> bool:
@@ -43,12 +44,18 @@ def same(a: Any, b: Any) -> bool:
 
 
 def check(text: str) -> list[Any] | None:
-    """The fast reading of `text`, after checking that it is PyYAML's (or that it declined)."""
+    """The fast reading of `text`, after checking that it is PyYAML's (or that it declined).
+
+    PyYAML here is the reader of record (load.py's), which also refuses a duplicate key: the fast
+    path must decline every text that one refuses. And the scan of distinct lines must answer as
+    the same checks on the whole text do."""
+    whole = "\n" + text + ("" if text.endswith("\n") else "\n")
+    assert yamlfast.risky(text) == yamlfast._risky_lines(whole), text
     fast = yamlfast.load_all(text)
     if fast is None:
         return None
     try:
-        slow = list(yaml.load_all(text, Loader=Loader))
+        slow = list(yaml.load_all(text, Loader=Strict))
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
         raise AssertionError(f"the fast path read text that PyYAML refuses ({exc}):\n{text}") from None
     assert same(fast, slow), f"fast path differs from PyYAML:\n{text}\nfast: {fast!r}\nslow: {slow!r}"

@@ -1,6 +1,7 @@
 """Reading manifests (edge): files, directories, stdin; YAML (C loader) and JSON; `List` kinds.
 
-A malformed file is a `LoadError` naming `file:line`; an object that lacks
+A malformed file is a `LoadError` naming `file:line` (a duplicate key, too, as kubectl refuses
+it: the object and the key are named); an object that lacks
 apiVersion/kind/metadata.name is reported as a warning by position and skipped.
 """
 
@@ -18,9 +19,67 @@ import yaml
 from gwpolicy import yamlfast
 
 try:  # the C loader is several times faster; fall back to the pure one where libyaml is missing
-    _Loader: Any = yaml.CSafeLoader
+    _SafeLoader: Any = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - depends on the build of PyYAML
-    _Loader = yaml.SafeLoader
+    _SafeLoader = yaml.SafeLoader
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class DuplicateKeyError(yaml.MarkedYAMLError):
+    """A mapping that names one key twice. PyYAML keeps the last; kubectl refuses the manifest
+    (docs/architecture.md, "Reading YAML"), and so does this loader."""
+
+    def __init__(self, key: Any, first: yaml.Node, again: yaml.Node, mapping: yaml.Node,
+                 document: yaml.Node | None) -> None:
+        super().__init__("while constructing a mapping", first.start_mark, f"found duplicate key {key!r}",
+                         again.start_mark)
+        self.key, self.first, self.again, self.mapping, self.document = key, first, again, mapping, document
+
+
+class _Loader(_SafeLoader):  # type: ignore[misc, valid-type]
+    """PyYAML's safe loader that refuses a duplicate key in a mapping instead of keeping the last.
+
+    Keys are compared as PyYAML constructs them, by type and value (`a` and `"a"` are one key,
+    `1` and `"1"` two, as in go-yaml). A key given again by a merge (`<<`) is an override, not a
+    duplicate (YAML's merge key type).
+    """
+
+    _document: yaml.Node | None = None
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._document = node
+        return super().construct_document(node)
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode) and len(node.value) > 1 and self._may_repeat(node.value):
+            seen: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                tag = key_node.tag
+                if tag == _STR_TAG and isinstance(key_node, yaml.ScalarNode):
+                    key: Any = key_node.value
+                elif tag == _MERGE_TAG:
+                    continue
+                else:
+                    value = self.construct_object(key_node)  # kept: constructing the mapping reuses it
+                    try:
+                        key = (type(value), value)
+                        hash(key)
+                    except TypeError:
+                        continue  # an unhashable key: PyYAML's own error follows
+                first = seen.setdefault(key, key_node)
+                if first is not key_node:
+                    raise DuplicateKeyError(key if isinstance(key, str) else key[1], first, key_node, node,
+                                            self._document)
+        return super().construct_mapping(node, deep=deep)
+
+    @staticmethod
+    def _may_repeat(pairs: list[tuple[yaml.Node, yaml.Node]]) -> bool:
+        """False when every key is a string (the common case) and no two are written alike."""
+        if any(k.tag != _STR_TAG or k.id != "scalar" for k, _ in pairs):  # (a collection's value is a list)
+            return True
+        return len({k.value for k, _ in pairs}) < len(pairs)
 
 _SUFFIXES = (".yaml", ".yml", ".json")
 _FAST_FROM = 64 * 1024  # below this, PyYAML's time is not worth a second reader
@@ -85,7 +144,9 @@ def load_text(text: str, name: str, into: Loaded | None = None) -> Loaded:
     stripped = text.lstrip()
     if name.endswith(".json") or stripped.startswith(("{", "[")):
         try:
-            doc = json.loads(text)
+            doc = json.loads(text, object_pairs_hook=_unique_pairs)
+        except _RepeatedJSONKey as exc:
+            raise LoadError(_duplicate_json_key(text, name, exc.key)) from exc
         except json.JSONDecodeError as exc:
             if name.endswith(".json"):
                 raise LoadError(f"{name}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
@@ -125,6 +186,8 @@ def _load_yaml(text: str, name: str) -> list[Any]:
             return docs
     try:
         return list(yaml.load_all(text, Loader=_Loader))
+    except DuplicateKeyError as exc:
+        raise LoadError(_duplicate_key(exc, name)) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else 1
@@ -134,6 +197,97 @@ def _load_yaml(text: str, name: str) -> list[Any]:
         raise LoadError(f"{name}:{line}: invalid YAML: {what}") from exc
     except (RecursionError, ValueError) as exc:
         raise LoadError(_beyond_limits(text, name, "YAML", exc)) from exc
+
+
+class _RepeatedJSONKey(Exception):
+    """A JSON object with a key twice (Python's json keeps the last; kubectl refuses it)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedJSONKey(key)
+            seen.add(key)
+    return obj
+
+
+def _duplicate_json_key(text: str, name: str, key: str) -> str:
+    """The message for a JSON duplicate: JSON is YAML's flow style, so PyYAML's marks name the
+    lines and the object; where PyYAML cannot read the text (an escape YAML lacks), the key alone."""
+    try:
+        list(yaml.load_all(text, Loader=_Loader))
+    except DuplicateKeyError as exc:
+        return _duplicate_key(exc, name, "JSON")
+    except (yaml.YAMLError, ValueError, RecursionError):
+        pass
+    return f'{name}:1: invalid JSON: duplicate key "{key}"; kubectl refuses a manifest with a duplicate key too'
+
+
+def _duplicate_key(exc: DuplicateKeyError, name: str, syntax: str = "YAML") -> str:
+    """`file:line: ... duplicate key "k" at spec.rules[0].k in Kind ns/name (first at line N)`."""
+    where = _path_to(exc.document, exc.mapping) if exc.document is not None else None
+    path: list[str | int] = where[1] if where else []
+    obj = where[0] if where else None
+    field = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(path))
+    key = exc.key if isinstance(exc.key, str) else _scalar(exc.again)
+    field = f"{field}.{key}" if field else str(key)
+    what = _object_label(obj) if obj is not None else None
+    return (f'{name}:{exc.again.start_mark.line + 1}: invalid {syntax}: duplicate key "{key}" at {field}'
+            + (f" in {what}" if what else "") + f" (first at line {exc.first.start_mark.line + 1}); "
+            "kubectl refuses a manifest with a duplicate key too")
+
+
+def _path_to(root: yaml.Node, target: yaml.Node) -> tuple[yaml.Node, list[str | int]] | None:
+    """The object (root, or the `List` item) holding `target`, and the path from it down to `target`."""
+    stack: list[tuple[yaml.Node, list[str | int]]] = [(root, [])]
+    while stack:
+        node, path = stack.pop()
+        if node is target:
+            if len(path) >= 2 and path[0] == "items" and isinstance(path[1], int):  # an item of a `kind: List`
+                return _child(root, path[:2]), path[2:]
+            return root, path
+        if isinstance(node, yaml.MappingNode):
+            stack += [(v, path + [_scalar(k)]) for k, v in node.value]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += [(v, path + [i]) for i, v in enumerate(node.value)]
+    return None
+
+
+def _child(node: yaml.Node, path: list[str | int]) -> yaml.Node:
+    for step in path:
+        if isinstance(step, int):
+            node = node.value[step]
+        else:
+            node = next(v for k, v in node.value if _scalar(k) == step)
+    return node
+
+
+def _scalar(node: yaml.Node) -> str:
+    return node.value if isinstance(node, yaml.ScalarNode) else "?"
+
+
+def _object_label(node: yaml.Node) -> str | None:
+    """`HTTPRoute baker/cake`, from the raw nodes of an object (the first of each key)."""
+    if not isinstance(node, yaml.MappingNode):
+        return None
+
+    def get(n: yaml.Node, key: str) -> yaml.Node | None:
+        if isinstance(n, yaml.MappingNode):
+            return next((v for k, v in n.value if _scalar(k) == key), None)
+        return None
+
+    kind, meta = get(node, "kind"), get(node, "metadata")
+    ns, nm = (get(meta, "namespace"), get(meta, "name")) if meta is not None else (None, None)
+    if not isinstance(kind, yaml.ScalarNode) or not isinstance(nm, yaml.ScalarNode):
+        return None
+    return f"{kind.value} " + (f"{ns.value}/" if isinstance(ns, yaml.ScalarNode) else "") + nm.value
 
 
 _LONG_INT = re.compile(r"[0-9]{4301,}")
@@ -189,6 +343,12 @@ def _add(into: Loaded, obj: Any, where: str) -> None:
 
 def check_object(obj: Any) -> str | None:
     """Why an object cannot be analysed, or None (apiVersion, kind and metadata.name are required)."""
+    if type(obj) is dict:  # the common case first, without building a message (48k objects at 20k routes)
+        api, kind, meta = obj.get("apiVersion"), obj.get("kind"), obj.get("metadata")
+        if api and kind and type(api) is str and type(kind) is str and type(meta) is dict:
+            name = meta.get("name")
+            if name and type(name) is str:
+                return None
     if not isinstance(obj, dict):
         return "item is not an object"
     missing = [f for f in ("apiVersion", "kind") if not isinstance(obj.get(f), str) or not obj.get(f)]

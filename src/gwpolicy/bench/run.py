@@ -11,6 +11,7 @@ import json
 import math
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -22,17 +23,24 @@ from gwpolicy.bench.generate import write_yaml
 
 
 def _child(mode: str, path: str) -> dict[str, float]:
+    """One measurement in a fresh process; `process_cpu` is the CPU time (user and system) of the
+    whole process, start to exit, which a shared machine inflates far less than wall time."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.NamedTemporaryFile(suffix=".json") as res:
         subprocess.run([sys.executable, "-m", "gwpolicy.bench.child", mode, path, res.name], check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         with open(res.name, encoding="utf-8") as fh:
-            return json.load(fh)
+            out = json.load(fh)
+    out["process_cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return out
 
 
-def _end_to_end(path: str) -> tuple[float, float]:
-    """Wall time (process start to exit) and peak RSS (MB) of `gwpolicy effective -f FILE -o json > /dev/null`."""
+def _end_to_end(path: str) -> tuple[float, float, float]:
+    """Wall time and CPU time (process start to exit) and peak RSS (MB) of
+    `gwpolicy effective -f FILE -o json > /dev/null`."""
     t = time.perf_counter()
     res = _child("effective", path)
-    return time.perf_counter() - t, res["maxrss_mb"]
+    return time.perf_counter() - t, res["process_cpu"], res["maxrss_mb"]
 
 
 def measure(routes: int, workdir: str, repeat: int) -> dict[str, Any]:
@@ -40,16 +48,24 @@ def measure(routes: int, workdir: str, repeat: int) -> dict[str, Any]:
     if not os.path.exists(path):
         write_yaml(routes, path)
     size_mb = os.path.getsize(path) / 1e6
-    parse = min((_child("parse", path) for _ in range(repeat)), key=lambda r: r["parse"])
-    fastest = min((_child("parse_fastest", path) for _ in range(repeat)), key=lambda r: r["parse"])
+    parses = [_child("parse", path) for _ in range(repeat)]
+    fastests = [_child("parse_fastest", path) for _ in range(repeat)]
+    parse = min(parses, key=lambda r: r["parse"])
+    fastest = min(fastests, key=lambda r: r["parse"])
     phases = min((_child("phases", path) for _ in range(repeat)), key=lambda r: r["wall"])
     e2e = [_end_to_end(path) for _ in range(repeat)]
-    wall = min(w for w, _ in e2e)
-    rss = max(r for _, r in e2e)
+    wall = min(w for w, _, _ in e2e)
+    cpu = min(c for _, c, _ in e2e)
+    rss = max(r for _, _, r in e2e)
+    parse_cpu = min(r["parse_cpu"] for r in parses)
+    fastest_cpu = min(r["parse_cpu"] for r in fastests)
     return {"routes": routes, "objects": int(parse["objects"]), "yaml_mb": round(size_mb, 1),
             "parse_s": parse["parse"], "phases": phases, "effective_s": wall, "effective_rss_mb": rss,
             "ratio_to_parse": wall / parse["parse"], "fastest_parse_s": fastest["parse"],
-            "ratio_to_fastest": wall / fastest["parse"]}
+            "ratio_to_fastest": wall / fastest["parse"],
+            "parse_cpu_s": parse_cpu, "fastest_parse_cpu_s": fastest_cpu, "effective_cpu_s": cpu,
+            "cpu_ratio_to_parse": cpu / parse_cpu, "cpu_ratio_to_fastest": cpu / fastest_cpu,
+            "load_average": os.getloadavg()}
 
 
 def exponents(rows: list[dict[str, Any]], key: str) -> list[str]:
@@ -117,13 +133,22 @@ def _engine_table(rows: list[dict[str, Any]]) -> list[str]:
                      f"{r['effective_s']:.2f}", f"{r['ratio_to_parse']:.2f}", f"{r['fastest_parse_s']:.2f}",
                      f"{r['ratio_to_fastest']:.2f}", f"{r['effective_rss_mb']:.0f}"])
     lines += _table(head, body)
+    lines.append("")
+    lines.append("the same in CPU time (user + system; a shared machine inflates it far less than wall time):")
+    lines += _table(["routes", "parse CPU s", "fastest parse CPU s", "effective e2e CPU s", "x parse", "x fastest",
+                     "load average"],
+                    [[str(r["routes"]), f"{r['parse_cpu_s']:.2f}", f"{r['fastest_parse_cpu_s']:.2f}",
+                      f"{r['effective_cpu_s']:.2f}", f"{r['cpu_ratio_to_parse']:.2f}", f"{r['cpu_ratio_to_fastest']:.2f}",
+                      " ".join(f"{x:.1f}" for x in r["load_average"])] for r in rows])
     if len(rows) > 1:
         lines.append("")
         lines.append("growth exponent of effective e2e time (1.0 = linear): " + ", ".join(exponents(rows, "effective_s")))
         merge_rows = [dict(r, merge=r["phases"]["merge"] + r["phases"]["topology"]) for r in rows]
         lines.append("growth exponent of topology+merge: " + ", ".join(exponents(merge_rows, "merge")))
     lines.append("parse s: PyYAML's C loader alone; fastest parse s: rapidyaml's parse, its JSON and orjson's loads "
-                 "(the fastest way measured to read YAML into Python objects); x: effective e2e over each")
+                 "(the fastest way measured to read YAML into Python objects); x: effective e2e over each; "
+                 "e2e is the whole process (start, imports, exit), a parse only the parse; each figure the "
+                 "fastest of --repeat runs; load average when the size's runs ended")
     return lines
 
 
