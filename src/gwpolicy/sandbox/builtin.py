@@ -73,7 +73,7 @@ DNS1123_LABEL_MSG = _regex_msg("a lowercase RFC 1123 label must consist of lower
                                "and must start and end with an alphanumeric character", ("my-name", "123-abc"), _LABEL)
 DNS1123_SUBDOMAIN_MSG = _regex_msg("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
                                    "'-' or '.', and must start and end with an alphanumeric character",
-                                   ("example.com",), _SUBDOMAIN.replace(r"\.", "\\\\."))
+                                   ("example.com",), _SUBDOMAIN)
 DNS1035_MSG = _regex_msg("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
                          "alphabetic character, and end with an alphanumeric character", ("my-name", "abc-123"), _DNS1035)
 CONFIG_KEY_MSG = _regex_msg("a valid config key must consist of alphanumeric characters, '-', '_' or '.'",

@@ -624,7 +624,10 @@ class Store:
                     rm[k] = live["metadata"][k]
                 else:
                     rm.pop(k, None)
-            rm["managedFields"] = clone(live["metadata"].get("managedFields", []))  # _own edits its entries
+            if live["metadata"].get("managedFields"):
+                rm["managedFields"] = clone(live["metadata"]["managedFields"])  # _own edits its entries
+            else:  # none is stored as none (an empty list would make a no-op update a change)
+                rm.pop("managedFields", None)
             if r.status_subresource:
                 if keep_status is None:
                     result.pop("status", None)
