@@ -9,6 +9,7 @@ reads `spec.ports[*].port` (every item of a list) or `data{}` (every key of a ma
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -247,28 +248,29 @@ def qualified_name(path: str, k: str) -> list[FieldError]:
 _SEG = re.compile(r"([^.\[{]+)|\[\*\]|\{\}")
 
 
-def _segments(pattern: str) -> list[str]:
-    return [m.group(0) for m in _SEG.finditer(pattern)]
+@functools.lru_cache(maxsize=None)
+def _segments(pattern: str) -> tuple[str, ...]:
+    return tuple(m.group(0) for m in _SEG.finditer(pattern))
 
 
-def matches(obj: Any, pattern: str) -> Iterator[tuple[str, Any]]:
+def matches(obj: Any, pattern: str) -> list[tuple[str, Any]]:
     """(path, value) for every place `pattern` names in `obj` that holds a value; `{}` yields the keys."""
-    def walk(v: Any, segs: list[str], path: str) -> Iterator[tuple[str, Any]]:
-        if not segs:
-            yield path, v
-            return
-        s, rest = segs[0], segs[1:]
-        if s == "[*]":
-            if isinstance(v, list):
-                for i, item in enumerate(v):
-                    yield from walk(item, rest, f"{path}[{i}]")
-        elif s == "{}":
-            if isinstance(v, dict):
-                for k in v:
-                    yield f"{path}[{k}]", k
-        elif isinstance(v, dict) and s in v:
-            yield from walk(v[s], rest, f"{path}.{s}" if path else s)
-    yield from walk(obj, _segments(pattern), "")
+    level: list[tuple[str, Any]] = [("", obj)]
+    for s in _segments(pattern):
+        nxt: list[tuple[str, Any]] = []
+        for path, v in level:
+            if s == "[*]":
+                if isinstance(v, list):
+                    nxt.extend((f"{path}[{i}]", item) for i, item in enumerate(v))
+            elif s == "{}":
+                if isinstance(v, dict):
+                    nxt.extend((f"{path}[{k}]", k) for k in v)
+            elif isinstance(v, dict) and s in v:
+                nxt.append((f"{path}.{s}" if path else s, v[s]))
+        if not nxt:
+            return nxt
+        level = nxt
+    return level
 
 
 def parents(obj: Any, pattern: str) -> Iterator[tuple[str, Any, str]]:
