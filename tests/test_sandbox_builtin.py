@@ -172,6 +172,13 @@ REFUSED = [
     (obj(ADM, "ValidatingWebhookConfiguration", "v", webhooks=[hook(clientConfig={})]),
      'The ValidatingWebhookConfiguration "v" is invalid: webhooks[0].clientConfig: Required value: exactly one of '
      "url or service is required"),
+    (obj(ADM, "ValidatingWebhookConfiguration", "v", webhooks=[hook(clientConfig={"url": "http://127.0.0.1:9443/v"})]),
+     'The ValidatingWebhookConfiguration "v" is invalid: webhooks[0].clientConfig.url: Invalid value: "http": '
+     "'https' is the only allowed URL scheme; desired format: https://host[/path]"),
+    (obj(ADM, "ValidatingWebhookConfiguration", "v", webhooks=[hook(clientConfig={"service": {
+        "name": "hooks", "namespace": "default", "path": "/v1//check"}})]),
+     'The ValidatingWebhookConfiguration "v" is invalid: webhooks[0].clientConfig.service.path: Invalid value: '
+     '"/v1//check": segment[1] may not be empty'),
     (obj(ADM, "ValidatingWebhookConfiguration", "v", webhooks=[hook(name="check")]),
      'The ValidatingWebhookConfiguration "v" is invalid: webhooks[0].name: Invalid value: "check": should be a '
      "domain with at least three segments separated by dots"),
@@ -601,7 +608,7 @@ def _accepts(t: str, v: Any) -> bool:
         return isinstance(v, dict) and all(_accepts(t[len("map[string]"):], x) for x in v.values())
     if t in gotypes._EITHER:  # noqa: SLF001
         return any(_accepts(u, v) for u in gotypes._EITHER[t])  # noqa: SLF001
-    if t in gotypes.STRUCTS or t in ("Empty", "Object"):  # unknown fields are no type error
+    if t in gotypes.STRUCTS or t == "Object":  # unknown fields are no type error
         fields = gotypes.STRUCTS.get(t, {})
         return isinstance(v, dict) and all(_accepts(fields[k], x) for k, x in v.items() if k in fields)
     return True

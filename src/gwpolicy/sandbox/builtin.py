@@ -191,29 +191,47 @@ def between(low: int, high: int, detail: str) -> Check:
     return check
 
 
-def starts_with_slash(path: str, v: Any) -> list[FieldError]:
-    return [] if v.startswith("/") else [bad(path, v, "must start with a '/'")]
+def service_path(path: str, v: Any) -> list[FieldError]:
+    """ValidateWebhookService's path: from `/`, each segment a DNS-1123 subdomain."""
+    if v in ("", "/"):
+        return []
+    if v == "//":
+        return [bad(path, v, "segment[0] may not be empty")]
+    out = [] if v.startswith("/") else [bad(path, v, "must start with a '/'")]
+    rest = v[1:]
+    if rest.endswith("/"):
+        rest = rest[:-1]
+    for i, step in enumerate(rest.split("/")):
+        if not step:
+            out.append(bad(path, v, f"segment[{i}] may not be empty"))
+            continue
+        out += [bad(path, v, f"segment[{i}]: " + e.body.split(": ", 2)[-1]) for e in dns1123_subdomain("", step)]
+    return out
+
+
+_URL_FORM = "; desired format: https://host[/path]"
 
 
 def https_url(path: str, v: Any) -> list[FieldError]:
-    """webhook.ValidateWebhookURL: an absolute https URL without user, fragment or query."""
+    """ValidateWebhookURL: an absolute https URL without user, fragment or query (each named)."""
     from urllib.parse import urlsplit
 
     try:
         u = urlsplit(v)
     except ValueError as exc:
-        return [bad(path, v, f"url must be a valid URL: {exc}")]
+        return [required(path, f"url must be a valid URL: {exc}{_URL_FORM}")]
+    out = []
     if u.scheme != "https":
-        return [bad(path, v, "'https' is the only allowed URL scheme")]
-    if not u.hostname:
-        return [bad(path, v, "host must be specified")]
-    if u.username or u.password:
-        return [bad(path, v, "user information is not permitted in the URL")]
+        out.append(bad(path, u.scheme, "'https' is the only allowed URL scheme" + _URL_FORM))
+    if not u.netloc:
+        out.append(bad(path, u.netloc, "host must be specified" + _URL_FORM))
+    if "@" in u.netloc:
+        out.append(bad(path, u.netloc.rpartition("@")[0], "user information is not permitted in the URL"))
     if u.fragment:
-        return [bad(path, v, "fragments are not permitted in the URL")]
+        out.append(bad(path, u.fragment, "fragments are not permitted in the URL"))
     if u.query:
-        return [bad(path, v, "query parameters are not permitted in the URL")]
-    return []
+        out.append(bad(path, u.query, "query parameters are not permitted in the URL"))
+    return out
 
 
 def labels_map(path: str, v: Any) -> list[FieldError]:
@@ -816,7 +834,7 @@ _WEBHOOK_FIELDS = (("webhooks[*].failurePolicy", one_of("Fail", "Ignore")),
                    ("webhooks[*].clientConfig.url", https_url),
                    ("webhooks[*].clientConfig.service.port",
                     between(1, 65535, "port is not valid: must be between 1 and 65535, inclusive")),
-                   ("webhooks[*].clientConfig.service.path", starts_with_slash),
+                   ("webhooks[*].clientConfig.service.path", service_path),
                    ("webhooks[*].rules[*].operations[*]", one_of(*_OPS)),
                    ("webhooks[*].rules[*].scope", one_of("*", "Cluster", "Namespaced")))
 _WEBHOOK_REQUIRED = (("webhooks[*].clientConfig.service.name", ""), ("webhooks[*].clientConfig.service.namespace", ""),

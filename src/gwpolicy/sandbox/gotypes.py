@@ -6,7 +6,7 @@ their paths (`spec.ports[0].foo`, for `fieldValidation`) and dropped, nulls drop
 
 A type is written as Go writes it: `string`, `int32`, `int64`, `bool`, `float64`, `[]byte`, `[]T`,
 `map[string]T`, a struct name of STRUCTS, or one of the special types: `Time` (a string on the wire),
-`IntOrString`, `JSON` and `Object` (anything; an object), `Empty` (a struct without fields).
+`IntOrString`, `JSON` and `Object` (anything; an object).
 """
 
 from __future__ import annotations
@@ -171,15 +171,16 @@ _APIEXTENSIONS = {
                                         "additionalPrinterColumns": "[]CustomResourceColumnDefinition",
                                         "selectableFields": "[]SelectableField"},
     "CustomResourceValidation": {"openAPIV3Schema": "JSONSchemaProps"},
-    "CustomResourceSubresources": {"status": "Empty", "scale": "CustomResourceSubresourceScale"},
+    "CustomResourceSubresources": {"status": "CustomResourceSubresourceStatus", "scale": "CustomResourceSubresourceScale"},
+    "CustomResourceSubresourceStatus": {},
     "CustomResourceSubresourceScale": {"specReplicasPath": "string", "statusReplicasPath": "string",
                                        "labelSelectorPath": "string"},
     "CustomResourceColumnDefinition": {"name": "string", "type": "string", "format": "string",
                                        "description": "string", "priority": "int32", "jsonPath": "string"},
     "SelectableField": {"jsonPath": "string"},
     "CustomResourceConversion": {"strategy": "string", "webhook": "WebhookConversion"},
-    "WebhookConversion": {"clientConfig": "CRDWebhookClientConfig", "conversionReviewVersions": "[]string"},
-    "CRDWebhookClientConfig": {"url": "string", "service": "ServiceReference", "caBundle": "[]byte"},
+    # (its WebhookClientConfig and ServiceReference have the fields of admissionregistration's, above)
+    "WebhookConversion": {"clientConfig": "WebhookClientConfig", "conversionReviewVersions": "[]string"},
     "CustomResourceDefinitionStatus": {"conditions": "[]CustomResourceDefinitionCondition",
                                        "acceptedNames": "CustomResourceDefinitionNames", "storedVersions": "[]string"},
     "CustomResourceDefinitionCondition": {"type": "string", "status": "string", "lastTransitionTime": "Time",
@@ -361,7 +362,7 @@ class _Decoder:
                 return v
             elem = t[len("map[string]"):]
             return {k: self.value(elem, x, struct, names, f"{path}[{k}]") for k, x in v.items() if x is not None}
-        if t == "Empty" or t in STRUCTS:
+        if t in STRUCTS:
             if not isinstance(v, dict):
                 self.fail(v, struct, names, t)
                 return v
