@@ -571,21 +571,49 @@ def test_the_go_types_read_every_well_typed_object_unchanged(kind_and_body):
     assert got.obj == body
 
 
-@settings(max_examples=150, deadline=None)
+def _sites(t: str, v: Any, struct: str, names: tuple[str, ...], holder: Any, key: Any) -> list[tuple]:
+    """Every field of a well-typed value, at any depth: (struct, JSON names from the root, declared
+    type, the container holding it, its key there), as encoding/json names a field in its errors."""
+    out: list[tuple] = []
+    if t in gotypes._EITHER:  # noqa: SLF001
+        t = gotypes._EITHER[t][0]  # noqa: SLF001
+    if t in gotypes.STRUCTS and isinstance(v, dict):
+        for k, x in v.items():
+            sub = gotypes.STRUCTS[t].get(k)
+            if sub is not None:
+                out.append((t, names + (k,), sub, v, k))
+                out += _sites(sub, x, t, names + (k,), v, k)
+    elif t.startswith("[]") and isinstance(v, list):
+        for i, x in enumerate(v):
+            out += [(st_, n, ty, h, k) for st_, n, ty, h, k in _sites(t[2:], x, struct, names, v, i)]
+    elif t.startswith("map[string]") and isinstance(v, dict):
+        for k, x in v.items():
+            out += _sites(t[len("map[string]"):], x, struct, names, v, k)
+    return out
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(_TOP_KINDS).flatmap(lambda k: st.tuples(st.just(k), _typed(k))),
        st.sampled_from([{"x": 1}, ["x"], "x", 1.5, True]), st.data())
 def test_a_wrong_type_anywhere_is_named_by_its_field(kind_and_body, wrong, data):
-    """Replace one field's value by a value of another JSON type: the error names that field as
-    encoding/json does (`Struct.path.to.field`), and nothing is stored."""
+    """Replace one field's value, at any depth, by a value of another JSON type: the decoder refuses
+    the object naming that field as encoding/json does (`Struct.path.to.field of type T`)."""
     kind, body = kind_and_body
-    fields = gotypes.STRUCTS[kind]
-    name = data.draw(st.sampled_from(sorted(fields)))
-    t = fields[name]
-    if t == "JSON" or _accepts(t, wrong):
-        return  # well typed after all: nothing to refuse
-    body = dict(body, **{name: wrong})
+    sites = [x for x in _sites(kind, body, kind, (), None, None) if x[2] != "JSON" and not _accepts(x[2], wrong)]
+    if not sites:
+        return
+    struct, names, t, holder, key = data.draw(st.sampled_from(sites))
+    holder[key] = wrong
     got = gotypes.decode(kind, body)
-    assert got.error is not None and f"Go struct field {kind}.{name} of type " in got.error, got.error
+    if t == "[]byte" and isinstance(wrong, str):
+        assert got.error == "illegal base64 data at input byte 0"
+        return
+    want = f"Go struct field {struct}.{'.'.join(names)} of type "
+    assert got.error is not None and want in got.error, (got.error, want)
+    if t != "Object":  # a list or map of the right shape is refused at its element, as there
+        elem = t[2:] if t.startswith("[]") and isinstance(wrong, list) else \
+            t[len("map[string]"):] if t.startswith("map[string]") and isinstance(wrong, dict) else t
+        assert got.error.endswith(f"of type {gotypes.go_name(elem)}"), got.error
 
 
 def _accepts(t: str, v: Any) -> bool:
