@@ -86,31 +86,34 @@ LABEL_VALUE_MSG = _regex_msg("a valid label must be an empty string or consist o
                              ("MyValue", "my_value", "12345"), _LABEL_VALUE)
 
 
+def _why(v: str, regex: str, most: int, message: str) -> list[str]:
+    """What IsDNS1123Label and its kin say of `v` (nothing when it is valid)."""
+    out = [f"must be no more than {most} characters"] if len(v) > most else []
+    return out + ([] if re.fullmatch(regex, v) else [message])
+
+
+def why_label(v: str) -> list[str]:
+    return _why(v, _LABEL, 63, DNS1123_LABEL_MSG)
+
+
+def why_subdomain(v: str) -> list[str]:
+    return _why(v, _SUBDOMAIN, 253, DNS1123_SUBDOMAIN_MSG)
+
+
+def why_dns1035(v: str) -> list[str]:
+    return _why(v, _DNS1035, 63, DNS1035_MSG)
+
+
 def dns1123_label(path: str, v: Any) -> list[FieldError]:
-    out = []
-    if len(v) > 63:
-        out.append(bad(path, v, "must be no more than 63 characters"))
-    if not re.fullmatch(_LABEL, v):
-        out.append(bad(path, v, DNS1123_LABEL_MSG))
-    return out
+    return [bad(path, v, w) for w in why_label(v)]
 
 
 def dns1123_subdomain(path: str, v: Any) -> list[FieldError]:
-    out = []
-    if len(v) > 253:
-        out.append(bad(path, v, "must be no more than 253 characters"))
-    if not re.fullmatch(_SUBDOMAIN, v):
-        out.append(bad(path, v, DNS1123_SUBDOMAIN_MSG))
-    return out
+    return [bad(path, v, w) for w in why_subdomain(v)]
 
 
 def dns1035_label(path: str, v: Any) -> list[FieldError]:
-    out = []
-    if len(v) > 63:
-        out.append(bad(path, v, "must be no more than 63 characters"))
-    if not re.fullmatch(_DNS1035, v):
-        out.append(bad(path, v, DNS1035_MSG))
-    return out
+    return [bad(path, v, w) for w in why_dns1035(v)]
 
 
 def path_segment(path: str, v: Any) -> list[FieldError]:
@@ -205,7 +208,7 @@ def service_path(path: str, v: Any) -> list[FieldError]:
         if not step:
             out.append(bad(path, v, f"segment[{i}] may not be empty"))
             continue
-        out += [bad(path, v, f"segment[{i}]: " + e.body.split(": ", 2)[-1]) for e in dns1123_subdomain("", step)]
+        out += [bad(path, v, f"segment[{i}]: {w}") for w in why_subdomain(step)]
     return out
 
 
@@ -684,14 +687,16 @@ def crd_rules(crd: dict[str, Any], old: dict[str, Any] | None) -> list[FieldErro
         out += dns1123_subdomain("spec.group", group)
     for f in ("plural", "singular"):
         if names.get(f):
-            msgs = dns1035_label(f"spec.names.{f}", names[f])
-            out += [bad(f"spec.names.{f}", names[f], e.body.split(": ", 2)[-1]) for e in msgs]
+            why = why_dns1035(names[f])
+            if why:
+                out.append(bad(f"spec.names.{f}", names[f], ",".join(why)))
     for f in ("kind", "listKind"):
-        if names.get(f) and dns1035_label("", names[f].lower()):
+        if names.get(f) and why_dns1035(names[f].lower()):
             out.append(bad(f"spec.names.{f}", names[f], "may have mixed case, but should otherwise match: " + DNS1035_MSG))
     for i, short in enumerate(names.get("shortNames") or []):
-        out += [bad(f"spec.names.shortNames[{i}]", short, e.body.split(": ", 2)[-1])
-                for e in dns1123_label("", short)]
+        why = why_label(short)
+        if why:
+            out.append(bad(f"spec.names.shortNames[{i}]", short, ",".join(why)))
     versions = spec.get("versions") or []
     if not versions:
         out.append(required("spec.versions", "must have exactly one version marked as storage version"))
@@ -741,8 +746,7 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("", "Namespace"): Kind(
         name=dns1123_label,
         defaults=(("spec.finalizers", ["kubernetes"]),),
-        fields=(("spec.finalizers[*]", lambda p, v: qualified_name(p, v)),
-                ("status.phase", one_of("Active", "Terminating")))),
+        fields=(("spec.finalizers[*]", qualified_name),)),
     ("", "Service"): Kind(
         name=dns1035_label,
         defaults=(("spec.type", "ClusterIP"), ("spec.sessionAffinity", "None"),
