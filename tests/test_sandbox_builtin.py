@@ -166,6 +166,10 @@ REFUSED = [
         "type": "object", "properties": {"spec": {"properties": {"size": {"type": "integer"}}}}}}}]),
      'The CustomResourceDefinition "widgets.example.com" is invalid: spec.versions[0].schema.openAPIV3Schema'
      ".properties[spec].type: Required value: must not be empty for specified object fields"),
+    (crd(versions=[{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+        "type": "object", "properties": {"tags": {"type": "array"}}}}}]),
+     'The CustomResourceDefinition "widgets.example.com" is invalid: spec.versions[0].schema.openAPIV3Schema'
+     ".properties[tags].items: Required value: must be specified"),
     (crd(scope="Global"),
      'The CustomResourceDefinition "widgets.example.com" is invalid: spec.scope: Unsupported value: "Global": '
      'supported values: "Cluster", "Namespaced"'),
@@ -251,6 +255,14 @@ def test_unknown_fields_by_the_query_parameter_and_in_metadata(sb):
     assert r.status_code == 201 and r.headers.get_list("Warning") == ['299 - "unknown field \\"metadata.labelz\\""',
                                                                       '299 - "unknown field \\"extra\\""']
     assert "extra" not in r.json() and "labelz" not in r.json()["metadata"]
+
+
+def test_a_missing_name_is_refused_as_kube_apiserver_refuses_it(sb):
+    r = sb.http.post("/api/v1/namespaces/default/configmaps", json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}})
+    assert r.status_code == 422
+    assert r.json()["message"] == 'ConfigMap "" is invalid: metadata.name: Required value: name or generateName is required'
+    assert r.json()["details"]["causes"] == [{"reason": "FieldValueRequired", "field": "metadata.name",
+                                              "message": "Required value: name or generateName is required"}]
 
 
 def test_a_422_names_every_field_in_details_causes(sb):

@@ -657,6 +657,8 @@ def _schema_types(schema: Any, path: str, root: bool = False) -> list[FieldError
         out.append(required(f"{path}.type", "must not be empty at the root" if root else "must not be empty for specified object fields"))
     elif root and schema.get("type") not in (None, "object"):
         out.append(bad(f"{path}.type", schema["type"], "must be object at the root"))
+    if schema.get("type") == "array" and not isinstance(schema.get("items"), dict):
+        out.append(required(f"{path}.items", "must be specified"))
     for k, sub in (schema.get("properties") or {}).items():
         out += _schema_types(sub, f"{path}.properties[{k}]")
     items = schema.get("items")

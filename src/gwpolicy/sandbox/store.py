@@ -46,7 +46,7 @@ def qualified_kind(r: Resource) -> str:
 def invalid_fields(r: Resource, name: Any, errors: list[FieldError]) -> ApiFailure:
     """422 Invalid in kube-apiserver's words: `Kind.group "name" is invalid: field: why` (several in [...]),
     with one details.causes entry per field."""
-    subject = f'{qualified_kind(r)} "{name}"' if isinstance(name, str) and name else qualified_kind(r)
+    subject = f'{qualified_kind(r)} "{name}"' if isinstance(name, str) else qualified_kind(r)
     text = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
     return ApiFailure(422, "Invalid", f"{subject} is invalid: {text}",
                       {"name": name if isinstance(name, str) else "", "group": r.group, "kind": r.kind,
@@ -542,7 +542,8 @@ class Store:
             name = meta["generateName"] + uuid.uuid4().hex[:5]
             meta["name"] = name
         if not name:
-            raise ApiFailure(422, "Invalid", f"{r.kind} is invalid: metadata.name: Required value")
+            raise invalid_fields(r, "", [FieldError("metadata.name", "FieldValueRequired",
+                                                    "Required value: name or generateName is required")])
         if r.namespaced:
             self._ns_check(r, ns)
             meta["namespace"] = ns
