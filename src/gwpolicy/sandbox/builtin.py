@@ -453,7 +453,7 @@ def secret_rules(secret: dict[str, Any], old: dict[str, Any] | None) -> list[Fie
             not ((secret.get("metadata") or {}).get("annotations") or {}).get("kubernetes.io/service-account.name"):
         out.append(required("metadata.annotations[kubernetes.io/service-account.name]"))
     if kind == "kubernetes.io/basic-auth" and "username" not in data and "password" not in data:
-        out.append(required("data[username]", "either username or password is required"))
+        out += [required("data[username]"), required("data[password]")]
     return out
 
 
@@ -624,7 +624,9 @@ def webhook_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[Field
         if not name:
             out.append(required(f"{where}.name"))
         else:
-            out += dns1123_subdomain(f"{where}.name", name)
+            why = why_subdomain(name.lower())  # IsFullyQualifiedName: any case
+            if why:
+                out.append(bad(f"{where}.name", name, ",".join(why)))
             if len(name.split(".")) < 3:
                 out.append(bad(f"{where}.name", name, "should be a domain with at least three segments separated by dots"))
             if name in seen:
