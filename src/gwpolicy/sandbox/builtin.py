@@ -327,7 +327,6 @@ class Kind:
     immutable: tuple[str, ...] = ()  # paths that may not change once set (`field is immutable`)
     defaults: tuple[tuple[str, Any], ...] = ()  # (path pattern, value or function of the parent)
     rules: tuple[Rule, ...] = ()  # what spans fields
-    create_only_rules: tuple[Rule, ...] = ()
     update_rules: tuple[Rule, ...] = ()  # (new, old): only on updates
 
     def default(self, obj: dict[str, Any]) -> None:
@@ -353,10 +352,7 @@ class Kind:
                     errors += check(path, value)
         for rule in self.rules:
             errors += rule(obj, old)
-        if old is None:
-            for rule in self.create_only_rules:
-                errors += rule(obj, old)
-        else:
+        if old is not None:
             for path in self.immutable:
                 before, after = get(old, path), get(obj, path)
                 if before is not None and before != after:
