@@ -6,6 +6,7 @@ real kubectl's output is the expected one.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -49,6 +50,17 @@ SERVICES = [
 @pytest.fixture(scope="module")
 def services(tmp_path_factory) -> str:
     return str(write_manifests(tmp_path_factory.mktemp("services"), SERVICES, "services.yaml"))
+
+
+@pytest.fixture(scope="module")
+def services_as_stored(tmp_path_factory) -> str:
+    """SERVICES with kube-apiserver's defaults written out (the sandbox adds them as it does), so
+    that what kubectl reads back from the sandbox is what the file says."""
+    stored = copy.deepcopy(SERVICES)
+    for s in stored:
+        s["spec"].update(type="ClusterIP", sessionAffinity="None", internalTrafficPolicy="Cluster")
+        s["spec"]["ports"] = [{"protocol": "TCP", "targetPort": p["port"], **p} for p in s["spec"]["ports"]]
+    return str(write_manifests(tmp_path_factory.mktemp("stored"), stored, "services.yaml"))
 
 
 def svc(services: str, *args: str):
@@ -258,8 +270,9 @@ def _without_server_fields(doc):
     return doc
 
 
-def test_printing_matches_real_kubectl(sandbox, services):
+def test_printing_matches_real_kubectl(sandbox, services_as_stored):
     """The same Services in the sandbox: kubectl's output is what gwpolicy must print."""
+    services = services_as_stored
     sandbox.kubectl("create", "namespace", "x")
     sandbox.kubectl("apply", "-f", services)
     mismatches = []

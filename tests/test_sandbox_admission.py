@@ -164,6 +164,7 @@ def test_dry_run_is_passed_through_and_needs_side_effects_none(env):
     assert sb.http.post(CMS + "?dryRun=All", json=cm("dry")).status_code == 201
     assert wh.reviews[-1]["dryRun"] is True
     assert sb.http.get(f"{CMS}/dry").status_code == 404
-    configure(sb, wh.config(sideEffects="Some"))
-    resp = sb.http.post(CMS + "?dryRun=All", json=cm("dry"))
-    assert resp.status_code == 400 and "does not support dry run" in resp.json()["message"]
+    # a webhook with side effects cannot be registered in admissionregistration.k8s.io/v1 at all
+    resp = sb.http.post("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", json=wh.config(sideEffects="Some"))
+    assert resp.status_code == 422, resp.text
+    assert 'webhooks[0].sideEffects: Unsupported value: "Some": supported values: "None", "NoneOnDryRun"' in resp.json()["message"]

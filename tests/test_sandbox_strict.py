@@ -160,7 +160,8 @@ def test_strategic_merge_patch_merges_by_merge_key_and_a_custom_resource_answers
     sb.kubectl("apply", "-f", "-", input=json.dumps(svc))
     sb.kubectl("patch", "service", "web", "-p", json.dumps({"spec": {"ports": [{"port": 443, "targetPort": 8443}]}}))
     ports = sb.http.get("/api/v1/namespaces/default/services/web").json()["spec"]["ports"]
-    assert ports == [{"name": "http", "port": 80}, {"name": "https", "port": 443, "targetPort": 8443}]
+    assert ports == [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80},  # defaulted as kube-apiserver does
+                     {"name": "https", "port": 443, "protocol": "TCP", "targetPort": 8443}]
     sb.kubectl("patch", "service", "web", "-p", json.dumps({"spec": {"ports": [{"port": 80, "$patch": "delete"}]}}))
     assert [p["port"] for p in sb.http.get("/api/v1/namespaces/default/services/web").json()["spec"]["ports"]] == [443]
     # kubectl's client-side apply sends strategic patches with $setElementOrder: an edited manifest applies
@@ -179,15 +180,19 @@ def test_bodies_and_objects_over_the_limits_are_refused_before_storing(sb):
     big = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"x": "a" * (3 * 1024 * 1024 + 10)}}
     r = sb.http.post("/api/v1/namespaces/default/configmaps", json=big)
     assert r.status_code == 413 and r.json()["message"] == "Request entity too large: limit is 3145728"
-    big["data"]["x"] = "a" * (2 * 1024 * 1024)  # under the request limit, over etcd's 1.5 MiB
+    big["data"]["x"] = "a" * (2 * 1024 * 1024)  # under the request limit: a ConfigMap's own limit (1 MiB) refuses it
     r = sb.http.post("/api/v1/namespaces/default/configmaps", json=big)
-    assert r.status_code == 413 and r.json()["message"] == "etcdserver: request is too large"
+    assert r.status_code == 422 and r.json()["message"] == 'ConfigMap "big" is invalid: []: Too long: may not be more than 1048576 bytes'
     assert sb.http.get("/api/v1/namespaces/default/configmaps/big").status_code == 404
     crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "blobs.example.com"},
            "spec": {"group": "example.com", "scope": "Namespaced", "names": {"kind": "Blob", "plural": "blobs"},
                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
     assert sb.http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd).status_code == 201
+    blob = {"apiVersion": "example.com/v1", "kind": "Blob", "metadata": {"name": "big"}, "spec": {"x": "a" * (2 * 1024 * 1024)}}
+    r = sb.http.post("/apis/example.com/v1/namespaces/default/blobs", json=blob)  # over etcd's 1.5 MiB
+    assert r.status_code == 413 and r.json()["message"] == "etcdserver: request is too large"
+    assert sb.http.get("/apis/example.com/v1/namespaces/default/blobs/big").status_code == 404
     deep: dict = {}
     node = deep
     for _ in range(300):

@@ -17,6 +17,7 @@ import jsonpatch
 import orjson
 
 from gwpolicy.merge.values import set_in
+from gwpolicy.sandbox import builtin, gotypes
 from gwpolicy.sandbox.persist import Persistence
 from gwpolicy.sandbox.resources import Registry, Resource
 from gwpolicy.sandbox.schema import CelError, FieldError, crd_schemas
@@ -37,13 +38,6 @@ class ApiFailure(Exception):
                 "reason": self.reason, "details": self.details, "code": self.code}
 
 
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-_QUALIFIED_NAME = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                             r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-
-
 def qualified_kind(r: Resource) -> str:
     """`HTTPRoute.gateway.networking.k8s.io`, `Service`: the kind as kube-apiserver's messages name it."""
     return f"{r.kind}.{r.group}" if r.group else r.kind
@@ -52,7 +46,7 @@ def qualified_kind(r: Resource) -> str:
 def invalid_fields(r: Resource, name: Any, errors: list[FieldError]) -> ApiFailure:
     """422 Invalid in kube-apiserver's words: `Kind.group "name" is invalid: field: why` (several in [...]),
     with one details.causes entry per field."""
-    subject = f'{qualified_kind(r)} "{name}"' if isinstance(name, str) and name else qualified_kind(r)
+    subject = f'{qualified_kind(r)} "{name}"' if isinstance(name, str) else qualified_kind(r)
     text = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
     return ApiFailure(422, "Invalid", f"{subject} is invalid: {text}",
                       {"name": name if isinstance(name, str) else "", "group": r.group, "kind": r.kind,
@@ -64,33 +58,43 @@ def invalid(r: Resource, name: Any, field: str, value: Any, why: str) -> ApiFail
     return invalid_fields(r, name, [FieldError(field, "FieldValueInvalid", f"Invalid value: {shown}: {why}")])
 
 
+MAX_ANNOTATION_BYTES = 256 * 1024  # all of an object's annotations (TotalAnnotationSizeLimitB)
+
+
 def validate_metadata(r: Resource, obj: dict[str, Any]) -> None:
     """What kube-apiserver checks of every object's metadata (ObjectMeta validation), so that no
     malformed object reaches storage or the watchers."""
     meta = obj["metadata"]
     name = meta.get("name")
-    pattern, most = (_DNS_LABEL, 63) if r.kind == "Namespace" and r.group == "" else (_DNS_SUBDOMAIN, 253)
-    if not isinstance(name, str) or len(name) > most or not pattern.fullmatch(name):
-        raise invalid(r, name, "metadata.name", name, "a lowercase RFC 1123 "
-                      + ("label" if pattern is _DNS_LABEL else "subdomain") + " must consist of lower case "
-                      "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character")
+    kind = builtin.KINDS.get((r.group, r.kind)) if is_builtin(r) else None
+    if not isinstance(name, str):
+        raise invalid(r, name, "metadata.name", name, builtin.DNS1123_SUBDOMAIN_MSG)
+    errors = kind.name("metadata.name", name) if kind is not None else builtin.dns1123_subdomain("metadata.name", name)
+    if errors:
+        raise invalid_fields(r, name, errors)
     for field in ("labels", "annotations"):
         value = meta.get(field)
         if value is None:
             continue
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
             raise invalid(r, name, f"metadata.{field}", value, "must be a map of strings to strings")
-        for k, v in value.items():
-            if not _QUALIFIED_NAME.fullmatch(k) or len(k.rpartition("/")[2]) > 63:
-                raise invalid(r, name, f"metadata.{field}", k, "name part must consist of alphanumeric characters, "
-                              "'-', '_' or '.', and must start and end with an alphanumeric character")
-            if field == "labels" and (len(v) > 63 or not _LABEL_VALUE.fullmatch(v)):
-                raise invalid(r, name, "metadata.labels", v, "a valid label must be an empty string or consist "
-                              "of alphanumeric characters, '-', '_' or '.', and must start and end with an "
-                              "alphanumeric character")
+        errors = builtin.labels_map("metadata.labels", value) if field == "labels" else \
+            [e for k in value for e in builtin.qualified_name("metadata.annotations", k)]
+        if field == "annotations" and sum(len(k) + len(v) for k, v in value.items()) > MAX_ANNOTATION_BYTES:
+            errors.append(builtin.too_long("metadata.annotations", MAX_ANNOTATION_BYTES))
+        if errors:
+            raise invalid_fields(r, name, errors)
     finalizers = meta.get("finalizers")
     if finalizers is not None and not (isinstance(finalizers, list) and all(isinstance(f, str) for f in finalizers)):
         raise invalid(r, name, "metadata.finalizers", finalizers, "must be a list of strings")
+
+
+def is_builtin(r: Resource) -> bool:
+    """A kind kube-apiserver itself serves (not one a CRD added)."""
+    return (r.group, r.kind) in builtin.KINDS and gotypes.has_type(r.kind) and r.group in _BUILTIN_GROUPS
+
+
+_BUILTIN_GROUPS = {g for g, _ in builtin.KINDS}
 
 
 def not_found(r: Resource, name: str) -> ApiFailure:
@@ -451,10 +455,39 @@ class Store:
         self.writes_by[r.plural] = self.writes_by.get(r.plural, 0) + 1
         self.faults.check("write", r.plural)
 
+    def _unknown_fields(self, r: Resource, version: str | None, unknown: list[str]) -> None:
+        """Fields no type declares: 400 under `fieldValidation=Strict`, a warning under Warn, nothing
+        under Ignore (they are dropped in every case)."""
+        if not unknown:
+            return
+        if self.field_validation == "Strict":
+            fields = ", ".join(f'unknown field "{u}"' for u in unknown)
+            raise ApiFailure(400, "BadRequest", f'{r.kind} in version "{version or r.versions[0]}" cannot be '
+                             f"handled as a {r.kind}: strict decoding error: {fields}")
+        if self.field_validation != "Ignore":
+            self.warnings.extend(f'unknown field "{u}"' for u in unknown)
+
+    def _decode(self, r: Resource, obj: dict[str, Any], version: str | None) -> dict[str, Any]:
+        """A built-in object read into its Go type, as kube-apiserver's decoder does before anything
+        else: a wrong type is 400 BadRequest in encoding/json's words; unknown fields per fieldValidation."""
+        if not is_builtin(r):
+            return obj
+        got = gotypes.decode(r.kind, obj)
+        if got.error is not None:
+            raise ApiFailure(400, "BadRequest", f'{r.kind} in version "{version or r.versions[0]}" cannot be handled '
+                             f"as a {r.kind}: {got.error}")
+        self._unknown_fields(r, version, got.unknown)
+        return got.obj
+
     def _admit(self, r: Resource, obj: dict[str, Any], old: dict[str, Any] | None, version: str | None) -> dict[str, Any]:
-        """What the API server does to a custom resource between decoding and storage: prune, default,
-        validate against the CRD's schema and CEL rules (422 naming every field); and a CRD's own rules
-        must compile. Built-in kinds pass unchanged (their validation is not modelled)."""
+        """What the API server does between decoding and storage. A built-in kind: its defaults, then
+        its validation (builtin.py; 422 naming every field). A custom resource: pruned, defaulted,
+        validated against the CRD's schema and CEL rules. A CRD's own rules must compile."""
+        if is_builtin(r):
+            builtin.convert(r.group, r.kind, obj, old)
+            errors = builtin.KINDS[(r.group, r.kind)].validate(obj, old)
+            if errors:
+                raise invalid_fields(r, obj["metadata"].get("name"), errors)
         if r.group == "apiextensions.k8s.io" and r.kind == "CustomResourceDefinition":
             try:
                 crd_schemas(obj)
@@ -468,13 +501,7 @@ class Store:
         if schema is None:
             return obj
         outcome = schema.admit(obj, old)
-        if outcome.unknown:
-            fields = ", ".join(f'unknown field "{u}"' for u in outcome.unknown)
-            if self.field_validation == "Strict":
-                raise ApiFailure(400, "BadRequest", f'{r.kind} in version "{version or r.versions[0]}" cannot be '
-                                 f"handled as a {r.kind}: strict decoding error: {fields}")
-            if self.field_validation != "Ignore":
-                self.warnings.extend(f'unknown field "{u}"' for u in outcome.unknown)
+        self._unknown_fields(r, version, outcome.unknown)
         if outcome.errors:
             raise invalid_fields(r, obj["metadata"].get("name"), outcome.errors)
         return outcome.obj
@@ -506,15 +533,17 @@ class Store:
         self._write_check(r)
         if not isinstance(obj, dict):
             raise ApiFailure(400, "BadRequest", f"the body of a {r.kind} must be a JSON or YAML object")
-        if not isinstance(obj.setdefault("metadata", {}), dict):
+        if not isinstance(obj.setdefault("metadata", {}), dict) and not is_builtin(r):
             raise invalid(r, None, "metadata", obj["metadata"], "must be an object")
-        meta = obj["metadata"]
+        obj = self._decode(r, obj, version)
+        meta = obj.setdefault("metadata", {})
         name = meta.get("name")
         if not name and meta.get("generateName"):
             name = meta["generateName"] + uuid.uuid4().hex[:5]
             meta["name"] = name
         if not name:
-            raise ApiFailure(422, "Invalid", f"{r.kind} is invalid: metadata.name: Required value")
+            raise invalid_fields(r, "", [FieldError("metadata.name", "FieldValueRequired",
+                                                    "Required value: name or generateName is required")])
         if r.namespaced:
             self._ns_check(r, ns)
             meta["namespace"] = ns
@@ -596,7 +625,10 @@ class Store:
                     rm[k] = live["metadata"][k]
                 else:
                     rm.pop(k, None)
-            rm["managedFields"] = clone(live["metadata"].get("managedFields", []))  # _own edits its entries
+            if live["metadata"].get("managedFields"):
+                rm["managedFields"] = clone(live["metadata"]["managedFields"])  # _own edits its entries
+            else:  # none is stored as none (an empty list would make a no-op update a change)
+                rm.pop("managedFields", None)
             if r.status_subresource:
                 if keep_status is None:
                     result.pop("status", None)
@@ -606,6 +638,7 @@ class Store:
                 rm["labels"]["kubernetes.io/metadata.name"] = name  # (labels of another shape: 422 below)
         result["apiVersion"] = r.api_version(version)
         result["kind"] = r.kind
+        result = self._decode(r, result, version)
         validate_metadata(r, result)
         result = self._admit(r, result, live, version)
         if self._spec_of(result, r) != self._spec_of(live, r):
