@@ -226,21 +226,16 @@ def enforced_here(gateways: set[Ref], facts: Any) -> bool:
 
 # ---------------------------------------------------------------- the data plane, through DP's modules
 
-class DataPlaneDriver:
-    """Builds, renders and applies the configuration: gateway/dataplane.py, render.py, nginx.py (DP)."""
+class Renderer:
+    """Builds and renders the configuration (gateway/dataplane.py, render.py), reusing what the
+    previous build made of each route and location while the analysis is updated in place."""
 
     def __init__(self, opts: GatewayOptions) -> None:
-        from gwpolicy.gateway.nginx import Nginx
-
-        self.opts = opts
-        self.state_dir = opts.state_dir or tempfile.mkdtemp(prefix="gwpolicy-gateway-")
-        self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx)  # checks the version (NginxError says what is missing)
-        self.applied: dict[str, bytes] | None = None
-        self.lock = threading.Lock()  # apply and stop come from different threads
         from gwpolicy.gateway.dataplane import BuildCache
         from gwpolicy.gateway.render import RenderCache
 
-        self.build_cache = BuildCache()  # what each route gave, reused across in-place updates
+        self.opts = opts
+        self.build_cache = BuildCache()
         self.render_cache = RenderCache()
 
     def config(self) -> Any:
@@ -253,7 +248,7 @@ class DataPlaneDriver:
 
     def build(self, analysis: Any, epoch: Any = None) -> tuple[Any, dict[str, bytes]]:
         """The data plane and its files; `epoch` (GatewayState.epoch) says whether what the last
-        build made of each route may be reused (None: build everything)."""
+        build made of each route may be reused (None: build everything afresh)."""
         from gwpolicy.gateway.dataplane import build_dataplane
         from gwpolicy.gateway.render import render
 
@@ -264,6 +259,19 @@ class DataPlaneDriver:
             self.render_cache.clear()
         dp = build_dataplane(analysis, self.config(), self.build_cache.use(epoch))
         return dp, render(dp, self.render_cache)
+
+
+class DataPlaneDriver(Renderer):
+    """Builds, renders and applies the configuration: gateway/dataplane.py, render.py, nginx.py (DP)."""
+
+    def __init__(self, opts: GatewayOptions) -> None:
+        from gwpolicy.gateway.nginx import Nginx
+
+        super().__init__(opts)
+        self.state_dir = opts.state_dir or tempfile.mkdtemp(prefix="gwpolicy-gateway-")
+        self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx)  # checks the version (NginxError says what is missing)
+        self.applied: dict[str, bytes] | None = None
+        self.lock = threading.Lock()  # apply and stop come from different threads
 
     def start(self) -> None:
         """NGINX starts with the first configuration `apply` gets."""
@@ -477,8 +485,9 @@ class GatewayController:
             if (ref.group, ref.kind) not in enforced or ref not in index.by_ref:
                 continue
             if not enforced_here(policy_ancestors_of(analysis, ref), facts):
-                if without_our_entries(index.by_ref[ref], controller) is not None:  # it reached us before
-                    out[ref] = lambda obj: without_our_entries(obj, controller)
+                # if it reached us before, our entries go (judged on its newest copy, which our
+                # writes since the last full pass are in)
+                out[ref] = lambda obj: without_our_entries(obj, controller)
                 continue
             outcomes = analysis.outcomes.get(ref, [])
             note = policyconf.approximation_message(ref.kind, policy.obj.spec)
