@@ -330,6 +330,7 @@ class GatewayController:
         #: the analysis and facts, kept up to date in place (gateway/state.py)
         self.state = GatewayState(self.objects, opts.controller_name, _kind_checks())
         self.policy_wanted: dict[Ref, Any] = {}  # the policies' part of `wanted`
+        self.recheck_all = True  # the next reconcile compares every object of ours, changed or not
         self.last_reconcile: dict[str, float] = {}  # seconds per step of the last reconcile (/statusz, the bench)
 
     # ---------- watching ----------
@@ -410,8 +411,9 @@ class GatewayController:
         touched = self.state.refresh()  # in place where it can, else the full pass
         analysis, facts, index = self.state.analysis, self.state.facts, self.state.index
         assert analysis is not None and facts is not None and index is not None
-        if facts is not facts_before:
-            touched = None  # new facts: every object of ours is looked at again
+        if facts is not facts_before or self.recheck_all:
+            touched = None  # new facts, or a new term as leader: every object of ours is looked at again
+            self.recheck_all = False
         clock.lap("analysis" if touched is None else "analysis in place")
         if self.driver is not None and self.leading:  # a standby serves nothing: the addresses are the leader's
             await self._program(analysis, facts, clock)
@@ -698,6 +700,7 @@ class GatewayController:
     def _leader_changed(self, leader: bool) -> None:
         self.metrics.leader.set(1 if leader else 0)
         if leader:
+            self.recheck_all = True
             self.wake.set()  # program NGINX and write status for the current state
         elif self.driver is not None:  # another replica leads now: give the addresses up
             self.running, self.nginx_running = {}, False

@@ -286,7 +286,7 @@ class Nginx:
             if time.monotonic() > deadline:
                 return f"NGINX did not serve generation {gen} within {self.verify_timeout:.0f} s"
             time.sleep(delay)
-            delay = min(delay * 2, 0.1)
+            delay = min(delay * 2, 0.02)  # a probe is one request on a unix socket: look often
 
     def _workers(self) -> list[int]:
         pid = self.pid
