@@ -19,6 +19,7 @@ import asyncio
 import copy
 import json
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -42,6 +43,11 @@ def _cpu_of(pid: int | None) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _get(server: tuple[str, int], host: str, path: str) -> tuple[int, str]:
@@ -127,6 +133,7 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
             else:
                 driver.nginx.test_reloads = False  # type: ignore[union-attr]
             nginx_cpu = _cpu_of(driver.nginx.pid)  # type: ignore[union-attr]
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)  # `nginx -t`, when it runs
             t0, cpu0 = time.perf_counter(), time.process_time()
             await c.on_event("MODIFIED", kind_of(raw), copy.deepcopy(raw))
             await c.reconcile()
@@ -141,6 +148,7 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
                     raise RuntimeError(f"{label}: traffic did not follow within 120 s")
             row[label] = {"applied_s": applied, "cpu_s": cpu, "to_traffic_s": sent - t0,
                           "nginx_cpu_s": _cpu_of(driver.nginx.pid) - nginx_cpu,  # type: ignore[union-attr]
+                          "nginx_t_cpu_s": _children_cpu() - (children.ru_utime + children.ru_stime),
                           "steps": c.last_reconcile, "in_place": c.state.full_passes == passes,
                           "build_hits": driver.build_cache.hits, "build_misses": driver.build_cache.misses,
                           "render_hits": driver.render_cache.hits, "render_misses": driver.render_cache.misses}
@@ -172,7 +180,7 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
 
 def report(rows: list[dict[str, Any]]) -> str:
     head = ("| routes | path | edit | reconcile (CPU) | analysis | data plane + render | nginx (reload → serving) | NGINX master CPU "
-            "| edit → traffic | routes / locations rebuilt |")
+            "| `nginx -t` CPU | edit → traffic | routes / locations rebuilt |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         for label in ("policy_edit", "route_edit"):
@@ -182,6 +190,7 @@ def report(rows: list[dict[str, Any]]) -> str:
             lines.append(f"| {r['routes']:,} | {'in place' if e['in_place'] else 'full pass'} | {label.split('_')[0]} "
                          f"| {e['applied_s']:.2f} s ({e['cpu_s']:.2f} s) | {s.get(analysis, 0):.3f} s "
                          f"| {s.get('data plane and render', 0):.3f} s | {s.get('nginx', 0):.2f} s | {e['nginx_cpu_s']:.2f} s "
+                         f"| {e.get('nginx_t_cpu_s', 0):.2f} s "
                          f"| **{e['to_traffic_s']:.2f} s** | {e['build_misses']} / {e['render_misses']} |")
     lines.append("")
     lines.append("load average (1 min) at start and after each edit: "
