@@ -96,10 +96,20 @@ def test_a_configuration_nginx_rejects_is_never_loaded(setup):
     files = served.files(manifests(echoes, port, 1))
     files["servers.conf"] += b"\nnot_a_directive on;\n"
     result = served.nginx.apply(files)
-    assert not result.ok and "not_a_directive" in result.error and "nginx -t" in result.error
+    assert not result.ok and "not_a_directive" in result.error and "rejected" in result.error
     assert result.generation == 1 == served.nginx.generation
+    # nothing of it is left: `current` is the serving generation again, the rejected tree is gone
+    root = served.nginx.root
+    assert (root / "current").resolve() == (root / "gen-1").resolve()
+    assert sorted(p.name for p in root.glob("gen-*")) == ["gen-1"]
     a = request(ADDR, port, "/", "reload.test")
     assert (a.status, a.headers["x-change"]) == (200, "0")
+    # with `nginx -t` before every reload (test_reloads), the same configuration stops there
+    served.nginx.test_reloads = True
+    result = served.nginx.apply(files)
+    assert not result.ok and "not_a_directive" in result.error and "nginx -t" in result.error
+    assert served.nginx.generation == 1 and served.nginx.probe() == 1
+    served.nginx.test_reloads = False
     # the next good configuration goes in as usual
     served.apply(manifests(echoes, port, 2))
     assert request(ADDR, port, "/", "reload.test").headers["x-change"] == "2"

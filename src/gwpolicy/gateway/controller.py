@@ -35,17 +35,18 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from gwpolicy import serve
 from gwpolicy.cli.args import HelpFormatter, Parser, program_name
-from gwpolicy.analysis import analyse, utc_now
+from gwpolicy.analysis import utc_now
 from gwpolicy.controller import kube
 from gwpolicy.controller.app import shut_down
 from gwpolicy.controller.informer import Informer
 from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LeaderElector
-from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, Programming, dataplane_objects,
-                                     desired_status, gateway_facts, keep_in_place, policy_kinds_annotation,
+from gwpolicy.gateway.state import GatewayState
+from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, Programming,
+                                     desired_status, keep_in_place, policy_kinds_annotation,
                                      policy_status, stale_routes, without_our_entries)
 from gwpolicy.kinds import split_api_version
-from gwpolicy.model import Obj, build_index
+from gwpolicy.model import Obj
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 
 log = logging.getLogger("gwpolicy.gateway")
@@ -183,6 +184,21 @@ def _with_note(status: dict[str, Any], controller: str, note: str | None) -> dic
     return status
 
 
+class _Steps:
+    """Seconds per step of one reconcile (CPU and wall), for /statusz and the benchmark."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, float] = {}
+        self._t = time.perf_counter()
+        self._c = time.process_time()
+
+    def lap(self, name: str) -> None:
+        t, c = time.perf_counter(), time.process_time()
+        self.steps[name] = round(t - self._t, 4)
+        self.steps[name + " cpu"] = round(c - self._c, 4)
+        self._t, self._c = t, c
+
+
 def _kind_checks() -> Any:
     """This data plane's checks of the policy kinds it enforces (policyconf, POL)."""
     from gwpolicy.gateway import policyconf
@@ -210,17 +226,17 @@ def enforced_here(gateways: set[Ref], facts: Any) -> bool:
 
 # ---------------------------------------------------------------- the data plane, through DP's modules
 
-class DataPlaneDriver:
-    """Builds, renders and applies the configuration: gateway/dataplane.py, render.py, nginx.py (DP)."""
+class Renderer:
+    """Builds and renders the configuration (gateway/dataplane.py, render.py), reusing what the
+    previous build made of each route and location while the analysis is updated in place."""
 
     def __init__(self, opts: GatewayOptions) -> None:
-        from gwpolicy.gateway.nginx import Nginx
+        from gwpolicy.gateway.dataplane import BuildCache
+        from gwpolicy.gateway.render import RenderCache
 
         self.opts = opts
-        self.state_dir = opts.state_dir or tempfile.mkdtemp(prefix="gwpolicy-gateway-")
-        self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx)  # checks the version (NginxError says what is missing)
-        self.applied: dict[str, bytes] | None = None
-        self.lock = threading.Lock()  # apply and stop come from different threads
+        self.build_cache = BuildCache()
+        self.render_cache = RenderCache()
 
     def config(self) -> Any:
         from gwpolicy.gateway.dataplane import DataPlaneConfig
@@ -230,12 +246,32 @@ class DataPlaneDriver:
             kw["address_pool"] = self.opts.address_pool
         return DataPlaneConfig(**kw)
 
-    def build(self, analysis: Any) -> tuple[Any, dict[str, bytes]]:
+    def build(self, analysis: Any, epoch: Any = None) -> tuple[Any, dict[str, bytes]]:
+        """The data plane and its files; `epoch` (GatewayState.epoch) says whether what the last
+        build made of each route may be reused (None: build everything afresh)."""
         from gwpolicy.gateway.dataplane import build_dataplane
         from gwpolicy.gateway.render import render
 
-        dp = build_dataplane(analysis, self.config())
-        return dp, render(dp)
+        if epoch is None:
+            dp = build_dataplane(analysis, self.config())
+            return dp, render(dp)
+        if epoch != self.build_cache.epoch:
+            self.render_cache.clear()
+        dp = build_dataplane(analysis, self.config(), self.build_cache.use(epoch))
+        return dp, render(dp, self.render_cache)
+
+
+class DataPlaneDriver(Renderer):
+    """Builds, renders and applies the configuration: gateway/dataplane.py, render.py, nginx.py (DP)."""
+
+    def __init__(self, opts: GatewayOptions) -> None:
+        from gwpolicy.gateway.nginx import Nginx
+
+        super().__init__(opts)
+        self.state_dir = opts.state_dir or tempfile.mkdtemp(prefix="gwpolicy-gateway-")
+        self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx)  # checks the version (NginxError says what is missing)
+        self.applied: dict[str, bytes] | None = None
+        self.lock = threading.Lock()  # apply and stop come from different threads
 
     def start(self) -> None:
         """NGINX starts with the first configuration `apply` gets."""
@@ -291,6 +327,11 @@ class GatewayController:
         self.retry_in = 1.0  # seconds until a failed apply is tried again
         self.writing: set[Ref] = set()  # objects a write worker holds
         self.nginx_thread = ThreadPoolExecutor(1, thread_name_prefix="nginx")
+        #: the analysis and facts, kept up to date in place (gateway/state.py)
+        self.state = GatewayState(self.objects, opts.controller_name, _kind_checks())
+        self.policy_wanted: dict[Ref, Any] = {}  # the policies' part of `wanted`
+        self.recheck_all = True  # the next reconcile compares every object of ours, changed or not
+        self.last_reconcile: dict[str, float] = {}  # seconds per step of the last reconcile (/statusz, the bench)
 
     # ---------- watching ----------
     def _watch(self, kind: Kind) -> None:
@@ -319,6 +360,9 @@ class GatewayController:
             self.objects.pop(key, None)
         else:
             self.objects[key] = with_defaults(raw)
+        if etype == "DELETED" or old is None or _essence(old) != _essence(self.objects[key]):
+            if etype != "DELETED" or old is not None:
+                self.state.changed(old, self.objects.get(key))
         if kind == kube.CRD and etype != "DELETED":
             self._consider_crd(raw)
         if (kind.group, kind.kind) == ("gwpolicy.io", "PolicyKind") and etype != "DELETED":
@@ -362,28 +406,57 @@ class GatewayController:
             self.metrics.reconcile_seconds.observe(time.perf_counter() - t)
 
     async def reconcile(self) -> None:
-        raws = list(self.objects.values())
-        index = build_index(raws)
-        facts = gateway_facts(index, self.opts.controller_name)
-        analysis = analyse(dataplane_objects(raws, facts), controller=self.opts.controller_name,
-                           kind_checks=_kind_checks())
+        clock = _Steps()
+        facts_before = self.state.facts
+        touched = self.state.refresh()  # in place where it can, else the full pass
+        analysis, facts, index = self.state.analysis, self.state.facts, self.state.index
+        assert analysis is not None and facts is not None and index is not None
+        if facts is not facts_before or self.recheck_all:
+            touched = None  # new facts, or a new term as leader: every object of ours is looked at again
+            self.recheck_all = False
+        clock.lap("analysis" if touched is None else "analysis in place")
         if self.driver is not None and self.leading:  # a standby serves nothing: the addresses are the leader's
-            await self._program(analysis, facts)
+            await self._program(analysis, facts, clock)
         programming = Programming(dict(self.running), self.error, dict(self.addresses), dict(self.listener_facts))
         # what each object should carry, as a function of its newest copy: other controllers write
         # between our analysis and our write, and their entries must survive it
-        wanted: dict[Ref, Any] = {}
-        for refs in (facts.classes, facts.gateways, facts.routes, stale_routes(index, facts)):
-            for ref in refs:
-                wanted[ref] = lambda obj, _f=facts, _p=programming: desired_status(obj, _f, _p, utc_now())
-        wanted.update(self._policy_status(analysis, index, facts))
+        def ours(obj: Obj, _f: Any = facts, _p: Programming = programming) -> dict[str, Any] | None:
+            return desired_status(obj, _f, _p, utc_now())
+
+        if touched is None:
+            wanted: dict[Ref, Any] = {}
+            for refs in (facts.classes, facts.gateways, facts.routes, stale_routes(index, facts)):
+                for ref in refs:
+                    wanted[ref] = ours
+            self.policy_wanted = self._policy_status(analysis, index, facts)
+            check: list[Ref] | None = None
+        else:
+            wanted = {r: f for r, f in self.wanted.items() if r not in self.policy_wanted}
+            for ref in list(facts.classes) + list(facts.gateways):  # Programmed and attachedRoutes may change
+                wanted[ref] = ours
+            routes = [r for r in touched if r.group == GATEWAY_GROUP and r.kind == "HTTPRoute"]
+            for ref in routes:
+                obj = index.by_ref.get(ref)
+                if ref in facts.routes or (obj is not None and without_our_entries(obj, facts.controller) is not None):
+                    wanted[ref] = ours
+                else:
+                    wanted.pop(ref, None)
+            policies = {r for r in touched if r in analysis.policies or r in self.policy_wanted}
+            for r in touched:
+                policies |= analysis.policies_declaring(r)
+            self.policy_wanted = {r: f for r, f in self.policy_wanted.items() if r not in policies}
+            self.policy_wanted.update(self._policy_status(analysis, index, facts, policies))
+            check = list(facts.classes) + list(facts.gateways) + routes + sorted(policies, key=Ref.sort_key)
+        wanted.update(self.policy_wanted)
         self.wanted = wanted
         self.annotations = {}
         kinds = self._enforced_policy_kinds()
         for ref in facts.classes:
             self.annotations[ref] = policy_kinds_annotation(kinds)
-        for ref in list(wanted) + list(self.annotations):
+        for ref in (list(wanted) if check is None else check) + list(self.annotations):
             self._enqueue_if_different(ref)
+        clock.lap("status")
+        self.last_reconcile = clock.steps
 
     def desired(self, ref: Ref) -> dict[str, Any] | None:
         """The status `ref` should carry, computed from the copy we hold now."""
@@ -394,25 +467,29 @@ class GatewayController:
         group, version = split_api_version(raw.get("apiVersion", ""))
         return fn(Obj(raw, ref, version, "api"))
 
-    def _policy_status(self, analysis: Any, index: Any, facts: Any) -> dict[Ref, Any]:
+    def _policy_status(self, analysis: Any, index: Any, facts: Any, only: set[Ref] | None = None) -> dict[Ref, Any]:
         """Ancestor entries under our controllerName for the policies this gateway enforces: the
         BackendTLSPolicy conditions are POL's rules; the gwpolicy.io kinds' are the engine's outcome
-        with this data plane's checks (a field NGINX cannot honour makes the policy Invalid)."""
+        with this data plane's checks (a field NGINX cannot honour makes the policy Invalid).
+        `only`: these policies (the others' entries are what they were)."""
         from gwpolicy.gateway import backendtls, policyconf
         from gwpolicy.status import policy_status as engine_policy_status
 
         out: dict[Ref, Any] = {}
         for ref, conds in backendtls.all_conditions(analysis).items():
-            if ref in index.by_ref:
+            if ref in index.by_ref and (only is None or ref in only):
                 out[ref] = lambda obj, _c=conds, _f=facts: policy_status(obj, _c, _f, utc_now())
         enforced = {(policyconf.GROUP, k) for k in policyconf.KINDS}
         topo, controller = analysis.topology, self.opts.controller_name
-        for ref, policy in analysis.policies.items():
+        chosen = analysis.policies.items() if only is None else (
+            (r, analysis.policies[r]) for r in sorted(only, key=Ref.sort_key) if r in analysis.policies)
+        for ref, policy in chosen:
             if (ref.group, ref.kind) not in enforced or ref not in index.by_ref:
                 continue
             if not enforced_here(policy_ancestors_of(analysis, ref), facts):
-                if without_our_entries(index.by_ref[ref], controller) is not None:  # it reached us before
-                    out[ref] = lambda obj: without_our_entries(obj, controller)
+                # if it reached us before, our entries go (judged on its newest copy, which our
+                # writes since the last full pass are in)
+                out[ref] = lambda obj: without_our_entries(obj, controller)
                 continue
             outcomes = analysis.outcomes.get(ref, [])
             note = policyconf.approximation_message(ref.kind, policy.obj.spec)
@@ -429,9 +506,9 @@ class GatewayController:
             kinds = []
         return kinds + ["BackendTLSPolicy.gateway.networking.k8s.io"]
 
-    async def _program(self, analysis: Any, facts: Any) -> None:
+    async def _program(self, analysis: Any, facts: Any, clock: "_Steps | None" = None) -> None:
         try:
-            dp, files = self.driver.build(analysis)
+            dp, files = self.driver.build(analysis, self.state.epoch)
         except Exception as exc:  # noqa: BLE001 - DP's errors name the object and field
             log.error("cannot build the NGINX configuration: %s", exc)
             self.metrics.errors.labels("render").inc()
@@ -441,11 +518,15 @@ class GatewayController:
         self.listener_facts = {ref: (lf.programmed, lf.reason, lf.message) for ref, lf in dp.listeners.items()}
         generations = {o.ref: o.generation for kind in ("Gateway", "HTTPRoute")
                        for o in analysis.index.of_kind(GATEWAY_GROUP, kind)}
+        if clock is not None:
+            clock.lap("data plane and render")
         if files == getattr(self.driver, "applied", None):
             self.running = generations  # the same configuration holds these generations too
             return
         t = time.perf_counter()
         error = await self._nginx_call(self.driver.apply, files)
+        if clock is not None:
+            clock.lap("nginx")
         self.metrics.reload_seconds.observe(time.perf_counter() - t)
         if error is None:
             self.metrics.reloads.labels("ok").inc()
@@ -582,7 +663,8 @@ class GatewayController:
         async def statusz(_: web.Request) -> web.Response:
             return web.json_response({"leader": self.leading, "synced": self.synced, "reconciles": self.reconciles,
                                       "busy": self.busy or self.wake.is_set(), "queued": len(self.queue),
-                                      "nginxError": self.error,
+                                      "nginxError": self.error, "lastReconcile": self.last_reconcile,
+                                      "fullPasses": self.state.full_passes, "inPlace": self.state.in_place,
                                       "addresses": {str(k): v for k, v in self.addresses.items()}})
 
         app.router.add_get("/healthz", healthz)
@@ -618,6 +700,7 @@ class GatewayController:
     def _leader_changed(self, leader: bool) -> None:
         self.metrics.leader.set(1 if leader else 0)
         if leader:
+            self.recheck_all = True
             self.wake.set()  # program NGINX and write status for the current state
         elif self.driver is not None:  # another replica leads now: give the addresses up
             self.running, self.nginx_running = {}, False

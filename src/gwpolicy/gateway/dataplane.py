@@ -299,10 +299,49 @@ def _status_address(gw: Any) -> str | None:
 # building
 
 
-def build_dataplane(analysis: Any, config: DataPlaneConfig | None = None) -> DataPlane:
-    """The data plane for every Gateway of our GatewayClasses in the analysis."""
+def build_dataplane(analysis: Any, config: DataPlaneConfig | None = None, cache: "BuildCache | None" = None) -> DataPlane:
+    """The data plane for every Gateway of our GatewayClasses in the analysis. With `cache` (one
+    per sequence of in-place updates of one analysis, see BuildCache), what a route gave last time
+    is reused while everything it was built from is the same objects."""
     with without_gc():
-        return _Builder(analysis, config or DataPlaneConfig()).build()
+        return _Builder(analysis, config or DataPlaneConfig(), cache).build()
+
+
+@dataclass
+class _RouteEntry:
+    """What building one route gave, and the objects it was built from (compared by identity)."""
+
+    inputs: list[Any]  # the route's Obj, its path nodes and the effective-policy list of each node below
+    servers: list[Any]  # per path node: (server id, address, port, protocol, hostname) or None
+    matches: list[list["MatchRule"] | None]  # per path node: its match rules (None: none were built)
+    fact: "RouteFact"
+    actions: dict[str, "Action"]
+    upstreams: dict[str, "Upstream"]
+    secrets: dict[str, bytes]
+
+
+class BuildCache:
+    """Per route, what building it gave last time (`_RouteEntry`), for the gateway's in-place updates.
+
+    A route's part of the data plane is a function of the route object, its path nodes, the
+    effective policies on every node below them (the engine replaces a node's list whenever it
+    recomputes it, and leaves it alone otherwise), the servers its listeners became, and of
+    Services, EndpointSlices, Secrets, ConfigMaps, ReferenceGrants and Gateways. The first four are
+    compared by identity (the entry holds them, so no id is reused); for the rest the caller says
+    `epoch`, which it changes whenever an object of those kinds may have changed."""
+
+    def __init__(self) -> None:
+        self.epoch: Any = None
+        self.routes: dict[Ref, _RouteEntry] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def use(self, epoch: Any) -> "BuildCache":
+        if epoch != self.epoch:
+            self.routes.clear()
+            self.epoch = epoch
+        self.hits = self.misses = 0
+        return self
 
 
 @contextlib.contextmanager
@@ -323,13 +362,27 @@ def _dict(v: Any) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
+_NONE: dict[Any, Any] = {}
+
+
+def _copy_fact(f: "RouteFact") -> "RouteFact":
+    return RouteFact(set(f.listeners), list(f.unresolved), list(f.unsupported))
+
+
+def _server_key(s: "Server | None") -> tuple[Any, ...] | None:
+    return None if s is None else (s.id, s.listener, s.address, s.port, s.protocol, s.hostname, s.certificate)
+
+
 def _list(v: Any) -> list[Any]:
     return v if isinstance(v, list) else []
 
 
 class _Builder:
-    def __init__(self, analysis: Any, config: DataPlaneConfig) -> None:
+    def __init__(self, analysis: Any, config: DataPlaneConfig, cache: BuildCache | None = None) -> None:
         self.a = analysis
+        self.cache = cache
+        self._recording: dict[str, bytes] | None = None  # secrets the route being built adds
+        self._new_actions: dict[str, Action] = {}  # and its actions
         self.index = analysis.index
         self.topo = analysis.topology
         self.config = config
@@ -455,15 +508,27 @@ class _Builder:
         rules_of: dict[tuple[str, str], list[MatchRule]] = {}
         routes = sorted(self.index.of_kind(GATEWAY_GROUP, "HTTPRoute"), key=lambda o: o.age_key)
         for route in routes:
+            nodes = list(self.topo.paths.get(route.ref, {}))
+            servers = [by_listener.get(lref) if lref is not None else None for lref in map(_listener_of, nodes)]
+            entry = self._cached(route, nodes, servers) if self.cache is not None else None
+            if entry is not None:
+                self.route_facts[route.ref] = _copy_fact(entry.fact)
+                self.actions.update(entry.actions)
+                for name, u in entry.upstreams.items():
+                    self.upstreams.setdefault(name, u)
+                self.secrets.update(entry.secrets)
+                built = entry.matches
+            else:
+                built = [None] * len(nodes)
+                self._recording = {}
+                self._new_actions = {}
             fact = self.route_facts.setdefault(route.ref, RouteFact())
             spec = _dict(route.spec)
-            for node in self.topo.paths.get(route.ref, {}):
-                lref = _listener_of(node)
-                server = by_listener.get(lref) if lref is not None else None
+            for i, (node, server) in enumerate(zip(nodes, servers)):
                 if server is None:
                     continue
-                fact.listeners.add(lref)
-                matches = None
+                fact.listeners.add(server.listener)
+                matches = built[i]
                 for host in route_hostnames(server.hostname, _list(spec.get("hostnames"))):
                     key = (server.id, host)
                     if key not in vhosts:
@@ -471,8 +536,15 @@ class _Builder:
                         vhosts[key] = vh
                         server.vhosts.append(vh)
                     if matches is None:
-                        matches = self._match_rules(route, node, server, fact)
+                        matches = built[i] = self._match_rules(route, node, server, fact)
                     rules_of.setdefault(key, []).extend(matches)
+            if entry is None and self.cache is not None:
+                actions = self._new_actions
+                used = {b.upstream for a in actions.values() for b in a.backends if b.upstream is not None}
+                self.cache.routes[route.ref] = _RouteEntry(
+                    self._inputs(route, nodes, servers), [_server_key(sv) for sv in servers], built,
+                    _copy_fact(fact), actions, {n: self.upstreams[n] for n in used}, self._recording or {})
+            self._recording = None
         # actions are shared by every vhost of a listener: build once per (listener, route); the
         # loop above rebuilt them per hostname, so de-duplicate by id
         for key, rules in rules_of.items():
@@ -480,6 +552,34 @@ class _Builder:
             for r in rules:
                 seen.setdefault((r.action.id, r.action.match), r)
             _locations(vhosts[key], list(seen.values()))
+
+    def _inputs(self, route: Any, nodes: list[PathNode], servers: list[Server | None]) -> list[Any]:
+        """The objects a route's part of the data plane is built from (see BuildCache)."""
+        out: list[Any] = [route]
+        eff = self._effective
+        for node, server in zip(nodes, servers):
+            out.append(node)
+            if server is None:
+                continue
+            stack = [node]
+            while stack:
+                n = stack.pop()
+                out.append(n)
+                out.append(eff.get(n.levels[-1], _NONE).get(n))
+                if n.children:
+                    stack.extend(n.children.values())
+        return out
+
+    def _cached(self, route: Any, nodes: list[PathNode], servers: list[Server | None]) -> _RouteEntry | None:
+        assert self.cache is not None
+        entry = self.cache.routes.get(route.ref)
+        if entry is not None and entry.servers == [_server_key(sv) for sv in servers]:
+            inputs = self._inputs(route, nodes, servers)
+            if len(inputs) == len(entry.inputs) and all(x is y for x, y in zip(inputs, entry.inputs)):
+                self.cache.hits += 1
+                return entry
+        self.cache.misses += 1
+        return None
 
     def _match_rules(self, route: Any, node: PathNode, server: Server, fact: RouteFact) -> list[MatchRule]:
         out: list[MatchRule] = []
@@ -506,7 +606,7 @@ class _Builder:
                                     backends, policyconf.with_route_fields(self.effective_at(rule_node.levels[-1], rule_node), rule),
                                     tuple(rule_node.levels))
                     self._check_action(action, fact)
-                    self.actions[aid] = action
+                    self.actions[aid] = self._new_actions[aid] = action
                 if ptype not in ("Exact", "PathPrefix") or not pvalue.startswith("/"):
                     msg = f"rule {ri} match {mi}: path type {ptype!r} value {pvalue!r} is not supported (Exact and PathPrefix are)"
                     if (ri, msg) not in fact.unsupported:
@@ -614,7 +714,10 @@ class _Builder:
             return None
         tls = backendtls.for_backend(results, self.index)
         if isinstance(tls, backendtls.TLSProfile):
-            self.secrets.update(tls.files())
+            files = tls.files()
+            self.secrets.update(files)
+            if self._recording is not None:
+                self._recording.update(files)
         return tls
 
     def _upstream(self, svc: Ref, port: int, endpoints: tuple[Endpoint, ...], eff: dict[str, dict[str, Any]],

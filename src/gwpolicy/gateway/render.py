@@ -71,21 +71,61 @@ class _State:
     system_ca: bool = False  # some backend verifies against the system store: its bundle goes to http
 
 
-def render(dp: DataPlane) -> dict[str, bytes]:
+@dataclass
+class _Rendered:
+    """One location as rendered: its text and what it added to the shared state."""
+
+    candidates: tuple[Any, ...]  # the MatchRules it was rendered from (held: compared by identity)
+    text: str
+    maps: dict[str, str]
+    splits: dict[str, str]
+    zones: set[Any]
+    system_ca: bool
+    named: list[tuple[str, str]]  # (name, block) of the named locations it used, in order
+
+
+class RenderCache:
+    """Rendered locations and upstreams, reused while they come from the same objects.
+
+    A location's text is a function of its server's id, its virtual host's id, its path and its
+    candidate MatchRules; an upstream's of its Upstream. The data plane's BuildCache hands out the
+    very same MatchRule and Upstream objects for what did not change, so comparing them by identity
+    finds what must be rendered again; the rest is copied, with what it added to the maps, zones
+    and named locations replayed in order (the output is the same bytes as a render without cache,
+    which tests/test_gateway_inplace.py checks)."""
+
+    def __init__(self) -> None:
+        self.locations: dict[tuple[str, str, bool, str], _Rendered] = {}
+        self.upstreams: dict[str, tuple[Any, str]] = {}
+        self.hits = 0
+        self.misses = 0
+        self.used: set[tuple[str, str, bool, str]] = set()
+
+    def clear(self) -> None:
+        self.locations.clear()
+        self.upstreams.clear()
+
+
+def render(dp: DataPlane, cache: RenderCache | None = None) -> dict[str, bytes]:
     with without_gc():
-        return _render(dp)
+        return _render(dp, cache)
 
 
-def _render(dp: DataPlane) -> dict[str, bytes]:
+def _render(dp: DataPlane, cache: RenderCache | None = None) -> dict[str, bytes]:
     st = _State()
+    if cache is not None:
+        cache.hits = cache.misses = 0
+        cache.used = set()
     servers: list[str] = []
     for s in sorted(dp.servers, key=lambda s: (s.address, s.port, s.hostname == "", s.hostname, s.id)):
-        servers.append(_server(s, dp, st))
+        servers.append(_server(s, dp, st, cache))
     defaults = _default_servers(dp)
     files: dict[str, bytes] = {}
     files["nginx.conf"] = _main(dp, st).encode()
     files["maps.conf"] = ("".join(st.maps[k] for k in sorted(st.maps)) + "".join(st.splits[k] for k in sorted(st.splits))).encode()
-    files["upstreams.conf"] = _upstreams(dp).encode()
+    files["upstreams.conf"] = _upstreams(dp, cache).encode()
+    if cache is not None and len(cache.locations) > 2 * len(cache.used) + 1000:  # virtual hosts renumbered, paths gone
+        cache.locations = {k: cache.locations[k] for k in cache.used}
     files["servers.conf"] = ("".join(servers) + defaults).encode()
     files.update(dp.secrets)
     return dict(sorted(files.items()))
@@ -130,19 +170,32 @@ def _main(dp: DataPlane, st: _State) -> str:
     return "".join(out)
 
 
-def _upstreams(dp: DataPlane) -> str:
+def _upstreams(dp: DataPlane, cache: RenderCache | None = None) -> str:
     out = []
     for name, u in dp.upstreams.items():
-        lines = [f"upstream {name} {{", f"    # Service {u.service.namespace}/{u.service.name} port {u.port}"]
-        params = f" {u.server_params}" if u.server_params else ""
-        for _ in range(max(1, u.peer_copies)):
-            for e in u.endpoints:
-                host = f"[{e.address}]" if ":" in e.address else e.address
-                lines.append(f"    server {host}:{e.port}{params};")
-        lines += [f"    {l}" for l in u.lines]
-        lines.append("}\n")
-        out.append("\n".join(lines) + "\n")
+        if cache is not None:
+            hit = cache.upstreams.get(name)
+            if hit is None or hit[0] is not u:
+                hit = cache.upstreams[name] = (u, _upstream(name, u))
+            out.append(hit[1])
+        else:
+            out.append(_upstream(name, u))
+    if cache is not None and len(cache.upstreams) > 2 * len(dp.upstreams) + 1000:
+        cache.upstreams = {n: cache.upstreams[n] for n in dp.upstreams}
     return "".join(out)
+
+
+def _upstream(name: str, u: Any) -> str:
+    """One `upstream {}` block."""
+    lines = [f"upstream {name} {{", f"    # Service {u.service.namespace}/{u.service.name} port {u.port}"]
+    params = f" {u.server_params}" if u.server_params else ""
+    for _ in range(max(1, u.peer_copies)):
+        for e in u.endpoints:
+            host = f"[{e.address}]" if ":" in e.address else e.address
+            lines.append(f"    server {host}:{e.port}{params};")
+    lines += [f"    {l}" for l in u.lines]
+    lines.append("}\n")
+    return "\n".join(lines) + "\n"
 
 
 def _default_servers(dp: DataPlane) -> str:
@@ -162,7 +215,7 @@ def _default_servers(dp: DataPlane) -> str:
     return "".join(out)
 
 
-def _server(s: Server, dp: DataPlane, st: _State) -> str:
+def _server(s: Server, dp: DataPlane, st: _State, cache: RenderCache | None = None) -> str:
     hostless = s.hostname == ""
     lines = [f"server {{", f"    # Gateway {s.gateway.namespace}/{s.gateway.name} listener {s.listener.section}",
              f"    listen {s.address}:{s.port}{' default_server' if hostless else ''}{' ssl' if s.protocol == 'HTTPS' else ''};",
@@ -187,11 +240,39 @@ def _server(s: Server, dp: DataPlane, st: _State) -> str:
             blocks.append(((uri.replace("/", "\0"), 0 if loc.exact else 1), v, loc))
     blocks.sort(key=lambda b: b[0])
     for _, v, loc in blocks:
-        lines.append(_location(s, v, loc, st, named_done))
+        lines.append(_location(s, v, loc, st, named_done) if cache is None else _location_cached(s, v, loc, st, named_done, cache))
     lines += st.named[s.id]
     lines += ["    location @gw_404 {", "        return 404;", "    }"]
     lines.append("}\n")
     return "\n".join(lines) + "\n"
+
+
+def _location_cached(s: Server, v: VirtualHost, loc: Location, st: _State, named_done: set[str],
+                     cache: RenderCache) -> str:
+    """_location, or the text it gave for the same candidates, with its additions to `st` replayed."""
+    key = (s.id, v.id, loc.exact, loc.path)
+    cache.used.add(key)
+    got = cache.locations.get(key)
+    cands = loc.candidates
+    if got is None or len(got.candidates) != len(cands) or any(x is not y for x, y in zip(got.candidates, cands)):
+        cache.misses += 1
+        sub = _State()
+        sub.named[s.id] = []
+        text = _location(s, v, loc, sub, set())
+        named = [(block.split(None, 2)[1], block) for block in sub.named[s.id]]
+        got = cache.locations[key] = _Rendered(tuple(cands), text, sub.maps, sub.splits, sub.zones, sub.system_ca, named)
+    else:
+        cache.hits += 1
+    st.maps.update(got.maps)
+    st.splits.update(got.splits)
+    st.zones |= got.zones
+    st.system_ca = st.system_ca or got.system_ca
+    mine = st.named[s.id]
+    for name, block in got.named:
+        if name not in named_done:
+            named_done.add(name)
+            mine.append(block)
+    return got.text
 
 
 def _location_uri(v: VirtualHost, loc: Location) -> str:

@@ -1,0 +1,223 @@
+"""`python -m gwpolicy.bench.gateway_edit`: how long an edit takes to reach traffic through the
+gateway's own reconcile (GatewayController.reconcile with NGINX, in one process, no API server).
+
+On the synthetic cluster of `gwpolicy bench gateway` with the gateway's policy kinds attached
+(`bench.gateway_policies`), every GatewayClass ours: the first full pass and NGINX start, then a
+policy edit (route-000000's TimeoutPolicy gets an override `readTimeout: 1s`: the first request
+NGINX cuts with 504 ends it) and a route edit (route-000000 sends to svc-edit: the first answer
+from the new backend ends it), each applied in place; then the same two edits through a full pass
+(`--full`: the state invalidated first, `nginx -t` before the reload, as before this path
+existed). Per edit: the reconcile's steps (CPU and wall), NGINX's CPU for the reload, wall time
+from the event to the first request that shows the change. Loopback only: Gateways in
+127.0.44.0/24, backends on 127.0.45.1, listener ports + --port-offset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gwpolicy.bench.gateway import _cert, gateway_cluster
+from gwpolicy.bench.gateway_policies import gateway_policies, policy_kinds
+
+ADDRESS_POOL = "127.0.44.0/24"
+BACKEND = "127.0.45.1"
+OURS = "gwpolicy.io/gateway-controller"
+
+
+def _cpu_of(pid: int | None) -> float:
+    """CPU seconds a live process used so far (the NGINX master parses the configuration on SIGHUP)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _get(server: tuple[str, int], host: str, path: str) -> tuple[int, str]:
+    import http.client
+
+    conn = http.client.HTTPConnection(*server, timeout=10)
+    try:
+        conn.request("GET", path, headers={"Host": host})
+        resp = conn.getresponse()
+        body = resp.read()
+        try:
+            return resp.status, json.loads(body).get("pod", "")
+        except ValueError:
+            return resp.status, ""
+    finally:
+        conn.close()
+
+
+def cluster(routes: int, workdir: Path, echo_a: Any, echo_b: Any) -> list[dict[str, Any]]:
+    base = list(gateway_cluster(routes, _cert(workdir), echo={"svc-000000": (echo_a.address, echo_a.port)}))
+    ns0 = next(o for o in base if o["kind"] == "HTTPRoute" and o["metadata"]["name"] == "route-000000")["metadata"]["namespace"]
+    base += [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc-edit", "namespace": ns0},
+              "spec": {"ports": [{"name": "http", "port": 8080}]}},
+             {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+              "metadata": {"name": "svc-edit", "namespace": ns0, "labels": {"kubernetes.io/service-name": "svc-edit"}},
+              "addressType": "IPv4", "ports": [{"name": "http", "port": echo_b.port}],
+              "endpoints": [{"addresses": [echo_b.address]}]}]
+    objs = base + policy_kinds() + gateway_policies(base)
+    for o in objs:
+        if o["kind"] == "GatewayClass":
+            o["spec"]["controllerName"] = OURS
+    return objs
+
+
+def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[str, Any]:
+    from gwpolicy.controller.kube import Kind
+    from gwpolicy.gateway.controller import DataPlaneDriver, GatewayController, GatewayOptions
+    from gwpolicy.gateway.echo import EchoServer
+    from gwpolicy.kinds import split_api_version
+
+    def kind_of(raw: dict[str, Any]) -> Kind:
+        group, version = split_api_version(raw.get("apiVersion", ""))
+        return Kind(group, version, raw["kind"], raw["kind"].lower() + "s", bool(raw["metadata"].get("namespace")))
+
+    echo_a = EchoServer("bench-a-x-y", "bench", address=BACKEND).start()
+    echo_b = EchoServer("bench-b-x-y", "bench", address=BACKEND).start()
+    state_dir = tempfile.mkdtemp(prefix=f"gwedit{routes}-", dir=workdir)
+    opts = GatewayOptions(controller_name=OURS, address_pool=ADDRESS_POOL, port_offset=port_offset,
+                          state_dir=state_dir, leader_election=False)
+    driver = DataPlaneDriver(opts)
+    assert driver.nginx is not None
+    driver.nginx.verify_timeout = 300
+    c = GatewayController(opts, driver)
+    row: dict[str, Any] = {"routes": routes, "load_average": [os.getloadavg()[0]]}
+    objs = cluster(routes, workdir, echo_a, echo_b)
+    row["objects"] = len(objs)
+
+    async def go() -> None:
+        for raw in objs:
+            await c.on_event("ADDED", kind_of(raw), copy.deepcopy(raw))
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        await c.reconcile()
+        if c.error:
+            raise RuntimeError(f"NGINX did not start at {routes} routes: {c.error}")
+        row["first_s"], row["first_cpu_s"], row["first_steps"] = time.perf_counter() - t0, time.process_time() - cpu0, c.last_reconcile
+        dp, _ = driver.build(c.state.analysis, c.state.epoch)
+        srv = next(s for s in dp.servers if s.listener.name == "gw-001" and s.listener.section == "http")
+        server, host = (srv.address, srv.port), "route-000000.example.com"
+        if _get(server, host, "/") != (200, "bench-a-x-y"):
+            raise RuntimeError(f"route-000000 before the edits: {_get(server, host, '/')}")
+
+        def edited(kind: str, name: str, fn: Any) -> dict[str, Any]:
+            key = next(k for k in c.objects if k[1] == kind and k[3] == name)
+            raw = copy.deepcopy(c.objects[key])
+            fn(raw)
+            raw["metadata"]["generation"] = raw["metadata"].get("generation", 1) + 1
+            return raw
+
+        async def edit(label: str, raw: dict[str, Any], shows: Any) -> None:
+            if full:
+                c.state.invalidate()
+                driver.nginx.test_reloads = True  # type: ignore[union-attr]
+            else:
+                driver.nginx.test_reloads = False  # type: ignore[union-attr]
+            nginx_cpu = _cpu_of(driver.nginx.pid)  # type: ignore[union-attr]
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)  # `nginx -t`, when it runs
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            await c.on_event("MODIFIED", kind_of(raw), copy.deepcopy(raw))
+            await c.reconcile()
+            applied, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+            if c.error:
+                raise RuntimeError(f"{label}: NGINX did not take it: {c.error}")
+            while True:  # the first request sent after the reconcile that shows the edit
+                sent = time.perf_counter()
+                if shows():
+                    break
+                if sent - t0 > 120:
+                    raise RuntimeError(f"{label}: traffic did not follow within 120 s")
+            row[label] = {"applied_s": applied, "cpu_s": cpu, "to_traffic_s": sent - t0,
+                          "nginx_cpu_s": _cpu_of(driver.nginx.pid) - nginx_cpu,  # type: ignore[union-attr]
+                          "nginx_t_cpu_s": _children_cpu() - (children.ru_utime + children.ru_stime),
+                          "steps": c.last_reconcile, "in_place": c.state.full_passes == passes,
+                          "build_hits": driver.build_cache.hits, "build_misses": driver.build_cache.misses,
+                          "render_hits": driver.render_cache.hits, "render_misses": driver.render_cache.misses}
+            row["load_average"].append(os.getloadavg()[0])
+
+        def timeout(raw: dict[str, Any]) -> None:
+            raw["spec"]["override"] = {"readTimeout": "1s"}
+
+        def backend(raw: dict[str, Any]) -> None:
+            for rule in raw["spec"]["rules"]:
+                rule["backendRefs"] = [{"group": "", "kind": "Service", "name": "svc-edit", "port": 8080, "weight": 1}]
+
+        passes = c.state.full_passes
+        await edit("policy_edit", edited("TimeoutPolicy", "route-000000-timeout", timeout),
+                   lambda: _get(server, host, "/?delay=1500ms")[0] == 504)
+        passes = c.state.full_passes
+        await edit("route_edit", edited("HTTPRoute", "route-000000", backend),
+                   lambda: _get(server, host, "/")[1] == "bench-b-x-y")
+
+    try:
+        asyncio.run(go())
+    finally:
+        driver.stop()
+        c.nginx_thread.shutdown(wait=True)
+        echo_a.stop()
+        echo_b.stop()
+    return row
+
+
+def report(rows: list[dict[str, Any]]) -> str:
+    head = ("| routes | path | edit | reconcile (CPU) | analysis | data plane + render | nginx (reload → serving) | NGINX master CPU "
+            "| `nginx -t` CPU | edit → traffic | routes / locations rebuilt |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        for label in ("policy_edit", "route_edit"):
+            e = r[label]
+            s = e["steps"]
+            analysis = next((k for k in s if k.startswith("analysis") and not k.endswith("cpu")), "analysis")
+            lines.append(f"| {r['routes']:,} | {'in place' if e['in_place'] else 'full pass'} | {label.split('_')[0]} "
+                         f"| {e['applied_s']:.2f} s ({e['cpu_s']:.2f} s) | {s.get(analysis, 0):.3f} s "
+                         f"| {s.get('data plane and render', 0):.3f} s | {s.get('nginx', 0):.2f} s | {e['nginx_cpu_s']:.2f} s "
+                         f"| {e.get('nginx_t_cpu_s', 0):.2f} s "
+                         f"| **{e['to_traffic_s']:.2f} s** | {e['build_misses']} / {e['render_misses']} |")
+    lines.append("")
+    lines.append("load average (1 min) at start and after each edit: "
+                 + "; ".join(f"{r['routes']:,}: " + ", ".join(f"{x:.1f}" for x in r["load_average"]) for r in rows))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m gwpolicy.bench.gateway_edit", description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="1000,10000", help="route counts, comma-separated")
+    p.add_argument("--full", action="store_true", help="also the same edits through a full pass (the path before)")
+    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gwpolicy-bench-edit"))
+    p.add_argument("--port-offset", type=int, default=44000, help="added to every listener port")
+    p.add_argument("--json", help="also write the figures to this file")
+    args = p.parse_args(argv)
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for n in (int(s) for s in args.sizes.split(",") if s):
+        for full in ((False, True) if args.full else (False,)):
+            print(f"gateway edits: {n} routes, {'full pass' if full else 'in place'}...", file=sys.stderr)
+            rows.append(measure(n, workdir, args.port_offset, full))
+    print(report(rows), end="")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,227 @@
+"""What the gateway derives from the cluster's objects, kept up to date in place.
+
+A full pass is: index the objects, compute the status facts (`status.gateway_facts`), turn the
+objects into the data plane's view of them (`status.dataplane_objects`: our Gateways keep only the
+listeners status accepts, routes only the parentRefs it accepts) and analyse that view. A change of
+one object is applied in place instead where that gives the same result:
+
+- a policy: the facts do not read policies and the view passes them through, so the change goes to
+  the engine as it is (`incremental.apply_change`);
+- an HTTPRoute: its own facts are computed again (nothing else's facts read a route, except the
+  `attachedRoutes` counts of the listeners it was or is attached to), and its new view goes to
+  `apply_change`;
+- any other kind goes to `apply_change` too; when the engine takes it in place, the facts are
+  computed again from a fresh index and every Gateway and route whose view changed goes to
+  `apply_change` as well.
+
+Whenever `apply_change` answers None (only a full analysis can say), the next `refresh` runs the
+full pass. Property tests (tests/test_gateway_inplace.py) hold that the result renders the same
+files and the same status as the full pass.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any, Callable, Mapping
+
+from gwpolicy.analysis import Analysis, analyse
+from gwpolicy.grants import ReferenceGrants
+from gwpolicy.incremental import apply_change, prepare, replace_object
+from gwpolicy.kinds import split_api_version
+from gwpolicy.model import ObjectIndex, build_index
+from gwpolicy.refs import GATEWAY_GROUP, Ref
+from gwpolicy.gateway.status import Facts, _route, dataplane_objects, gateway_facts
+
+Key = tuple[str, str, str, str]
+
+
+def object_key(raw: dict[str, Any]) -> Key:
+    group, _ = split_api_version(raw.get("apiVersion", ""))
+    meta = raw.get("metadata") or {}
+    return (group, raw.get("kind", ""), meta.get("namespace") or "", meta.get("name") or "")
+
+
+def key_ref(key: Key) -> Ref:
+    return Ref(key[0], key[1], key[2] or None, key[3])
+
+
+_VIEWED = ("Gateway", "HTTPRoute")  # the kinds dataplane_objects may change
+
+
+class GatewayState:
+    """The objects (`objects`, shared with the controller, which fills it), the index and facts
+    status is computed from, and the analysis of the data plane's view; `changed` records a change,
+    `refresh` brings everything up to date."""
+
+    def __init__(self, objects: dict[Key, dict[str, Any]], controller: str,
+                 kind_checks: Mapping[Any, Callable[[dict[str, Any]], str | None]] | None = None) -> None:
+        self.objects = objects
+        self.controller = controller
+        self.kind_checks = kind_checks
+        self.index: ObjectIndex | None = None
+        self.grants: ReferenceGrants | None = None
+        self.facts: Facts | None = None
+        self.analysis: Analysis | None = None
+        self.views: dict[Ref, dict[str, Any]] = {}  # Gateway/HTTPRoute -> the copy the analysis holds
+        self.pending: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+        self.stale = True
+        self.full_passes = 0
+        self.in_place = 0  # changes applied in place
+        #: bumped whenever something other than a policy or a route changed: the data plane's
+        #: caches (gateway/cache.py) key on routes, policies and paths only
+        self.epoch = 0
+        self.last_fallback: str | None = None  # the change that needed the full pass, for the log
+
+    # ---------- changes ----------
+    def changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """An object created (`old` None), changed or deleted (`new` None)."""
+        if self.stale:
+            return
+        raw = old if old is not None else new
+        if raw is None:
+            return
+        self.pending.append((raw, new))
+
+    def invalidate(self) -> None:
+        self.stale = True
+        self.pending.clear()
+
+    def refresh(self) -> set[Ref] | None:
+        """Everything up to date; the objects whose status may have changed, or None after a full
+        pass (then every object of ours must be looked at)."""
+        if self.stale or self.analysis is None:
+            self._full()
+            return None
+        changes, self.pending = self.pending, []
+        touched: set[Ref] = set()
+        for raw, new in changes:
+            got = self._apply(raw, new)
+            if got is None:
+                self.last_fallback = f"{raw.get('kind')} {object_key(raw)[2]}/{object_key(raw)[3]}"
+                self._full()
+                return None
+            self.in_place += 1
+            touched |= got
+        return touched
+
+    # ---------- the full pass ----------
+    def _full(self) -> None:
+        self.pending.clear()
+        self.analysis = None  # let the previous one go before the next is built
+        was = gc.isenabled()
+        gc.disable()  # an analysis allocates millions of objects and makes no cycles worth a collection
+        try:
+            raws = list(self.objects.values())
+            self.index = build_index(raws)
+            self.grants = ReferenceGrants(self.index)
+            self.facts = gateway_facts(self.index, self.controller, self.grants)
+            view = dataplane_objects(raws, self.facts)
+            self.views = {}
+            for raw in view:
+                if raw.get("kind") in _VIEWED:
+                    self.views[key_ref(object_key(raw))] = raw
+            self.analysis = analyse(view, controller=self.controller, kind_checks=self.kind_checks)
+            prepare(self.analysis)
+            self.analysis._effective_by_target()  # the data plane reads it
+        finally:
+            if was:
+                gc.enable()
+        self.stale = False
+        self.full_passes += 1
+        self.epoch += 1
+
+    # ---------- one change in place ----------
+    def _apply(self, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
+        a, index, facts = self.analysis, self.index, self.facts
+        assert a is not None and index is not None and facts is not None
+        key = object_key(raw)
+        ref = key_ref(key)
+        if (ref.group, ref.kind) in a.kinds:  # a policy: facts and view are untouched by it
+            got = apply_change(a, raw, new)
+            if got is not None:
+                replace_object(index, ref, new)
+            return got
+        if ref.group == GATEWAY_GROUP and ref.kind == "HTTPRoute":
+            return self._route(ref, raw, new)
+        if ref.group == GATEWAY_GROUP and ref.kind in _VIEWED:  # a Gateway: its view needs the new facts
+            self._rebuild_facts()
+            new_view = dataplane_objects([new], self.facts)[0] if new is not None else None
+            got = apply_change(a, self.views.get(ref, raw), new_view)
+            if got is None:
+                return None
+            if new_view is None:
+                self.views.pop(ref, None)
+            else:
+                self.views[ref] = new_view
+            return self._rediff(got | {ref})
+        got = apply_change(a, raw, new)
+        if got is None:
+            return None
+        self._rebuild_facts()
+        return self._rediff(got)
+
+    def _route(self, ref: Ref, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
+        a, index, facts = self.analysis, self.index, self.facts
+        assert a is not None and index is not None and facts is not None and self.grants is not None
+        replace_object(index, ref, new)
+        before = facts.routes.get(ref)
+        obj = index.by_ref.get(ref)
+        rf = _route(obj, facts, index, self.grants) if obj is not None else None
+        if rf is None:
+            facts.routes.pop(ref, None)
+        elif before is not None:
+            facts.routes[ref] = rf  # keeps its place
+        else:  # the order gateway_facts gives (the index's)
+            facts.routes[ref] = rf
+            facts.routes = {o.ref: facts.routes[o.ref] for o in index.of_kind(GATEWAY_GROUP, "HTTPRoute")
+                            if o.ref in facts.routes}
+        gateways = {p.gateway for p in (before.parents if before else [])} | {p.gateway for p in (rf.parents if rf else [])}
+        for g in gateways:
+            gf = facts.gateways.get(g)
+            if gf is not None:
+                for lf in gf.listeners.values():
+                    lf.attached_routes = len(facts.attached(g, lf.name))
+        old_view = self.views.get(ref, raw)
+        new_view = dataplane_objects([new], facts)[0] if new is not None else None
+        if new_view is None:
+            self.views.pop(ref, None)
+        else:
+            self.views[ref] = new_view
+        got = apply_change(a, old_view, new_view)
+        if got is None:
+            return None
+        backends = {b.ref for f in (before, rf) if f is not None for b in f.backends if b.ref is not None}
+        return got | {ref} | gateways | backends  # the policies on its backends may reach other Gateways now
+
+    def _rebuild_facts(self) -> None:
+        self.epoch += 1
+        self.index = build_index(list(self.objects.values()))
+        self.grants = ReferenceGrants(self.index)
+        self.facts = gateway_facts(self.index, self.controller, self.grants)
+
+    def _rediff(self, touched: set[Ref]) -> set[Ref] | None:
+        """After a change of another kind that the engine took in place (facts computed again):
+        every Gateway and route whose view changed is applied too."""
+        a = self.analysis
+        assert a is not None and self.facts is not None
+        raws = [r for r in self.objects.values() if r.get("kind") in _VIEWED]
+        out = set(touched)
+        seen: set[Ref] = set()
+        for raw in dataplane_objects(raws, self.facts):
+            ref = key_ref(object_key(raw))
+            seen.add(ref)
+            before = self.views.get(ref)
+            if before is raw or before == raw:
+                self.views[ref] = raw
+                continue
+            got = apply_change(a, before if before is not None else raw, raw)
+            if got is None:
+                return None
+            self.views[ref] = raw
+            out |= got | {ref}
+        for ref in [r for r in self.views if r not in seen]:
+            got = apply_change(a, self.views.pop(ref), None)
+            if got is None:
+                return None
+            out |= got | {ref}
+        return out

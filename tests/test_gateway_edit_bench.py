@@ -1,0 +1,44 @@
+"""`python -m gwpolicy.bench.gateway_edit` on a small cluster, through real NGINX on loopback
+(127.0.44.0/24, backends on 127.0.45.1): both edits reach traffic, in place, rebuilding one route;
+through the full pass, everything."""
+
+from __future__ import annotations
+
+import random
+import socket
+
+import pytest
+
+from gateway_kit import have_nginx
+from gwpolicy.bench import gateway_edit
+
+pytestmark = pytest.mark.skipif(not have_nginx(), reason="NGINX is not installed (./dev test installs it)")
+
+
+def free_offset() -> int:
+    """A port offset at which the listeners' ports (80, 443, 8080) are free on the Gateways' addresses."""
+    for _ in range(50):
+        offset = random.randrange(20000, 50000)
+        try:
+            for addr in ("127.0.44.1", "127.0.44.2"):
+                for port in (80, 443, 8080):
+                    with socket.socket() as s:
+                        s.bind((addr, port + offset))
+        except OSError:
+            continue
+        return offset
+    raise AssertionError("no free ports")
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_edits_reach_traffic(tmp_path, full: bool) -> None:
+    row = gateway_edit.measure(20, tmp_path, free_offset(), full)
+    for label in ("policy_edit", "route_edit"):
+        e = row[label]
+        assert e["in_place"] is not full, label
+        assert e["to_traffic_s"] < 30
+        if full:
+            assert e["build_misses"] == 20 and e["build_hits"] == 0
+        else:
+            assert (e["build_misses"], e["build_hits"]) == (1, 19), label
+    assert "| 20 |" in gateway_edit.report([row])
