@@ -23,7 +23,7 @@ from itertools import chain
 from typing import Any
 
 from gwpolicy.analysis import Analysis, _level_entry, policies_by_kind
-from gwpolicy.attach import resolve_targets
+from gwpolicy.attach import TargetOutcome, resolve_targets
 from gwpolicy.effective import EffectivePolicy
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.kinds import ROUTE_KINDS, split_api_version
@@ -32,7 +32,7 @@ from gwpolicy.policies import TARGET_FIELDS, Policy, PolicyKind, parse_policy
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.shapes import list_map_problem, object_problem
 from gwpolicy.topology import PathNode, Topology, _listeners, _service_ports, attach_route, extend, namespace_ref, \
-    parent_gateway
+    parent_gateway, parent_listeners
 
 
 def replace_object(index: ObjectIndex, ref: Ref, raw: dict[str, Any] | None) -> Obj | None:
@@ -671,7 +671,7 @@ def _finish(a: Analysis, edit: _Edit, obj: Ref, reresolve: set[Ref], policies: s
     check.add(obj)
     again = set(policies).union(*(a.policies_declaring(o) for o in reresolve | moved))
     for pref in sorted(again, key=Ref.sort_key):
-        sub = update_policy(a, pref, a.index.by_ref[pref].raw)
+        sub = resolve_again(a, pref)
         if sub is None:
             return None
         check |= sub
@@ -680,6 +680,30 @@ def _finish(a: Analysis, edit: _Edit, obj: Ref, reresolve: set[Ref], policies: s
     a._status = a._status_by_ref = a._affects = a._by_target = None
     a._effective = None
     return check
+
+
+def resolve_again(a: Analysis, ref: Ref) -> set[Ref] | None:
+    """A policy whose targets may have appeared or gone, resolved again: when every targetRef
+    resolves as before, nothing it gives changes (its status may: it is to be checked); else it is
+    updated as if it had been edited."""
+    policy = a.policies.get(ref)
+    if policy is not None:
+        topo = a.topology
+        paths_before = len(topo.paths)
+        outs = resolve_targets(policy, a.index, topo, ReferenceGrants(a.index) if _needs_grants(policy) else _NO_GRANTS)
+        if len(topo.paths) != paths_before:
+            return None  # it targets an object the hierarchy did not hold (S1.4): analyse it all
+        if _same_resolution(outs, a.outcomes.get(ref, [])):
+            return {ref}
+    return update_policy(a, ref, a.index.by_ref[ref].raw)
+
+
+def _same_resolution(new: list[TargetOutcome], old: list[TargetOutcome]) -> bool:
+    """The same targets, attached alike; those not attached refused for the same reason, in the same words."""
+    return len(new) == len(old) and all(
+        n.declared == o.declared and n.attached == o.attached and n.field == o.field
+        and (n.attached or (n.reason, n.message, n.in_scope) == (o.reason, o.message, o.in_scope))
+        for n, o in zip(new, old))
 
 
 def _known_namespace(a: Analysis, ref: Ref) -> bool:
@@ -704,9 +728,8 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
         replace_object(index, ref, raw)
         _forget_object(a, edit, ref)
         return _finish(a, edit, ref, set())
-    routes = route_index(a).routes_naming(ref)
-    for r in routes:
-        edit.take_route(r)
+    naming = route_index(a).routes_naming(ref)
+    above = {r: _listener_nodes_above(topo, r, ref) for r in naming}
     for t in [ref] + [ref.with_section(s) for s in topo.sections.pop(ref, [])]:
         for n in list(topo.paths.get(t, ())):
             edit.remove(t, n)
@@ -724,13 +747,41 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
             lref = ref.with_section(l["name"])
             edit.add(lref, gw_path.child(lref))
     _forget_object(a, edit, ref)
-    grants = ReferenceGrants(index)
-    for r in routes:
-        robj = index.by_ref.get(r)
-        if robj is not None:
-            edit.put_route(robj, grants)
+    # only the routes whose listeners on this Gateway change (a listener added that no route names
+    # moves nothing) are derived again
+    routes = [r for r in naming if index.by_ref.get(r) is None
+              or _listener_nodes_now(a, index.by_ref[r], ref) != above[r]]
+    edit.derive_routes(routes)
     edit.settle_backends()
     return _finish(a, edit, ref, {ref})
+
+
+def _listener_nodes_above(topo: Topology, route: Ref, gw: Ref) -> set[PathNode]:
+    """The listener path nodes of the Gateway the route's paths hang from."""
+    out: set[PathNode] = set()
+    for n in topo.paths.get(route, ()):
+        p = n.parent
+        if p is not None and p.level is not None and p.level.kind == "Namespace" and p.level.group == CORE_GROUP:
+            p = p.parent  # a route in another namespace than the Gateway's: its Namespace level first
+        if p is not None and p.level is not None and p.level.section is not None and p.level.object == gw:
+            out.add(p)
+    return out
+
+
+def _listener_nodes_now(a: Analysis, route: Obj, gw: Ref) -> set[PathNode]:
+    """The listener path nodes of the Gateway (as it is now) the route attaches to (S1.3)."""
+    topo, index = a.topology, a.index
+    gw_obj = index.by_ref.get(gw)
+    out: set[PathNode] = set()
+    if gw_obj is None:
+        return out
+    for pref in topo.route_parents.get(route.ref, []):
+        if parent_gateway(route, pref) != gw:
+            continue
+        attached, _ = parent_listeners(route, pref, gw_obj, topo.listeners_of.get(gw, []), index)
+        for l in attached:
+            out.update(topo.paths.get(gw.with_section(l["name"]), ()))
+    return out
 
 
 def _gateway_shape(raw: dict[str, Any]) -> Any:
