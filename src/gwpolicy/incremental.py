@@ -24,7 +24,7 @@ from typing import Any
 
 from gwpolicy.analysis import Analysis, _level_entry, policies_by_kind
 from gwpolicy.attach import TargetOutcome, resolve_targets
-from gwpolicy.effective import EffectivePolicy
+from gwpolicy.effective import EffectivePolicy, KindKey, Result
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.kinds import ROUTE_KINDS, split_api_version
 from gwpolicy.model import Obj, ObjectIndex
@@ -167,7 +167,7 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
             a.attached.pop(key, None)
             a.entries.pop(key, None)
         _reindex_level(a, kk, level)
-    check |= _recompute_below(a, touched_levels)
+    check |= _recompute_below(a, touched_levels, kind=kk)
     a._status = None
     a._status_by_ref = None
     a._affects = None
@@ -239,9 +239,11 @@ def nodes_at(a: Analysis) -> dict[Ref, dict[PathNode, None]]:
     return idx
 
 
-def _recompute_below(a: Analysis, levels: set[Ref], dirty: set[Ref] = frozenset()) -> set[Ref]:  # type: ignore[assignment]
+def _recompute_below(a: Analysis, levels: set[Ref], dirty: set[Ref] = frozenset(),  # type: ignore[assignment]
+                     kind: KindKey | None = None) -> set[Ref]:
     """New summaries and effective policies for every node at or below the levels; objects whose
-    affecting policies changed (`dirty`: owners to check in any case)."""
+    affecting policies changed (`dirty`: owners to check in any case). `kind`: only the entries of
+    that policy kind changed, so only its results are computed again."""
     idx = nodes_at(a)
     seen: set[int] = set()
     nodes: list[PathNode] = []
@@ -255,7 +257,97 @@ def _recompute_below(a: Analysis, levels: set[Ref], dirty: set[Ref] = frozenset(
             nodes.append(n)
             if n.children:
                 stack.extend(n.children.values())
+    if kind is not None:
+        return _recompute_kind(a, nodes, kind, dirty)
     return _recompute_nodes(a, nodes, dirty)
+
+
+def _recompute_kind(a: Analysis, nodes: list[PathNode], kk: KindKey, dirty: set[Ref]) -> set[Ref]:
+    """`_recompute_nodes` after a change to the entries of one policy kind only (a policy created,
+    edited or deleted): the other kinds' results on these paths stand, so each path's result of
+    that kind alone is computed again and put in place of the one it had, and an owner is looked at
+    again only when the policies of that kind these paths bring differ from before (a value edit of
+    a namespace-wide policy changes thousands of results and no owner's affecting policies)."""
+    for n in nodes:
+        n.summary = None
+    ev = a.evaluator
+    summary, evaluate = ev.summary, ev.evaluate_node
+    kind = a.kinds[kk]
+    only = (kk,)
+    by = a._by_effective_target
+    assert by is not None
+    paths = a.topology.paths
+    per_target: dict[Ref, list[PathNode]] = {}
+    for n in nodes:
+        target = n.level
+        if target is not None and n in paths.get(target, ()):
+            per_target.setdefault(target, []).append(n)
+    owners: set[Ref] = set(dirty)
+    for target, fresh_nodes in per_target.items():
+        per_path = by.get(target)
+        if per_path is None:
+            per_path = by[target] = {}
+        before: dict[int, Result] = {}
+        after: dict[int, Result] = {}
+        added = False
+        for n in fresh_nodes:
+            eps = per_path.get(n)
+            old_i = -1
+            if eps:
+                for i, ep in enumerate(eps):
+                    if ep.kind.key == kk:
+                        old_i = i
+                        before[id(ep.result)] = ep.result
+                        break
+            res = None
+            if kk in summary(n).kinds:
+                res = evaluate(target, n, only)[0][1]
+                if res.leaves:
+                    after[id(res)] = res
+                else:
+                    res = None
+            if old_i >= 0:
+                if res is None:
+                    del eps[old_i]  # type: ignore[union-attr]
+                    if not eps:
+                        del per_path[n]
+                elif eps[old_i].result is not res:  # type: ignore[index]
+                    eps[old_i] = EffectivePolicy(target, n, kind, res)  # type: ignore[index]
+            elif res is not None:
+                ep = EffectivePolicy(target, n, kind, res)
+                if eps:
+                    at = next((i for i, e in enumerate(eps) if e.kind.key > kk), len(eps))
+                    eps.insert(at, ep)
+                else:
+                    added = True
+                    per_path[n] = [ep]
+        if added:  # paths that had no effective policy before: the order a full analysis gives
+            order = {node: i for i, node in enumerate(paths[target])}
+            by[target] = per_path = dict(sorted(per_path.items(), key=lambda kv: order.get(kv[0], 0)))
+        if not per_path:
+            by.pop(target, None)
+        if before.keys() != after.keys() and _policies_of(before) != _policies_of(after):
+            owners.add(target.object)
+    a._effective = None
+    changed: set[Ref] = set()
+    affected = a.affected
+    for owner in owners:
+        targets = [owner] + [owner.with_section(s) for s in a.topology.sections.get(owner, [])]
+        now = policies_by_kind(chain.from_iterable(eps for t in targets for eps in by.get(t, {}).values()))
+        if now != affected.get(owner, {}):
+            changed.add(owner)
+            if now:
+                affected[owner] = now
+            else:
+                affected.pop(owner, None)
+    return changed
+
+
+def _policies_of(results: dict[int, Result]) -> frozenset[Ref]:
+    out: frozenset[Ref] = frozenset()
+    for res in results.values():
+        out |= res.policies
+    return out
 
 
 def _recompute_nodes(a: Analysis, nodes: list[PathNode], dirty: set[Ref] = frozenset(),  # type: ignore[assignment]
