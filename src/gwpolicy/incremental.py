@@ -167,7 +167,7 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
             a.attached.pop(key, None)
             a.entries.pop(key, None)
         _reindex_level(a, kk, level)
-    check |= _recompute_below(a, touched_levels, kind=kk)
+    check |= _recompute_below(a, touched_levels, kk)
     a._status = None
     a._status_by_ref = None
     a._affects = None
@@ -239,11 +239,9 @@ def nodes_at(a: Analysis) -> dict[Ref, dict[PathNode, None]]:
     return idx
 
 
-def _recompute_below(a: Analysis, levels: set[Ref], dirty: set[Ref] = frozenset(),  # type: ignore[assignment]
-                     kind: KindKey | None = None) -> set[Ref]:
-    """New summaries and effective policies for every node at or below the levels; objects whose
-    affecting policies changed (`dirty`: owners to check in any case). `kind`: only the entries of
-    that policy kind changed, so only its results are computed again."""
+def _recompute_below(a: Analysis, levels: set[Ref], kind: KindKey) -> set[Ref]:
+    """New summaries and effective policies of one policy kind (the one whose entries at these
+    levels changed) for every node at or below the levels; objects whose affecting policies changed."""
     idx = nodes_at(a)
     seen: set[int] = set()
     nodes: list[PathNode] = []
@@ -257,12 +255,10 @@ def _recompute_below(a: Analysis, levels: set[Ref], dirty: set[Ref] = frozenset(
             nodes.append(n)
             if n.children:
                 stack.extend(n.children.values())
-    if kind is not None:
-        return _recompute_kind(a, nodes, kind, dirty)
-    return _recompute_nodes(a, nodes, dirty)
+    return _recompute_kind(a, nodes, kind)
 
 
-def _recompute_kind(a: Analysis, nodes: list[PathNode], kk: KindKey, dirty: set[Ref]) -> set[Ref]:
+def _recompute_kind(a: Analysis, nodes: list[PathNode], kk: KindKey) -> set[Ref]:
     """`_recompute_nodes` after a change to the entries of one policy kind only (a policy created,
     edited or deleted): the other kinds' results on these paths stand, so each path's result of
     that kind alone is computed again and put in place of the one it had, and an owner is looked at
@@ -282,7 +278,7 @@ def _recompute_kind(a: Analysis, nodes: list[PathNode], kk: KindKey, dirty: set[
         target = n.level
         if target is not None and n in paths.get(target, ()):
             per_target.setdefault(target, []).append(n)
-    owners: set[Ref] = set(dirty)
+    owners: set[Ref] = set()
     for target, fresh_nodes in per_target.items():
         per_path = by.get(target)
         if per_path is None:
@@ -350,43 +346,48 @@ def _policies_of(results: dict[int, Result]) -> frozenset[Ref]:
     return out
 
 
-def _recompute_nodes(a: Analysis, nodes: list[PathNode], dirty: set[Ref] = frozenset(),  # type: ignore[assignment]
-                     lost: dict[Ref, list[EffectivePolicy]] | None = None, in_order: bool = True) -> set[Ref]:
-    """New summaries and effective policies for these nodes (each listed once, parents before
-    children or not: summaries are derived on demand); objects whose affecting policies changed.
-    `dirty`: owners to check in any case; `lost`: the effective policies of paths the caller took
-    away, by owner (when the new paths bring at least their policies, the owner is not rescanned);
-    `in_order`: keep a target's paths in the order a full analysis lists them (a route change lists a
-    backend's paths as routes reach it in any case: sorting its thousands of paths would buy nothing)."""
+def _recompute_nodes(a: Analysis, nodes: list[PathNode], lost: dict[Ref, list[EffectivePolicy]],
+                     in_order: bool = False) -> set[Ref]:
+    """New summaries and effective policies (every kind) for these nodes (each listed once, parents
+    before children or not: summaries are derived on demand); objects whose affecting policies
+    changed. `lost`: the effective policies of paths the caller took away, by owner (when the new
+    paths bring at least their policies, the owner is not rescanned: what it had, plus what they
+    bring); `in_order`: keep a target's paths in the order a full analysis lists them (a route
+    change lists a backend's paths as routes reach it in any case: sorting its thousands of paths
+    would buy nothing)."""
     for n in nodes:
         n.summary = None
     by = a._by_effective_target
     assert by is not None
     paths = a.topology.paths
     kinds = a.kinds
+    evaluate = a.evaluator.evaluate_node
     per_target: dict[Ref, list[PathNode]] = {}
     for n in nodes:
         target = n.level
         if target is not None and n in paths.get(target, ()):  # a Namespace level inside a path is no target's path
             per_target.setdefault(target, []).append(n)
-    owners: set[Ref] = set(dirty)
-    gone: dict[Ref, list[EffectivePolicy]] = {o: list(eps) for o, eps in (lost or {}).items()}
+    gone: dict[Ref, list[EffectivePolicy]] = {o: list(eps) for o, eps in lost.items()}
     gained: dict[Ref, list[EffectivePolicy]] = {}
     for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
-        fresh: dict[PathNode, list[EffectivePolicy]] = {
-            n: [EffectivePolicy(target, n, kinds[kk], res) for kk, res in a.evaluator.evaluate_node(target, n) if res.leaves]
-            for n in fresh_nodes}
         per_path = by.get(target)
         if per_path is None:
             per_path = by[target] = {}
-        replaced = [ep for n in fresh for ep in per_path.get(n, ())]
+        replaced: list[EffectivePolicy] = []
+        brought: list[EffectivePolicy] = []
         added = False
-        for n, eps in fresh.items():
+        for n in fresh_nodes:
+            eps = [EffectivePolicy(target, n, kinds[kk], res) for kk, res in evaluate(target, n) if res.leaves]
+            old = per_path.get(n)
+            if old:
+                replaced.extend(old)
             if eps:
-                added = added or n not in per_path
+                if old is None:
+                    added = True
                 per_path[n] = eps  # an existing path keeps its place
-            else:
-                per_path.pop(n, None)
+                brought.extend(eps)
+            elif old is not None:
+                del per_path[n]
         if added and in_order:  # paths that had no effective policy before: the order a full analysis gives
             order = {node: i for i, node in enumerate(paths[target])}
             by[target] = per_path = dict(sorted(per_path.items(), key=lambda kv: order.get(kv[0], 0)))
@@ -394,24 +395,27 @@ def _recompute_nodes(a: Analysis, nodes: list[PathNode], dirty: set[Ref] = froze
             by.pop(target, None)
         # the policies the owner's other paths bring stay; if these paths bring the same ones as
         # before, what affects the owner is unchanged (a Service behind many routes: no rescan)
-        if policies_by_kind(replaced) != policies_by_kind(chain.from_iterable(fresh.values())):
-            owners.add(target.object)
-            gone.setdefault(target.object, []).extend(replaced)
-            gained.setdefault(target.object, []).extend(chain.from_iterable(fresh.values()))
+        if not replaced:  # new paths only: the owner gets what they bring (looked at once per owner, below)
+            if brought:
+                gained.setdefault(target.object, []).extend(brought)
+        elif policies_by_kind(replaced) != policies_by_kind(brought):
+            owner = target.object
+            gone.setdefault(owner, []).extend(replaced)
+            gained.setdefault(owner, []).extend(brought)
     a._effective = None
     changed: set[Ref] = set()
     affected = a.affected  # computed from scratch the first time, then kept up to date here
-    for owner in owners:
+    for owner in gone.keys() | gained.keys():
         before = affected.get(owner, {})
-        if owner in gone:
-            # what the owner loses, it gets back from the new paths: it keeps all it had, plus what they bring
-            lost_kinds, got = policies_by_kind(gone[owner]), policies_by_kind(gained.get(owner, ()))
-            if all(refs <= got.get(kk, set()) for kk, refs in lost_kinds.items()):
-                now = {kk: before.get(kk, set()) | got.get(kk, set()) for kk in set(before) | set(got)}
-                if now != before:
-                    changed.add(owner)
-                    affected[owner] = now
-                continue
+        # what the owner loses, it gets back from the new paths: it keeps all it had, plus what they bring
+        lost_kinds = policies_by_kind(gone[owner]) if gone.get(owner) else {}
+        got = policies_by_kind(gained.get(owner, ()))
+        if all(refs <= got.get(kk, set()) for kk, refs in lost_kinds.items()):
+            now = {kk: before.get(kk, set()) | got.get(kk, set()) for kk in set(before) | set(got)}
+            if now != before:
+                changed.add(owner)
+                affected[owner] = now
+            continue
         targets = [owner] + [owner.with_section(s) for s in a.topology.sections.get(owner, [])]
         now = policies_by_kind(chain.from_iterable(eps for t in targets for eps in by.get(t, {}).values()))
         if now != affected.get(owner, {}):
@@ -669,7 +673,6 @@ class _Edit:
         idx = nodes_at(a)
         fresh: list[PathNode] = []
         lost: dict[Ref, list[EffectivePolicy]] = {}
-        trimmed: set[Ref] = set()
         changed: set[Ref] = set()
         moved: set[Ref] = set()
         for t, before in self.before.items():
@@ -695,7 +698,6 @@ class _Edit:
                     eps = per_path.pop(n, None)
                     if eps:
                         lost.setdefault(t.object, []).extend(eps)
-                        trimmed.add(t.object)
                 if not per_path:
                     del by[t]
         for n in fresh:  # the node index: new nodes, and the Namespace levels above them they brought
@@ -709,7 +711,7 @@ class _Edit:
         self._prune(idx)
         known = set(fresh)
         fresh += [n for n in self.refresh if n not in known and n in paths.get(n.level, ())]  # type: ignore[arg-type]
-        check = _recompute_nodes(a, fresh, trimmed, lost, in_order=False)
+        check = _recompute_nodes(a, fresh, lost)
         affected = a.affected
         for t in changed:  # owners whose every path went away
             owner = t.object
@@ -821,6 +823,8 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
         _forget_object(a, edit, ref)
         return _finish(a, edit, ref, set())
     naming = route_index(a).routes_naming(ref)
+    old_listeners = {l["name"]: l for l in topo.listeners_of.get(ref, [])}
+    old_node = next(iter(topo.paths.get(ref, ())), None)
     above = {r: _listener_nodes_above(topo, r, ref) for r in naming}
     for t in [ref] + [ref.with_section(s) for s in topo.sections.pop(ref, [])]:
         for n in list(topo.paths.get(t, ())):
@@ -841,11 +845,27 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
     _forget_object(a, edit, ref)
     # only the routes whose listeners on this Gateway change (a listener added that no route names
     # moves nothing) are derived again
+    new_listeners = {l["name"]: l for l in topo.listeners_of.get(ref, [])}
+    if next(iter(topo.paths.get(ref, ())), None) is old_node:  # same class: only listeners changed
+        changed = {n for n in old_listeners.keys() | new_listeners.keys() if old_listeners.get(n) != new_listeners.get(n)}
+        naming = [r for r in naming if _may_attach_to(a, r, ref, changed)]
     routes = [r for r in naming if index.by_ref.get(r) is None
               or _listener_nodes_now(a, index.by_ref[r], ref) != above[r]]
     edit.derive_routes(routes)
     edit.settle_backends()
     return _finish(a, edit, ref, {ref})
+
+
+def _may_attach_to(a: Analysis, route: Ref, gw: Ref, listeners: set[str]) -> bool:
+    """Could one of these listeners of the Gateway be a parent of the route (a parentRef to the
+    Gateway without a sectionName, or naming one of them)?"""
+    obj = a.index.by_ref.get(route)
+    if obj is None:
+        return True
+    for pref in a.topology.route_parents.get(route, []):
+        if (pref.get("sectionName") is None or pref.get("sectionName") in listeners) and parent_gateway(obj, pref) == gw:
+            return True
+    return False
 
 
 def _listener_nodes_above(topo: Topology, route: Ref, gw: Ref) -> set[PathNode]:
@@ -899,6 +919,10 @@ def update_service(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
         _forget_object(a, edit, ref)
         return _finish(a, edit, ref, set())
     routes = route_index(a).routes_naming(ref)
+    if old is not None and raw is not None:  # its ports changed: only routes whose backendRefs pick other ports
+        before, after = _service_ports(old), _service_ports(Obj(raw, ref, "", ""))
+        routes = [r for r in routes if r not in index.by_ref or any(
+            _picked(before, port) != _picked(after, port) for port in _ports_asked(index.by_ref[r], ref))]
     for r in routes:
         edit.take_route(r)
     standalone = extend(topo.root, ref)
@@ -923,6 +947,23 @@ def update_service(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
     edit.backends.add(ref)
     edit.settle_backends()
     return _finish(a, edit, ref, {ref})
+
+
+def _ports_asked(route: Obj, svc: Ref) -> list[Any]:
+    """The `port` of each of the route's backendRefs to the Service (None: every port)."""
+    spec = route.spec if isinstance(route.spec, dict) else {}
+    out = []
+    for rule in spec.get("rules") or []:
+        for b in (rule.get("backendRefs") or []) if isinstance(rule, dict) else []:
+            if isinstance(b, dict) and (b.get("group") or CORE_GROUP, b.get("kind") or "Service", b.get("namespace") or route.namespace,
+                                        b.get("name")) == (svc.group, svc.kind, svc.namespace, svc.name):
+                out.append(b.get("port"))
+    return out
+
+
+def _picked(ports: list[dict[str, Any]], port: Any) -> list[str]:
+    """The named ports a backendRef's `port` reaches (as attachment picks them)."""
+    return [p["name"] for p in ports if port is None or p.get("port") == port]
 
 
 def update_namespace(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] | None:
