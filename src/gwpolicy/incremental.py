@@ -24,7 +24,7 @@ from typing import Any
 
 from gwpolicy.analysis import Analysis, _level_entry, policies_by_kind
 from gwpolicy.attach import TargetOutcome, resolve_targets
-from gwpolicy.effective import EffectivePolicy, KindKey, Result
+from gwpolicy.effective import EffectivePolicy, Evaluator, KindKey, Result, Summary
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.kinds import ROUTE_KINDS, split_api_version
 from gwpolicy.model import Obj, ObjectIndex
@@ -239,91 +239,83 @@ def nodes_at(a: Analysis) -> dict[Ref, dict[PathNode, None]]:
     return idx
 
 
-def _recompute_below(a: Analysis, levels: set[Ref], kind: KindKey) -> set[Ref]:
+def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey) -> set[Ref]:
     """New summaries and effective policies of one policy kind (the one whose entries at these
-    levels changed) for every node at or below the levels; objects whose affecting policies changed."""
+    levels changed: a policy created, edited or deleted) for every node at or below the levels;
+    objects whose affecting policies changed.
+
+    One walk down from the levels does it all: each node's summary brought up to date, and, on a
+    target's path, that kind's result alone computed again (the other kinds' results stand) and put
+    in place of the one it had. An owner is looked at again only where a path's result of that kind
+    comes from other policies than before (a value edit of a namespace-wide policy changes
+    thousands of results and no owner's affecting policies)."""
     idx = nodes_at(a)
-    seen: set[int] = set()
-    nodes: list[PathNode] = []
-    for level in levels:
-        stack = list(idx.get(level, ()))
-        while stack:
-            n = stack.pop()
-            if id(n) in seen:
-                continue
-            seen.add(id(n))
-            nodes.append(n)
-            if n.children:
-                stack.extend(n.children.values())
-    return _recompute_kind(a, nodes, kind)
-
-
-def _recompute_kind(a: Analysis, nodes: list[PathNode], kk: KindKey) -> set[Ref]:
-    """`_recompute_nodes` after a change to the entries of one policy kind only (a policy created,
-    edited or deleted): the other kinds' results on these paths stand, so each path's result of
-    that kind alone is computed again and put in place of the one it had, and an owner is looked at
-    again only when the policies of that kind these paths bring differ from before (a value edit of
-    a namespace-wide policy changes thousands of results and no owner's affecting policies)."""
-    for n in nodes:
-        n.summary = None
+    paths = a.topology.paths
     ev = a.evaluator
     summary, evaluate = ev.summary, ev.evaluate_node
     kind = a.kinds[kk]
     only = (kk,)
     by = a._by_effective_target
     assert by is not None
-    paths = a.topology.paths
-    per_target: dict[Ref, list[PathNode]] = {}
-    for n in nodes:
-        target = n.level
-        if target is not None and n in paths.get(target, ()):
-            per_target.setdefault(target, []).append(n)
     owners: set[Ref] = set()
-    for target, fresh_nodes in per_target.items():
-        per_path = by.get(target)
-        if per_path is None:
-            per_path = by[target] = {}
-        before: dict[int, Result] = {}
-        after: dict[int, Result] = {}
-        added = False
-        for n in fresh_nodes:
-            eps = per_path.get(n)
-            old_i = -1
-            if eps:
-                for i, ep in enumerate(eps):
-                    if ep.kind.key == kk:
-                        old_i = i
-                        before[id(ep.result)] = ep.result
-                        break
+    resort: set[Ref] = set()  # targets with a path that had no effective policy before
+    # One level: its nodes' subtrees never overlap (S4.2) and the walk meets parents first, so each
+    # summary is brought up to date from its parent's as the walk goes (`_resummarise`). Several
+    # levels (a Gateway and its listener) may overlap: summaries are dropped first, then derived on
+    # demand.
+    one = len(levels) == 1
+    stack = [n for level in levels for n in idx.get(level, ())]
+    if not one:
+        stack = _drop_summaries(stack)
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        n = pop()
+        if one:
+            _resummarise(ev, n, kk)
+            if n.children:
+                extend(n.children.values())
+        target = n.level
+        if n not in paths.get(target, _NO_PATHS):  # type: ignore[arg-type]
+            continue  # a Namespace level inside a path is no target's path
+        per_path = by.get(target)  # type: ignore[arg-type]
+        eps = per_path.get(n) if per_path is not None else None
+        at = -1
+        if eps:
+            for i, ep in enumerate(eps):
+                if ep.kind is kind:
+                    at = i
+                    break
+        res = evaluate(target, n, only)[0][1] if kk in summary(n).kinds else None  # type: ignore[arg-type]
+        if res is not None and not res.leaves:
             res = None
-            if kk in summary(n).kinds:
-                res = evaluate(target, n, only)[0][1]
-                if res.leaves:
-                    after[id(res)] = res
-                else:
-                    res = None
-            if old_i >= 0:
-                if res is None:
-                    del eps[old_i]  # type: ignore[union-attr]
-                    if not eps:
-                        del per_path[n]
-                elif eps[old_i].result is not res:  # type: ignore[index]
-                    eps[old_i] = EffectivePolicy(target, n, kind, res)  # type: ignore[index]
-            elif res is not None:
-                ep = EffectivePolicy(target, n, kind, res)
-                if eps:
-                    at = next((i for i, e in enumerate(eps) if e.kind.key > kk), len(eps))
-                    eps.insert(at, ep)
-                else:
-                    added = True
-                    per_path[n] = [ep]
-        if added:  # paths that had no effective policy before: the order a full analysis gives
-            order = {node: i for i, node in enumerate(paths[target])}
-            by[target] = per_path = dict(sorted(per_path.items(), key=lambda kv: order.get(kv[0], 0)))
-        if not per_path:
-            by.pop(target, None)
-        if before.keys() != after.keys() and _policies_of(before) != _policies_of(after):
-            owners.add(target.object)
+        if at >= 0:
+            old = eps[at]  # type: ignore[index]
+            if old.result is res:
+                continue
+            if res is None:
+                del eps[at]  # type: ignore[union-attr]
+                if not eps:
+                    del per_path[n]  # type: ignore[union-attr]
+                    if not per_path:
+                        del by[target]  # type: ignore[arg-type]
+            else:
+                eps[at] = EffectivePolicy(target, n, kind, res)  # type: ignore[index, arg-type]
+            if res is None or old.result.policies != res.policies:
+                owners.add(target.object)  # type: ignore[union-attr]
+        elif res is not None:
+            ep = EffectivePolicy(target, n, kind, res)  # type: ignore[arg-type]
+            if eps:
+                eps.insert(next((i for i, e in enumerate(eps) if e.kind.key > kk), len(eps)), ep)
+            elif per_path is None:
+                by[target] = {n: [ep]}  # type: ignore[index]
+            else:
+                per_path[n] = [ep]
+                resort.add(target)  # type: ignore[arg-type]
+            if res.policies:
+                owners.add(target.object)  # type: ignore[union-attr]
+    for target in resort:  # the order a full analysis gives
+        order = {node: i for i, node in enumerate(paths[target])}
+        by[target] = dict(sorted(by[target].items(), key=lambda kv: order.get(kv[0], 0)))
     a._effective = None
     changed: set[Ref] = set()
     affected = a.affected
@@ -337,6 +329,51 @@ def _recompute_kind(a: Analysis, nodes: list[PathNode], kk: KindKey) -> set[Ref]
             else:
                 affected.pop(owner, None)
     return changed
+
+
+def _drop_summaries(starts: list[PathNode]) -> list[PathNode]:
+    """Every node at or below these, once, its summary dropped (to be derived again on demand)."""
+    seen: set[int] = set()
+    out: list[PathNode] = []
+    stack = list(starts)
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        n.summary = None
+        out.append(n)
+        if n.children:
+            stack.extend(n.children.values())
+    out.reverse()  # popped from the end: parents first, as a walk would meet them
+    return out
+
+
+_NO_PATHS: dict[PathNode, None] = {}
+
+
+def _resummarise(ev: Evaluator, n: PathNode, kk: KindKey) -> None:
+    """The node's summary after a change to the entries of one kind (its parent's summary already
+    up to date): where the level holds none of that kind, the summary it had with that kind's trail
+    taken from the parent's (the other kinds' trails stand); else derived in full."""
+    p = n.parent
+    above = p.summary if p is not None and p.summary is not None else ev.summary(p)
+    if not ev.kinds_at.get(n.level):  # type: ignore[arg-type]
+        n.summary = above
+        return
+    old = n.summary
+    if old is None or kk in ev.entries_at[n.level]:  # type: ignore[index]
+        n.summary = None
+        ev.summary(n)
+        return
+    trails = dict(old.trails)  # type: ignore[attr-defined]
+    t = above.trails.get(kk)  # type: ignore[union-attr]
+    if t is None:
+        trails.pop(kk, None)
+    else:
+        trails[kk] = t
+    kinds = old.kinds if (kk in old.trails) == (t is not None) else tuple(sorted(trails))  # type: ignore[attr-defined]
+    n.summary = Summary(trails, kinds)
 
 
 def _policies_of(results: dict[int, Result]) -> frozenset[Ref]:
