@@ -139,7 +139,7 @@ def route_change(objs, rnd):
     if not routes:
         return None, None
     victim = rnd.choice(routes)
-    action = rnd.choice(["hostnames", "parents", "delete", "add"])
+    action = rnd.choice(["hostnames", "parents", "section", "delete", "add"])
     if action == "delete":
         return victim, None
     changed = copy.deepcopy(victim)
@@ -147,6 +147,11 @@ def route_change(objs, rnd):
         changed["spec"]["hostnames"] = [rnd.choice(["a.example.com", "other.org", "x.example.com"])]
     elif action == "parents":
         changed["spec"]["parentRefs"] = copy.deepcopy(rnd.choice(routes)["spec"]["parentRefs"])
+    elif action == "section":  # parentRefs naming one listener each (a Gateway edit looks only at those naming a changed one)
+        gateways = of_kind(objs, "Gateway") or [{"metadata": {"name": "gw0", "namespace": "a"}}]
+        changed["spec"]["parentRefs"] = [
+            {"group": GW, "kind": "Gateway", "name": g["metadata"]["name"], "namespace": g["metadata"]["namespace"],
+             "sectionName": rnd.choice([l["name"] for l in LISTENERS])} for g in rnd.sample(gateways, min(2, len(gateways)))]
     else:
         changed["metadata"]["name"] += "-new"
         return objs.get(key(changed)), changed
@@ -288,6 +293,8 @@ def test_a_grant_resolves_again_the_policies_it_lets_through_and_their_ancestors
          "spec": {"group": "example.io", "kind": "AtomPolicy", "mergeStrategy": "Atomic", "statusAncestor": "Gateway"}},
         {"apiVersion": "example.io/v1", "kind": "AtomPolicy", "metadata": meta("on-route", "b"),
          "spec": {"targetRefs": [{"group": GW, "kind": "HTTPRoute", "name": "r"}], "defaults": {"retries": 1}}},
+        {"apiVersion": f"{GW}/v1", "kind": "HTTPRoute", "metadata": meta("on-http", "b"),  # it names the listener
+         "spec": {"parentRefs": [{"name": "gw", "namespace": "a", "sectionName": "http"}], "rules": [{"name": "x"}]}},
         {"apiVersion": "example.io/v1", "kind": "FieldPolicy", "metadata": meta("from-b", "b"),
          "spec": {"targetRefs": [{"group": GW, "kind": "Gateway", "name": "gw", "namespace": "a"}], "defaults": {"window": "2s"}}},
     ]

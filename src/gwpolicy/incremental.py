@@ -860,8 +860,12 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
         _forget_object(a, edit, ref)
         return _finish(a, edit, ref, set())
     naming = route_index(a).routes_naming(ref)
-    old_listeners = {l["name"]: l for l in topo.listeners_of.get(ref, [])}
-    old_node = next(iter(topo.paths.get(ref, ())), None)
+    if old is not None and raw is not None and _gateway_shape(old.raw)[0] == _gateway_shape(raw)[0]:
+        # same class: only the routes that may hang from a listener that changed
+        before = {l["name"]: l for l in topo.listeners_of.get(ref, [])}
+        after = {l["name"]: l for l in _listeners(Obj(raw, ref, "", ""))}
+        changed = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
+        naming = [r for r in naming if _may_attach_to(a, r, ref, changed)]
     above = {r: _listener_nodes_above(topo, r, ref) for r in naming}
     for t in [ref] + [ref.with_section(s) for s in topo.sections.pop(ref, [])]:
         for n in list(topo.paths.get(t, ())):
@@ -882,10 +886,6 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
     _forget_object(a, edit, ref)
     # only the routes whose listeners on this Gateway change (a listener added that no route names
     # moves nothing) are derived again
-    new_listeners = {l["name"]: l for l in topo.listeners_of.get(ref, [])}
-    if next(iter(topo.paths.get(ref, ())), None) is old_node:  # same class: only listeners changed
-        changed = {n for n in old_listeners.keys() | new_listeners.keys() if old_listeners.get(n) != new_listeners.get(n)}
-        naming = [r for r in naming if _may_attach_to(a, r, ref, changed)]
     routes = [r for r in naming if index.by_ref.get(r) is None
               or _listener_nodes_now(a, index.by_ref[r], ref) != above[r]]
     edit.derive_routes(routes)
