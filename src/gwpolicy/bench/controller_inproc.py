@@ -28,11 +28,6 @@ GW = "gateway.networking.k8s.io"
 P = "policy.example.io"
 
 
-def _key(kind: str, ns: str | None, name: str) -> tuple[str, str, str, str]:
-    group = {"Service": "", "Namespace": "", "RetryPolicy": P}.get(kind, GW)
-    return group, kind, ns or "", name
-
-
 # Each edit: (name, what it does) -> a list of events [(type, raw)] made from the model's objects.
 Edit = Callable[[dict[tuple[str, str, str, str], dict[str, Any]]], list[tuple[str, dict[str, Any]]]]
 
