@@ -1,12 +1,19 @@
-"""One policy or one route created, changed or deleted, applied to an analysis in place (the
-controller's fast path).
+"""Any object created, changed or deleted, applied to an analysis in place (the controller's, the
+webhook's and the gateway's fast path): `apply_change` is the one entry point.
 
 Only what the change can affect is recomputed: for a policy, the conflicts on the targets it had and
-has; for a route, its paths and those of its backends through it; then the path nodes below (their
+has; for a route, its paths and those of its backends through it; for a Gateway (listeners,
+hostnames, allowedRoutes, its class), a Service (created, deleted, its ports), a Namespace (labels,
+created, deleted) and a ReferenceGrant, the paths of the routes that name it, or that it lets
+through, derived again and compared with the ones they had; then the path nodes that came (their
 summaries and effective policies), the breadcrumbs of the objects whose affecting policies change,
-and the status of the policies on those targets. Anything else (a new policy kind, a new namespace,
-other topology changes) returns None: the caller runs a full analysis. Property tests hold that the
-result equals a full analysis of the same objects.
+and the status of the policies on the targets whose paths or existence changed.
+
+What still returns None (the caller runs a full analysis), being rare and costly to follow: a
+GatewayClass (every Gateway of the class moves), a CustomResourceDefinition or PolicyKind (a new
+policy kind, or a kind's schema and rules), an object in a namespace the analysis does not know yet,
+a malformed object (a full analysis leaves it out and says why), and objects of other kinds.
+Property tests hold that the result equals a full analysis of the same objects.
 """
 
 from __future__ import annotations
@@ -16,15 +23,16 @@ from itertools import chain
 from typing import Any
 
 from gwpolicy.analysis import Analysis, _level_entry, policies_by_kind
-from gwpolicy.attach import resolve_targets
-from gwpolicy.effective import EffectivePolicy
+from gwpolicy.attach import TargetOutcome, resolve_targets
+from gwpolicy.effective import EffectivePolicy, Evaluator, KindKey, Result, Summary
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.kinds import ROUTE_KINDS, split_api_version
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.policies import TARGET_FIELDS, Policy, PolicyKind, parse_policy
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.shapes import list_map_problem, object_problem
-from gwpolicy.topology import PathNode, attach_route, extend
+from gwpolicy.topology import PathNode, Topology, _listeners, _service_ports, attach_route, extend, namespace_ref, \
+    parent_gateway, parent_listeners
 
 
 def replace_object(index: ObjectIndex, ref: Ref, raw: dict[str, Any] | None) -> Obj | None:
@@ -78,6 +86,16 @@ def apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) -
     obj = Ref(group, raw.get("kind", ""), meta.get("namespace") or None, meta.get("name") or "")
     if obj.kind in ROUTE_KINDS:
         return update_route(a, obj, new)
+    if new is not None and object_problem(new) is not None:
+        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.shapes)
+    if (obj.group, obj.kind) == (GATEWAY_GROUP, "Gateway"):
+        return update_gateway(a, obj, new)
+    if (obj.group, obj.kind) == (CORE_GROUP, "Service"):
+        return update_service(a, obj, new)
+    if (obj.group, obj.kind) == (CORE_GROUP, "Namespace"):
+        return update_namespace(a, obj, new)
+    if (obj.group, obj.kind) == (GATEWAY_GROUP, "ReferenceGrant"):
+        return update_grant(a, obj, new)
     return None
 
 
@@ -149,7 +167,7 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
             a.attached.pop(key, None)
             a.entries.pop(key, None)
         _reindex_level(a, kk, level)
-    check |= _recompute_below(a, touched_levels)
+    check |= _recompute_below(a, touched_levels, kk)
     a._status = None
     a._status_by_ref = None
     a._affects = None
@@ -198,6 +216,7 @@ def prepare(a: Analysis) -> None:
     """Build, right after a full analysis, the indexes the first incremental update would otherwise
     build on its own time (at 50k routes, tens of milliseconds of the first edit)."""
     nodes_at(a)
+    route_index(a)
     a.affected  # noqa: B018 - and with it the effective policies by target
     a._declaring_index()
     a._effective = None  # the flat list: every update drops it (and letting go of a million items takes ms)
@@ -220,62 +239,192 @@ def nodes_at(a: Analysis) -> dict[Ref, dict[PathNode, None]]:
     return idx
 
 
-def _recompute_below(a: Analysis, levels: set[Ref], dirty: set[Ref] = frozenset()) -> set[Ref]:  # type: ignore[assignment]
-    """New summaries and effective policies for every node at or below the levels; objects whose
-    affecting policies changed (`dirty`: owners to check in any case)."""
+def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey) -> set[Ref]:
+    """New summaries and effective policies of one policy kind (the one whose entries at these
+    levels changed: a policy created, edited or deleted) for every node at or below the levels;
+    objects whose affecting policies changed.
+
+    One walk down from the levels does it all: each node's summary brought up to date, and, on a
+    target's path, that kind's result alone computed again (the other kinds' results stand) and put
+    in place of the one it had. An owner is looked at again only where a path's result of that kind
+    comes from other policies than before (a value edit of a namespace-wide policy changes
+    thousands of results and no owner's affecting policies)."""
     idx = nodes_at(a)
-    seen: set[int] = set()
-    nodes: list[PathNode] = []
-    for level in levels:
-        stack = list(idx.get(level, ()))
-        while stack:
-            n = stack.pop()
-            if id(n) in seen:
-                continue
-            seen.add(id(n))
-            nodes.append(n)
+    paths = a.topology.paths
+    ev = a.evaluator
+    summary, evaluate = ev.summary, ev.evaluate_node
+    kind = a.kinds[kk]
+    only = (kk,)
+    by = a._by_effective_target
+    assert by is not None
+    owners: set[Ref] = set()
+    resort: set[Ref] = set()  # targets with a path that had no effective policy before
+    # One level: its nodes' subtrees never overlap (S4.2) and the walk meets parents first, so each
+    # summary is brought up to date from its parent's as the walk goes (`_resummarise`). Several
+    # levels (a Gateway and its listener) may overlap: summaries are dropped first, then derived on
+    # demand.
+    one = len(levels) == 1
+    stack = [n for level in levels for n in idx.get(level, ())]
+    if not one:
+        stack = _drop_summaries(stack)
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        n = pop()
+        if one:
+            _resummarise(ev, n, kk)
             if n.children:
-                stack.extend(n.children.values())
-    return _recompute_nodes(a, nodes, dirty)
+                extend(n.children.values())
+        target = n.level
+        if n not in paths.get(target, _NO_PATHS):  # type: ignore[arg-type]
+            continue  # a Namespace level inside a path is no target's path
+        per_path = by.get(target)  # type: ignore[arg-type]
+        eps = per_path.get(n) if per_path is not None else None
+        at = -1
+        if eps:
+            for i, ep in enumerate(eps):
+                if ep.kind is kind:
+                    at = i
+                    break
+        res = evaluate(target, n, only)[0][1] if kk in summary(n).kinds else None  # type: ignore[arg-type]
+        if res is not None and not res.leaves:
+            res = None
+        if at >= 0:
+            old = eps[at]  # type: ignore[index]
+            if old.result is res:
+                continue
+            if res is None:
+                del eps[at]  # type: ignore[union-attr]
+                if not eps:
+                    del per_path[n]  # type: ignore[union-attr]
+                    if not per_path:
+                        del by[target]  # type: ignore[arg-type]
+            else:
+                eps[at] = EffectivePolicy(target, n, kind, res)  # type: ignore[index, arg-type]
+            if res is None or old.result.policies != res.policies:
+                owners.add(target.object)  # type: ignore[union-attr]
+        elif res is not None:
+            ep = EffectivePolicy(target, n, kind, res)  # type: ignore[arg-type]
+            if eps:
+                eps.insert(next((i for i, e in enumerate(eps) if e.kind.key > kk), len(eps)), ep)
+            elif per_path is None:
+                by[target] = {n: [ep]}  # type: ignore[index]
+            else:
+                per_path[n] = [ep]
+                resort.add(target)  # type: ignore[arg-type]
+            if res.policies:
+                owners.add(target.object)  # type: ignore[union-attr]
+    for target in resort:  # the order a full analysis gives
+        order = {node: i for i, node in enumerate(paths[target])}
+        by[target] = dict(sorted(by[target].items(), key=lambda kv: order.get(kv[0], 0)))
+    a._effective = None
+    changed: set[Ref] = set()
+    affected = a.affected
+    for owner in owners:
+        targets = [owner] + [owner.with_section(s) for s in a.topology.sections.get(owner, [])]
+        now = policies_by_kind(chain.from_iterable(eps for t in targets for eps in by.get(t, {}).values()))
+        if now != affected.get(owner, {}):
+            changed.add(owner)
+            if now:
+                affected[owner] = now
+            else:
+                affected.pop(owner, None)
+    return changed
 
 
-def _recompute_nodes(a: Analysis, nodes: list[PathNode], dirty: set[Ref] = frozenset(),  # type: ignore[assignment]
-                     lost: dict[Ref, list[EffectivePolicy]] | None = None, in_order: bool = True) -> set[Ref]:
-    """New summaries and effective policies for these nodes (each listed once, parents before
-    children or not: summaries are derived on demand); objects whose affecting policies changed.
-    `dirty`: owners to check in any case; `lost`: the effective policies of paths the caller took
-    away, by owner (when the new paths bring at least their policies, the owner is not rescanned);
-    `in_order`: keep a target's paths in the order a full analysis lists them (a route change lists a
-    backend's paths as routes reach it in any case: sorting its thousands of paths would buy nothing)."""
+def _drop_summaries(starts: list[PathNode]) -> list[PathNode]:
+    """Every node at or below these, once, its summary dropped (to be derived again on demand)."""
+    seen: set[int] = set()
+    out: list[PathNode] = []
+    stack = list(starts)
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        n.summary = None
+        out.append(n)
+        if n.children:
+            stack.extend(n.children.values())
+    out.reverse()  # popped from the end: parents first, as a walk would meet them
+    return out
+
+
+_NO_PATHS: dict[PathNode, None] = {}
+
+
+def _resummarise(ev: Evaluator, n: PathNode, kk: KindKey) -> None:
+    """The node's summary after a change to the entries of one kind (its parent's summary already
+    up to date): where the level holds none of that kind, the summary it had with that kind's trail
+    taken from the parent's (the other kinds' trails stand); else derived in full."""
+    p = n.parent
+    above = p.summary if p is not None and p.summary is not None else ev.summary(p)
+    if not ev.kinds_at.get(n.level):  # type: ignore[arg-type]
+        n.summary = above
+        return
+    old = n.summary
+    if old is None or kk in ev.entries_at[n.level]:  # type: ignore[index]
+        n.summary = None
+        ev.summary(n)
+        return
+    trails = dict(old.trails)  # type: ignore[attr-defined]
+    t = above.trails.get(kk)  # type: ignore[union-attr]
+    if t is None:
+        trails.pop(kk, None)
+    else:
+        trails[kk] = t
+    kinds = old.kinds if (kk in old.trails) == (t is not None) else tuple(sorted(trails))  # type: ignore[attr-defined]
+    n.summary = Summary(trails, kinds)
+
+
+def _policies_of(results: dict[int, Result]) -> frozenset[Ref]:
+    out: frozenset[Ref] = frozenset()
+    for res in results.values():
+        out |= res.policies
+    return out
+
+
+def _recompute_nodes(a: Analysis, nodes: list[PathNode], lost: dict[Ref, list[EffectivePolicy]],
+                     in_order: bool = False) -> set[Ref]:
+    """New summaries and effective policies (every kind) for these nodes (each listed once, parents
+    before children or not: summaries are derived on demand); objects whose affecting policies
+    changed. `lost`: the effective policies of paths the caller took away, by owner (when the new
+    paths bring at least their policies, the owner is not rescanned: what it had, plus what they
+    bring); `in_order`: keep a target's paths in the order a full analysis lists them (a route
+    change lists a backend's paths as routes reach it in any case: sorting its thousands of paths
+    would buy nothing)."""
     for n in nodes:
         n.summary = None
     by = a._by_effective_target
     assert by is not None
     paths = a.topology.paths
     kinds = a.kinds
+    evaluate = a.evaluator.evaluate_node
     per_target: dict[Ref, list[PathNode]] = {}
     for n in nodes:
         target = n.level
         if target is not None and n in paths.get(target, ()):  # a Namespace level inside a path is no target's path
             per_target.setdefault(target, []).append(n)
-    owners: set[Ref] = set(dirty)
-    gone: dict[Ref, list[EffectivePolicy]] = {o: list(eps) for o, eps in (lost or {}).items()}
+    gone: dict[Ref, list[EffectivePolicy]] = {o: list(eps) for o, eps in lost.items()}
     gained: dict[Ref, list[EffectivePolicy]] = {}
     for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
-        fresh: dict[PathNode, list[EffectivePolicy]] = {
-            n: [EffectivePolicy(target, n, kinds[kk], res) for kk, res in a.evaluator.evaluate_node(target, n) if res.leaves]
-            for n in fresh_nodes}
         per_path = by.get(target)
         if per_path is None:
             per_path = by[target] = {}
-        replaced = [ep for n in fresh for ep in per_path.get(n, ())]
+        replaced: list[EffectivePolicy] = []
+        brought: list[EffectivePolicy] = []
         added = False
-        for n, eps in fresh.items():
+        for n in fresh_nodes:
+            eps = [EffectivePolicy(target, n, kinds[kk], res) for kk, res in evaluate(target, n) if res.leaves]
+            old = per_path.get(n)
+            if old:
+                replaced.extend(old)
             if eps:
-                added = added or n not in per_path
+                if old is None:
+                    added = True
                 per_path[n] = eps  # an existing path keeps its place
-            else:
-                per_path.pop(n, None)
+                brought.extend(eps)
+            elif old is not None:
+                del per_path[n]
         if added and in_order:  # paths that had no effective policy before: the order a full analysis gives
             order = {node: i for i, node in enumerate(paths[target])}
             by[target] = per_path = dict(sorted(per_path.items(), key=lambda kv: order.get(kv[0], 0)))
@@ -283,24 +432,27 @@ def _recompute_nodes(a: Analysis, nodes: list[PathNode], dirty: set[Ref] = froze
             by.pop(target, None)
         # the policies the owner's other paths bring stay; if these paths bring the same ones as
         # before, what affects the owner is unchanged (a Service behind many routes: no rescan)
-        if policies_by_kind(replaced) != policies_by_kind(chain.from_iterable(fresh.values())):
-            owners.add(target.object)
-            gone.setdefault(target.object, []).extend(replaced)
-            gained.setdefault(target.object, []).extend(chain.from_iterable(fresh.values()))
+        if not replaced:  # new paths only: the owner gets what they bring (looked at once per owner, below)
+            if brought:
+                gained.setdefault(target.object, []).extend(brought)
+        elif policies_by_kind(replaced) != policies_by_kind(brought):
+            owner = target.object
+            gone.setdefault(owner, []).extend(replaced)
+            gained.setdefault(owner, []).extend(brought)
     a._effective = None
     changed: set[Ref] = set()
     affected = a.affected  # computed from scratch the first time, then kept up to date here
-    for owner in owners:
+    for owner in gone.keys() | gained.keys():
         before = affected.get(owner, {})
-        if owner in gone:
-            # what the owner loses, it gets back from the new paths: it keeps all it had, plus what they bring
-            lost_kinds, got = policies_by_kind(gone[owner]), policies_by_kind(gained.get(owner, ()))
-            if all(refs <= got.get(kk, set()) for kk, refs in lost_kinds.items()):
-                now = {kk: before.get(kk, set()) | got.get(kk, set()) for kk in set(before) | set(got)}
-                if now != before:
-                    changed.add(owner)
-                    affected[owner] = now
-                continue
+        # what the owner loses, it gets back from the new paths: it keeps all it had, plus what they bring
+        lost_kinds = policies_by_kind(gone[owner]) if gone.get(owner) else {}
+        got = policies_by_kind(gained.get(owner, ()))
+        if all(refs <= got.get(kk, set()) for kk, refs in lost_kinds.items()):
+            now = {kk: before.get(kk, set()) | got.get(kk, set()) for kk in set(before) | set(got)}
+            if now != before:
+                changed.add(owner)
+                affected[owner] = now
+            continue
         targets = [owner] + [owner.with_section(s) for s in a.topology.sections.get(owner, [])]
         now = policies_by_kind(chain.from_iterable(eps for t in targets for eps in by.get(t, {}).values()))
         if now != affected.get(owner, {}):
@@ -325,10 +477,12 @@ def _subtree(node: PathNode) -> list[PathNode]:
 def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] | None:
     """Replace (or delete) one route: its paths, its rules, and the paths of its backends through it.
 
-    The route's subtrees of path nodes are cut out and grown again; Services a route no longer
-    reaches get back their `Namespace > Service > port` paths; the policies on the route, its rules
-    and its backends are resolved again (their targets may have appeared or gone); what lies on
-    the new and changed paths is recomputed. Returns the objects to check, or None.
+    The route's paths are derived again and compared with those it had: only the paths that came
+    are evaluated (a hostname edit that leaves the route on the same listeners moves nothing, and a
+    Service behind a thousand routes is not recomputed); Services a route no longer reaches get back
+    their `Namespace > Service > port` paths; the policies on the route, its rules and on backends
+    that came into or went out of the hierarchy are resolved again (their targets may have appeared
+    or gone). Returns the objects to check, or None.
     """
     if ref.group != GATEWAY_GROUP or ref.kind not in ROUTE_KINDS or ref.namespace is None:
         return None
@@ -336,137 +490,612 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
         return None  # malformed: a full analysis leaves it out and says why (gwpolicy.shapes)
     if ref.namespace not in a.index.namespaces:
         return None
-    topo, index = a.topology, a.index
+    index = a.index
+    if raw is None and ref not in index.by_ref:
+        return set()
     a.affected  # noqa: B018 - materialise it (and the effective policies by target) before anything changes
-    idx = nodes_at(a)
-    # 1. cut the route's subtrees out
-    changed: set[Ref] = {ref}
-    old_backends: set[Ref] = set()
-    existed: dict[Ref, bool] = {}  # backends and whether the hierarchy held them before the edit
-    for node in list(topo.paths.get(ref, ())):
-        for m in _subtree(node):
-            lv = m.level
-            if lv is None:
-                continue
-            reg = topo.paths.get(lv)
-            if reg is not None and m in reg:
-                del reg[m]
-                changed.add(lv)
-                if lv.object != ref and lv.section is None:
-                    old_backends.add(lv)
-                    existed.setdefault(lv, True)
-            at = idx.get(lv)
-            if at is not None:
-                at.pop(m, None)
-        if node.parent is not None and node.parent.children:
-            node.parent.children.pop(node.level, None)
-    for s in topo.sections.pop(ref, []):
-        changed.add(ref.with_section(s))
-        topo.paths.pop(ref.with_section(s), None)
-    topo.paths.pop(ref, None)
-    topo.route_parents.pop(ref, None)
-    # 2. the object
+    edit = _Edit(a)
+    edit.take_route(ref)
     obj = replace_object(index, ref, raw)
-    new_backends: set[Ref] = set()
+    ri = getattr(a.topology, "_route_index", None)
+    if ri is not None:
+        ri.put(ref, obj)
     if obj is not None:
-        for b in _backend_refs(obj):
-            existed.setdefault(b, b in topo.paths)
-        new_backends = attach_route(topo, obj, index, ReferenceGrants(index))
-        for s in topo.sections.get(ref, []):
-            changed.add(ref.with_section(s))
-    # 3. backends: standalone paths where no route reaches, none where one does; virtual ones may vanish
-    grown: list[PathNode] = []  # standalone paths put back: new to the effective policies
-    for b in old_backends | new_backends:
-        changed.add(b)
-        svc = b.group == CORE_GROUP and b.kind == "Service" and b in index.by_ref
-        standalone = extend(topo.root, b)
-        via_routes = [n for n in topo.paths.get(b, {}) if n is not standalone]
-        if svc:
-            if via_routes:
-                topo.paths.get(b, {}).pop(standalone, None)
-            elif standalone not in topo.paths.get(b, {}):
-                topo.add_path(b, standalone)
-                grown.append(standalone)
-            for p in topo.ports_of.get(b, []):
-                pref = b.with_section(p["name"])
-                changed.add(pref)
-                own = standalone.child(pref)
-                reg = topo.paths.get(pref, {})
-                others = [n for n in reg if n is not own]
-                if others:
-                    reg.pop(own, None)
-                elif own not in reg:
-                    topo.add_path(pref, own)
-                    grown.append(own)
-        elif not topo.paths.get(b):
-            topo.paths.pop(b, None)
-            topo.virtual.discard(b)
-        elif b not in index.by_ref:
-            topo.virtual.add(b)
-    for t in list(changed):
-        if t in topo.paths and not topo.paths[t]:
-            del topo.paths[t]
-    # 4. the node index: new nodes below the route's new paths, and standalone ones
-    for t in changed:
-        for n in topo.paths.get(t, ()):
-            idx.setdefault(n.level, {})[n] = None
-            if n.parent is not None and n.parent.level is not None:  # a Namespace level the route added
-                idx.setdefault(n.parent.level, {})[n.parent] = None
-    for node in topo.paths.get(ref, ()):
-        for m in _subtree(node):
-            idx.setdefault(m.level, {})[m] = None
-    # 5. effective policies of what changed: drop those of paths that are gone, compute the rest
-    by = a._by_effective_target
-    assert by is not None
-    trimmed: set[Ref] = set()  # owners that lost effective policies with their paths
-    lost: dict[Ref, list[EffectivePolicy]] = {}
-    for t in changed:
-        live = topo.paths.get(t, {})
-        per_path = by.get(t)
-        if per_path is None:
+        edit.put_route(obj, ReferenceGrants(index))
+    _forget_object(a, edit, ref)
+    edit.settle_backends()
+    return _finish(a, edit, ref, {ref})
+
+
+# --- changes to the hierarchy itself: Gateways, Services, Namespaces, ReferenceGrants -------------
+
+
+class RouteIndex:
+    """Which routes name a Gateway in their parentRefs or a backend in their backendRefs, and which
+    send to another namespace (by that namespace): what a change to one of those must derive again.
+    Built with the first such change (or by `prepare`), then kept up to date by every route update."""
+
+    def __init__(self, index: ObjectIndex) -> None:
+        self.naming: dict[Ref, set[Ref]] = {}  # Gateway or backend -> routes naming it
+        self.into: dict[str, set[Ref]] = {}  # namespace -> routes with a backendRef into it from another
+        self._of: dict[Ref, tuple[set[Ref], set[str]]] = {}
+        for kind in ROUTE_KINDS:
+            for route in index.of_kind(GATEWAY_GROUP, kind):
+                self.put(route.ref, route)
+
+    def put(self, ref: Ref, route: Obj | None) -> None:
+        """The route's names, replacing those it had (None: it is gone)."""
+        names, into = self._of.pop(ref, ((), ()))  # type: ignore[assignment]
+        for n in names:
+            held = self.naming.get(n)
+            if held is not None:
+                held.discard(ref)
+                if not held:
+                    del self.naming[n]
+        for ns in into:
+            held_ns = self.into.get(ns)
+            if held_ns is not None:
+                held_ns.discard(ref)
+                if not held_ns:
+                    del self.into[ns]
+        if route is None:
+            return
+        names, into = _names_of_route(route)
+        self._of[ref] = (names, into)
+        for n in names:
+            self.naming.setdefault(n, set()).add(ref)
+        for ns in into:
+            self.into.setdefault(ns, set()).add(ref)
+
+    def routes_naming(self, ref: Ref) -> list[Ref]:
+        return sorted(self.naming.get(ref, ()), key=Ref.sort_key)
+
+
+def _names_of_route(route: Obj) -> tuple[set[Ref], set[str]]:
+    """The Gateways and backends a route names (defaulted as attachment defaults them), and the
+    namespaces other than its own that it sends to."""
+    spec = route.spec if isinstance(route.spec, dict) else {}
+    names: set[Ref] = set()
+    into: set[str] = set()
+    for pref in spec.get("parentRefs") or []:
+        if isinstance(pref, dict):
+            gw = parent_gateway(route, pref)
+            if gw is not None:
+                names.add(gw)
+    for rule in spec.get("rules") or []:
+        if not isinstance(rule, dict):
             continue
-        gone = [n for n in per_path if n not in live]
-        if gone:
-            trimmed.add(t.object)
-            taken = lost.setdefault(t.object, [])
-            for n in gone:
-                taken.extend(per_path.pop(n))
-            if not per_path:
-                del by[t]
-    # only the nodes the edit grew are new: the paths of a backend through other routes, and their
-    # summaries, do not depend on this route (a Service behind a thousand routes is not recomputed)
-    fresh = [m for node in topo.paths.get(ref, ()) for m in _subtree(node)] + grown
-    check = _recompute_nodes(a, fresh, trimmed, lost, in_order=False) | {ref} | {t.object for t in changed if t.object in index.by_ref}
-    affected = a.affected
-    for t in changed:  # owners whose every path went away
-        owner = t.object
-        if owner not in topo.paths and owner in affected:
-            del affected[owner]
-            check.add(owner)
-    # 6. policies on the route, its rules, and on backends that came into or went out of the hierarchy:
-    #    their targets may have come or gone (a backend there before and after is the same target)
-    moved = {b for b, before in existed.items() if before != (b in topo.paths)}
-    declared = set(a.policies_declaring(ref)).union(*(a.policies_declaring(b) for b in moved))
-    for pref in sorted(declared, key=Ref.sort_key):
-        sub = update_policy(a, pref, a.index.by_ref[pref].raw)
+        for b in rule.get("backendRefs") or []:
+            if not isinstance(b, dict):
+                continue
+            group, kind = b.get("group") or CORE_GROUP, b.get("kind") or "Service"
+            ns, name = b.get("namespace") or route.namespace, b.get("name")
+            if all(isinstance(v, str) for v in (group, kind, ns, name)):
+                names.add(Ref(group, kind, ns, name))
+                if ns != route.namespace:
+                    into.add(ns)
+    return names, into
+
+
+def route_index(a: Analysis) -> RouteIndex:
+    topo = a.topology
+    ri = getattr(topo, "_route_index", None)
+    if ri is None:
+        ri = RouteIndex(a.index)
+        topo._route_index = ri  # type: ignore[attr-defined]
+    return ri
+
+
+class _Shadow(dict):  # type: ignore[type-arg]
+    """Paths a route attaches, written apart from the topology's; the listener paths it attaches
+    below are read from the topology itself."""
+
+    def __init__(self, base: dict[Ref, dict[PathNode, None]]) -> None:
+        super().__init__()
+        self.base = base
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        return self.base.get(key, default)
+
+
+class _Edit:
+    """The path registrations (target -> its path nodes) one change takes away and adds, settled
+    together at the end: a path taken away and put back is no change, so a route derived again to
+    the same paths costs no evaluation. Settling drops the effective policies of the paths that
+    went, computes those of the paths that came, keeps the node index, and cuts out the nodes no
+    path holds any more."""
+
+    def __init__(self, a: Analysis) -> None:
+        self.a = a
+        self.topo = a.topology
+        self.before: dict[Ref, dict[PathNode, None]] = {}
+        self.spare: list[PathNode] = []  # nodes that may hold no path any more
+        self.backends: set[Ref] = set()  # backends that may have come into or gone out of the hierarchy
+        self.routes: set[Ref] = set()
+        self.refresh: list[PathNode] = []  # nodes to evaluate again though their paths stay
+
+    def _touch(self, t: Ref) -> None:
+        if t not in self.before:
+            self.before[t] = dict(self.topo.paths.get(t) or {})
+
+    def add(self, t: Ref, n: PathNode) -> None:
+        self._touch(t)
+        self.topo.paths.setdefault(t, {})[n] = None
+
+    def remove(self, t: Ref, n: PathNode) -> None:
+        self._touch(t)
+        reg = self.topo.paths.get(t)
+        if reg is not None:
+            reg.pop(n, None)
+        self.spare.append(n)
+
+    def take_route(self, ref: Ref) -> None:
+        """Every path in the route's subtrees taken away (to be derived again, or not: it is gone)."""
+        paths = self.topo.paths
+        self.routes.add(ref)
+        for node in list(paths.get(ref, ())):
+            for m in _subtree(node):
+                lv = m.level
+                if lv is not None and m in paths.get(lv, ()):
+                    self.remove(lv, m)
+                    if lv.object != ref and lv.section is None:
+                        self.backends.add(lv)
+                else:
+                    self.spare.append(m)
+        for s in self.topo.sections.pop(ref, []):
+            self._touch(ref.with_section(s))
+        self._touch(ref)
+        self.topo.route_parents.pop(ref, None)
+
+    def put_route(self, route: Obj, grants: ReferenceGrants) -> None:
+        """The route's paths derived from the objects as they are now."""
+        topo = self.topo
+        shadow = Topology(paths=_Shadow(topo.paths), root=topo.root, listeners_of=topo.listeners_of,
+                          ports_of=topo.ports_of)
+        self.backends |= attach_route(shadow, route, self.a.index, grants)
+        for t, nodes in dict.items(shadow.paths):
+            for n in nodes:
+                self.add(t, n)
+        topo.sections[route.ref] = shadow.sections.get(route.ref, [])
+        topo.route_parents[route.ref] = shadow.route_parents.get(route.ref, [])
+
+    def derive_routes(self, routes: list[Ref]) -> None:
+        index = self.a.index
+        for r in routes:
+            self.take_route(r)
+        grants = ReferenceGrants(index)
+        for r in routes:
+            obj = index.by_ref.get(r)
+            if obj is not None:
+                self.put_route(obj, grants)
+
+    def settle_backends(self) -> None:
+        """As the full analysis leaves them: `Namespace > Service > port` for a Service (and a port) no
+        route reaches, and none where one does; a virtual backend only while a route reaches it."""
+        topo, index = self.topo, self.a.index
+        for b in sorted(self.backends, key=Ref.sort_key):
+            self._touch(b)
+            if b.group == CORE_GROUP and b.kind == "Service" and b in index.by_ref:
+                standalone = extend(topo.root, b)
+                self._standalone(b, standalone)
+                for p in topo.ports_of.get(b, []):
+                    pref = b.with_section(p["name"])
+                    self._touch(pref)
+                    self._standalone(pref, standalone.child(pref))
+                self.spare.append(standalone)
+            elif not topo.paths.get(b):
+                topo.paths.pop(b, None)
+                topo.virtual.discard(b)
+            elif b not in index.by_ref:
+                topo.virtual.add(b)
+
+    def _standalone(self, t: Ref, own: PathNode) -> None:
+        reg = self.topo.paths.get(t) or {}
+        if any(n is not own for n in reg):
+            if own in reg:
+                self.remove(t, own)
+        elif own not in reg:
+            self.add(t, own)
+        self.spare.append(own)
+
+    def settle(self) -> tuple[set[Ref], set[Ref], set[Ref]]:
+        """Apply it all: the objects to check, the targets whose paths changed, and the objects that
+        came into or went out of the hierarchy."""
+        a, topo = self.a, self.topo
+        paths = topo.paths
+        by = a._by_effective_target
+        assert by is not None
+        idx = nodes_at(a)
+        fresh: list[PathNode] = []
+        lost: dict[Ref, list[EffectivePolicy]] = {}
+        changed: set[Ref] = set()
+        moved: set[Ref] = set()
+        for t, before in self.before.items():
+            now = paths.get(t)
+            if now is not None and not now:
+                del paths[t]
+                now = None
+            if now is None:
+                now = {}
+            came = [n for n in now if n not in before]
+            gone = [n for n in before if n not in now]
+            if t.section is None and bool(before) != bool(now):
+                moved.add(t)
+            if not came and not gone:
+                if before:
+                    paths[t] = before  # the order it had
+                continue
+            changed.add(t)
+            fresh.extend(came)
+            per_path = by.get(t)
+            if per_path is not None and gone:
+                for n in gone:
+                    eps = per_path.pop(n, None)
+                    if eps:
+                        lost.setdefault(t.object, []).extend(eps)
+                if not per_path:
+                    del by[t]
+        for n in fresh:  # the node index: new nodes, and the Namespace levels above them they brought
+            m: PathNode | None = n
+            while m is not None and m.level is not None:
+                at = idx.setdefault(m.level, {})
+                if m in at:
+                    break
+                at[m] = None
+                m = m.parent
+        self._prune(idx)
+        known = set(fresh)
+        fresh += [n for n in self.refresh if n not in known and n in paths.get(n.level, ())]  # type: ignore[arg-type]
+        check = _recompute_nodes(a, fresh, lost)
+        affected = a.affected
+        for t in changed:  # owners whose every path went away
+            owner = t.object
+            if owner not in paths and owner in affected:
+                del affected[owner]
+                check.add(owner)
+        check |= {t.object for t in changed if t.object in a.index.by_ref}
+        return check, changed, moved
+
+    def _prune(self, idx: dict[Ref, dict[PathNode, None]]) -> None:
+        """Cut out of the tree every node left holding no path and no node below (interned nodes
+        would otherwise come back with what they held, and memory would only grow)."""
+        paths = self.topo.paths
+        work = self.spare
+        while work:
+            n = work.pop()
+            p = n.parent
+            if p is None or n.children or n in paths.get(n.level, ()):  # type: ignore[arg-type]
+                continue
+            if p.children is None or p.children.get(n.level) is not n:  # type: ignore[arg-type]
+                continue  # cut already
+            del p.children[n.level]  # type: ignore[arg-type]
+            at = idx.get(n.level)  # type: ignore[arg-type]
+            if at is not None:
+                at.pop(n, None)
+                if not at:
+                    del idx[n.level]  # type: ignore[arg-type]
+            work.append(p)
+
+
+def _forget_object(a: Analysis, edit: _Edit, ref: Ref) -> None:
+    """The object's own values of mapped fields are read again (S5.2 rule 4), and the paths of the
+    object and its sections evaluated again when a kind maps a field of its kind."""
+    values = a.evaluator._object_values
+    mapped = False
+    for kind in a.kinds.values():
+        values.pop((ref, kind.key), None)
+        mapped = mapped or any((m.target_group, m.target_kind) == (ref.group, ref.kind) for m in kind.field_mappings or ())
+    if mapped:
+        topo = a.topology
+        for t in [ref] + [ref.with_section(s) for s in topo.sections.get(ref, [])]:
+            edit.refresh.extend(topo.paths.get(t, ()))
+
+
+def _finish(a: Analysis, edit: _Edit, obj: Ref, reresolve: set[Ref], policies: set[Ref] = frozenset()) -> set[Ref] | None:  # type: ignore[assignment]
+    """Settle the edit; resolve again the policies given and those declaring the objects given or any
+    that came into or went out of the hierarchy (their targets may have appeared or gone); the
+    objects to check, among them the policies on every target whose paths changed (their status
+    ancestors follow paths)."""
+    check, changed, moved = edit.settle()
+    check.add(obj)
+    again = set(policies).union(*(a.policies_declaring(o) for o in reresolve | moved))
+    for pref in sorted(again, key=Ref.sort_key):
+        sub = resolve_again(a, pref)
         if sub is None:
             return None
         check |= sub
+    for owner in {t.object for t in changed}:
+        check |= a.policies_declaring(owner)
     a._status = a._status_by_ref = a._affects = a._by_target = None
     a._effective = None
     return check
 
 
-def _backend_refs(route: Obj) -> set[Ref]:
-    """The backends a route's rules name (before attachment decides which it reaches)."""
-    out: set[Ref] = set()
-    spec = route.spec if isinstance(route.spec, dict) else {}
-    for rule in spec.get("rules") or []:
-        if not isinstance(rule, dict):
-            continue
-        for b in rule.get("backendRefs") or []:
-            if isinstance(b, dict) and isinstance(b.get("name"), str):
-                group = b.get("group") or CORE_GROUP
-                ns = b.get("namespace") if isinstance(b.get("namespace"), str) else route.namespace
-                out.add(Ref(group if isinstance(group, str) else CORE_GROUP, b.get("kind") or "Service", ns, b["name"]))
+def resolve_again(a: Analysis, ref: Ref) -> set[Ref] | None:
+    """A policy whose targets may have appeared or gone, resolved again: when every targetRef
+    resolves as before, nothing it gives changes (its status may: it is to be checked); else it is
+    updated as if it had been edited."""
+    policy = a.policies.get(ref)
+    if policy is not None:
+        topo = a.topology
+        paths_before = len(topo.paths)
+        outs = resolve_targets(policy, a.index, topo, ReferenceGrants(a.index) if _needs_grants(policy) else _NO_GRANTS)
+        if len(topo.paths) != paths_before:
+            return None  # it targets an object the hierarchy did not hold (S1.4): analyse it all
+        if _same_resolution(outs, a.outcomes.get(ref, [])):
+            return {ref}
+    return update_policy(a, ref, a.index.by_ref[ref].raw)
+
+
+def _same_resolution(new: list[TargetOutcome], old: list[TargetOutcome]) -> bool:
+    """The same targets, attached alike; those not attached refused for the same reason, in the same words."""
+    return len(new) == len(old) and all(
+        n.declared == o.declared and n.attached == o.attached and n.field == o.field
+        and (n.attached or (n.reason, n.message, n.in_scope) == (o.reason, o.message, o.in_scope))
+        for n, o in zip(new, old))
+
+
+def _known_namespace(a: Analysis, ref: Ref) -> bool:
+    """A namespaced object in a namespace the hierarchy holds (a new namespace is left to a full analysis)."""
+    return ref.namespace is not None and ref.namespace in a.index.namespaces
+
+
+def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] | None:
+    """Create, change or delete a Gateway: its path and its listeners', then the paths of every route
+    that names it (in its parentRefs), derived again; the policies on it resolved again (listeners
+    may have come or gone). A change that leaves its class and listeners as they were moves no path."""
+    if not _known_namespace(a, ref):
+        return None
+    index, topo = a.index, a.topology
+    old = index.by_ref.get(ref)
+    if old is None and raw is None:
+        return set()
+    a.affected  # noqa: B018 - materialise it (and the effective policies by target) before anything changes
+    edit = _Edit(a)
+    same = old is not None and raw is not None and _gateway_shape(old.raw) == _gateway_shape(raw)
+    if same:
+        replace_object(index, ref, raw)
+        _forget_object(a, edit, ref)
+        return _finish(a, edit, ref, set())
+    naming = route_index(a).routes_naming(ref)
+    if old is not None and raw is not None and _gateway_shape(old.raw)[0] == _gateway_shape(raw)[0]:
+        # same class: only the routes that may hang from a listener that changed
+        before = {l["name"]: l for l in topo.listeners_of.get(ref, [])}
+        after = {l["name"]: l for l in _listeners(Obj(raw, ref, "", ""))}
+        changed = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
+        naming = [r for r in naming if _may_attach_to(a, r, ref, changed)]
+    above = {r: _listener_nodes_above(topo, r, ref) for r in naming}
+    for t in [ref] + [ref.with_section(s) for s in topo.sections.pop(ref, [])]:
+        for n in list(topo.paths.get(t, ())):
+            edit.remove(t, n)
+    topo.listeners_of.pop(ref, None)
+    obj = replace_object(index, ref, raw)
+    if obj is not None:
+        spec = obj.spec if isinstance(obj.spec, dict) else {}
+        gc_ref = Ref(GATEWAY_GROUP, "GatewayClass", None, str(spec.get("gatewayClassName", "")))
+        gw_path = extend(topo.root.child(gc_ref) if gc_ref in index.by_ref else topo.root, ref)
+        edit.add(ref, gw_path)
+        listeners = _listeners(obj)
+        topo.listeners_of[ref] = listeners
+        topo.sections[ref] = [l["name"] for l in listeners]
+        for l in listeners:
+            lref = ref.with_section(l["name"])
+            edit.add(lref, gw_path.child(lref))
+    _forget_object(a, edit, ref)
+    # only the routes whose listeners on this Gateway change (a listener added that no route names
+    # moves nothing) are derived again
+    routes = [r for r in naming if index.by_ref.get(r) is None
+              or _listener_nodes_now(a, index.by_ref[r], ref) != above[r]]
+    edit.derive_routes(routes)
+    edit.settle_backends()
+    return _finish(a, edit, ref, {ref})
+
+
+def _may_attach_to(a: Analysis, route: Ref, gw: Ref, listeners: set[str]) -> bool:
+    """Could one of these listeners of the Gateway be a parent of the route (a parentRef to the
+    Gateway without a sectionName, or naming one of them)?"""
+    obj = a.index.by_ref.get(route)
+    if obj is None:
+        return True
+    for pref in a.topology.route_parents.get(route, []):
+        if (pref.get("sectionName") is None or pref.get("sectionName") in listeners) and parent_gateway(obj, pref) == gw:
+            return True
+    return False
+
+
+def _listener_nodes_above(topo: Topology, route: Ref, gw: Ref) -> set[PathNode]:
+    """The listener path nodes of the Gateway the route's paths hang from."""
+    out: set[PathNode] = set()
+    for n in topo.paths.get(route, ()):
+        p = n.parent
+        if p is not None and p.level is not None and p.level.kind == "Namespace" and p.level.group == CORE_GROUP:
+            p = p.parent  # a route in another namespace than the Gateway's: its Namespace level first
+        if p is not None and p.level is not None and p.level.section is not None and p.level.object == gw:
+            out.add(p)
     return out
+
+
+def _listener_nodes_now(a: Analysis, route: Obj, gw: Ref) -> set[PathNode]:
+    """The listener path nodes of the Gateway (as it is now) the route attaches to (S1.3)."""
+    topo, index = a.topology, a.index
+    gw_obj = index.by_ref.get(gw)
+    out: set[PathNode] = set()
+    if gw_obj is None:
+        return out
+    for pref in topo.route_parents.get(route.ref, []):
+        if parent_gateway(route, pref) != gw:
+            continue
+        attached, _ = parent_listeners(route, pref, gw_obj, topo.listeners_of.get(gw, []), index)
+        for l in attached:
+            out.update(topo.paths.get(gw.with_section(l["name"]), ()))
+    return out
+
+
+def _gateway_shape(raw: dict[str, Any]) -> Any:
+    """What the hierarchy reads of a Gateway: its class and its listeners."""
+    spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
+    return spec.get("gatewayClassName"), spec.get("listeners")
+
+
+def update_service(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] | None:
+    """Create, change or delete a Service: the paths of every route that names it derived again (a
+    Service absent from the input is no node, S1.4; its ports are sections), its own
+    `Namespace > Service > port` paths as the routes leave them, the policies on it resolved again."""
+    if not _known_namespace(a, ref):
+        return None
+    index, topo = a.index, a.topology
+    old = index.by_ref.get(ref)
+    if old is None and raw is None:
+        return set()
+    a.affected  # noqa: B018
+    edit = _Edit(a)
+    if old is not None and raw is not None and _service_ports(old) == _service_ports(Obj(raw, ref, "", "")):
+        replace_object(index, ref, raw)
+        _forget_object(a, edit, ref)
+        return _finish(a, edit, ref, set())
+    routes = route_index(a).routes_naming(ref)
+    if old is not None and raw is not None:  # its ports changed: only routes whose backendRefs pick other ports
+        before, after = _service_ports(old), _service_ports(Obj(raw, ref, "", ""))
+        routes = [r for r in routes if r not in index.by_ref or any(
+            _picked(before, port) != _picked(after, port) for port in _ports_asked(index.by_ref[r], ref))]
+    for r in routes:
+        edit.take_route(r)
+    standalone = extend(topo.root, ref)
+    for t in [ref] + [ref.with_section(s) for s in topo.sections.pop(ref, [])]:
+        for n in list(topo.paths.get(t, ())):
+            if n is standalone or n.parent is standalone:
+                edit.remove(t, n)
+    edit.spare.append(standalone)
+    obj = replace_object(index, ref, raw)
+    if obj is not None:
+        ports = _service_ports(obj)
+        topo.ports_of[ref] = ports
+        topo.sections[ref] = [p["name"] for p in ports]
+    else:
+        topo.ports_of.pop(ref, None)
+    _forget_object(a, edit, ref)
+    grants = ReferenceGrants(index)
+    for r in routes:
+        robj = index.by_ref.get(r)
+        if robj is not None:
+            edit.put_route(robj, grants)
+    edit.backends.add(ref)
+    edit.settle_backends()
+    return _finish(a, edit, ref, {ref})
+
+
+def _ports_asked(route: Obj, svc: Ref) -> list[Any]:
+    """The `port` of each of the route's backendRefs to the Service (None: every port)."""
+    spec = route.spec if isinstance(route.spec, dict) else {}
+    out = []
+    for rule in spec.get("rules") or []:
+        for b in (rule.get("backendRefs") or []) if isinstance(rule, dict) else []:
+            if isinstance(b, dict) and (b.get("group") or CORE_GROUP, b.get("kind") or "Service", b.get("namespace") or route.namespace,
+                                        b.get("name")) == (svc.group, svc.kind, svc.namespace, svc.name):
+                out.append(b.get("port"))
+    return out
+
+
+def _picked(ports: list[dict[str, Any]], port: Any) -> list[str]:
+    """The named ports a backendRef's `port` reaches (as attachment picks them)."""
+    return [p["name"] for p in ports if port is None or p.get("port") == port]
+
+
+def update_namespace(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] | None:
+    """Create, change or delete a Namespace object: a namespace no object lives in any more leaves
+    the hierarchy, a new one enters it (S4.5); new labels derive again the paths of the routes in it
+    that a listener selects by namespace labels (allowedRoutes `from: Selector`)."""
+    if ref.namespace is not None or ref.section is not None:
+        return None
+    index, topo = a.index, a.topology
+    old = index.by_ref.get(ref)
+    if old is None and raw is None:
+        return set()
+    a.affected  # noqa: B018
+    edit = _Edit(a)
+    name = ref.name
+    labels_before = index.namespace_labels(name)
+    in_use_before = name in index.namespaces
+    obj = replace_object(index, ref, raw)
+    _forget_object(a, edit, ref)
+    in_use = obj is not None or _lives_in(index, name)
+    nsref = namespace_ref(name)
+    if in_use and not in_use_before:
+        index.namespaces.add(name)
+        edit.add(nsref, extend(topo.root, nsref))
+    elif in_use_before and not in_use:
+        index.namespaces.discard(name)
+        for n in list(topo.paths.get(nsref, ())):
+            edit.remove(nsref, n)
+    if index.namespace_labels(name) != labels_before:
+        edit.derive_routes(_selected_routes(a, name))
+        edit.settle_backends()
+    return _finish(a, edit, ref, {nsref} if in_use != in_use_before else set())
+
+
+def _lives_in(index: ObjectIndex, ns: str) -> bool:
+    """Does any object of the input live in the namespace (S4.5)? A scan: only when a Namespace
+    object is deleted."""
+    return any(r.namespace == ns for r in index.by_ref)
+
+
+def _routes_in(index: ObjectIndex, ns: str) -> list[Obj]:
+    out: list[Obj] = []
+    for kind in ROUTE_KINDS:
+        objs = index.of_kind(GATEWAY_GROUP, kind)
+        i = bisect.bisect_left(objs, (GATEWAY_GROUP, kind, ns, "", ""), key=_sort_key)
+        while i < len(objs) and objs[i].ref.namespace == ns:
+            out.append(objs[i])
+            i += 1
+    return out
+
+
+def _selected_routes(a: Analysis, ns: str) -> list[Ref]:
+    """Routes in the namespace with a parentRef that a listener selecting namespaces by label may admit."""
+    topo = a.topology
+    out: list[Ref] = []
+    for route in _routes_in(a.index, ns):
+        for pref in topo.route_parents.get(route.ref, []):
+            gw = parent_gateway(route, pref)
+            if gw is not None and any(_selects(l) and (pref.get("sectionName") is None or pref.get("sectionName") == l["name"])
+                                      and (pref.get("port") is None or pref.get("port") == l.get("port"))
+                                      for l in topo.listeners_of.get(gw, [])):
+                out.append(route.ref)
+                break
+    return out
+
+
+def _selects(listener: dict[str, Any]) -> bool:
+    allowed = listener.get("allowedRoutes")
+    namespaces = allowed.get("namespaces") if isinstance(allowed, dict) else None
+    return isinstance(namespaces, dict) and namespaces.get("from") == "Selector"
+
+
+def update_grant(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] | None:
+    """Create, change or delete a ReferenceGrant: the paths of the routes in the namespaces it names
+    (before or after) that send into its namespace derived again (S1.3), and the policies from
+    those namespaces with a target in its namespace resolved again (S3.4)."""
+    if not _known_namespace(a, ref):
+        return None
+    index = a.index
+    old = index.by_ref.get(ref)
+    if old is None and raw is None:
+        return set()
+    a.affected  # noqa: B018
+    edit = _Edit(a)
+    froms = _grant_namespaces(old.raw if old is not None else None) | _grant_namespaces(raw)
+    replace_object(index, ref, raw)
+    ns = ref.namespace
+    routes = sorted((r for r in route_index(a).into.get(ns or "", ()) if r.namespace in froms), key=Ref.sort_key)
+    edit.derive_routes(routes)
+    edit.settle_backends()
+    policies = {p for p, outs in a.outcomes.items() if p.namespace in froms and p.namespace != ns
+                and any(o.declared is not None and o.declared.namespace == ns for o in outs)}
+    return _finish(a, edit, ref, set(), policies)
+
+
+def _grant_namespaces(raw: dict[str, Any] | None) -> set[str]:
+    spec = raw.get("spec") if isinstance(raw, dict) and isinstance(raw.get("spec"), dict) else {}
+    return {f["namespace"] for f in spec.get("from") or [] if isinstance(f, dict) and isinstance(f.get("namespace"), str)}

@@ -90,7 +90,8 @@ class ClusterModel:
             self._changed(raw, raw)
 
     def _changed(self, raw: dict[str, Any], new: dict[str, Any] | None) -> None:
-        """A change the analysis must see: in place for a policy, else by a new analysis."""
+        """A change the analysis must see: applied in place (`incremental.apply_change`: policies,
+        routes, Gateways, Services, Namespaces, ReferenceGrants), else by a new analysis."""
         if self.stale or self.analysis is None or not self.incremental:
             self.stale = True
             return

@@ -1,0 +1,280 @@
+"""The controller's analysis in one process, without an API server: a `ClusterModel` fed the objects
+of a synthetic cluster as its informers would feed them (JSON-shaped dicts, one ADDED event each),
+then the full analysis, the child's peak RSS, and one edit of each kind, each applied as an event:
+the time to bring the analysis up to date (wall and CPU), whether it ran in place, and how many
+objects came back to be checked.
+
+Usage:
+  gwpolicy bench controller-inproc --routes 1000,20000
+  gwpolicy bench controller-inproc --cluster /work/benchdata/cluster-20000.yaml --json out.json
+
+Each size runs in a fresh child process (`python -m gwpolicy.bench.controller_inproc --child FILE
+RESULT.json`), so that its peak RSS is its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+GW = "gateway.networking.k8s.io"
+P = "policy.example.io"
+
+
+# Each edit: (name, what it does) -> a list of events [(type, raw)] made from the model's objects.
+Edit = Callable[[dict[tuple[str, str, str, str], dict[str, Any]]], list[tuple[str, dict[str, Any]]]]
+
+
+def _changed(objs: dict, key: tuple[str, str, str, str], change: Callable[[dict[str, Any]], None]) -> list[tuple[str, dict[str, Any]]]:
+    raw = copy.deepcopy(objs[key])
+    change(raw)
+    raw["metadata"]["generation"] = raw["metadata"].get("generation", 1) + 1
+    return [("MODIFIED", raw)]
+
+
+def _route_policy(objs: dict) -> tuple[str, str, str, str]:
+    return next(k for k in sorted(objs) if k[1] == "RetryPolicy" and k[3].startswith("route-") and k[3].endswith("-retries"))
+
+
+def _first_ns(objs: dict) -> str:
+    return min(k[3] for k in objs if k[1] == "Namespace" and k[3].startswith("app-"))
+
+
+def _second_ns(objs: dict) -> str:
+    return sorted(k[3] for k in objs if k[1] == "Namespace" and k[3].startswith("app-"))[1]
+
+
+def _route(objs: dict, name: str) -> tuple[str, str, str, str]:
+    return next(k for k in objs if k[1] == "HTTPRoute" and k[3] == name)
+
+
+def _svc(objs: dict, name: str) -> tuple[str, str, str, str]:
+    return next(k for k in objs if k[1] == "Service" and k[3] == name)
+
+
+def _new_listener(raw: dict[str, Any]) -> None:
+    raw["spec"]["listeners"].append({"name": "admin", "port": 9443, "protocol": "HTTPS", "hostname": "admin.example.com",
+                                     "allowedRoutes": {"namespaces": {"from": "Same"}}})
+
+
+def _https_hostname(host: str) -> Callable[[dict[str, Any]], None]:
+    def change(raw: dict[str, Any]) -> None:
+        for l in raw["spec"]["listeners"]:
+            if l["name"] == "https":
+                l["hostname"] = host
+    return change
+
+
+def _labels(labels: dict[str, str]) -> Callable[[dict[str, Any]], None]:
+    def change(raw: dict[str, Any]) -> None:
+        raw["metadata"]["labels"] = labels
+    return change
+
+
+def _ports(ports: list[dict[str, Any]]) -> Callable[[dict[str, Any]], None]:
+    def change(raw: dict[str, Any]) -> None:
+        raw["spec"]["ports"] = ports
+    return change
+
+
+def _retry(raw: dict[str, Any]) -> None:
+    raw["spec"]["defaults"]["maxRetries"] = 8
+
+
+def _backoff(raw: dict[str, Any]) -> None:
+    raw["spec"]["defaults"]["backoff"]["max"] = "2s"
+
+
+def _hostnames(raw: dict[str, Any]) -> None:
+    raw["spec"]["hostnames"] = ["renamed.example.com"]
+
+
+_GATEWAY = (GW, "Gateway", "infra", "gw-001")
+_SAVED: dict[str, dict[str, Any]] = {}  # objects deleted by one edit, created again by the next
+
+
+def _delete(key_of: Callable[[dict], tuple[str, str, str, str]], slot: str) -> Edit:
+    def edit(objs: dict) -> list[tuple[str, dict[str, Any]]]:
+        _SAVED[slot] = copy.deepcopy(objs[key_of(objs)])
+        return [("DELETED", copy.deepcopy(_SAVED[slot]))]
+    return edit
+
+
+def _create(slot: str) -> Edit:
+    return lambda objs: [("ADDED", copy.deepcopy(_SAVED[slot]))]
+
+
+def _new_namespace(objs: dict) -> list[tuple[str, dict[str, Any]]]:
+    return [("ADDED", {"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": "bench-new", "creationTimestamp": "2025-02-01T00:00:00Z", "labels": {"tier": "api"}}})]
+
+
+def _new_grant(objs: dict) -> list[tuple[str, dict[str, Any]]]:
+    ns, other = _second_ns(objs), _first_ns(objs)
+    return [("ADDED", {"apiVersion": f"{GW}/v1beta1", "kind": "ReferenceGrant",
+                       "metadata": {"name": "bench-grant", "namespace": ns, "creationTimestamp": "2025-02-01T00:00:00Z"},
+                       "spec": {"from": [{"group": GW, "kind": "HTTPRoute", "namespace": other}],
+                                "to": [{"group": "", "kind": "Service"}]}})]
+
+
+#: the edits, in the order they are applied (each on the state the previous ones left)
+EDITS: list[tuple[str, Edit]] = [
+    ("policy edit (a route's RetryPolicy)", lambda o: _changed(o, _route_policy(o), _retry)),
+    ("route edit (hostnames)", lambda o: _changed(o, _route(o, "route-000001"), _hostnames)),
+    ("namespace-wide policy edit", lambda o: _changed(o, (P, "RetryPolicy", _first_ns(o), "namespace-retries"), _backoff)),
+    ("Gateway: a listener added", lambda o: _changed(o, _GATEWAY, _new_listener)),
+    ("Gateway: https hostname changed (its routes leave)", lambda o: _changed(o, _GATEWAY, _https_hostname("*.example.org"))),
+    ("Gateway: https hostname back (its routes return)", lambda o: _changed(o, _GATEWAY, _https_hostname("*.example.com"))),
+    ("Service: ports changed", lambda o: _changed(o, _svc(o, "svc-000002"), _ports([{"name": "http", "port": 8080},
+                                                                                  {"name": "admin", "port": 9091}]))),
+    ("Service: deleted", _delete(lambda o: _svc(o, "svc-000003"), "svc")),
+    ("Service: created", _create("svc")),
+    ("shared Service: a port added", lambda o: _changed(o, _svc(o, "shared-auth"), _ports([{"name": "http", "port": 8080},
+                                                                                          {"name": "grpc", "port": 9000}]))),
+    ("Namespace: labels changed", lambda o: _changed(o, ("", "Namespace", "", _second_ns(o)), _labels({"tier": "api"}))),
+    ("Namespace: created", _new_namespace),
+    ("Namespace: deleted", lambda o: [("DELETED", copy.deepcopy(o[("", "Namespace", "", "bench-new")]))]),
+    ("ReferenceGrant: created", _new_grant),
+    ("ReferenceGrant: deleted", lambda o: [("DELETED", copy.deepcopy(o[(GW, "ReferenceGrant", _second_ns(o), "bench-grant")]))]),
+    ("shared ReferenceGrant: deleted (routes lose the shared backend)",
+     _delete(lambda o: (GW, "ReferenceGrant", _first_ns(o), "routes-to-auth"), "grant")),
+    ("shared ReferenceGrant: created again", _create("grant")),
+]
+
+
+def child(path: str, verify: bool = False) -> dict[str, Any]:
+    """Run in the child: feed, analyse, edit; the figures."""
+    import orjson
+
+    from gwpolicy.controller.model import ClusterModel
+    from gwpolicy.load import load_paths
+
+    loaded = load_paths([path])
+    # as an informer delivers them: decoded JSON, each object its own
+    raws = [orjson.loads(orjson.dumps(o, default=str)) for o in loaded.objects]
+    del loaded
+    model = ClusterModel("gwpolicy.io/policy-controller")
+    out: dict[str, Any] = {"objects": len(raws), "routes": sum(1 for r in raws if r.get("kind") == "HTTPRoute")}
+    w, c = time.perf_counter(), time.process_time()
+    for raw in raws:
+        model.event("ADDED", raw)
+    out["feed_s"] = round(time.perf_counter() - w, 3)
+    del raws
+    w, c = time.perf_counter(), time.process_time()
+    first = model.reconcile()
+    out["full_analysis_s"] = round(time.perf_counter() - w, 3)
+    out["full_analysis_cpu_s"] = round(time.process_time() - c, 3)
+    out["first_checks"] = len(first)
+    edits = []
+    for name, make in EDITS:
+        events = make(model.objects)
+        full_before = model.reconciles
+        w, c = time.perf_counter(), time.process_time()
+        for etype, raw in events:
+            model.event(etype, raw)
+        checks = model.reconcile()
+        wall, cpu = time.perf_counter() - w, time.process_time() - c
+        edits.append({"edit": name, "ms": round(1000 * wall, 2), "cpu_ms": round(1000 * cpu, 2),
+                      "in_place": model.reconciles == full_before, "checks": len(checks)})
+    out["edits"] = edits
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    if verify:
+        out["verified"] = _same_as_full(model)
+    return out
+
+
+def _same_as_full(model: Any) -> bool:
+    """The analysis after all the edits equals a full analysis of the same objects (as sets: the
+    order of a target's paths may differ after an in-place change)."""
+    from gwpolicy.analysis import analyse
+    from gwpolicy.output import effective_list, encode, status_list
+
+    a = model.analysis
+    full = analyse(list(model.objects.values()), controller=model.controller, now=a.now)
+
+    def canonical(x: Any) -> tuple[list[bytes], list[bytes]]:
+        return (sorted(encode(i, "json") for i in effective_list(x)["items"]),
+                sorted(encode(i, "json") for i in status_list(x)["items"]))
+
+    return canonical(a) == canonical(full)
+
+
+def measure(path: str, verify: bool = False) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        result = os.path.join(tmp, "result.json")
+        cmd = [sys.executable, "-m", "gwpolicy.bench.controller_inproc", "--child", path, result] + (["--verify"] if verify else [])
+        subprocess.run(cmd, check=True)
+        with open(result, encoding="utf-8") as fh:
+            out = json.load(fh)
+    out["cluster"] = path
+    return out
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = []
+    for r in rows:
+        lines.append(f"{r['routes']:,} routes, {r['objects']:,} objects ({r['cluster']}): full analysis "
+                     f"{r['full_analysis_s']:.2f} s wall, {r['full_analysis_cpu_s']:.2f} s CPU; peak RSS {r['peak_rss_mb']:,.0f} MB"
+                     + (f"; equal to a full analysis after the edits: {r['verified']}" if "verified" in r else ""))
+        lines.append("| edit | ms | CPU ms | in place | objects to check |")
+        lines.append("|---|---:|---:|---|---:|")
+        for e in r["edits"]:
+            lines.append(f"| {e['edit']} | {e['ms']:.1f} | {e['cpu_ms']:.1f} | {'yes' if e['in_place'] else 'NO'} | {e['checks']:,} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    from gwpolicy.bench.generate import write_yaml
+    from gwpolicy.bench.run import route_counts
+    from gwpolicy.cli.args import HelpFormatter, Parser
+
+    if argv[:1] == ["--child"]:
+        verify = "--verify" in argv
+        args = [a for a in argv[1:] if a != "--verify"]
+        out = child(args[0], verify)
+        with open(args[1], "w", encoding="utf-8") as fh:
+            json.dump(out, fh)
+        return 0
+    parser = Parser(prog="gwpolicy bench controller-inproc", formatter_class=HelpFormatter,
+                    description="The controller's analysis in process: full analysis, peak RSS, and each kind of edit.",
+                    epilog="examples:\n  gwpolicy bench controller-inproc --routes 1000\n"
+                           "  gwpolicy bench controller-inproc --cluster /work/benchdata/cluster-20000.yaml --json out.json\n")
+    parser.add_argument("--routes", type=route_counts, default=[], help="route counts to generate, comma-separated")
+    parser.add_argument("--cluster", action="append", default=[], help="a generated cluster file (repeatable)")
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gwpolicy-bench"))
+    parser.add_argument("--verify", action="store_true", help="compare the analysis after the edits with a full analysis")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    paths = list(args.cluster)
+    if not paths and not args.routes:
+        parser.error("give --routes or --cluster")
+    for n in args.routes:
+        os.makedirs(args.workdir, exist_ok=True)
+        path = os.path.join(args.workdir, f"cluster-{n}.yaml")
+        if not os.path.exists(path):
+            write_yaml(n, path)
+        paths.append(path)
+    for p in paths:
+        if not os.path.exists(p):
+            parser.error(f"--cluster {p}: no such file")
+    rows = []
+    for p in paths:
+        print(f"measuring {p} ...", file=sys.stderr)
+        rows.append(measure(p, args.verify))
+    print(table(rows))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
