@@ -292,20 +292,25 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey) -> set[Ref]:
             old = eps[at]  # type: ignore[index]
             if old.result is res:
                 continue
+            # a new list, never the old one changed: readers (the gateway's build cache) take an
+            # unchanged list, by identity, for an unchanged node
             if res is None:
-                del eps[at]  # type: ignore[union-attr]
-                if not eps:
+                eps = eps[:at] + eps[at + 1:]  # type: ignore[index]
+                if eps:
+                    per_path[n] = eps  # type: ignore[index]
+                else:
                     del per_path[n]  # type: ignore[union-attr]
                     if not per_path:
                         del by[target]  # type: ignore[arg-type]
             else:
-                eps[at] = EffectivePolicy(target, n, kind, res)  # type: ignore[index, arg-type]
+                per_path[n] = eps[:at] + [EffectivePolicy(target, n, kind, res)] + eps[at + 1:]  # type: ignore[index, arg-type]
             if res is None or old.result.policies != res.policies:
                 owners.add(target.object)  # type: ignore[union-attr]
         elif res is not None:
             ep = EffectivePolicy(target, n, kind, res)  # type: ignore[arg-type]
             if eps:
-                eps.insert(next((i for i, e in enumerate(eps) if e.kind.key > kk), len(eps)), ep)
+                at = next((i for i, e in enumerate(eps) if e.kind.key > kk), len(eps))
+                per_path[n] = eps[:at] + [ep] + eps[at:]  # type: ignore[index]
             elif per_path is None:
                 by[target] = {n: [ep]}  # type: ignore[index]
             else:
