@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from gwpolicy.analysis import Analysis, analyse, utc_now
-from gwpolicy.controller.store import kept
+from gwpolicy.controller.store import kept, share_unchanged
 from gwpolicy.incremental import apply_change, prepare
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import Obj
@@ -81,8 +81,10 @@ class ClusterModel:
             return
         new = kept(raw)
         old = self.objects.get(key)
-        if old is not None and old == new:
-            return  # the echo of our own write (already taken from the write's answer): nothing to check
+        if old is not None:
+            if old == new:
+                return  # the echo of our own write (already taken from the write's answer): nothing to check
+            share_unchanged(old, new)
         self.objects[key] = new
         if old is not None and _essence(old) == _essence(new):
             self.touched.add(self.ref_of(new))  # status or our annotation only: compare it again

@@ -20,7 +20,11 @@ the controller keeps instead, one pure function per kind of content:
 - every other top-level field as it is.
 
 Every string is interned: the kinds, groups, namespaces, condition types, reasons and timestamps
-that repeat across tens of thousands of objects are then held once.
+that repeat across tens of thousands of objects are then held once. In status, equal objects and
+lists are held once too (`shared`): a route's breadcrumb repeats the same conditions under each of
+its parents, and a parentRef is the same in every route of a listener. Only status is shared so:
+the code that reads it (`status.py`, the writes) copies before it changes anything, while a spec's
+values travel into merges.
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ def kept_status(group: str, kind: Any, status: Any) -> Any:
         return None
     if type(status) is not dict:
         return compact(status)  # not an object: the analysis says so, as it would of the whole object
-    return {_intern(k): compact(v) for k, v in status.items() if k in _STATUS_LISTS}
+    return {_intern(k): shared(v) for k, v in status.items() if k in _STATUS_LISTS}
 
 
 def kept_crd_spec(spec: Any) -> Any:
@@ -158,3 +162,83 @@ def compact(value: Any) -> Any:
     if t is list:
         return [compact(v) for v in value]
     return value
+
+
+def share_unchanged(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """Make `new` (the next copy of an object) hold `old`'s values wherever they are equal, its spec
+    above all. The analysis keeps the copy it analysed until a change it must see: after a status
+    write the model holds the answer and the analysis the copy before, and without this both
+    would hold a spec of their own."""
+    for key, value in new.items():
+        was = old.get(key)
+        if was is not None and was is not value and type(was) is type(value) and was == value:
+            new[key] = was
+        elif key == "metadata" and type(was) is dict and type(value) is dict:
+            for mkey, mvalue in value.items():
+                mwas = was.get(mkey)
+                if mwas is not None and mwas is not mvalue and type(mwas) is type(mvalue) and mwas == mvalue:
+                    value[mkey] = mwas
+
+
+class _Shared:
+    """Equal JSON objects and lists, held once: a table from content to the one copy kept of it.
+
+    A content is keyed by its keys and, for each value, the value itself (strings are interned),
+    a marker of its type where equality would mix types (True == 1 == 1.0), or the identity of a
+    nested object or list, which is already the one copy kept. The table forgets everything once it
+    holds `limit` entries (dicts cannot be weakly referenced): copies handed out stay shared, and
+    the contents met again are met with a new copy each, so the table stays small whatever the
+    cluster's size while the contents most repeated are still held once per generation.
+    """
+
+    __slots__ = ("objects", "lists", "limit")
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self.objects: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self.lists: dict[tuple[Any, ...], list[Any]] = {}
+        self.limit = limit
+
+    def __call__(self, value: Any) -> Any:
+        t = type(value)
+        if t is str:
+            return _intern(value) if len(value) <= _INTERN_UP_TO else value
+        if t is dict:
+            out = {}
+            key: list[Any] = []
+            for k, v in value.items():
+                k = _intern(k) if type(k) is str and len(k) <= _INTERN_UP_TO else k
+                v = self(v)
+                out[k] = v
+                key.append(k)
+                key.append(_mark(v))
+            table = self.objects
+        elif t is list:
+            out = [self(v) for v in value]
+            key = [_mark(v) for v in out]
+            table = self.lists
+        else:
+            return value
+        frozen = tuple(key)
+        try:
+            found = table.get(frozen)
+        except TypeError:  # an unhashable key (a key of a type JSON has not): keep it apart
+            return out
+        if found is not None:
+            return found
+        if len(table) >= self.limit:
+            table.clear()
+        table[frozen] = out
+        return out
+
+
+def _mark(v: Any) -> Any:
+    t = type(v)
+    if t is str or t is int or v is None:
+        return v
+    if t is dict or t is list:
+        return (id(v),)  # the one copy kept of it (a tuple: never equal to a number)
+    return (t, v)  # bool and float: True == 1 == 1.0 must not share
+
+
+#: the table `kept_status` shares through (one per process; the controller runs one event loop)
+shared = _Shared()
