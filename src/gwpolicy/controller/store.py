@@ -10,7 +10,8 @@ the controller keeps instead, one pure function per kind of content:
   `kubectl.kubernetes.io/last-applied-configuration`, a whole second copy of the object.
 - `spec` whole (a PolicyKind's `fieldMappings` may name any field of a target), except in a
   CustomResourceDefinition, whose schemas lose their `description`s (most of a CRD's bytes; the
-  engine reads a schema's structure only, `shapes.JSON_SCHEMA`).
+  engine reads a schema's structure only, `shapes.JSON_SCHEMA`). In routes, Gateways and Services
+  the items of the spec's lists are held once across objects (`kept_spec`).
 - of `status`, only the lists the controller writes or keeps other writers' entries of:
   `ancestors` (policies), `parents` (routes), `conditions` (Gateways, GatewayClasses). Services,
   Namespaces, ReferenceGrants, PolicyKinds and CRDs keep none: nothing of theirs is written but
@@ -32,7 +33,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from gwpolicy.kinds import split_api_version
+from gwpolicy.kinds import ROUTE_KINDS, split_api_version
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP
 from gwpolicy.status import ANNOTATION
 
@@ -42,10 +43,13 @@ _NO_STATUS = {(CORE_GROUP, "Service"), (CORE_GROUP, "Namespace"), (GATEWAY_GROUP
 #: the lists of status the controller writes (or keeps the entries of other writers in)
 _STATUS_LISTS = ("ancestors", "parents", "conditions")
 _CRD = ("apiextensions.k8s.io", "CustomResourceDefinition")
+#: kinds whose spec holds its lists' items shared (`kept_spec`): built-in kinds, never policies
+_SHARED_LIST_ITEMS = {*((GATEWAY_GROUP, k) for k in ROUTE_KINDS), (GATEWAY_GROUP, "Gateway"), (CORE_GROUP, "Service")}
 #: strings longer than this are left as they are (a long value is rarely repeated)
 _INTERN_UP_TO = 512
 
 _intern = sys.intern
+_OURS_ONLY = {ANNOTATION: "true"}
 
 
 def kept(raw: dict[str, Any]) -> dict[str, Any]:
@@ -62,6 +66,8 @@ def kept(raw: dict[str, Any]) -> dict[str, Any]:
                 continue
         elif key == "spec" and (group, kind) == _CRD:
             value = kept_crd_spec(value)
+        elif key == "spec" and (group, kind) in _SHARED_LIST_ITEMS:
+            value = kept_spec(value)
         else:
             value = compact(value)
         out[_intern(key)] = value
@@ -81,6 +87,8 @@ def kept_metadata(meta: Any) -> Any:
                      if k == ANNOTATION or type(k) is not str or "." not in k}
             if not value:
                 continue
+            if value == _OURS_ONLY:
+                value = _OURS_ONLY  # the breadcrumb of most objects we write, held once
         else:
             value = compact(value)
         out[_intern(key)] = value
@@ -94,6 +102,18 @@ def kept_status(group: str, kind: Any, status: Any) -> Any:
     if type(status) is not dict:
         return compact(status)  # not an object: the analysis says so, as it would of the whole object
     return {_intern(k): shared(v) for k, v in status.items() if k in _STATUS_LISTS}
+
+
+def kept_spec(value: Any) -> Any:
+    """A route's, Gateway's or Service's spec with the items of its lists shared (parentRefs, rules,
+    backendRefs, matches, ports repeat across thousands of objects). Only items: a fieldMappings path
+    (keys only) can reach a list but nothing inside one, so no shared value ever reaches a merge."""
+    t = type(value)
+    if t is dict:
+        return {(_intern(k) if type(k) is str and len(k) <= _INTERN_UP_TO else k): kept_spec(v) for k, v in value.items()}
+    if t is list:
+        return [shared(v) for v in value]
+    return compact(value)
 
 
 def kept_crd_spec(spec: Any) -> Any:
