@@ -43,7 +43,7 @@ _NO_STATUS = {(CORE_GROUP, "Service"), (CORE_GROUP, "Namespace"), (GATEWAY_GROUP
 #: the lists of status the controller writes (or keeps the entries of other writers in)
 _STATUS_LISTS = ("ancestors", "parents", "conditions")
 _CRD = ("apiextensions.k8s.io", "CustomResourceDefinition")
-#: kinds whose spec holds its lists' items shared (`kept_spec`): built-in kinds, never policies
+#: kinds whose spec lists are held once across objects (`kept_spec`): built-in kinds, never policies
 _SHARED_LIST_ITEMS = {*((GATEWAY_GROUP, k) for k in ROUTE_KINDS), (GATEWAY_GROUP, "Gateway"), (CORE_GROUP, "Service")}
 #: strings longer than this are left as they are (a long value is rarely repeated)
 _INTERN_UP_TO = 512
