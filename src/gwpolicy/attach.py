@@ -20,7 +20,7 @@ SEVERITY = {INVALID: 3, NOT_FOUND: 2, CONFLICTED: 1, ACCEPTED: 0}
 _SECTION_WORD = {"Gateway": "listener", "Service": "port"}
 
 
-@dataclass
+@dataclass(slots=True)
 class TargetOutcome:
     """What became of one targetRef entry of one policy."""
 

@@ -22,7 +22,7 @@ from gwpolicy.topology import PathNode
 KindKey = tuple[str, str]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class LevelEntry:
     """The accepted policies of one kind attached to one level (an object or a section)."""
 
@@ -35,7 +35,7 @@ class LevelEntry:
         return bool(self.direct) or DIRECT in self.contributions
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Result:
     """One effective policy: leaves with their sources; shared by every path with the same ladder."""
 

@@ -126,7 +126,7 @@ def _apply_descriptor(pk: PolicyKind, spec: dict[str, Any], obj: Obj) -> None:
     pk.field_mappings = tuple(mappings)
 
 
-@dataclass
+@dataclass(slots=True)
 class Policy:
     """One policy object as the engine sees it: class, stanzas with their settings, targets."""
 

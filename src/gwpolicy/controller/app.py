@@ -154,7 +154,7 @@ class Controller:
         if inf is None:
             return
         await inf.stop()
-        for raw in list(inf.cache.values()):
+        for raw in inf.tombstones():
             self.model.event("DELETED", raw)
         for queue in (self.high, self.low):
             for ref in [r for r in queue if (r.group, r.kind) == (group, kind_name)]:
@@ -174,6 +174,8 @@ class Controller:
 
     async def on_event(self, etype: str, kind: Kind, raw: dict[str, Any]) -> None:
         self.last_event = time.monotonic()
+        if etype == "DELETED" and "spec" not in raw:  # a relist found it gone: its last copy says what it was
+            raw = self.model.current(ClusterModel.ref_of(raw)) or raw
         self.model.event(etype, raw)
         if kind == CRD:
             if etype == "DELETED":

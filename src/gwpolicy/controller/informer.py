@@ -19,6 +19,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
+import orjson
 from lightkube import ApiError, AsyncClient
 
 from gwpolicy.controller import kube
@@ -27,6 +28,8 @@ from gwpolicy.controller.kube import Kind
 log = logging.getLogger("gwpolicy.informer")
 
 Handler = Callable[[str, Kind, dict[str, Any]], Awaitable[None] | None]
+#: what the cache holds of an object: its resourceVersion and a digest of its content
+Seen = tuple[str | None, int]
 STUCK_AFTER = 3  # failed watch attempts in a row (without an event between) before we call it stuck
 
 
@@ -44,6 +47,25 @@ def _rv_int(rv: str | None) -> int | None:
         return None
 
 
+def seen(o: dict[str, Any]) -> Seen:
+    """What an informer remembers of an object: its resourceVersion (a changed one is a change), and a
+    digest of its whole content, for the relist after a storage reset, when versions say nothing.
+    The handler keeps what it needs of the object itself; a second whole copy here was, after the
+    first status, half the controller's memory. Equal contents serialise alike (an API server
+    writes an object's fields in one order); a different order only reports an unchanged object."""
+    return ((o.get("metadata") or {}).get("resourceVersion"), hash(orjson.dumps(o)))
+
+
+def tombstone(kind: Kind, key: tuple[str, str], rv: str | None = None) -> dict[str, Any]:
+    """The object a deletion is reported with when only its key is known (a relist found it gone)."""
+    meta: dict[str, Any] = {"name": key[1]}
+    if key[0]:
+        meta["namespace"] = key[0]
+    if rv is not None:
+        meta["resourceVersion"] = rv
+    return {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": meta}
+
+
 class VersionWentBack(Exception):
     """The server answered with a resourceVersion below the one we hold: its storage was reset."""
 
@@ -58,7 +80,7 @@ class Informer:
         self.metrics = metrics
         self.watch_timeout = watch_timeout
         self.resync = resync  # seconds between full relists; 0: never (trust the watch)
-        self.cache: dict[tuple[str, str], dict[str, Any]] = {}
+        self.cache: dict[tuple[str, str], Seen] = {}  # (namespace, name) -> `seen(object)`
         self.rv: str | None = None
         self.synced = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -110,21 +132,20 @@ class Informer:
                         "was reset; comparing every object", self.kind.plural, rv, self.rv)
             self.resets += 1
             by_content = True
-        seen = {}
+        listed: dict[tuple[str, str], Seen] = {}
         for o in items:
             o.setdefault("apiVersion", self.kind.api_version)
             o.setdefault("kind", self.kind.kind)
             key = obj_key(o)
-            seen[key] = o
+            now = listed[key] = seen(o)  # before the handler, which may change the object
             old = self.cache.get(key)
             if old is None:
                 await self._emit("ADDED", o)
-            elif (old.get("metadata") or {}).get("resourceVersion") != o["metadata"].get("resourceVersion") or \
-                    (by_content and old != o):
+            elif old[0] != now[0] or (by_content and old[1] != now[1]):
                 await self._emit("MODIFIED", o)
-        for key in [k for k in self.cache if k not in seen]:
-            await self._emit("DELETED", self.cache[key])
-        self.cache = seen
+        for key in [k for k in self.cache if k not in listed]:
+            await self._emit("DELETED", tombstone(self.kind, key, self.cache[key][0]))
+        self.cache = listed
         self.rv = rv
         self.relists += 1
         self._listed_at = time.monotonic()
@@ -165,7 +186,7 @@ class Informer:
                 if etype == "DELETED":
                     self.cache.pop(key, None)
                 else:
-                    self.cache[key] = o
+                    self.cache[key] = seen(o)
                 await self._emit(etype, o)
         finally:
             await stream.aclose()
@@ -228,6 +249,10 @@ class Informer:
                 need_list, backoff = True, 0.1
                 continue
             backoff = min(backoff * 2, 10.0)
+
+    def tombstones(self) -> list[dict[str, Any]]:
+        """A deletion for every object the informer knows (its kind is no longer served)."""
+        return [tombstone(self.kind, key, rv) for key, (rv, _) in self.cache.items()]
 
     def kick(self) -> None:
         """Cut a failing informer's backoff short and list again (its resource may be served again)."""

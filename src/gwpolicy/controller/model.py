@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from gwpolicy.analysis import Analysis, analyse, utc_now
+from gwpolicy.controller.store import kept, share_unchanged
 from gwpolicy.incremental import apply_change, prepare
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import Obj
@@ -62,6 +63,8 @@ class ClusterModel:
         return Ref(g, k, ns or None, n)
 
     def event(self, etype: str, raw: dict[str, Any]) -> None:
+        """An informer's event. What is kept of the object is its compact form (`store.kept`): the
+        analysis, the in-place updates and the status writes all read that form."""
         self._events_since_freeze += 1
         if self._events_since_freeze >= FREEZE_EVERY:
             # The objects events bring live until the next event about the same object: keep the
@@ -70,24 +73,23 @@ class ClusterModel:
             self._events_since_freeze = 0
             gc.collect(1)  # young cyclic garbage first, so that none is frozen
             gc.freeze()
-        meta = raw.get("metadata")
-        if isinstance(meta, dict):
-            # nothing here reads managedFields, and after our status writes they are a good part of
-            # every object: the informer transform client-go controllers use too
-            meta.pop("managedFields", None)
         key = self.key(raw)
-        old = self.objects.get(key)
         if etype == "DELETED":
-            if self.objects.pop(key, None) is not None:
-                self._changed(raw, None)
+            gone = self.objects.pop(key, None)
+            if gone is not None:
+                self._changed(gone, None)  # the last copy known (an informer's relist reports only the key)
             return
-        if old is not None and old == raw:
-            return  # the echo of our own write (already taken from the write's answer): nothing to check
-        self.objects[key] = raw
-        if old is not None and _essence(old) == _essence(raw):
-            self.touched.add(self.ref_of(raw))  # status or our annotation only: compare it again
+        new = kept(raw)
+        old = self.objects.get(key)
+        if old is not None:
+            if old == new:
+                return  # the echo of our own write (already taken from the write's answer): nothing to check
+            share_unchanged(old, new)
+        self.objects[key] = new
+        if old is not None and _essence(old) == _essence(new):
+            self.touched.add(self.ref_of(new))  # status or our annotation only: compare it again
         else:
-            self._changed(raw, raw)
+            self._changed(new, new)
 
     def _changed(self, raw: dict[str, Any], new: dict[str, Any] | None) -> None:
         """A change the analysis must see: applied in place (`incremental.apply_change`: policies,
