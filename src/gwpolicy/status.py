@@ -6,7 +6,6 @@ that computing status over objects that carry the computed status changes nothin
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Callable, Hashable, Iterable
 
 from gwpolicy.attach import ACCEPTED, NOT_FOUND, SEVERITY, TargetOutcome
@@ -183,7 +182,9 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
     """S8.4: the object's status and annotations after our write."""
     kinds = sorted(set(affected_kinds))
     raw_status = obj.raw.get("status")
-    status = copy.deepcopy(raw_status) if isinstance(raw_status, dict) else {}
+    # a shallow copy: only its `conditions` or `parents` list is replaced below (by a new list),
+    # nothing inside is changed, and a deep copy was half the status computation once objects carry one
+    status = dict(raw_status) if isinstance(raw_status, dict) else {}
     annotations = dict(obj.metadata.get("annotations") or {}) if isinstance(obj.metadata.get("annotations"), dict) else {}
     gen = obj.generation
     kind, group = obj.kind, obj.group
