@@ -13,7 +13,7 @@ from operator import attrgetter
 from typing import Any, Callable, Iterable, Mapping
 
 from gwpolicy.attach import ACCEPTED, CONFLICTED, TargetOutcome, resolve_targets
-from gwpolicy.effective import EffectivePolicy, Evaluator, KindKey, LevelEntry, Result, settings_schema
+from gwpolicy.effective import EffectivePolicy, Evaluator, KindKey, LevelEntry, Pairs, Result, settings_schema
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.merge.fieldmerge import Candidate, settle_conflicts
 from gwpolicy.merge.leaves import flatten
@@ -224,11 +224,31 @@ def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None
     evaluator = Evaluator(kinds, entries, index)
     # the effective policies go straight into their per-target, per-path lists (what status, the
     # gateway and incremental updates read); the flat list `effective` is made from them when asked
-    by_target = evaluator.effective_by_target(topo.targets(), topo.paths)
+    by_target, drawn = evaluator.effective_by_target(topo.targets(), topo.paths)
     clock.lap("merge")
     return Analysis(index, topo, kinds, {p.ref: p for p in policies}, outcomes, entries, evaluator,
                     None, controller, now or utc_now(), warnings, attached=attached,
-                    _by_effective_target=by_target)
+                    _by_effective_target=by_target, _affected=_affected_from(drawn))
+
+
+def _affected_from(drawn: dict[Ref, dict[int, Pairs]]) -> dict[Ref, dict[KindKey, set[Ref]]]:
+    """`Analysis.affected` from the distinct (kind, result) lists each owner's paths got: owners
+    with the same lists (the routes under one Gateway that carry no policy of their own) share one
+    computation; each owner gets its own sets (incremental updates replace them)."""
+    memo: dict[tuple[int, ...], dict[KindKey, set[Ref]]] = {}
+    affected: dict[Ref, dict[KindKey, set[Ref]]] = {}
+    for owner, lists in drawn.items():
+        key = tuple(lists)
+        kinds = memo.get(key)
+        if kinds is None:
+            distinct: dict[Result, PolicyKind] = {}
+            for pairs in lists.values():
+                for kind, res in pairs:
+                    distinct[res] = kind
+            kinds = memo[key] = _by_kind(distinct)
+        if kinds:
+            affected[owner] = {kk: set(refs) for kk, refs in kinds.items()}
+    return affected
 
 
 class _Clock:

@@ -103,6 +103,8 @@ class Summary:
 
 
 EMPTY_SUMMARY = Summary({}, ())
+#: what a path gets: (kind, result) for each kind whose result sets anything, kinds sorted
+Pairs = list[tuple[PolicyKind, Result]]
 _UNKNOWN = object()  # not looked up yet (None is a value: the object sets none of the mapped fields)
 _NO_ENTRIES: dict = {}
 
@@ -236,9 +238,11 @@ class Evaluator:
             out.append((kk, res))
         return out
 
-    def effective_by_target(self, targets: list[Ref],
-                            paths: dict[Ref, dict[PathNode, None]]) -> dict[Ref, dict[PathNode, list[EffectivePolicy]]]:
-        """Every target's effective policies, per path (in the topology's order), for the full analysis.
+    def effective_by_target(self, targets: list[Ref], paths: dict[Ref, dict[PathNode, None]]
+                            ) -> tuple[dict[Ref, dict[PathNode, list[EffectivePolicy]]], dict[Ref, dict[int, Pairs]]]:
+        """Every target's effective policies, per path (in the topology's order), for the full analysis;
+        and, per owner (object), the distinct lists of (kind, result) its paths got, by id (what
+        `affected` is made of: a Service behind a thousand routes has a handful).
 
         A node whose own level holds no policy gets what its own summary, its parent's summary,
         whether it is a section (and then its owner's level, when that holds policies) and the
@@ -257,18 +261,23 @@ class Evaluator:
                 if k not in got:
                     mapped_for[(m.target_group, m.target_kind)] = got + (k,)
         object_value = self.object_value
-        memo: dict[tuple, list[tuple[PolicyKind, Result]]] = {}
+        memo: dict[tuple, Pairs] = {}
         by: dict[Ref, dict[PathNode, list[EffectivePolicy]]] = {}
         EP = EffectivePolicy
+        drawn: dict[Ref, dict[int, Pairs]] = {}
         for target in targets:
             owner = target.object
             is_section = target.section is not None
             per_path: dict[PathNode, list[EffectivePolicy]] = {}
+            lists = drawn.get(owner)
+            if lists is None:
+                lists = drawn[owner] = {}
             if target in entries_at:  # policies at the target itself: each node is a context of its own
                 for node in paths[target]:
                     pairs = [(kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
                     if pairs:
                         per_path[node] = [EP(target, node, k, r) for k, r in pairs]
+                        lists[id(pairs)] = pairs
             else:
                 mapped = mapped_for.get((owner.group, owner.kind)) if mapped_for else None
                 # a section's node hangs below its owner's, whose direct policies apply to it (S5.5):
@@ -292,9 +301,12 @@ class Evaluator:
                         pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
                     if pairs:
                         per_path[node] = [EP(target, node, k, r) for k, r in pairs]
+                        lists[id(pairs)] = pairs
             if per_path:
                 by[target] = per_path
-        return by
+            elif not lists:
+                del drawn[owner]
+        return by, drawn
 
     def _sequence(self, node: PathNode, kk: KindKey, d_level: Ref) -> list[tuple[dict[str, Any], str, Ref]]:
         """S6 order along a path: by level, then older first; direct policies only at D."""
