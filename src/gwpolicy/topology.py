@@ -8,6 +8,7 @@ with each Namespace level placed directly above the highest object of the path t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from gwpolicy.grants import ReferenceGrants
@@ -79,7 +80,9 @@ class PathNode:
 Path = PathNode
 
 
+@lru_cache(maxsize=4096)
 def namespace_ref(name: str) -> Ref:
+    """The Namespace level's reference (asked for on every path step into a namespace: kept)."""
     return Ref(CORE_GROUP, "Namespace", None, name)
 
 
