@@ -32,9 +32,10 @@ def affected_condition_type(kind: str) -> str:
 
 def _parent_key(ref: dict[str, Any]) -> tuple:
     """A ParentReference as a comparable key (group defaults to Gateway API, kind to Gateway)."""
-    return (ref.get("group", GATEWAY_GROUP) if ref.get("group") is not None else GATEWAY_GROUP,
-            ref.get("kind") or "Gateway", ref.get("namespace") or "", ref.get("name") or "",
-            ref.get("sectionName") or "", ref.get("port") or 0)
+    get = ref.get
+    group = get("group")
+    return (GATEWAY_GROUP if group is None else group, get("kind") or "Gateway", get("namespace") or "",
+            get("name") or "", get("sectionName") or "", get("port") or 0)
 
 
 def keep_places(existing: list[dict[str, Any]], ours: list[dict[str, Any]], is_ours: Callable[[dict[str, Any]], bool],
@@ -47,8 +48,10 @@ def keep_places(existing: list[dict[str, Any]], ours: list[dict[str, Any]], is_o
     for e in existing:
         if not is_ours(e):
             out.append(e)
-        elif key(e) in fresh:
-            out.append(fresh.pop(key(e)))
+        else:
+            mine = fresh.pop(key(e), None)
+            if mine is not None:
+                out.append(mine)
     return out + list(fresh.values())
 
 
