@@ -9,11 +9,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from itertools import groupby
 from operator import attrgetter
 from typing import Any, Callable, Iterable, Mapping
 
 from gwpolicy.attach import ACCEPTED, CONFLICTED, TargetOutcome, resolve_targets
-from gwpolicy.effective import EffectivePolicy, Evaluator, KindKey, LevelEntry, Pairs, Result, settings_schema
+from gwpolicy.effective import EffectivePolicy, Evaluator, KindKey, LevelEntry, Result, settings_schema
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.merge.fieldmerge import Candidate, settle_conflicts
 from gwpolicy.merge.leaves import flatten
@@ -31,6 +32,7 @@ def utc_now() -> str:
 #: (result, kind) of an effective policy, read in C by dict(map(...)): the loops below run over every
 #: item (1.8 million at 50k routes), and all they need of each is which distinct result it shares
 _RESULT_AND_KIND = attrgetter("result", "kind")
+_TARGET, _PATH = attrgetter("target"), attrgetter("path")
 
 
 def policies_by_kind(eps: Iterable[EffectivePolicy]) -> dict[KindKey, set[Ref]]:
@@ -120,16 +122,19 @@ class Analysis:
 
     def _effective_by_target(self) -> dict[Ref, dict[PathNode, list[EffectivePolicy]]]:
         if self._by_effective_target is None:
+            # the list comes by target and path, so each run of one target's (and path's) items is
+            # grouped in C; a target or path seen again (never, from `analyse`) is added to, not replaced
             by: dict[Ref, dict[PathNode, list[EffectivePolicy]]] = {}
-            for ep in self.effective:
-                per_path = by.get(ep.target)
+            for target, of_target in groupby(self.effective, key=_TARGET):
+                per_path = by.get(target)
                 if per_path is None:
-                    per_path = by[ep.target] = {}
-                eps = per_path.get(ep.path)
-                if eps is None:
-                    per_path[ep.path] = [ep]
-                else:
-                    eps.append(ep)
+                    per_path = by[target] = {}
+                for path, of_path in groupby(of_target, key=_PATH):
+                    eps = per_path.get(path)
+                    if eps is None:
+                        per_path[path] = list(of_path)
+                    else:
+                        eps.extend(of_path)
             self._by_effective_target = by
         return self._by_effective_target
 
@@ -222,33 +227,10 @@ def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None
     entries = {key: _level_entry(kinds[key[0]], ps, outcomes, key[1]) for key, ps in attached.items()}
     clock.lap("attachment")
     evaluator = Evaluator(kinds, entries, index)
-    # the effective policies go straight into their per-target, per-path lists (what status, the
-    # gateway and incremental updates read); the flat list `effective` is made from them when asked
-    by_target, drawn = evaluator.effective_by_target(topo.targets(), topo.paths)
+    effective = evaluator.effective_list(topo.targets(), topo.paths)
     clock.lap("merge")
     return Analysis(index, topo, kinds, {p.ref: p for p in policies}, outcomes, entries, evaluator,
-                    None, controller, now or utc_now(), warnings, attached=attached,
-                    _by_effective_target=by_target, _affected=_affected_from(drawn))
-
-
-def _affected_from(drawn: dict[Ref, dict[int, Pairs]]) -> dict[Ref, dict[KindKey, set[Ref]]]:
-    """`Analysis.affected` from the distinct (kind, result) lists each owner's paths got: owners
-    with the same lists (the routes under one Gateway that carry no policy of their own) share one
-    computation; each owner gets its own sets (incremental updates replace them)."""
-    memo: dict[tuple[int, ...], dict[KindKey, set[Ref]]] = {}
-    affected: dict[Ref, dict[KindKey, set[Ref]]] = {}
-    for owner, lists in drawn.items():
-        key = tuple(lists)
-        kinds = memo.get(key)
-        if kinds is None:
-            distinct: dict[Result, PolicyKind] = {}
-            for pairs in lists.values():
-                for kind, res in pairs:
-                    distinct[res] = kind
-            kinds = memo[key] = _by_kind(distinct)
-        if kinds:
-            affected[owner] = {kk: set(refs) for kk, refs in kinds.items()}
-    return affected
+                    effective, controller, now or utc_now(), warnings, attached=attached)
 
 
 class _Clock:

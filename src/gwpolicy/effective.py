@@ -103,8 +103,6 @@ class Summary:
 
 
 EMPTY_SUMMARY = Summary({}, ())
-#: what a path gets: (kind, result) for each kind whose result sets anything, kinds sorted
-Pairs = list[tuple[PolicyKind, Result]]
 _UNKNOWN = object()  # not looked up yet (None is a value: the object sets none of the mapped fields)
 _NO_ENTRIES: dict = {}
 
@@ -238,18 +236,16 @@ class Evaluator:
             out.append((kk, res))
         return out
 
-    def effective_by_target(self, targets: list[Ref], paths: dict[Ref, dict[PathNode, None]]
-                            ) -> tuple[dict[Ref, dict[PathNode, list[EffectivePolicy]]], dict[Ref, dict[int, Pairs]]]:
-        """Every target's effective policies, per path (in the topology's order), for the full analysis;
-        and, per owner (object), the distinct lists of (kind, result) its paths got, by id (what
-        `affected` is made of: a Service behind a thousand routes has a handful).
+    def effective_list(self, targets: list[Ref], paths: dict[Ref, dict[PathNode, None]]) -> list[EffectivePolicy]:
+        """Every effective policy, by target (in the order given), path (the topology's order) and
+        kind (sorted): what the full analysis computes.
 
-        A node whose own level holds no policy gets what its own summary, its parent's summary,
-        whether it is a section (and then its owner's level, when that holds policies) and the
-        owner's mapped values give it (see `evaluate_node`): at 20k routes 192k paths have 49k
-        distinct such contexts, so their results are looked up by it. The memo lives for this call
-        only: nothing changes while it runs, so no entry can go stale (incremental updates evaluate
-        nodes one by one)."""
+        A node whose own level holds no policy gets a result fixed by its own summary, its parent's
+        summary, whether it is a section (and then its owner's level, when that holds policies)
+        and the owner's mapped values (see `evaluate_node`): at 20k routes 192k paths have 49k
+        distinct such contexts, so results are looked up by context. The memo lives for this call
+        only: nothing changes while it runs, so no entry can go stale (incremental updates
+        evaluate nodes one by one)."""
         kinds = self.kinds
         entries_at = self.entries_at
         summary = self.summary
@@ -261,52 +257,40 @@ class Evaluator:
                 if k not in got:
                     mapped_for[(m.target_group, m.target_kind)] = got + (k,)
         object_value = self.object_value
-        memo: dict[tuple, Pairs] = {}
-        by: dict[Ref, dict[PathNode, list[EffectivePolicy]]] = {}
+        memo: dict[tuple, list[tuple[PolicyKind, Result]]] = {}
+        out: list[EffectivePolicy] = []
+        add = out.extend
         EP = EffectivePolicy
-        drawn: dict[Ref, dict[int, Pairs]] = {}
         for target in targets:
-            owner = target.object
-            is_section = target.section is not None
-            per_path: dict[PathNode, list[EffectivePolicy]] = {}
-            lists = drawn.get(owner)
-            if lists is None:
-                lists = drawn[owner] = {}
             if target in entries_at:  # policies at the target itself: each node is a context of its own
                 for node in paths[target]:
-                    pairs = [(kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
-                    if pairs:
-                        per_path[node] = [EP(target, node, k, r) for k, r in pairs]
-                        lists[id(pairs)] = pairs
-            else:
-                mapped = mapped_for.get((owner.group, owner.kind)) if mapped_for else None
-                # a section's node hangs below its owner's, whose direct policies apply to it (S5.5):
-                # the owner is part of the context when it holds policies (its summary alone is
-                # shared by every node below it that adds none)
-                context = (is_section, tuple(object_value(owner, k) for k in mapped) if mapped else (),
-                           owner if is_section and owner in entries_at else None)
-                for node in paths[target]:
-                    here = node.summary
-                    if here is None:
-                        here = summary(node)
-                    if not here.kinds:  # type: ignore[union-attr]
-                        continue
-                    parent = node.parent
-                    above = parent.summary  # type: ignore[union-attr]
-                    if above is None:
-                        above = summary(parent)
-                    key = (here, above, context)
-                    pairs = memo.get(key)  # type: ignore[assignment]
-                    if pairs is None:
-                        pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
-                    if pairs:
-                        per_path[node] = [EP(target, node, k, r) for k, r in pairs]
-                        lists[id(pairs)] = pairs
-            if per_path:
-                by[target] = per_path
-            elif not lists:
-                del drawn[owner]
-        return by, drawn
+                    add([EP(target, node, kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves])
+                continue
+            owner = target.object
+            is_section = target.section is not None
+            mapped = mapped_for.get((owner.group, owner.kind)) if mapped_for else None
+            # a section's node hangs below its owner's, whose direct policies apply to it (S5.5): the
+            # owner is part of the context when it holds policies (its summary alone is shared by
+            # every node below it that adds none)
+            context = (is_section, tuple(object_value(owner, k) for k in mapped) if mapped else (),
+                       owner if is_section and owner in entries_at else None)
+            for node in paths[target]:
+                here = node.summary
+                if here is None:
+                    here = summary(node)
+                if not here.kinds:  # type: ignore[union-attr]
+                    continue
+                parent = node.parent
+                above = parent.summary  # type: ignore[union-attr]
+                if above is None:
+                    above = summary(parent)
+                key = (here, above, context)
+                pairs = memo.get(key)
+                if pairs is None:
+                    pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
+                if pairs:
+                    add([EP(target, node, k, r) for k, r in pairs])
+        return out
 
     def _sequence(self, node: PathNode, kk: KindKey, d_level: Ref) -> list[tuple[dict[str, Any], str, Ref]]:
         """S6 order along a path: by level, then older first; direct policies only at D."""
