@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from gen import cluster, meta
 from gwpolicy.analysis import analyse
 from gwpolicy.effective import EffectivePolicy
+from gwpolicy.incremental import apply_change
 from gwpolicy.status import breadcrumbs
 from helpers import NOW
 
@@ -99,3 +100,34 @@ def test_breadcrumbs_leave_the_object_and_other_writers_entries_untouched() -> N
     status, annotations = breadcrumbs(copy.deepcopy(route), ["FieldPolicy"], a.topology, a.controller, NOW)
     assert (status, annotations) == (changes["HTTPRoute"].status, changes["HTTPRoute"].annotations)
     assert route.raw == before[2]
+
+
+def test_a_route_edit_in_place_reads_the_routes_new_mapped_field() -> None:
+    """A kind that maps a setting onto a route field (S5.2 rule 4): after an in-place edit of that
+    field, the route's effective policy holds the new value, as a full analysis of the edited
+    objects does (the value read from the old copy was kept before)."""
+    objs = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": meta("a")},
+        {"apiVersion": f"{GW}/v1", "kind": "GatewayClass", "metadata": meta("cls"), "spec": {"controllerName": "x/y"}},
+        {"apiVersion": f"{GW}/v1", "kind": "Gateway", "metadata": meta("gw", "a"),
+         "spec": {"gatewayClassName": "cls", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}},
+        {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "PolicyKind", "metadata": meta("timeoutpolicy"),
+         "spec": {"group": "example.io", "kind": "TimeoutPolicy", "attachment": "Inherited",
+                  "fieldMappings": [{"setting": "request", "targetKind": {"group": GW, "kind": "HTTPRoute"},
+                                     "field": "spec.timeouts.request"}]}},
+        {"apiVersion": "example.io/v1", "kind": "TimeoutPolicy", "metadata": meta("t", "a"),
+         "spec": {"targetRef": {"group": GW, "kind": "Gateway", "name": "gw"}, "defaults": {"request": "10s"}}},
+        {"apiVersion": f"{GW}/v1", "kind": "HTTPRoute", "metadata": meta("r", "a"),
+         "spec": {"parentRefs": [{"name": "gw"}], "timeouts": {"request": "1s"}, "rules": [{}]}},
+    ]
+    a = analyse(copy.deepcopy(objs), now=NOW)
+    edited = copy.deepcopy(objs[-1])
+    edited["spec"]["timeouts"]["request"] = "5s"
+    assert apply_change(a, objs[-1], copy.deepcopy(edited)) is not None  # handled in place
+    full = analyse(copy.deepcopy(objs[:-1] + [edited]), now=NOW)
+
+    def route_specs(analysis):
+        return [ep.result.spec for ep in analysis.effective if ep.target.kind == "HTTPRoute"]
+
+    assert route_specs(full) == [{"request": "5s"}]
+    assert route_specs(a) == route_specs(full)

@@ -14,7 +14,7 @@ from gwpolicy.merge.fieldmerge import DEFAULTS, DIRECT, OBJECT, OVERRIDES, Contr
 from gwpolicy.merge.leaves import LeafPath, field_name, flatten, unflatten
 from gwpolicy.merge.strategies import chain, resolve
 from gwpolicy.merge.values import dig, is_unset, nest
-from gwpolicy.model import ObjectIndex
+from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.policies import PolicyKind
 from gwpolicy.refs import Ref
 from gwpolicy.topology import PathNode
@@ -103,7 +103,6 @@ class Summary:
 
 
 EMPTY_SUMMARY = Summary({}, ())
-_UNKNOWN = object()  # not looked up yet (None is a value: the object sets none of the mapped fields)
 _NO_ENTRIES: dict = {}
 
 
@@ -121,7 +120,7 @@ class Evaluator:
         self.index = index
         self.memo: dict[tuple, Result] = {}
         self.memo_base: int | None = None  # memo size after the full analysis (incremental.py)
-        self._object_values: dict[tuple[Ref, KindKey], Contribution | None] = {}
+        self._object_values: dict[tuple[Ref, KindKey], tuple[Obj | None, Contribution | None]] = {}
         self.kinds_at: dict[Ref, list[KindKey]] = {}
         self.entries_at: dict[Ref, dict[KindKey, LevelEntry]] = {}
         for (kk, ref), entry in entries.items():
@@ -312,11 +311,13 @@ class Evaluator:
         if not kind.field_mappings:
             return None
         key = (owner, kind.key)
-        contrib = self._object_values.get(key, _UNKNOWN)
-        if contrib is not _UNKNOWN:
-            return contrib  # type: ignore[return-value]
-        contrib = None
         obj = self.index.by_ref.get(owner)
+        known = self._object_values.get(key)
+        # kept with the copy of the object it was read from: an in-place update puts a new copy in
+        # the index, and its fields must be read again
+        if known is not None and known[0] is obj:
+            return known[1]
+        contrib = None
         if obj is not None:
             leaves: dict[LeafPath, tuple[Any, Ref | None]] = {}
             for m in kind.field_mappings:
@@ -329,7 +330,7 @@ class Evaluator:
                     leaves[path] = (v, None)
             if leaves:
                 contrib = Contribution(OBJECT, leaves)
-        self._object_values[key] = contrib
+        self._object_values[key] = (obj, contrib)
         return contrib
 
 
