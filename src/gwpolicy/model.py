@@ -133,10 +133,21 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
                     spec_schemas[(spec["group"], names["kind"])] = schema
                 else:
                     spec_schemas.pop((spec["group"], names["kind"]), None)
+    # what a few distinct values decide, looked up once each: tens of thousands of objects share a
+    # handful of apiVersions and kinds, and a bulk-created cluster its creation times
+    versions: dict[str, tuple[str, str]] = {}
+    scopes: dict[tuple[str, str], bool | None] = {}
+    times: dict[str, CreationTime] = {}
+    by_ref, by_kind = index.by_ref, index.by_kind
     for raw, origin in zip(raws, origin_list):
-        group, version = split_api_version(raw["apiVersion"])
+        api_version = raw["apiVersion"]
+        gv = versions.get(api_version)
+        if gv is None:
+            gv = versions[api_version] = split_api_version(api_version)
+        group, version = gv
         kind = raw["kind"]
-        schema = spec_schemas.get((group, kind)) if spec_schemas else None
+        key = (group, kind)
+        schema = spec_schemas.get(key) if spec_schemas else None
         if schema is not None:
             problem = list_map_problem(raw.get("spec"), schema, "spec")
             if problem is not None:
@@ -144,9 +155,10 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
                 continue
         meta = raw["metadata"]
         ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) and meta.get("namespace") else None
-        namespaced = is_known_namespaced(group, kind)
-        if namespaced is None:
-            namespaced = crd_scope.get((group, kind))
+        if key in scopes:
+            namespaced = scopes[key]
+        else:
+            namespaced = scopes[key] = _declared_scope(group, kind, crd_scope)
         if namespaced is None:
             namespaced = ns is not None
         if namespaced and ns is None:
@@ -154,7 +166,13 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
         if not namespaced:
             ns = None
         ref = Ref(group, kind, ns, meta["name"])
-        time = creation_time(meta.get("creationTimestamp"))
+        stamp = meta.get("creationTimestamp")
+        if type(stamp) is str:
+            time = times.get(stamp)  # type: ignore[assignment]
+            if time is None:
+                time = times[stamp] = creation_time(stamp)
+        else:
+            time = creation_time(stamp)
         if time.problem is not None:
             index.warnings.append(f"{origin}: {kind} {ref.namespace + '/' if ref.namespace else ''}{ref.name}: "
                                   f"metadata.creationTimestamp: {time.problem}; the object counts as the newest")
@@ -163,12 +181,16 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
             meta = dict(meta, creationTimestamp=time.text)
             raw = dict(raw, metadata=meta)
         obj = Obj(raw, ref, version, origin, time)
-        if ref in index.by_ref:
-            index.warnings.append(f"{origin}: {ref} appears again (first at {index.by_ref[ref].origin}); the later one is used")
-            old = index.by_ref[ref]
-            index.by_kind[(group, kind)].remove(old)
-        index.by_ref[ref] = obj
-        index.by_kind.setdefault((group, kind), []).append(obj)
+        old = by_ref.get(ref)
+        if old is not None:
+            index.warnings.append(f"{origin}: {ref} appears again (first at {old.origin}); the later one is used")
+            by_kind[key].remove(old)
+        by_ref[ref] = obj
+        same_kind = by_kind.get(key)
+        if same_kind is None:
+            by_kind[key] = [obj]
+        else:
+            same_kind.append(obj)
         if ns is not None:
             index.namespaces.add(ns)
         if kind == "Namespace" and group == "":
@@ -180,12 +202,22 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
                 index.crds[(spec["group"], names["kind"])] = obj
     # deterministic per-kind order whatever the input order
     for objs in index.by_kind.values():
-        objs.sort(key=lambda o: o.ref.sort_key())
+        objs.sort(key=_ref_order)
     groups_of: dict[str, str] = {}
     for group, kind in sorted(index.by_kind):
         groups_of.setdefault(kind, group)
     index.kind_groups = groups_of
     return index
+
+
+def _declared_scope(group: str, kind: str, crd_scope: dict[tuple[str, str], bool]) -> bool | None:
+    """Whether a kind is namespaced, as known kinds or the input's CRDs say; None: the object tells."""
+    known = is_known_namespaced(group, kind)
+    return known if known is not None else crd_scope.get((group, kind))
+
+
+def _ref_order(obj: Obj) -> tuple[str, str, str, str, str]:
+    return obj.ref.sort_key()
 
 
 def well_shaped(raws: list[Any], origins: Iterable[str] | None, default_namespace: str | None,

@@ -6,7 +6,6 @@ that computing status over objects that carry the computed status changes nothin
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Callable, Hashable, Iterable
 
 from gwpolicy.attach import ACCEPTED, NOT_FOUND, SEVERITY, TargetOutcome
@@ -33,9 +32,10 @@ def affected_condition_type(kind: str) -> str:
 
 def _parent_key(ref: dict[str, Any]) -> tuple:
     """A ParentReference as a comparable key (group defaults to Gateway API, kind to Gateway)."""
-    return (ref.get("group", GATEWAY_GROUP) if ref.get("group") is not None else GATEWAY_GROUP,
-            ref.get("kind") or "Gateway", ref.get("namespace") or "", ref.get("name") or "",
-            ref.get("sectionName") or "", ref.get("port") or 0)
+    get = ref.get
+    group = get("group")
+    return (GATEWAY_GROUP if group is None else group, get("kind") or "Gateway", get("namespace") or "",
+            get("name") or "", get("sectionName") or "", get("port") or 0)
 
 
 def keep_places(existing: list[dict[str, Any]], ours: list[dict[str, Any]], is_ours: Callable[[dict[str, Any]], bool],
@@ -48,8 +48,10 @@ def keep_places(existing: list[dict[str, Any]], ours: list[dict[str, Any]], is_o
     for e in existing:
         if not is_ours(e):
             out.append(e)
-        elif key(e) in fresh:
-            out.append(fresh.pop(key(e)))
+        else:
+            mine = fresh.pop(key(e), None)
+            if mine is not None:
+                out.append(mine)
     return out + list(fresh.values())
 
 
@@ -183,7 +185,9 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
     """S8.4: the object's status and annotations after our write."""
     kinds = sorted(set(affected_kinds))
     raw_status = obj.raw.get("status")
-    status = copy.deepcopy(raw_status) if isinstance(raw_status, dict) else {}
+    # a shallow copy: only its `conditions` or `parents` list is replaced below (by a new list),
+    # nothing inside is changed, and a deep copy was half the status computation once objects carry one
+    status = dict(raw_status) if isinstance(raw_status, dict) else {}
     annotations = dict(obj.metadata.get("annotations") or {}) if isinstance(obj.metadata.get("annotations"), dict) else {}
     gen = obj.generation
     kind, group = obj.kind, obj.group

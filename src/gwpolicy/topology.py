@@ -8,6 +8,7 @@ with each Namespace level placed directly above the highest object of the path t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from gwpolicy.grants import ReferenceGrants
@@ -79,7 +80,9 @@ class PathNode:
 Path = PathNode
 
 
+@lru_cache(maxsize=4096)
 def namespace_ref(name: str) -> Ref:
+    """The Namespace level's reference (asked for on every path step into a namespace: kept)."""
     return Ref(CORE_GROUP, "Namespace", None, name)
 
 
@@ -252,10 +255,14 @@ def attach_route(topo: Topology, route: Obj, index: ObjectIndex, grants: Referen
     topo.sections[route.ref] = [r["name"] for r in rules if isinstance(r.get("name"), str)]
     for rule in rules:
         rname = rule.get("name") if isinstance(rule.get("name"), str) else None
-        bases = [p.child(route.ref.with_section(rname)) for p in route_paths] if rname else route_paths
         if rname:
+            rule_ref = route.ref.with_section(rname)
+            bases = [p.child(rule_ref) for p in route_paths]
+            registry = topo.paths.setdefault(rule_ref, {})
             for b in bases:
-                topo.add_path(route.ref.with_section(rname), b)
+                registry[b] = None
+        else:
+            bases = route_paths
         for bref in rule.get("backendRefs") or []:
             if isinstance(bref, dict):
                 _add_backend(route, bref, bases, index, grants, topo, reached, topo.ports_of)
@@ -342,12 +349,17 @@ def _add_backend(route: Obj, bref: dict[str, Any], bases: list[PathNode], index:
             return  # S1.4: a Service absent from the input is not a node
         topo.virtual.add(ref)
     services_reached.add(ref)
+    # the ports this backendRef reaches, each with its registry of paths, found once for all bases
+    registry = topo.paths.setdefault(ref, {})
+    ports: list[tuple[Ref, dict[PathNode, None]]] = []
+    if obj is not None and kind == "Service" and group == CORE_GROUP:
+        port = bref.get("port")
+        for p in ports_of[ref]:
+            if port is None or p.get("port") == port:
+                pref = ref.with_section(p["name"])
+                ports.append((pref, topo.paths.setdefault(pref, {})))
     for base in bases:
         bpath = extend(base, ref)
-        topo.add_path(ref, bpath)
-        if obj is not None and kind == "Service" and group == CORE_GROUP:
-            port = bref.get("port")
-            for p in ports_of[ref]:
-                if port is None or p.get("port") == port:
-                    pref = ref.with_section(p["name"])
-                    topo.add_path(pref, bpath.child(pref))
+        registry[bpath] = None
+        for pref, port_registry in ports:
+            port_registry[bpath.child(pref)] = None
