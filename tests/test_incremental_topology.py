@@ -319,3 +319,78 @@ def test_a_grant_resolves_again_the_policies_it_lets_through_and_their_ancestors
         assert result is not None and canonical(a) == canonical(full)
         assert must_check in moved_status(before, full) and must_check in result
     assert {o.reason for o in a.outcomes[from_b]} == {"Invalid"}
+
+
+UNREAD = [("discovery.k8s.io/v1", "EndpointSlice", {"addressType": "IPv4", "endpoints": []}),
+          ("v1", "Secret", {"data": {"tls.crt": "eA=="}}), ("v1", "ConfigMap", {"data": {"ca.crt": "x"}})]
+
+
+def unread_change(objs, rnd):
+    api, kind, body = rnd.choice(UNREAD)
+    name, ns = f"{kind.lower()}{rnd.randint(0, 1)}", rnd.choice("abc")
+    group = api.rsplit("/", 1)[0] if "/" in api else ""
+    old = objs.get((group, kind, ns, name))
+    if old is not None and rnd.random() < 0.4:
+        return old, None
+    new = {"apiVersion": api, "kind": kind, "metadata": meta(name, ns), **copy.deepcopy(body)}
+    new["metadata"]["labels"] = {"rev": str(rnd.randint(0, 9))}
+    return old, new
+
+
+def index_view(a: Analysis) -> dict[Ref, Any]:
+    """What a data plane reads of the index: every object's content, and each kind's sorted list."""
+    return {"by_ref": {r: o.raw for r, o in a.index.by_ref.items()},
+            "by_kind": {k: [o.ref for o in v] for k, v in a.index.by_kind.items() if v},
+            "namespaces": set(a.index.namespaces)}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster(), st.randoms(use_true_random=False), st.lists(st.sampled_from(["unread", "unread", "policy", "route"]),
+                                                             min_size=1, max_size=5), settings_strategy)
+def test_objects_the_analysis_does_not_read_go_into_the_index_in_place(objs, rnd: random.Random, sequence, new_settings) -> None:
+    """EndpointSlices, Secrets and ConfigMaps (what a gateway reads from the index, and what changes
+    most often) are put in the index in place: the index and the analysis equal a full one's."""
+    state = {key(o): o for o in objs}
+    for _ in range(2):  # some to change and delete from the start
+        old, new = unread_change(state, rnd)
+        if new is not None:
+            state[key(new)] = new
+    a = analyse(copy.deepcopy(list(state.values())), now=NOW)
+    for what in sequence:
+        old, new = policy_change(state, rnd, new_settings) if what == "policy" else globals()[f"{what}_change"](state, rnd)
+        if old is None and new is None:
+            continue
+        raw = old if old is not None else new
+        if new is None:
+            del state[key(old)]
+        else:
+            state[key(new)] = new
+        result = apply_change(a, copy.deepcopy(raw), copy.deepcopy(new))
+        if result is None:
+            a = analyse(copy.deepcopy(list(state.values())), now=NOW)
+            continue
+        full = analyse(copy.deepcopy(list(state.values())), now=NOW)
+        assert canonical(a) == canonical(full), (what, old, new)
+        assert index_view(a) == index_view(full), (what, old, new)
+        if what == "unread":
+            assert result == set()
+
+
+def test_an_unread_kind_a_policy_targets_runs_a_full_analysis() -> None:
+    """A policy may name a ConfigMap as its target: creating that ConfigMap must resolve it again."""
+    objs = _small()
+    objs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta("other", "a"), "data": {}})
+    pol = next(o for o in objs if o["apiVersion"].startswith("example.io/"))
+    pol = copy.deepcopy(pol)
+    pol["metadata"]["name"] = "on-a-configmap"
+    pol["spec"]["targetRefs"] = [{"group": "", "kind": "ConfigMap", "name": "cm"}]
+    objs.append(pol)
+    a = analyse(copy.deepcopy(objs), now=NOW)
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta("cm", pol["metadata"]["namespace"]), "data": {}}
+    assert apply_change(a, cm, cm) is None
+    other = {"apiVersion": "v1", "kind": "Secret", "metadata": meta("s", "a"), "data": {}}
+    b = analyse(copy.deepcopy(objs + [other]), now=NOW)
+    changed = copy.deepcopy(other)
+    changed["metadata"]["labels"] = {"x": "y"}
+    assert apply_change(b, other, changed) == set()
+    assert b.index.by_ref[Ref("", "Secret", "a", "s")].raw["metadata"]["labels"] == {"x": "y"}

@@ -96,7 +96,33 @@ def apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) -
         return update_namespace(a, obj, new)
     if (obj.group, obj.kind) == (GATEWAY_GROUP, "ReferenceGrant"):
         return update_grant(a, obj, new)
+    if (obj.group, obj.kind) in UNREAD_KINDS:
+        return update_unread(a, obj, new)
     return None
+
+
+# Kinds the policy analysis holds in its index but never reads: a gateway's data plane reads
+# endpoints, certificates and CA bundles from there. They change far more often than anything
+# else (every pod that comes or goes changes an EndpointSlice).
+UNREAD_KINDS = {("discovery.k8s.io", "EndpointSlice"), (CORE_GROUP, "Secret"), (CORE_GROUP, "ConfigMap")}
+
+
+def update_unread(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] | None:
+    """An object of a kind the analysis does not read: its new copy put in the index, nothing to
+    recompute. A full analysis when a policy names the kind as a target (the object may be one),
+    when the kind or the namespace would be new to the index, when the kind's last object goes, or
+    when a deleted object may be all that makes its namespace exist."""
+    if ref.namespace is not None and ref.namespace not in a.index.namespaces:
+        return None
+    same_kind = a.index.of_kind(ref.group, ref.kind)
+    if not same_kind or (raw is None and len(same_kind) == 1):
+        return None
+    if raw is None and ref.namespace is not None and Ref(CORE_GROUP, "Namespace", None, ref.namespace) not in a.index.by_ref:
+        return None  # it may be the last object that makes its namespace exist (S4.5)
+    if any(isinstance(t, dict) and t.get("kind") == ref.kind for p in a.policies.values() for t in p.target_refs):
+        return None
+    replace_object(a.index, ref, raw)
+    return set()
 
 
 def _misfits_schema(raw: dict[str, Any], kind: PolicyKind) -> bool:
