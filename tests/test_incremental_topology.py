@@ -199,7 +199,7 @@ def moved_status(before: Analysis, after: Analysis) -> set[Ref]:
     return {r for r in set(b) | set(c) if b.get(r) != c.get(r)}
 
 
-CHANGES = ["gateway", "service", "namespace", "grant", "policy", "route"]
+CHANGES = ["gateway", "service", "namespace", "grant", "policy", "route", "unread"]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -230,7 +230,10 @@ def test_a_sequence_of_changes_in_place_equals_a_full_analysis(objs, rnd: random
             continue
         full = analyse(copy.deepcopy(list(state.values())), now=NOW)
         assert canonical(a) == canonical(full), (what, old, new)
+        assert index_view(a) == index_view(full), (what, old, new)
         assert_node_index(a)
+        if what == "unread":
+            assert result == set()  # nothing the analysis reads changed
         moved = moved_status(base, full)
         assert moved <= result | {ref}, (what, moved - result)
         base = full
@@ -342,38 +345,6 @@ def index_view(a: Analysis) -> dict[Ref, Any]:
     return {"by_ref": {r: o.raw for r, o in a.index.by_ref.items()},
             "by_kind": {k: [o.ref for o in v] for k, v in a.index.by_kind.items() if v},
             "namespaces": set(a.index.namespaces)}
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(cluster(), st.randoms(use_true_random=False), st.lists(st.sampled_from(["unread", "unread", "policy", "route"]),
-                                                             min_size=1, max_size=5), settings_strategy)
-def test_objects_the_analysis_does_not_read_go_into_the_index_in_place(objs, rnd: random.Random, sequence, new_settings) -> None:
-    """EndpointSlices, Secrets and ConfigMaps (what a gateway reads from the index, and what changes
-    most often) are put in the index in place: the index and the analysis equal a full one's."""
-    state = {key(o): o for o in objs}
-    for _ in range(2):  # some to change and delete from the start
-        old, new = unread_change(state, rnd)
-        if new is not None:
-            state[key(new)] = new
-    a = analyse(copy.deepcopy(list(state.values())), now=NOW)
-    for what in sequence:
-        old, new = policy_change(state, rnd, new_settings) if what == "policy" else globals()[f"{what}_change"](state, rnd)
-        if old is None and new is None:
-            continue
-        raw = old if old is not None else new
-        if new is None:
-            del state[key(old)]
-        else:
-            state[key(new)] = new
-        result = apply_change(a, copy.deepcopy(raw), copy.deepcopy(new))
-        if result is None:
-            a = analyse(copy.deepcopy(list(state.values())), now=NOW)
-            continue
-        full = analyse(copy.deepcopy(list(state.values())), now=NOW)
-        assert canonical(a) == canonical(full), (what, old, new)
-        assert index_view(a) == index_view(full), (what, old, new)
-        if what == "unread":
-            assert result == set()
 
 
 def test_an_unread_kind_a_policy_targets_runs_a_full_analysis() -> None:
