@@ -18,11 +18,13 @@ Why not JSON Schema against the Gateway API CRDs: see docs/architecture.md ("Inp
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import threading
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Callable, Union
+from typing import Any, Callable, Iterator, Union
 
 import orjson
 
@@ -139,9 +141,62 @@ KIND_SHAPES: dict[tuple[str, str], Shape] = {
 }
 
 
+class CheckedSpecs:
+    """The specs found right (shape and JSON) in the last check of a set of objects, by identity: a
+    controller's next full analysis checks again only the rest of an object whose spec is the same
+    value (its store keeps an unchanged spec across copies, `store.share_unchanged`: after the first
+    complete status, every object is a new copy with the same spec). Its user promises that a spec
+    it hands over is never changed in place. Holds the specs of the last check only."""
+
+    __slots__ = ("specs",)
+
+    def __init__(self) -> None:
+        self.specs: dict[int, tuple[Any, Any, Any]] = {}  # id(spec) -> (spec, apiVersion, kind)
+
+
+_checked: contextvars.ContextVar[CheckedSpecs | None] = contextvars.ContextVar("gwpolicy_checked_specs", default=None)
+
+
+@contextlib.contextmanager
+def remembering(checked: CheckedSpecs) -> Iterator[None]:
+    """`problems` inside this block reuses and updates `checked`."""
+    token = _checked.set(checked)
+    try:
+        yield
+    finally:
+        _checked.reset(token)
+
+
 def problems(raws: list[Any]) -> list[str | None]:
-    """`object_problem` of each object; what JSON can hold is checked for all of them in one call to the
-    encoder, and object by object only where that call finds something."""
+    """`object_problem` of each object; with `remembering`, an object whose spec was found right by
+    the last check has only the rest of it checked."""
+    checked = _checked.get()
+    if checked is None:
+        return _problems(raws)
+    known, fresh = checked.specs, {}
+    todo, rest, where = [], [], []
+    for i, raw in enumerate(raws):
+        spec = raw.get("spec") if type(raw) is dict else None
+        hit = known.get(id(spec)) if type(spec) is dict or type(spec) is list else None
+        if hit is not None and hit[0] is spec and hit[1] == raw.get("apiVersion") and hit[2] == raw.get("kind"):
+            # the spec was right and has not changed: what is wrong is elsewhere, if anywhere (the
+            # first fault of the object is then the first fault of the rest, in the same order)
+            rest.append({k: v for k, v in raw.items() if k != "spec"})
+            fresh[id(spec)] = hit
+        else:
+            rest.append(raw)
+            todo.append(i)
+        where.append(spec)
+    out = _problems(rest)
+    for i in todo:
+        spec = where[i]
+        if out[i] is None and (type(spec) is dict or type(spec) is list):
+            fresh[id(spec)] = (spec, raws[i].get("apiVersion"), raws[i].get("kind"))
+    checked.specs = fresh
+    return out
+
+
+def _problems(raws: list[Any]) -> list[str | None]:
     out = [object_problem(raw, json=False) for raw in raws]
     # one encoding per object, not one of them all: no copy of the whole cluster in memory (130 MB
     # at 50k routes carrying status), and an object with a null (a NaN or an infinity is written

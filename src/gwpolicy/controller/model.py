@@ -18,6 +18,7 @@ from gwpolicy.incremental import apply_change, prepare
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import Obj
 from gwpolicy.refs import Ref
+from gwpolicy.shapes import CheckedSpecs, remembering
 from gwpolicy.status import ANNOTATION, breadcrumbs, policy_status
 
 _VOLATILE_META = ("resourceVersion", "managedFields", "generation")
@@ -62,6 +63,7 @@ class ClusterModel:
         self.incremental_updates = 0
         self.incremental = True
         self._events_since_freeze = 0
+        self._checked = CheckedSpecs()
 
     @staticmethod
     def key(raw: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -139,7 +141,8 @@ class ClusterModel:
         del old
         gc.disable()
         try:
-            self.analysis = analyse(raws, default_namespace=self.default_namespace, controller=self.controller)
+            with remembering(self._checked):  # a spec found right last time is not checked again
+                self.analysis = analyse(raws, default_namespace=self.default_namespace, controller=self.controller)
             self.stale = False
             self.touched = set()
             changes = [ch.object for ch in self.analysis.status_changes()]  # builds `affected` too
