@@ -50,3 +50,11 @@ def test_the_same_spec_under_another_kind_is_checked_again() -> None:
         assert checked.specs == {}
         assert shapes.problems([_route("r", spec=spec)]) == [None]
         spec["parentRefs"] = 5  # changed in place: a promise broken, but a new value is checked
+
+def test_one_list_under_two_fields_is_judged_by_each_shape() -> None:
+    shared = [{"name": "gw", "kind": 5}]  # right as a Service's ports (no kind there), wrong as a grant's `to`
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"ports": shared}}
+    grant = {"apiVersion": f"{GATEWAY_GROUP}/v1beta1", "kind": "ReferenceGrant", "metadata": {"name": "g"},
+             "spec": {"to": shared, "from": [{"kind": "HTTPRoute", "namespace": "a"}]}}
+    again = dict(svc, metadata={"name": "s2"})
+    assert shapes.problems([svc, grant, again]) == [None, "spec.to[0].kind: must be a string, not a number (5)", None]

@@ -197,7 +197,14 @@ def problems(raws: list[Any]) -> list[str | None]:
 
 
 def _problems(raws: list[Any]) -> list[str | None]:
-    out = [object_problem(raw, json=False) for raw in raws]
+    # lists found right, by identity and item shape, while every value checked is held by `raws` (a
+    # store that holds equal lists once, `controller.store`, has the conditions under a route's
+    # parents checked once)
+    _local.seen = {}
+    try:
+        out = [object_problem(raw, json=False) for raw in raws]
+    finally:
+        _local.seen = None
     # one encoding per object, not one of them all: no copy of the whole cluster in memory (130 MB
     # at 50k routes carrying status), and an object with a null (a NaN or an infinity is written
     # as null) is walked without encoding everything a second time
@@ -423,10 +430,15 @@ def _compile(shape: Shape, done: dict[int, _Checker]) -> _Checker:
                         break
                 else:
                     return None
+            seen = getattr(_local, "seen", None)
+            if seen is not None and seen.get(id(value)) is item:
+                return None  # the same list, found right under this shape already
             for i, v in enumerate(value):
                 fault = _Fault("must not be null") if v is None else item(v)
                 if fault is not None:
                     return fault.at(i)
+            if seen is not None:
+                seen[id(value)] = item
             return None
         done[id(shape)] = check_list
         return check_list
