@@ -18,11 +18,13 @@ Why not JSON Schema against the Gateway API CRDs: see docs/architecture.md ("Inp
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import threading
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Callable, Union
+from typing import Any, Callable, Iterator, Union
 
 import orjson
 
@@ -139,18 +141,87 @@ KIND_SHAPES: dict[tuple[str, str], Shape] = {
 }
 
 
-def problems(raws: list[Any]) -> list[str | None]:
-    """`object_problem` of each object; what JSON can hold is checked for all of them in one call to the
-    encoder, and object by object only where that call finds something."""
-    out = [object_problem(raw, json=False) for raw in raws]
+class CheckedSpecs:
+    """The specs found right (shape and JSON) in the last check of a set of objects, by identity: a
+    controller's next full analysis checks again only the rest of an object whose spec is the same
+    value (its store keeps an unchanged spec across copies, `store.share_unchanged`: after the first
+    complete status, every object is a new copy with the same spec). Its user promises that a spec
+    it hands over is never changed in place. Holds the specs of the last check only."""
+
+    __slots__ = ("specs",)
+
+    def __init__(self) -> None:
+        self.specs: dict[int, tuple[Any, Any, Any]] = {}  # id(spec) -> (spec, apiVersion, kind)
+
+
+_checked: contextvars.ContextVar[CheckedSpecs | None] = contextvars.ContextVar("gwpolicy_checked_specs", default=None)
+
+
+@contextlib.contextmanager
+def remembering(checked: CheckedSpecs) -> Iterator[None]:
+    """`problems` inside this block reuses and updates `checked`."""
+    token = _checked.set(checked)
     try:
-        encoded = orjson.dumps(_deep(raws, 1))
-    except orjson.JSONEncodeError:
-        return [p or unrepresentable(raw) for p, raw in zip(out, raws)]
+        yield
     finally:
-        _deep(None, 1)
-    if b"null" in encoded:  # none nests too deep, but a null may be a NaN or an infinity
-        return [p or (_walk_json(raw, "", 0) if b"null" in orjson.dumps(raw) else None) for p, raw in zip(out, raws)]
+        _checked.reset(token)
+
+
+def problems(raws: list[Any]) -> list[str | None]:
+    """`object_problem` of each object; with `remembering`, an object whose spec was found right by
+    the last check has only the rest of it checked."""
+    checked = _checked.get()
+    if checked is None:
+        return _problems(raws)
+    known, fresh = checked.specs, {}
+    todo, rest, where = [], [], []
+    for i, raw in enumerate(raws):
+        spec = raw.get("spec") if type(raw) is dict else None
+        hit = known.get(id(spec)) if type(spec) is dict or type(spec) is list else None
+        if hit is not None and hit[0] is spec and hit[1] == raw.get("apiVersion") and hit[2] == raw.get("kind"):
+            # the spec was right and has not changed: what is wrong is elsewhere, if anywhere (the
+            # first fault of the object is then the first fault of the rest, in the same order)
+            rest.append({k: v for k, v in raw.items() if k != "spec"})
+            fresh[id(spec)] = hit
+        else:
+            rest.append(raw)
+            todo.append(i)
+        where.append(spec)
+    out = _problems(rest)
+    for i in todo:
+        spec = where[i]
+        if out[i] is None and (type(spec) is dict or type(spec) is list):
+            fresh[id(spec)] = (spec, raws[i].get("apiVersion"), raws[i].get("kind"))
+    checked.specs = fresh
+    return out
+
+
+def _problems(raws: list[Any]) -> list[str | None]:
+    # lists found right, by identity and item shape, while every value checked is held by `raws` (a
+    # store that holds equal lists once, `controller.store`, has the conditions under a route's
+    # parents checked once)
+    _local.seen = {}
+    try:
+        out = [object_problem(raw, json=False) for raw in raws]
+    finally:
+        _local.seen = None
+    # one encoding per object, not one of them all: no copy of the whole cluster in memory (130 MB
+    # at 50k routes carrying status), and an object with a null (a NaN or an infinity is written
+    # as null) is walked without encoding everything a second time
+    dumps, error = orjson.dumps, orjson.JSONEncodeError
+    outer = _deep(None)
+    inner = _local.chains[0][1]
+    try:
+        for i, raw in enumerate(raws):
+            inner[0] = raw
+            try:
+                encoded = dumps(outer)
+            except error:
+                encoded = b"null"
+            if b"null" in encoded and out[i] is None:
+                out[i] = _walk_json(raw, "", 0)
+    finally:
+        inner[0] = None
     return out
 
 
@@ -323,6 +394,9 @@ def _compile(shape: Shape, done: dict[int, _Checker]) -> _Checker:
         fields = {key: _compile(sub.shape if type(sub) is Required else sub, done) for key, sub in shape.items()}
         required = tuple(key for key, sub in shape.items() if type(sub) is Required)
         lookup = fields.get
+        # the types a field's checker accepts outright, seen without calling it (most fields are strings
+        # or integers: at 50k routes carrying status, the calls were most of the check)
+        accepted = {key: ok for key, sub in shape.items() if (ok := _accepted_outright(sub))}.get
 
         def check_object(value: Any) -> _Fault | None:
             if type(value) is not dict:
@@ -332,6 +406,9 @@ def _compile(shape: Shape, done: dict[int, _Checker]) -> _Checker:
                     return _Fault("is required", key)
             # the object's own keys, not the shape's: an object sets few of the fields a shape declares
             for key, v in value.items():
+                ok = accepted(key)
+                if ok is not None and type(v) in ok:
+                    continue
                 sub = lookup(key)
                 if sub is not None and v is not None:
                     fault = sub(v)
@@ -342,23 +419,42 @@ def _compile(shape: Shape, done: dict[int, _Checker]) -> _Checker:
         return check_object
     if type(shape) is list:
         item = _compile(shape[0], done)
+        items_ok = _accepted_outright(shape[0])
 
         def check_list(value: Any) -> _Fault | None:
             if type(value) is not list:
                 return _Fault(_wrong(value, "a list"))
+            if items_ok is not None:
+                for v in value:
+                    if type(v) not in items_ok:
+                        break
+                else:
+                    return None
+            seen = getattr(_local, "seen", None)
+            if seen is not None and seen.get(id(value)) is item:
+                return None  # the same list, found right under this shape already
             for i, v in enumerate(value):
                 fault = _Fault("must not be null") if v is None else item(v)
                 if fault is not None:
                     return fault.at(i)
+            if seen is not None:
+                seen[id(value)] = item
             return None
         done[id(shape)] = check_list
         return check_list
     if type(shape) is MapOf:
         values = _compile(shape.values, done)
+        values_ok = _accepted_outright(shape.values)
 
         def check_map(value: Any) -> _Fault | None:
             if type(value) is not dict:
                 return _Fault(_wrong(value, "an object"))
+            if values_ok is not None:
+                for v in value.values():
+                    if type(v) not in values_ok and v is not None:
+                        break
+                else:
+                    return None
             for k, v in value.items():
                 if v is None:
                     continue
@@ -382,6 +478,21 @@ def _compile(shape: Shape, done: dict[int, _Checker]) -> _Checker:
             return _Fault(_wrong(value, expected))
     done[id(shape)] = check_type
     return check_type
+
+
+def _accepted_outright(shape: Shape) -> frozenset[type] | None:
+    """The exact types that the checker of a type shape accepts (its check_type returns None for
+    any value of these types), for checking them inline; None for other shapes."""
+    if type(shape) is Required:
+        shape = shape.shape
+    if type(shape) is type:
+        types: tuple = (shape,)
+    elif type(shape) is tuple and all(type(t) is type for t in shape):
+        types = shape
+    else:
+        return None
+    ok = frozenset(t for t in (str, int, bool, float, dict, list) if t in types and (t is not bool or bool in types))
+    return ok or None
 
 
 _NAMES = {str: "a string", int: "an integer", bool: "true or false", float: "a number", dict: "an object",

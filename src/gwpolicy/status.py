@@ -152,18 +152,26 @@ def _affected_conditions(kinds: list[str], room: int, describe: str, gen: int | 
                          previous: Any, now: str) -> list[dict[str, Any]]:
     """One `gwpolicy.io/<Kind>Affected` condition per kind (S8.4), within `room` conditions: when they
     do not all fit, the last one that fits is `gwpolicy.io/PolicyAffected`, naming the other kinds."""
-    def one(ctype: str, message: str) -> dict[str, Any]:
-        return condition(ctype, "True", "PolicyAffected", message, gen, find_condition(previous, ctype), now)
+    return _conditions_of(_affected_messages(kinds, room, describe), gen, previous, now)
 
+
+def _affected_messages(kinds: list[str], room: int, describe: str) -> list[tuple[str, str]]:
+    """(type, message) of each condition `_affected_conditions` gives: the same under every parent of a
+    route, so made once per object."""
     if len(kinds) <= room:
-        return [one(affected_condition_type(k), f"Affected by a {k}; run '{describe}' to see how.") for k in kinds]
+        return [(affected_condition_type(k), f"Affected by a {k}; run '{describe}' to see how.") for k in kinds]
     if room <= 0:
         return []
     shown, rest = kinds[:room - 1], kinds[room - 1:]
-    out = [one(affected_condition_type(k), f"Affected by a {k}; run '{describe}' to see how.") for k in shown]
-    out.append(one(SUMMARY_CONDITION, f"Also affected by {_names(rest)}: conditions hold at most {MAX_CONDITIONS} "
-                                      f"entries, so these have no condition of their own; run '{describe}' to see how."))
+    out = [(affected_condition_type(k), f"Affected by a {k}; run '{describe}' to see how.") for k in shown]
+    out.append((SUMMARY_CONDITION, f"Also affected by {_names(rest)}: conditions hold at most {MAX_CONDITIONS} "
+                                   f"entries, so these have no condition of their own; run '{describe}' to see how."))
     return out
+
+
+def _conditions_of(messages: list[tuple[str, str]], gen: int | None, previous: Any, now: str) -> list[dict[str, Any]]:
+    return [condition(ctype, "True", "PolicyAffected", message, gen, find_condition(previous, ctype), now)
+            for ctype, message in messages]
 
 
 def outcome_message(o: TargetOutcome, ancestor: Ref) -> str:
@@ -189,11 +197,14 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
     # nothing inside is changed, and a deep copy was half the status computation once objects carry one
     status = dict(raw_status) if isinstance(raw_status, dict) else {}
     annotations = dict(obj.metadata.get("annotations") or {}) if isinstance(obj.metadata.get("annotations"), dict) else {}
-    gen = obj.generation
     kind, group = obj.kind, obj.group
+    if group != GATEWAY_GROUP or (kind not in ("Gateway", "GatewayClass") and kind not in ROUTE_KINDS):
+        _set_annotation(annotations, bool(kinds))  # a Service, a Namespace, a policy: the annotation only
+        return status, annotations
+    gen = obj.generation
     parent_refs = topo.route_parents.get(obj.ref, [])
     describe = f"gwpolicy describe {kind.lower()}/{obj.name}" + (f" -n {obj.namespace}" if obj.namespace else "")
-    if group == GATEWAY_GROUP and kind in ("Gateway", "GatewayClass"):
+    if kind in ("Gateway", "GatewayClass"):
         conds = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
         kept = [c for c in conds if not _ours_type(c.get("type"))]
         room = MAX_CONDITIONS - len(kept)
@@ -203,18 +214,18 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
         # no room at all in status.conditions: the annotation carries the breadcrumb (S8.4)
         _set_annotation(annotations, bool(kinds) and room <= 0)
         return status, annotations
-    if group == GATEWAY_GROUP and kind in ROUTE_KINDS and parent_refs:
+    if parent_refs:  # a route
         parents = [p for p in status.get("parents") or [] if isinstance(p, dict)]
         kept = [p for p in parents if p.get("controllerName") != controller]
         previous = {_parent_key(p.get("parentRef") or {}): p for p in parents if p.get("controllerName") == controller}
         room = max(0, MAX_PARENTS - len(kept))
         ours = []
         if kinds:
+            messages = _affected_messages(kinds, MAX_CONDITIONS, describe)
             for pref in parent_refs[:room]:
                 prev = previous.get(_parent_key(pref))
                 ours.append({"parentRef": dict(pref), "controllerName": controller,
-                             "conditions": _affected_conditions(kinds, MAX_CONDITIONS, describe, gen,
-                                                                (prev or {}).get("conditions"), now)})
+                             "conditions": _conditions_of(messages, gen, (prev or {}).get("conditions"), now)})
         if ours or len(kept) != len(parents):
             status["parents"] = keep_places(parents, ours, lambda p: p.get("controllerName") == controller,
                                             lambda p: _parent_key(p.get("parentRef") or {}))
