@@ -93,6 +93,14 @@ class Trail:
 EMPTY_TRAIL = Trail()
 
 
+def trail_through(t: Trail, e: LevelEntry) -> Trail:
+    """The trail of a prefix one level longer, the level's entry of the kind being `e`."""
+    c = e.contributions
+    return Trail(t.ov + (c[OVERRIDES],) if OVERRIDES in c else t.ov,
+                 (c[DEFAULTS],) + t.df_rev if DEFAULTS in c else t.df_rev,
+                 t.inh + (e,) if e.inherited else t.inh)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Summary:
     """What the policies along a path prefix give, per kind (shared by every node below that adds
@@ -143,12 +151,7 @@ class Evaluator:
         trails = dict(above.trails)
         at = self.entries_at[node.level]
         for kk in kks:
-            e = at[kk]
-            t = trails.get(kk, EMPTY_TRAIL)
-            c = e.contributions
-            trails[kk] = Trail(t.ov + (c[OVERRIDES],) if OVERRIDES in c else t.ov,
-                               (c[DEFAULTS],) + t.df_rev if DEFAULTS in c else t.df_rev,
-                               t.inh + (e,) if e.inherited else t.inh)
+            trails[kk] = trail_through(trails.get(kk, EMPTY_TRAIL), at[kk])
         s = node.summary = Summary(trails, tuple(sorted(trails)))
         return s
 
