@@ -126,7 +126,8 @@ class Evaluator:
         self.kinds = kinds
         self.entries = entries
         self.index = index
-        self.memo: dict[tuple, Result] = {}
+        # results by ladder, one memo per kind (a value edit in place drops the stale ones of its kind alone)
+        self.memos: dict[KindKey, dict[tuple, Result]] = {kk: {} for kk in kinds}
         self.memo_base: int | None = None  # memo size after the full analysis (incremental.py)
         self._object_values: dict[tuple[Ref, KindKey], tuple[Obj | None, Contribution | None]] = {}
         self.kinds_at: dict[Ref, list[KindKey]] = {}
@@ -169,7 +170,7 @@ class Evaluator:
             kks = here.kinds
         if not kks:
             return []
-        memo = self.memo
+        memos = self.memos
         level = node.level
         parent = node.parent
         own_at = self.entries_at.get(level, _NO_ENTRIES)
@@ -181,6 +182,9 @@ class Evaluator:
         out: list[tuple[KindKey, Result]] = []
         for kk in kks:
             kind = self.kinds[kk]
+            memo = memos.get(kk)
+            if memo is None:
+                memo = memos[kk] = {}
             own = own_at.get(kk)
             if is_section and not (own is not None and own.has_direct):
                 d_is_node = False

@@ -180,17 +180,19 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
             a.entries.pop(key, None)
         _reindex_level(a, kk, level)
     if refreshed:
-        _forget_results(a.evaluator, refreshed)
+        _forget_results(a.evaluator, kk, refreshed)
     check |= _recompute_below(a, touched_levels, kk, summaries_stand=bool(refreshed))
     a._status = None
     a._status_by_ref = None
     a._affects = None
     a._by_target = None
     ev = a.evaluator
+    size = sum(map(len, ev.memos.values()))
     if ev.memo_base is None:
-        ev.memo_base = len(ev.memo)
-    elif len(ev.memo) > 2 * ev.memo_base + 10_000:  # results of ladders no path uses any more pile up
-        ev.memo.clear()
+        ev.memo_base = size
+    elif size > 2 * ev.memo_base + 10_000:  # results of ladders no path uses any more pile up
+        for memo in ev.memos.values():
+            memo.clear()
         ev.memo_base = 0
     return check
 
@@ -203,10 +205,10 @@ def _same_stanzas(before: LevelEntry | None, after: LevelEntry) -> bool:
             and before.contributions.keys() == after.contributions.keys())
 
 
-def _forget_results(ev: Evaluator, contributions: set[Contribution]) -> None:
+def _forget_results(ev: Evaluator, kk: KindKey, contributions: set[Contribution]) -> None:
     """Drop the memoised results of every ladder holding one of these contributions (given new
-    leaves in place: those results are stale)."""
-    memo = ev.memo
+    leaves in place: those results are stale); only the kind's own memo holds them."""
+    memo = ev.memos.get(kk, {})
     for k in list(filterfalse(contributions.isdisjoint, memo)):  # read in C: tens of thousands of keys
         del memo[k]
 
