@@ -93,6 +93,14 @@ class Trail:
 EMPTY_TRAIL = Trail()
 
 
+def trail_through(t: Trail, e: LevelEntry) -> Trail:
+    """The trail of a prefix one level longer, the level's entry of the kind being `e`."""
+    c = e.contributions
+    return Trail(t.ov + (c[OVERRIDES],) if OVERRIDES in c else t.ov,
+                 (c[DEFAULTS],) + t.df_rev if DEFAULTS in c else t.df_rev,
+                 t.inh + (e,) if e.inherited else t.inh)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Summary:
     """What the policies along a path prefix give, per kind (shared by every node below that adds
@@ -118,7 +126,8 @@ class Evaluator:
         self.kinds = kinds
         self.entries = entries
         self.index = index
-        self.memo: dict[tuple, Result] = {}
+        # results by ladder, one memo per kind (a value edit in place drops the stale ones of its kind alone)
+        self.memos: dict[KindKey, dict[tuple, Result]] = {kk: {} for kk in kinds}
         self.memo_base: int | None = None  # memo size after the full analysis (incremental.py)
         self._object_values: dict[tuple[Ref, KindKey], tuple[Obj | None, Contribution | None]] = {}
         self.kinds_at: dict[Ref, list[KindKey]] = {}
@@ -143,12 +152,7 @@ class Evaluator:
         trails = dict(above.trails)
         at = self.entries_at[node.level]
         for kk in kks:
-            e = at[kk]
-            t = trails.get(kk, EMPTY_TRAIL)
-            c = e.contributions
-            trails[kk] = Trail(t.ov + (c[OVERRIDES],) if OVERRIDES in c else t.ov,
-                               (c[DEFAULTS],) + t.df_rev if DEFAULTS in c else t.df_rev,
-                               t.inh + (e,) if e.inherited else t.inh)
+            trails[kk] = trail_through(trails.get(kk, EMPTY_TRAIL), at[kk])
         s = node.summary = Summary(trails, tuple(sorted(trails)))
         return s
 
@@ -166,7 +170,7 @@ class Evaluator:
             kks = here.kinds
         if not kks:
             return []
-        memo = self.memo
+        memos = self.memos
         level = node.level
         parent = node.parent
         own_at = self.entries_at.get(level, _NO_ENTRIES)
@@ -178,6 +182,9 @@ class Evaluator:
         out: list[tuple[KindKey, Result]] = []
         for kk in kks:
             kind = self.kinds[kk]
+            memo = memos.get(kk)
+            if memo is None:
+                memo = memos[kk] = {}
             own = own_at.get(kk)
             if is_section and not (own is not None and own.has_direct):
                 d_is_node = False
