@@ -427,18 +427,24 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
         order = {node: i for i, node in enumerate(paths[target])}
         by[target] = dict(sorted(by[target].items(), key=lambda kv: order.get(kv[0], 0)))
     a._effective = None
-    changed: set[Ref] = set()
-    affected = a.affected
-    for owner in owners:
-        targets = [owner] + [owner.with_section(s) for s in a.topology.sections.get(owner, [])]
-        now = policies_by_kind(chain.from_iterable(eps for t in targets for eps in by.get(t, {}).values()))
-        if now != affected.get(owner, {}):
-            changed.add(owner)
-            if now:
-                affected[owner] = now
-            else:
-                affected.pop(owner, None)
-    return changed
+    a.affected  # noqa: B018 - computed from scratch the first time, kept up to date below
+    return {owner for owner in owners if _refresh_affected(a, owner)}
+
+
+def _refresh_affected(a: Analysis, owner: Ref) -> bool:
+    """What affects `owner` (on itself and its sections) gathered again from its paths' effective
+    policies; True when that changed."""
+    by = a._by_effective_target
+    assert by is not None
+    targets = [owner] + [owner.with_section(s) for s in a.topology.sections.get(owner, [])]
+    now = policies_by_kind(chain.from_iterable(eps for t in targets for eps in by.get(t, {}).values()))
+    if now == a.affected.get(owner, {}):
+        return False
+    if now:
+        a.affected[owner] = now
+    else:
+        a.affected.pop(owner, None)
+    return True
 
 
 def _drop_summaries(starts: list[PathNode]) -> list[PathNode]:
@@ -568,14 +574,8 @@ def _recompute_nodes(a: Analysis, nodes: list[PathNode], lost: dict[Ref, list[Ef
                 changed.add(owner)
                 affected[owner] = now
             continue
-        targets = [owner] + [owner.with_section(s) for s in a.topology.sections.get(owner, [])]
-        now = policies_by_kind(chain.from_iterable(eps for t in targets for eps in by.get(t, {}).values()))
-        if now != affected.get(owner, {}):
+        if _refresh_affected(a, owner):
             changed.add(owner)
-            if now:
-                affected[owner] = now
-            else:
-                affected.pop(owner, None)
     return changed
 
 
