@@ -641,18 +641,8 @@ class RouteIndex:
     def put(self, ref: Ref, route: Obj | None) -> None:
         """The route's names, replacing those it had (None: it is gone)."""
         names, into = self._of.pop(ref, ((), ()))  # type: ignore[assignment]
-        for n in names:
-            held = self.naming.get(n)
-            if held is not None:
-                held.discard(ref)
-                if not held:
-                    del self.naming[n]
-        for ns in into:
-            held_ns = self.into.get(ns)
-            if held_ns is not None:
-                held_ns.discard(ref)
-                if not held_ns:
-                    del self.into[ns]
+        _untie(self.naming, names, ref)
+        _untie(self.into, into, ref)
         if route is None:
             return
         names, into = _names_of_route(route)
@@ -664,6 +654,16 @@ class RouteIndex:
 
     def routes_naming(self, ref: Ref) -> list[Ref]:
         return sorted(self.naming.get(ref, ()), key=Ref.sort_key)
+
+
+def _untie(held: dict[Any, set[Ref]], keys: Any, ref: Ref) -> None:
+    """`ref` taken out of each key's set; a set left empty goes."""
+    for k in keys:
+        refs = held.get(k)
+        if refs is not None:
+            refs.discard(ref)
+            if not refs:
+                del held[k]
 
 
 def _names_of_route(route: Obj) -> tuple[set[Ref], set[str]]:
