@@ -22,6 +22,7 @@ from gwpolicy.controller.effectivepolicies import EffectivePolicySync
 from gwpolicy.controller.informer import Informer
 from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LeaderElector
+from gwpolicy.controller.loop import synced_bursts
 from gwpolicy.controller.model import ClusterModel
 from gwpolicy.refs import Ref
 from gwpolicy.status import ANNOTATION, DEFAULT_CONTROLLER
@@ -191,15 +192,7 @@ class Controller:
 
     # ---------- reconcile and write ----------
     async def reconcile_loop(self) -> None:
-        while True:
-            await self.wake.wait()
-            await asyncio.sleep(self.opts.debounce)  # gather a burst of events into one analysis
-            self.wake.clear()
-            if not all(i.synced.is_set() for i in self.informers.values()):
-                await asyncio.sleep(0.05)
-                self.wake.set()
-                continue
-            self.busy = True
+        async for _ in synced_bursts(self, self.opts.debounce, self.listed):  # busy while a pass runs
             t = time.perf_counter()
             analyses, updates = self.model.reconciles, self.model.incremental_updates
             try:
@@ -207,7 +200,6 @@ class Controller:
             except Exception:  # noqa: BLE001 - a bad object must not stop the controller
                 log.exception("reconcile failed")
                 self.metrics.errors.labels("reconcile").inc()
-                self.busy = False
                 continue
             self.metrics.passes.inc()
             self.metrics.analyses.inc(self.model.reconciles - analyses)
@@ -229,9 +221,12 @@ class Controller:
             self._gauge()
             if self.effective is not None:
                 self.effective.refresh()
-            self.busy = False
             if refs:
                 self.queue_event.set()
+
+    def listed(self) -> bool:
+        """Whether every informer has listed its kind (a pass waits for it)."""
+        return all(i.synced.is_set() for i in self.informers.values())
 
     def _gauge(self) -> None:
         self.metrics.queue_depth.labels("status").set(len(self.high))

@@ -41,6 +41,7 @@ from gwpolicy.controller.app import shut_down
 from gwpolicy.controller.informer import Informer
 from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LeaderElector
+from gwpolicy.controller.loop import synced_bursts
 from gwpolicy.gateway.state import GatewayState
 from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, Programming,
                                      desired_status, keep_in_place, policy_kinds_annotation,
@@ -382,25 +383,13 @@ class GatewayController:
 
     # ---------- reconcile ----------
     async def reconcile_loop(self) -> None:
-        while True:
-            await self.wake.wait()
-            await asyncio.sleep(self.opts.debounce)
-            self.wake.clear()
-            if not self.synced:
-                await asyncio.sleep(0.05)
-                self.wake.set()
-                continue
-            self.busy = True
+        async for _ in synced_bursts(self, self.opts.debounce, lambda: self.synced):  # busy while a pass runs
             t = time.perf_counter()
             try:
                 await self.reconcile()
-            except asyncio.CancelledError:
-                raise
             except Exception:  # noqa: BLE001 - one bad object must not stop the gateway
                 log.exception("reconcile failed")
                 self.metrics.errors.labels("reconcile").inc()
-            finally:
-                self.busy = False
             self.reconciles += 1
             self.metrics.reconciles.inc()
             self.metrics.reconcile_seconds.observe(time.perf_counter() - t)

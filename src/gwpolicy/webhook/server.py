@@ -26,6 +26,7 @@ from gwpolicy.controller import kube
 from gwpolicy.controller.app import Controller
 from gwpolicy.controller.app import Options as ControllerOptions
 from gwpolicy.controller.kube import BUILTIN, CRD, Kind
+from gwpolicy.controller.loop import synced_bursts
 from gwpolicy.controller.model import ClusterModel
 from gwpolicy.refs import GATEWAY_GROUP
 from gwpolicy.webhook import certs
@@ -248,22 +249,12 @@ class WebhookProcess(Controller):
 
     async def reconcile_loop(self) -> None:
         """The model kept analysed; nothing is queued for writing."""
-        while True:
-            await self.wake.wait()
-            await asyncio.sleep(self.opts.debounce)
-            self.wake.clear()
-            if not all(i.synced.is_set() for i in self.informers.values()):
-                await asyncio.sleep(0.05)
-                self.wake.set()
-                continue
-            self.busy = True
+        async for _ in synced_bursts(self, self.opts.debounce, self.listed):
             try:
                 self.model.reconcile()
                 self.model.touched = set()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - the webhook must keep answering
                 log.exception("analysis failed")
-            finally:
-                self.busy = False
 
     async def stop(self) -> None:
         if self.webhook_runner:
