@@ -2,10 +2,10 @@
 affected by, and what becomes of an applied policy (Conflicted, Invalid, TargetNotFound, beaten).
 
 Pure: it reads an analysis of the cluster and the incoming object. The answer is computed on the
-cluster state plus the incoming object, as `gwpolicy whatif` does: a policy or route is applied to the
-analysis in place (`incremental`), read, and taken back out; any other change is analysed whole on a
-copy of the objects. The caller serialises reviews (one event loop), so nobody sees the analysis while
-the incoming object is in it.
+cluster state plus the incoming object, as `gwpolicy whatif` does: the object is applied to the
+analysis in place (`incremental.apply_change`, whatever its kind), read, and taken back out; a change
+that cannot be applied in place is analysed whole on a copy of the objects. The caller serialises
+reviews (one event loop), so nobody sees the analysis while the incoming object is in it.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterable, Iterator
 from gwpolicy.analysis import Analysis, analyse
 from gwpolicy.attach import ACCEPTED, CONFLICTED, TargetOutcome
 from gwpolicy.effective import EffectivePolicy
-from gwpolicy.incremental import _subtree, nodes_at, policy_ref, update_policy, update_route
-from gwpolicy.kinds import ROUTE_KINDS, split_api_version
+from gwpolicy.incremental import _subtree, apply_change, nodes_at, policy_ref
+from gwpolicy.kinds import split_api_version
 from gwpolicy.merge.leaves import field_name
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 
@@ -36,7 +36,7 @@ CORE_KINDS = {"Service", "Namespace"}
 class Options:
     deny_invalid: bool = False
     deny_conflicts: bool = False
-    # above this many objects a change other than a policy's or a route's is answered from the cluster
+    # above this many objects a change that cannot be applied in place is answered from the cluster
     # state as it is (a whole analysis would not fit in an admission timeout)
     full_analysis_limit: int = 20_000
 
@@ -114,23 +114,24 @@ class Fallback(Exception):
 @contextmanager
 def applied(a: Analysis, ref: Ref, new: dict[str, Any] | None) -> Iterator[Analysis]:
     """The analysis with the incoming object in place of the stored one (None: deleted), for the
-    duration of the block; afterwards exactly as before. Raises Fallback where the engine cannot
-    apply it in place."""
+    duration of the block; afterwards exactly as before. Every kind goes through
+    `incremental.apply_change`, as the controller's and the gateway's changes do; raises Fallback
+    where it cannot apply the object in place."""
     before = a.index.by_ref.get(ref)
     old_raw = before.raw if before is not None else None
     probe = new if new is not None else old_raw
-    is_policy = probe is not None and policy_ref(a, probe) is not None
-    is_route = ref.group == GATEWAY_GROUP and ref.kind in ROUTE_KINDS
-    if not (is_policy or is_route):
-        raise Fallback(False)
-    update = update_policy if is_policy else update_route
-    if update(a, ref, new) is None:
-        # what it changed half-way is taken back by the caller's full analysis
-        raise Fallback(True)
+    if probe is None:  # the deletion of what the analysis does not hold
+        yield a
+        return
+    if apply_change(a, probe, new) is None:
+        # Every in-place update puts the object's new copy in the index before anything it may leave
+        # half-done; one that declined before that changed nothing (a new namespace, a malformed
+        # object, a kind it does not take). Half-done is taken back by the caller's full analysis.
+        raise Fallback(a.index.by_ref.get(ref) is not before)
     try:
         yield a
     finally:
-        if update(a, ref, old_raw) is None:
+        if apply_change(a, probe if old_raw is None else old_raw, old_raw) is None:
             raise Fallback(True)
 
 
