@@ -83,6 +83,9 @@ def test_one_policy_edit_writes_only_what_changes(tmp_path: Path) -> None:
             assert len(expected) == 1
             assert ctl.model.reconciles == analyses, "a policy edit must not need a full analysis"
             assert ctl.model.incremental_updates >= 1
+            # /metrics counts the update (it is applied as its event comes, between two passes)
+            assert ctl.metrics.registry.get_sample_value("gwpolicy_incremental_updates_total") == \
+                ctl.model.incremental_updates
     run(go())
 
 

@@ -421,6 +421,9 @@ def test_health_readiness_and_metrics(env):
     assert 'gwpolicy_gateway_nginx_reloads_total{result="ok"}' in text and "gwpolicy_gateway_reconciles_total" in text
     statusz = json.loads(get("/statusz").read())
     assert statusz["synced"] and statusz["nginxError"] is None
+    # full analyses and in-place updates are counted apart, as /statusz counts them
+    assert _metric(gw.port, "gwpolicy_gateway_full_analyses_total") >= 1
+    assert "gwpolicy_gateway_incremental_updates_total" in text
 
 
 def test_endpoints_follow_the_endpointslices(env):

@@ -130,3 +130,48 @@ def test_a_namespace_label_change_reaches_the_webhooks_next_answer_without_a_ful
     assert "idle=120s" in web_timeouts()
     assert model.reconciles == 1 and model.incremental_updates >= 1
     assert not model.stale and not woken
+
+
+def test_the_webhooks_loop_takes_a_namespace_change_in_place_and_its_metrics_say_so(raws):
+    """The webhook's own loop (controller/loop.py) on its model: one full analysis at the start, the
+    Namespace's new labels as an in-place update, and /metrics counting both as the controller's do."""
+    import asyncio
+
+    from gwpolicy.controller.app import Options as ControllerOptions
+    from gwpolicy.webhook.server import WebhookOptions, WebhookProcess
+
+    async def go() -> None:
+        hook = WebhookProcess(WebhookOptions(ControllerOptions(leader_election=False)))
+        for o in copy.deepcopy(raws):
+            hook.model.event("ADDED", o)
+        task = asyncio.create_task(hook.reconcile_loop())
+
+        async def settled() -> None:
+            hook.wake.set()
+            for _ in range(500):
+                await asyncio.sleep(0.01)
+                if not hook.wake.is_set() and not hook.busy and not hook.model.stale:
+                    return
+            raise AssertionError("the webhook's loop did not settle")
+
+        def sample(name: str) -> float:
+            return hook.metrics.registry.get_sample_value(name) or 0.0
+
+        try:
+            await settled()
+            assert sample("gwpolicy_full_analyses_total") == 1 and sample("gwpolicy_reconcile_passes_total") == 1
+            hook.model.event("MODIFIED", _payments_in_the_shop(raws))
+            await settled()
+            assert sample("gwpolicy_full_analyses_total") == 1
+            assert sample("gwpolicy_incremental_updates_total") == 1 and sample("gwpolicy_reconcile_passes_total") == 2
+        finally:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        route = find(raws, "HTTPRoute", "payments", "checkout")
+        warnings = hook.reviewer.answer(_review_of(route, route))["response"].get("warnings", [])
+        assert any("TimeoutPolicy infra/web-timeouts" in w and "idle=120s" in w for w in warnings), warnings
+
+    asyncio.run(go())

@@ -45,15 +45,20 @@ class Metrics:
                               registry=r)
         self.analyses = Counter("gwpolicy_full_analyses", "Full analyses of the cluster (start, leadership, and "
                                 "changes that cannot be applied in place)", registry=r)
-        self.incremental = Counter("gwpolicy_incremental_updates", "Changes to a policy or a route applied to the "
-                                   "analysis in place, without a full analysis", registry=r)
+        self.incremental = Counter("gwpolicy_incremental_updates", "Changes to the cluster applied to the analysis in "
+                                   "place, without a full analysis (incremental.apply_change: policies, routes, "
+                                   "Gateways, Services, Namespaces, ReferenceGrants, and EndpointSlices, Secrets and "
+                                   "ConfigMaps, which it holds but does not read)", registry=r)
         self.reconcile_seconds = Histogram("gwpolicy_reconcile_pass_seconds", "Time a reconcile pass takes to bring "
                                            "the analysis up to date", registry=r)
-        self.writes = Counter("gwpolicy_writes", "API calls that write status or an annotation, by what they write "
-                              "and result (ok, or the HTTP status code)", ["what", "result"], registry=r)
+        self.writes = Counter("gwpolicy_writes", "API calls that write status, our annotation or an EffectivePolicy "
+                              "object, by what they write (status, annotation, effectivepolicy; a failed call is "
+                              "counted under status) and result (ok, or the HTTP status code)", ["what", "result"],
+                              registry=r)
         self.queue_depth = Gauge("gwpolicy_queue_depth", "Objects waiting to be compared and written, by queue",
                                  ["queue"], registry=r)
-        self.errors = Counter("gwpolicy_errors", "Errors, by where they happened", ["where"], registry=r)
+        self.errors = Counter("gwpolicy_errors", "Errors, by where they happened (watch, write, reconcile, "
+                              "no-status-subresource, no-status-in-its-schema)", ["where"], registry=r)
         self.leader = Gauge("gwpolicy_leader", "1 when this replica holds the lease (or runs without leader "
                             "election), else 0", registry=r)
         self.lease_errors = Counter("gwpolicy_leader_election_errors", "Failed attempts to take or renew the "
@@ -134,6 +139,7 @@ class Controller:
         self.effective: EffectivePolicySync | None = None
         self.skipped_outside: set[Ref] = set()
         self.paced_calls = 0  # breadcrumb API calls (each took a --breadcrumb-qps slot)
+        self.counted = (0, 0)  # the model's full analyses and in-place updates the metrics have counted
 
     # ---------- discovery ----------
     def _watch(self, kind: Kind) -> None:
@@ -194,17 +200,14 @@ class Controller:
     async def reconcile_loop(self) -> None:
         async for _ in synced_bursts(self, self.opts.debounce, self.listed):  # busy while a pass runs
             t = time.perf_counter()
-            analyses, updates = self.model.reconciles, self.model.incremental_updates
+            analyses = self.model.reconciles
             try:
                 refs = self.model.reconcile()
             except Exception:  # noqa: BLE001 - a bad object must not stop the controller
                 log.exception("reconcile failed")
                 self.metrics.errors.labels("reconcile").inc()
                 continue
-            self.metrics.passes.inc()
-            self.metrics.analyses.inc(self.model.reconciles - analyses)
-            self.metrics.incremental.inc(self.model.incremental_updates - updates)
-            self.metrics.reconcile_seconds.observe(time.perf_counter() - t)
+            self.count_pass(t)
             a = self.model.analysis
             full = self.model.reconciles > analyses
             crumbs = []
@@ -227,6 +230,16 @@ class Controller:
     def listed(self) -> bool:
         """Whether every informer has listed its kind (a pass waits for it)."""
         return all(i.synced.is_set() for i in self.informers.values())
+
+    def count_pass(self, started: float) -> None:
+        """A pass done, in the metrics: its time, and the model's full analyses and in-place updates
+        since the previous pass (an update is applied as its event comes, between passes)."""
+        self.metrics.passes.inc()
+        analyses, updates = self.counted
+        self.metrics.analyses.inc(self.model.reconciles - analyses)
+        self.metrics.incremental.inc(self.model.incremental_updates - updates)
+        self.counted = (self.model.reconciles, self.model.incremental_updates)
+        self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
 
     def _gauge(self) -> None:
         self.metrics.queue_depth.labels("status").set(len(self.high))

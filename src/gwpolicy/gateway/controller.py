@@ -65,15 +65,30 @@ _VOLATILE_META = ("resourceVersion", "managedFields", "generation")
 class Metrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
-        self.events = Counter("gwpolicy_gateway_events", "Watch events received", ["resource", "type"], registry=r)
-        self.reconciles = Counter("gwpolicy_gateway_reconciles", "Analyses of the cluster", registry=r)
-        self.reconcile_seconds = Histogram("gwpolicy_gateway_reconcile_seconds", "Analysis, render and apply", registry=r)
-        self.reloads = Counter("gwpolicy_gateway_nginx_reloads", "NGINX configurations applied", ["result"], registry=r)
-        self.reload_seconds = Histogram("gwpolicy_gateway_nginx_reload_seconds", "Validate, reload and verify", registry=r)
-        self.writes = Counter("gwpolicy_gateway_writes", "Status writes", ["result"], registry=r)
-        self.errors = Counter("gwpolicy_gateway_errors", "Errors", ["where"], registry=r)
-        self.leader = Gauge("gwpolicy_gateway_leader", "1 when this replica holds the lease", registry=r)
-        self.queue_depth = Gauge("gwpolicy_gateway_queue_depth", "Objects waiting for a status write", registry=r)
+        self.events = Counter("gwpolicy_gateway_events", "Watch and list events received, by resource and event type",
+                              ["resource", "type"], registry=r)
+        self.reconciles = Counter("gwpolicy_gateway_reconciles", "Passes of the reconcile loop; each takes every "
+                                  "change gathered since the previous pass, brings the analysis up to date, builds "
+                                  "and applies the configuration and queues status", registry=r)
+        self.analyses = Counter("gwpolicy_gateway_full_analyses", "Full analyses of the cluster (start, and changes "
+                                "that cannot be applied in place)", registry=r)
+        self.incremental = Counter("gwpolicy_gateway_incremental_updates", "Changes to the cluster applied to the "
+                                   "analysis in place, without a full analysis (incremental.apply_change)", registry=r)
+        self.reconcile_seconds = Histogram("gwpolicy_gateway_reconcile_seconds", "Time a reconcile pass takes: the "
+                                           "analysis brought up to date, the configuration built, rendered and "
+                                           "applied, status computed", registry=r)
+        self.reloads = Counter("gwpolicy_gateway_nginx_reloads", "New configurations given to NGINX, by result (ok: "
+                               "it serves them; failed: the previous one keeps serving)", ["result"], registry=r)
+        self.reload_seconds = Histogram("gwpolicy_gateway_nginx_reload_seconds", "Time NGINX takes to check, load "
+                                        "and verify a new configuration", registry=r)
+        self.writes = Counter("gwpolicy_gateway_writes", "API calls that write status or the policy-kinds annotation, "
+                              "by result (ok, or the HTTP status code)", ["result"], registry=r)
+        self.errors = Counter("gwpolicy_gateway_errors", "Errors, by where they happened (watch, reconcile, render, "
+                              "write)", ["where"], registry=r)
+        self.leader = Gauge("gwpolicy_gateway_leader", "1 when this replica holds the lease (or runs without leader "
+                            "election), else 0", registry=r)
+        self.queue_depth = Gauge("gwpolicy_gateway_queue_depth", "Objects waiting for a status or annotation write",
+                                 registry=r)
 
 
 @dataclass
@@ -385,6 +400,7 @@ class GatewayController:
     async def reconcile_loop(self) -> None:
         async for _ in synced_bursts(self, self.opts.debounce, lambda: self.synced):  # busy while a pass runs
             t = time.perf_counter()
+            analyses, updates = self.state.full_passes, self.state.in_place
             try:
                 await self.reconcile()
             except Exception:  # noqa: BLE001 - one bad object must not stop the gateway
@@ -392,6 +408,8 @@ class GatewayController:
                 self.metrics.errors.labels("reconcile").inc()
             self.reconciles += 1
             self.metrics.reconciles.inc()
+            self.metrics.analyses.inc(self.state.full_passes - analyses)
+            self.metrics.incremental.inc(self.state.in_place - updates)
             self.metrics.reconcile_seconds.observe(time.perf_counter() - t)
 
     async def reconcile(self) -> None:

@@ -250,11 +250,15 @@ class WebhookProcess(Controller):
     async def reconcile_loop(self) -> None:
         """The model kept analysed; nothing is queued for writing."""
         async for _ in synced_bursts(self, self.opts.debounce, self.listed):
+            t = time.perf_counter()
             try:
                 self.model.reconcile()
                 self.model.touched = set()
             except Exception:  # noqa: BLE001 - the webhook must keep answering
                 log.exception("analysis failed")
+                self.metrics.errors.labels("reconcile").inc()
+                continue
+            self.count_pass(t)
 
     async def stop(self) -> None:
         if self.webhook_runner:
