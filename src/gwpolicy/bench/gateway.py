@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from gwpolicy.bench.generate import cluster
 
@@ -63,6 +63,90 @@ def gateway_cluster(routes: int, cert: tuple[bytes, bytes] | None = None, seed: 
                "data": {"tls.crt": base64.b64encode(cert[0]).decode(), "tls.key": base64.b64encode(cert[1]).decode()}}
 
 
+EDIT_SERVICE = "svc-edit"
+ROUTE0, ROUTE0_HOST = "route-000000", "route-000000.example.com"
+
+
+def with_edit_backend(objects: list[dict[str, Any]], address: str, port: int) -> list[dict[str, Any]]:
+    """The objects plus the Service an edit sends route-000000 to (EDIT_SERVICE, port 8080, in the
+    route's namespace), whose EndpointSlice points at a real backend."""
+    ns = next(o for o in objects if o["kind"] == "HTTPRoute" and o["metadata"]["name"] == ROUTE0)["metadata"]["namespace"]
+    return objects + [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": EDIT_SERVICE, "namespace": ns},
+         "spec": {"ports": [{"name": "http", "port": 8080}]}},
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+         "metadata": {"name": EDIT_SERVICE, "namespace": ns, "labels": {"kubernetes.io/service-name": EDIT_SERVICE}},
+         "addressType": "IPv4", "ports": [{"name": "http", "port": port}],
+         "endpoints": [{"addresses": [address]}]}]
+
+
+def route0_server(dp: Any) -> tuple[str, int]:
+    """Where NGINX serves route-000000 over plain HTTP: gw-001's http listener (every fifth route
+    is on it)."""
+    srv = next(s for s in dp.servers if s.listener.name == "gw-001" and s.listener.section == "http")
+    return srv.address, srv.port
+
+
+def request(server: tuple[str, int], host: str, path: str = "/", timeout: float = 10.0) -> tuple[int, str]:
+    """One GET through NGINX: the status, and the pod the echo backend names ('' if the body is not
+    the echo's)."""
+    import http.client
+
+    conn = http.client.HTTPConnection(*server, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Host": host})
+        resp = conn.getresponse()
+        body = resp.read()
+        try:
+            return resp.status, json.loads(body).get("pod", "")
+        except ValueError:
+            return resp.status, ""
+    finally:
+        conn.close()
+
+
+def first_request_showing(shows: Callable[[], bool], since: float, limit: float, what: str, pause: float = 0.0) -> float:
+    """Send requests (`shows` sends one) until one shows the edit made at `since`; when that request
+    was sent (perf_counter). RuntimeError after `limit` seconds."""
+    while True:
+        sent = time.perf_counter()
+        if shows():
+            return sent
+        if sent - since > limit:
+            raise RuntimeError(f"{what}: traffic did not follow the edit within {limit:.0f} s")
+        time.sleep(pause)
+
+
+def table_head(head: str, cell: str = "---:|") -> list[str]:
+    """A Markdown table's head and its rule."""
+    return [head, "|" + cell * (head.count("|") - 1)]
+
+
+def sizes_parser(prog: str, doc: str, sizes: str, workdir: str, port_offset: int) -> argparse.ArgumentParser:
+    """The options every gateway benchmark takes: sizes, a work directory, a port offset, --json."""
+    p = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
+    p.add_argument("--sizes", default=sizes, help="route counts, comma-separated")
+    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), workdir))
+    p.add_argument("--port-offset", type=int, default=port_offset, help=f"added to every listener port (default {port_offset})")
+    p.add_argument("--json", help="also write the figures to this file")
+    return p
+
+
+def sizes_of(args: argparse.Namespace) -> tuple[Path, list[int]]:
+    """The work directory (made) and the route counts asked for."""
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    return workdir, [int(s) for s in args.sizes.split(",") if s]
+
+
+def print_report(rows: list[dict[str, Any]], table: str, json_path: str | None) -> int:
+    """The table on stdout, the rows as JSON where asked."""
+    print(table, end="")
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
 def _rss_kb(pid: int) -> int:
     """Resident memory of the NGINX master and its workers."""
     total = 0
@@ -81,22 +165,6 @@ def _rss_kb(pid: int) -> int:
     return total
 
 
-def _request(address: str, port: int, host: str, timeout: float = 5.0) -> tuple[int, str]:
-    import http.client
-
-    conn = http.client.HTTPConnection(address, port, timeout=timeout)
-    try:
-        conn.request("GET", "/", headers={"Host": host})
-        resp = conn.getresponse()
-        body = resp.read()
-        try:
-            return resp.status, json.loads(body).get("pod", "")
-        except ValueError:
-            return resp.status, ""
-    finally:
-        conn.close()
-
-
 def measure_size(routes: int, workdir: Path, port_offset: int, cert: tuple[bytes, bytes]) -> dict[str, Any]:
     from gwpolicy.analysis import analyse
     from gwpolicy.gateway import policyconf
@@ -107,14 +175,8 @@ def measure_size(routes: int, workdir: Path, port_offset: int, cert: tuple[bytes
 
     a_echo = EchoServer("bench-a-x-y", "bench", address=f"{BACKEND_NET}.1").start()
     b_echo = EchoServer("bench-b-x-y", "bench", address=f"{BACKEND_NET}.1").start()
-    objects = list(gateway_cluster(routes, cert, echo={"svc-000000": (a_echo.address, a_echo.port)}))
-    ns0 = next(o for o in objects if o["kind"] == "HTTPRoute" and o["metadata"]["name"] == "route-000000")["metadata"]["namespace"]
-    objects += [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc-edit", "namespace": ns0},
-                 "spec": {"ports": [{"name": "http", "port": 8080}]}},
-                {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                 "metadata": {"name": "svc-edit", "namespace": ns0, "labels": {"kubernetes.io/service-name": "svc-edit"}},
-                 "addressType": "IPv4", "ports": [{"name": "http", "port": b_echo.port}],
-                 "endpoints": [{"addresses": [b_echo.address]}]}]
+    objects = with_edit_backend(list(gateway_cluster(routes, cert, echo={"svc-000000": (a_echo.address, a_echo.port)})),
+                                b_echo.address, b_echo.port)
     config = DataPlaneConfig(controller_name=None, address_pool=ADDRESS_POOL, port_offset=port_offset)
     checks = policyconf.kind_checks()
     row: dict[str, Any] = {"routes": routes, "objects": len(objects)}
@@ -156,17 +218,15 @@ def measure_size(routes: int, workdir: Path, port_offset: int, cert: tuple[bytes
             raise RuntimeError(f"NGINX did not start at {routes} routes: {result.error}")
         row["start_s"] = result.seconds
         row["rss_mb"] = round(_rss_kb(nginx.pid or 0) / 1024, 1)
-        # route-000000 is on gw-001's plain HTTP listener too (every fifth route is)
-        gw = next(s for s in dp.servers if s.listener.name == "gw-001" and s.listener.section == "http")
-        host = "route-000000.example.com"
-        status, pod = _request(gw.address, gw.port, host)
+        server = route0_server(dp)
+        status, pod = request(server, ROUTE0_HOST, timeout=5.0)
         if (status, pod) != (200, "bench-a-x-y"):
             raise RuntimeError(f"route-000000 before the edit: {status} {pod!r}")
         # the edit: route-000000 sends its traffic to svc-edit (in its namespace, backed by echo B)
         edited = copy.deepcopy(objects)
-        r0 = next(o for o in edited if o["kind"] == "HTTPRoute" and o["metadata"]["name"] == "route-000000")
+        r0 = next(o for o in edited if o["kind"] == "HTTPRoute" and o["metadata"]["name"] == ROUTE0)
         for rule in r0["spec"]["rules"]:
-            rule["backendRefs"] = [{"name": "svc-edit", "port": 8080}]
+            rule["backendRefs"] = [{"name": EDIT_SERVICE, "port": 8080}]
         t_edit = time.perf_counter()
         _, files2, a2, r2 = build(edited)
         result = nginx.apply(files2)
@@ -174,11 +234,9 @@ def measure_size(routes: int, workdir: Path, port_offset: int, cert: tuple[bytes
             raise RuntimeError(f"reload failed at {routes} routes: {result.error}")
         row["reload_s"] = result.seconds
         row["reload_test_s"], row["reload_hup_s"] = result.test_seconds, result.reload_seconds
-        while _request(gw.address, gw.port, host)[1] != "bench-b-x-y":
-            if time.perf_counter() - t_edit > 120:
-                raise RuntimeError("traffic did not follow the edit within 120 s")
-            time.sleep(0.01)
-        row["edit_to_traffic_s"] = time.perf_counter() - t_edit
+        first_request_showing(lambda: request(server, ROUTE0_HOST, timeout=5.0)[1] == "bench-b-x-y", t_edit, 120,
+                              f"{routes} routes", pause=0.01)
+        row["edit_to_traffic_s"] = time.perf_counter() - t_edit  # until the answer that shows it
         row["edit_analysis_s"], row["edit_render_s"] = a2, r2
         row["rss_after_reload_mb"] = round(_rss_kb(nginx.pid or 0) / 1024, 1)
     finally:
@@ -191,7 +249,7 @@ def measure_size(routes: int, workdir: Path, port_offset: int, cert: tuple[bytes
 def report(rows: list[dict[str, Any]]) -> str:
     head = ("| routes | servers | locations | upstreams | config | analysis (CPU) | dataplane+render (CPU) | `nginx -t` (CPU) | start "
             "| apply of an edit (`nginx -t` + SIGHUP → serving) | edit → traffic | NGINX RSS |")
-    lines = [head, "|" + "---:|" * (head.count("|") - 1)]
+    lines = table_head(head)
     for r in rows:
         lines.append(f"| {r['routes']:,} | {r['servers']} | {r['locations']:,} | {r['upstreams']:,} | "
                      f"{r['config_bytes'] / 1e6:.1f} MB | {r['analysis_s']:.2f} s | {r['render_s']:.2f} s | "
@@ -204,20 +262,11 @@ def report(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="gwpolicy bench gateway", description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="1000,10000", help="route counts, comma-separated")
-    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gwpolicy-bench"))
-    p.add_argument("--port-offset", type=int, default=20000, help="added to every listener port (default 20000)")
-    p.add_argument("--json", help="also write the figures to this file")
-    args = p.parse_args(argv)
-    workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    args = sizes_parser("gwpolicy bench gateway", __doc__ or "", "1000,10000", "gwpolicy-bench", 20000).parse_args(argv)
+    workdir, sizes = sizes_of(args)
     cert = _cert(workdir)
     rows = []
-    for size in (int(s) for s in args.sizes.split(",") if s):
+    for size in sizes:
         print(f"gateway: measuring {size} routes...", file=sys.stderr)
         rows.append(measure_size(size, workdir, args.port_offset, cert))
-    print(report(rows), end="")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
-    return 0
+    return print_report(rows, report(rows), args.json)

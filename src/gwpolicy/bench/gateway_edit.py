@@ -14,10 +14,8 @@ from the event to the first request that shows the change. Loopback only: Gatewa
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import copy
-import json
 import os
 import resource
 import sys
@@ -26,7 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gwpolicy.bench.gateway import _cert, gateway_cluster
+from gwpolicy.bench.gateway import (EDIT_SERVICE, ROUTE0, ROUTE0_HOST, _cert, first_request_showing, gateway_cluster,
+                                    print_report, request, route0_server, sizes_of, sizes_parser, table_head,
+                                    with_edit_backend)
 from gwpolicy.bench.gateway_policies import gateway_policies, policy_kinds
 
 ADDRESS_POOL = "127.0.44.0/24"
@@ -50,31 +50,9 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _get(server: tuple[str, int], host: str, path: str) -> tuple[int, str]:
-    import http.client
-
-    conn = http.client.HTTPConnection(*server, timeout=10)
-    try:
-        conn.request("GET", path, headers={"Host": host})
-        resp = conn.getresponse()
-        body = resp.read()
-        try:
-            return resp.status, json.loads(body).get("pod", "")
-        except ValueError:
-            return resp.status, ""
-    finally:
-        conn.close()
-
-
 def cluster(routes: int, workdir: Path, echo_a: Any, echo_b: Any) -> list[dict[str, Any]]:
-    base = list(gateway_cluster(routes, _cert(workdir), echo={"svc-000000": (echo_a.address, echo_a.port)}))
-    ns0 = next(o for o in base if o["kind"] == "HTTPRoute" and o["metadata"]["name"] == "route-000000")["metadata"]["namespace"]
-    base += [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc-edit", "namespace": ns0},
-              "spec": {"ports": [{"name": "http", "port": 8080}]}},
-             {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-              "metadata": {"name": "svc-edit", "namespace": ns0, "labels": {"kubernetes.io/service-name": "svc-edit"}},
-              "addressType": "IPv4", "ports": [{"name": "http", "port": echo_b.port}],
-              "endpoints": [{"addresses": [echo_b.address]}]}]
+    base = with_edit_backend(list(gateway_cluster(routes, _cert(workdir), echo={"svc-000000": (echo_a.address, echo_a.port)})),
+                             echo_b.address, echo_b.port)
     objs = base + policy_kinds() + gateway_policies(base)
     for o in objs:
         if o["kind"] == "GatewayClass":
@@ -114,10 +92,9 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
             raise RuntimeError(f"NGINX did not start at {routes} routes: {c.error}")
         row["first_s"], row["first_cpu_s"], row["first_steps"] = time.perf_counter() - t0, time.process_time() - cpu0, c.last_reconcile
         dp, _ = driver.build(c.state.analysis, c.state.epoch)
-        srv = next(s for s in dp.servers if s.listener.name == "gw-001" and s.listener.section == "http")
-        server, host = (srv.address, srv.port), "route-000000.example.com"
-        if _get(server, host, "/") != (200, "bench-a-x-y"):
-            raise RuntimeError(f"route-000000 before the edits: {_get(server, host, '/')}")
+        server, host = route0_server(dp), ROUTE0_HOST
+        if request(server, host) != (200, "bench-a-x-y"):
+            raise RuntimeError(f"route-000000 before the edits: {request(server, host)}")
 
         def edited(kind: str, name: str, fn: Any) -> dict[str, Any]:
             key = next(k for k in c.objects if k[1] == kind and k[3] == name)
@@ -140,12 +117,7 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
             applied, cpu = time.perf_counter() - t0, time.process_time() - cpu0
             if c.error:
                 raise RuntimeError(f"{label}: NGINX did not take it: {c.error}")
-            while True:  # the first request sent after the reconcile that shows the edit
-                sent = time.perf_counter()
-                if shows():
-                    break
-                if sent - t0 > 120:
-                    raise RuntimeError(f"{label}: traffic did not follow within 120 s")
+            sent = first_request_showing(shows, t0, 120, label)  # the first request after the reconcile that shows it
             row[label] = {"applied_s": applied, "cpu_s": cpu, "to_traffic_s": sent - t0,
                           "nginx_cpu_s": _cpu_of(driver.nginx.pid) - nginx_cpu,  # type: ignore[union-attr]
                           "nginx_t_cpu_s": _children_cpu() - (children.ru_utime + children.ru_stime),
@@ -159,14 +131,14 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
 
         def backend(raw: dict[str, Any]) -> None:
             for rule in raw["spec"]["rules"]:
-                rule["backendRefs"] = [{"group": "", "kind": "Service", "name": "svc-edit", "port": 8080, "weight": 1}]
+                rule["backendRefs"] = [{"group": "", "kind": "Service", "name": EDIT_SERVICE, "port": 8080, "weight": 1}]
 
         passes = c.state.full_passes
-        await edit("policy_edit", edited("TimeoutPolicy", "route-000000-timeout", timeout),
-                   lambda: _get(server, host, "/?delay=1500ms")[0] == 504)
+        await edit("policy_edit", edited("TimeoutPolicy", f"{ROUTE0}-timeout", timeout),
+                   lambda: request(server, host, "/?delay=1500ms")[0] == 504)
         passes = c.state.full_passes
-        await edit("route_edit", edited("HTTPRoute", "route-000000", backend),
-                   lambda: _get(server, host, "/")[1] == "bench-b-x-y")
+        await edit("route_edit", edited("HTTPRoute", ROUTE0, backend),
+                   lambda: request(server, host)[1] == "bench-b-x-y")
 
     try:
         asyncio.run(go())
@@ -181,7 +153,7 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
 def report(rows: list[dict[str, Any]]) -> str:
     head = ("| routes | path | edit | reconcile (CPU) | analysis | data plane + render | nginx (reload → serving) | NGINX master CPU "
             "| `nginx -t` CPU | edit → traffic | routes / locations rebuilt |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    lines = table_head(head, "---|")
     for r in rows:
         for label in ("policy_edit", "route_edit"):
             e = r[label]
@@ -199,24 +171,16 @@ def report(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gwpolicy.bench.gateway_edit", description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="1000,10000", help="route counts, comma-separated")
+    p = sizes_parser("python -m gwpolicy.bench.gateway_edit", __doc__ or "", "1000,10000", "gwpolicy-bench-edit", 44000)
     p.add_argument("--full", action="store_true", help="also the same edits through a full pass (the path before)")
-    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gwpolicy-bench-edit"))
-    p.add_argument("--port-offset", type=int, default=44000, help="added to every listener port")
-    p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
-    workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir, sizes = sizes_of(args)
     rows = []
-    for n in (int(s) for s in args.sizes.split(",") if s):
+    for n in sizes:
         for full in ((False, True) if args.full else (False,)):
             print(f"gateway edits: {n} routes, {'full pass' if full else 'in place'}...", file=sys.stderr)
             rows.append(measure(n, workdir, args.port_offset, full))
-    print(report(rows), end="")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
-    return 0
+    return print_report(rows, report(rows), args.json)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,7 @@ Gateways in 127.0.35.0/24, backends on 127.0.36.x (POL's range), listener ports 
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
-import os
 import sys
 import tempfile
 import time
@@ -23,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from gwpolicy.bench.gateway import _cert, gateway_cluster
+from gwpolicy.bench.gateway import (ROUTE0, ROUTE0_HOST, _cert, first_request_showing, gateway_cluster, print_report,
+                                    request, route0_server, sizes_of, sizes_parser, table_head)
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 ADDRESS_POOL = "127.0.35.0/24"
@@ -111,25 +109,10 @@ def measure(routes: int, workdir: Path, port_offset: int, traffic: bool) -> dict
                                                           "proxy_next_upstream_tries", "client_max_body_size",
                                                           "limit_req zone", "keepalive "))
         if traffic:
-            # route-000000 is on gw-001's plain HTTP listener too (every fifth route is)
-            gw = next(s for s in dp.servers if s.listener.name == "gw-001" and s.listener.section == "http")
-            row.update(_edit_to_traffic(with_policies, files, build, workdir, routes, Nginx, (gw.address, gw.port)))
+            row.update(_edit_to_traffic(with_policies, files, build, workdir, routes, Nginx, route0_server(dp)))
         return row
     finally:
         echo.stop()
-
-
-def _get(server: tuple[str, int], host: str, path: str) -> int:
-    import http.client
-
-    conn = http.client.HTTPConnection(*server, timeout=10)
-    try:
-        conn.request("GET", path, headers={"Host": host})
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status
-    finally:
-        conn.close()
 
 
 def _edit_to_traffic(objs: list[dict[str, Any]], files: dict[str, bytes], build: Any, workdir: Path, routes: int,
@@ -141,12 +124,11 @@ def _edit_to_traffic(objs: list[dict[str, Any]], files: dict[str, bytes], build:
         result = nginx.apply(files)
         if not result.ok:
             raise RuntimeError(f"NGINX did not start at {routes} routes: {result.error}")
-        host = "route-000000.example.com"
-        status = _get(server, host, "/?delay=1500ms")
+        status = request(server, ROUTE0_HOST, "/?delay=1500ms")[0]
         if status != 200:
             raise RuntimeError(f"route-000000 before the edit answered {status}")
         edited = copy.deepcopy(objs)
-        pol = next(o for o in edited if o["kind"] == "TimeoutPolicy" and o["metadata"]["name"] == "route-000000-timeout")
+        pol = next(o for o in edited if o["kind"] == "TimeoutPolicy" and o["metadata"]["name"] == f"{ROUTE0}-timeout")
         pol["spec"]["override"] = {"readTimeout": "1s"}  # beats a Service default below the route
         t0 = time.perf_counter()
         _, files2, a2, r2 = build(edited)
@@ -155,12 +137,9 @@ def _edit_to_traffic(objs: list[dict[str, Any]], files: dict[str, bytes], build:
             raise RuntimeError(f"reload failed at {routes} routes: {result.error}")
         out["edit_reload_s"] = result.seconds
         out["edit_applied_s"] = time.perf_counter() - t0
-        while True:  # the first request sent after the edit that NGINX cuts at 1 s
-            sent = time.perf_counter()
-            if _get(server, host, "/?delay=1500ms") == 504:
-                break
-            if sent - t0 > 60:
-                raise RuntimeError("traffic did not follow the policy edit within 60 s")
+        # the first request sent after the edit that NGINX cuts at 1 s
+        sent = first_request_showing(lambda: request(server, ROUTE0_HOST, "/?delay=1500ms")[0] == 504, t0, 60,
+                                     "the policy edit")
         out["edit_to_traffic_s"] = sent - t0
         out["edit_analysis_s"], out["edit_render_s"] = a2, r2
     finally:
@@ -171,7 +150,7 @@ def _edit_to_traffic(objs: list[dict[str, Any]], files: dict[str, bytes], build:
 def report(rows: list[dict[str, Any]]) -> str:
     head = ("| routes | our policies | config without | config with | policy lines | analysis without / with "
             "| render without / with | policy edit → traffic |")
-    lines = [head, "|" + "---:|" * (head.count("|") - 1)]
+    lines = table_head(head)
     for r in rows:
         edit = f"{r['edit_to_traffic_s']:.2f} s" if "edit_to_traffic_s" in r else "-"
         lines.append(f"| {r['routes']:,} | {r['policies']:,} | {r['config_plain_bytes'] / 1e6:.2f} MB | "
@@ -182,23 +161,16 @@ def report(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gwpolicy.bench.gateway_policies", description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="1000,10000,20000", help="route counts, comma-separated")
+    p = sizes_parser("python -m gwpolicy.bench.gateway_policies", __doc__ or "", "1000,10000,20000", "gwpolicy-bench-pol",
+                     35000)
     p.add_argument("--traffic-max", type=int, default=10000, help="measure edit -> traffic up to this size")
-    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gwpolicy-bench-pol"))
-    p.add_argument("--port-offset", type=int, default=35000, help="added to every listener port")
-    p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
-    workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir, sizes = sizes_of(args)
     rows = []
-    for n in (int(s) for s in args.sizes.split(",") if s):
+    for n in sizes:
         print(f"gateway policies: measuring {n} routes...", file=sys.stderr)
         rows.append(measure(n, workdir, args.port_offset, n <= args.traffic_max))
-    print(report(rows), end="")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
-    return 0
+    return print_report(rows, report(rows), args.json)
 
 
 if __name__ == "__main__":
