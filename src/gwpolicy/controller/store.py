@@ -31,7 +31,7 @@ values travel into merges.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from gwpolicy.kinds import ROUTE_KINDS, split_api_version
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP
@@ -76,23 +76,18 @@ def kept(raw: dict[str, Any]) -> dict[str, Any]:
 
 def kept_metadata(meta: Any) -> Any:
     """metadata without managedFields, and only the annotations a field path or the controller reads."""
-    if type(meta) is not dict:
-        return compact(meta)
-    out: dict[str, Any] = {}
-    for key, value in meta.items():
-        if key == "managedFields":
-            continue
-        if key == "annotations" and type(value) is dict:
-            value = {_intern(k): compact(v) for k, v in value.items()
-                     if k == ANNOTATION or type(k) is not str or "." not in k}
-            if not value:
-                continue
-            if value == _OURS_ONLY:
-                value = _OURS_ONLY  # the breadcrumb of most objects we write, held once
-        else:
-            value = compact(value)
-        out[_intern(key)] = value
-    return out
+    return _rebuilt(meta, _metadata_value)
+
+
+def _metadata_value(key: str, value: Any) -> Any:
+    if key == "managedFields":
+        return _LEFT_OUT
+    if key == "annotations" and type(value) is dict:
+        value = {_intern(k): compact(v) for k, v in value.items() if k == ANNOTATION or type(k) is not str or "." not in k}
+        if not value:
+            return _LEFT_OUT
+        return _OURS_ONLY if value == _OURS_ONLY else value  # the breadcrumb of most objects we write, held once
+    return compact(value)
 
 
 def kept_status(group: str, kind: Any, status: Any) -> Any:
@@ -120,31 +115,25 @@ def kept_spec(value: Any) -> Any:
 def kept_crd_spec(spec: Any) -> Any:
     """A CRD's spec with the descriptions taken out of its schemas (the engine and the controller read
     their structure: types, properties, items, x-kubernetes-* markers, whether status is declared)."""
-    if type(spec) is not dict:
-        return compact(spec)
-    out = {}
-    for key, value in spec.items():
-        if key == "versions" and type(value) is list:
-            value = [_kept_version(v) for v in value]
-        elif key == "validation" and type(value) is dict:  # apiextensions v1beta1
-            value = {_intern(k): (_schema(v) if k == "openAPIV3Schema" else compact(v)) for k, v in value.items()}
-        else:
-            value = compact(value)
-        out[_intern(key)] = value
-    return out
+    return _rebuilt(spec, _crd_spec_value)
 
 
-def _kept_version(version: Any) -> Any:
-    if type(version) is not dict:
-        return compact(version)
-    out = {}
-    for key, value in version.items():
-        if key == "schema" and type(value) is dict:
-            value = {_intern(k): (_schema(v) if k == "openAPIV3Schema" else compact(v)) for k, v in value.items()}
-        else:
-            value = compact(value)
-        out[_intern(key)] = value
-    return out
+def _crd_spec_value(key: str, value: Any) -> Any:
+    if key == "versions" and type(value) is list:
+        return [_rebuilt(v, _crd_version_value) for v in value]
+    if key == "validation" and type(value) is dict:  # apiextensions v1beta1
+        return _rebuilt(value, _schema_holder_value)
+    return compact(value)
+
+
+def _crd_version_value(key: str, value: Any) -> Any:
+    if key == "schema" and type(value) is dict:
+        return _rebuilt(value, _schema_holder_value)
+    return compact(value)
+
+
+def _schema_holder_value(key: str, value: Any) -> Any:
+    return _schema(value) if key == "openAPIV3Schema" else compact(value)
 
 
 #: schema keywords whose value is one schema, and those whose value is a list or map of schemas
@@ -153,24 +142,39 @@ _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
 _SCHEMA_MAPS = ("properties", "patternProperties", "definitions", "dependencies")
 
 
+#: what `_rebuilt`'s `value_of` answers for a key to leave out
+_LEFT_OUT = object()
+
+
+def _rebuilt(obj: Any, value_of: Callable[[str, Any], Any]) -> Any:
+    """A JSON object rebuilt key by key: each key interned, each value `value_of(key, value)` (a key
+    whose answer is _LEFT_OUT is left out); anything but an object compacted whole. The one loop of
+    every kept form that treats some keys apart (metadata, CRD specs and their schemas)."""
+    if type(obj) is not dict:
+        return compact(obj)
+    out = {}
+    for key, value in obj.items():
+        value = value_of(key, value)
+        if value is not _LEFT_OUT:
+            out[_intern(key)] = value
+    return out
+
+
 def _schema(schema: Any) -> Any:
     """A JSON schema without `description`s (only where it is a keyword, never a property's name)."""
-    if type(schema) is not dict:
-        return compact(schema)
-    out = {}
-    for key, value in schema.items():
-        if key == "description":
-            continue
-        if key in _ONE_SCHEMA and type(value) is dict:
-            value = _schema(value)
-        elif key in _SCHEMA_LISTS and type(value) is list:
-            value = [_schema(v) for v in value]
-        elif key in _SCHEMA_MAPS and type(value) is dict:
-            value = {_intern(k) if type(k) is str else k: _schema(v) for k, v in value.items()}
-        else:
-            value = compact(value)
-        out[_intern(key)] = value
-    return out
+    return _rebuilt(schema, _schema_value)
+
+
+def _schema_value(key: str, value: Any) -> Any:
+    if key == "description":
+        return _LEFT_OUT
+    if key in _ONE_SCHEMA and type(value) is dict:
+        return _schema(value)
+    if key in _SCHEMA_LISTS and type(value) is list:
+        return [_schema(v) for v in value]
+    if key in _SCHEMA_MAPS and type(value) is dict:
+        return {_intern(k) if type(k) is str else k: _schema(v) for k, v in value.items()}
+    return compact(value)
 
 
 def compact(value: Any) -> Any:
@@ -192,13 +196,18 @@ def share_unchanged(old: dict[str, Any], new: dict[str, Any]) -> None:
     would hold a spec of their own."""
     for key, value in new.items():
         was = old.get(key)
-        if was is not None and was is not value and type(was) is type(value) and was == value:
+        if _equal_apart(was, value):
             new[key] = was
         elif key == "metadata" and type(was) is dict and type(value) is dict:
             for mkey, mvalue in value.items():
                 mwas = was.get(mkey)
-                if mwas is not None and mwas is not mvalue and type(mwas) is type(mvalue) and mwas == mvalue:
+                if _equal_apart(mwas, mvalue):
                     value[mkey] = mwas
+
+
+def _equal_apart(was: Any, value: Any) -> bool:
+    """Equal values held twice (of one type: True == 1 must not share)."""
+    return was is not None and was is not value and type(was) is type(value) and was == value
 
 
 class _Shared:
