@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gwpolicy.sandbox.schema import _type_name
+
 # ---------- the types of the built-in kinds (kubernetes api/openapi-spec, v1.32) ----------
 
 _META = {
@@ -232,16 +234,14 @@ def go_name(t: str) -> str:
     return "v1." + t
 
 
+#: encoding/json's words for a JSON type where they are not OpenAPI's (`schema._type_name`)
+_GO_KIND = {"boolean": "bool", "integer": "number", "null": "object"}
+
+
 def _json_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
+    """The JSON type of a value as encoding/json names it in an UnmarshalTypeError."""
+    name = _type_name(value)
+    return _GO_KIND.get(name, name)
 
 
 def base64_error(text: str) -> str | None:
