@@ -15,10 +15,11 @@ import httpx2 as httpx  # the HTTP client lightkube is built on
 import orjson
 from aiohttp import web
 from lightkube import ApiError, AsyncClient
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gwpolicy.controller import kube
 from gwpolicy.controller.effectivepolicies import EffectivePolicySync
+from gwpolicy.controller.endpoints import ListenError, healthz, metrics, serve_endpoints
 from gwpolicy.controller.informer import Informer
 from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LeaderElector
@@ -81,10 +82,6 @@ def default_listen() -> str:
     return "0.0.0.0:8080" if in_cluster() else "127.0.0.1:8080"
 
 
-class ListenError(Exception):
-    """The health and metrics address cannot be listened on."""
-
-
 @dataclass
 class Options:
     kubeconfig: str | None = None
@@ -113,6 +110,8 @@ def unordered(status: dict[str, Any]) -> dict[str, Any]:
 
 
 class Controller:
+    listen_flag = "--listen"  # the option that sets `Options.listen` (error messages name it)
+
     def __init__(self, opts: Options) -> None:
         self.opts = opts
         self.metrics = Metrics()
@@ -413,17 +412,9 @@ class Controller:
 
     # ---------- HTTP ----------
     async def http(self) -> None:
-        app = web.Application()
-
-        async def healthz(_: web.Request) -> web.Response:
-            return web.Response(text="ok")
-
         async def readyz(_: web.Request) -> web.Response:
             why = self.not_ready()
             return web.Response(text="ok" if not why else "\n".join(why) + "\n", status=503 if why else 200)
-
-        async def metrics(_: web.Request) -> web.Response:
-            return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
 
         async def statusz(_: web.Request) -> web.Response:
             return web.json_response({
@@ -443,25 +434,10 @@ class Controller:
                                                         "resets": i.resets, "resourceVersion": i.rv}
                               for k, i in self.informers.items()}})
 
-        app.router.add_get("/healthz", healthz)
-        app.router.add_get("/readyz", readyz)
-        app.router.add_get("/metrics", metrics)
-        app.router.add_get("/statusz", statusz)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        listen = self.opts.listen or default_listen()
-        host, _, port = listen.rpartition(":")
-        try:
-            site = web.TCPSite(self.runner, host.strip("[]") or "0.0.0.0", int(port))
-            await site.start()
-        except ValueError as exc:
-            await self.runner.cleanup()
-            raise ListenError(f"--listen {listen!r}: expected HOST:PORT with a numeric port") from exc
-        except OSError as exc:
-            await self.runner.cleanup()
-            raise ListenError(f"cannot listen on {listen} for /healthz, /readyz and /metrics: {exc.strerror or exc}; "
-                              "choose another address with --listen HOST:PORT (port 0: any free port)") from exc
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.runner, self.port = await serve_endpoints(
+            self.opts.listen or default_listen(),
+            {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics(self.metrics.registry), "/statusz": statusz},
+            self.listen_flag)
 
     # ---------- lifecycle ----------
     async def start(self) -> None:

@@ -31,18 +31,19 @@ from typing import Any
 import httpx2 as httpx  # the HTTP client lightkube is built on
 from aiohttp import web
 from lightkube import ApiError, AsyncClient
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gwpolicy import serve
 from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.analysis import utc_now
 from gwpolicy.controller import kube
 from gwpolicy.controller.app import shut_down
+from gwpolicy.controller.endpoints import ListenError, healthz, metrics, serve_endpoints
 from gwpolicy.controller.informer import Informer
 from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LeaderElector
 from gwpolicy.controller.loop import synced_bursts
-from gwpolicy.gateway.state import GatewayState
+from gwpolicy.gateway.state import GatewayState, key_ref, object_key
 from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, Programming,
                                      desired_status, keep_in_place, policy_kinds_annotation,
                                      policy_status, stale_routes, without_our_entries)
@@ -169,16 +170,6 @@ def with_defaults(raw: dict[str, Any]) -> dict[str, Any]:
 def _essence(raw: dict[str, Any]) -> Any:
     meta = {k: v for k, v in (raw.get("metadata") or {}).items() if k not in _VOLATILE_META}
     return (raw.get("spec"), meta, {k: v for k, v in raw.items() if k not in ("spec", "metadata", "status")})
-
-
-def _key(raw: dict[str, Any]) -> tuple[str, str, str, str]:
-    group, _ = split_api_version(raw.get("apiVersion", ""))
-    meta = raw.get("metadata") or {}
-    return (group, raw.get("kind", ""), meta.get("namespace") or "", meta.get("name") or "")
-
-
-def _ref(key: tuple[str, str, str, str]) -> Ref:
-    return Ref(key[0], key[1], key[2] or None, key[3])
 
 
 def _in_place(obj: Obj, status: dict[str, Any], controller: str) -> dict[str, Any]:
@@ -370,7 +361,7 @@ class GatewayController:
         meta = raw.get("metadata")
         if isinstance(meta, dict):
             meta.pop("managedFields", None)
-        key = _key(raw)
+        key = object_key(raw)
         old = self.objects.get(key)
         if etype == "DELETED":
             self.objects.pop(key, None)
@@ -388,7 +379,7 @@ class GatewayController:
         if etype == "DELETED" or old is None or _essence(old) != _essence(self.objects[key]):
             self.wake.set()
         else:  # only status or bookkeeping changed (the echo of our writes among them): compare again
-            ref = _ref(key)
+            ref = key_ref(key)
             if ref in self.wanted or ref in self.annotations:
                 self._enqueue_if_different(ref)
 
@@ -650,11 +641,6 @@ class GatewayController:
 
     # ---------- HTTP ----------
     async def http(self) -> None:
-        app = web.Application()
-
-        async def healthz(_: web.Request) -> web.Response:
-            return web.Response(text="ok")
-
         async def readyz(_: web.Request) -> web.Response:
             if not self.synced:
                 return web.Response(text="informers not synced", status=503)
@@ -664,9 +650,6 @@ class GatewayController:
                 return web.Response(text="NGINX has no configuration yet", status=503)
             return web.Response(text="ok")
 
-        async def metrics(_: web.Request) -> web.Response:
-            return web.Response(body=generate_latest(self.metrics.registry), content_type="text/plain")
-
         async def statusz(_: web.Request) -> web.Response:
             return web.json_response({"leader": self.leading, "synced": self.synced, "reconciles": self.reconciles,
                                       "busy": self.busy or self.wake.is_set(), "queued": len(self.queue),
@@ -674,16 +657,9 @@ class GatewayController:
                                       "fullPasses": self.state.full_passes, "inPlace": self.state.in_place,
                                       "addresses": {str(k): v for k, v in self.addresses.items()}})
 
-        app.router.add_get("/healthz", healthz)
-        app.router.add_get("/readyz", readyz)
-        app.router.add_get("/metrics", metrics)
-        app.router.add_get("/statusz", statusz)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        host, _, port = self.opts.listen.rpartition(":")
-        site = web.TCPSite(self.runner, host or "0.0.0.0", int(port))
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.runner, self.port = await serve_endpoints(
+            self.opts.listen,
+            {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics(self.metrics.registry), "/statusz": statusz})
 
     # ---------- lifecycle ----------
     async def start(self) -> None:
@@ -785,6 +761,6 @@ def main(argv: list[str]) -> int:
 
     opts = parse(argv)
     c = GatewayController(opts, DataPlaneDriver(opts))
-    # NginxError: NGINX missing or too old (it says what to install)
+    # NginxError: NGINX missing or too old (it says what to install); ListenError: --listen busy or malformed
     return serve.run(c, lambda: f"gwpolicy gateway {opts.identity} serving health and metrics on port {c.port}",
-                     (NginxError,))
+                     (NginxError, ListenError))

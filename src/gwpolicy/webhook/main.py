@@ -7,6 +7,7 @@ import os
 from gwpolicy import serve
 from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.controller.app import Options as ControllerOptions
+from gwpolicy.controller.endpoints import ListenError
 from gwpolicy.status import DEFAULT_CONTROLLER
 from gwpolicy.webhook.review import Options as ReviewOptions
 from gwpolicy.webhook.server import WebhookOptions, WebhookProcess
@@ -76,5 +77,6 @@ def parse(argv: list[str]) -> WebhookOptions:
 def main(argv: list[str]) -> int:
     opts = parse(argv)
     w = WebhookProcess(opts)
-    # OSError: a busy port, an unreadable certificate
-    return serve.run(w, lambda: f"gwpolicy webhook serving https://{opts.host}:{w.webhook_port}/validate", (OSError,))
+    # OSError: a busy port, an unreadable certificate; ListenError: --health-listen busy or malformed
+    return serve.run(w, lambda: f"gwpolicy webhook serving https://{opts.host}:{w.webhook_port}/validate",
+                     (OSError, ListenError))
