@@ -175,3 +175,16 @@ def test_the_webhooks_loop_takes_a_namespace_change_in_place_and_its_metrics_say
         assert any("TimeoutPolicy infra/web-timeouts" in w and "idle=120s" in w for w in warnings), warnings
 
     asyncio.run(go())
+
+
+def test_the_webhook_benchmark_reviews_every_kind_in_place():
+    """`gwpolicy bench webhook` on a small cluster: policy, route, Service and Namespace reviews, none
+    analysed whole, the model left as it was."""
+    from gwpolicy.bench.webhook import measure_webhook, webhook_table
+
+    row = measure_webhook(30, reviews=5)
+    for kind in ("policy", "route", "service", "namespace"):
+        assert row[kind]["reviews"] >= 1 and row[kind]["full_analyses"] == 0, (kind, row[kind])
+    assert not row["stale"]
+    assert "| 30 |" in webhook_table([row])[-1] and "(0 of" in webhook_table([row])[-1]
+    assert review_module.analyse is analyse  # the count taken back out of the module

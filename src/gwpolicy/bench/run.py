@@ -214,7 +214,7 @@ def _main(argv: list[str] | None = None) -> int:
     r.add_argument("--json", help="also write the figures to this file")
     w = sub.add_parser("webhook", help="measure the admission webhook's latency on synthetic clusters")
     w.add_argument("--routes", type=route_counts, default="1000,20000", help="route counts, comma-separated")
-    w.add_argument("--reviews", type=_at_least(1), default=300, help="reviews of each sort (policy, route) per size")
+    w.add_argument("--reviews", type=_at_least(1), default=300, help="reviews of each sort (policy, route, Service, Namespace) per size")
     sub.add_parser("gateway", help="measure the NGINX data plane (gwpolicy bench gateway --help)", add_help=False)
     sub.add_parser("controller-inproc", help="the controller's analysis and each kind of edit, in process "
                    "(gwpolicy bench controller-inproc --help)", add_help=False)
