@@ -4,6 +4,8 @@ burst of events, none before every informer has listed, `busy` exactly while a p
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from typing import AsyncIterator, Coroutine
 
 from gwpolicy.controller.loop import SYNC_POLL, synced_bursts
 
@@ -41,19 +43,24 @@ class Process:
         raise AssertionError("the pass did not end")
 
 
+@contextlib.asynccontextmanager
+async def running(coro: Coroutine[None, None, None]) -> AsyncIterator[asyncio.Task[None]]:
+    """The coroutine as a task for the length of the block; cancelled and awaited after it."""
+    task = asyncio.create_task(coro)
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 def _run(debounce: float, script) -> Process:
     proc = Process()
 
     async def main() -> None:
-        task = asyncio.create_task(proc.loop(debounce))
-        try:
+        async with running(proc.loop(debounce)):
             await script(proc)
-        finally:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
 
     asyncio.run(main())
     return proc

@@ -15,6 +15,7 @@ from gwpolicy.webhook import review as review_module
 from gwpolicy.webhook.review import Options, Verdict, _verdict, ref_of_raw, review
 from gwpolicy.webhook.server import Reviewer
 from helpers import NOW
+from test_controller_loop import running
 from test_webhook import analysed, effective_items, find, parable_raws, request
 
 
@@ -144,7 +145,6 @@ def test_the_webhooks_loop_takes_a_namespace_change_in_place_and_its_metrics_say
         hook = WebhookProcess(WebhookOptions(ControllerOptions(leader_election=False)))
         for o in copy.deepcopy(raws):
             hook.model.event("ADDED", o)
-        task = asyncio.create_task(hook.reconcile_loop())
 
         async def settled() -> None:
             hook.wake.set()
@@ -157,19 +157,13 @@ def test_the_webhooks_loop_takes_a_namespace_change_in_place_and_its_metrics_say
         def sample(name: str) -> float:
             return hook.metrics.registry.get_sample_value(name) or 0.0
 
-        try:
+        async with running(hook.reconcile_loop()):
             await settled()
             assert sample("gwpolicy_full_analyses_total") == 1 and sample("gwpolicy_reconcile_passes_total") == 1
             hook.model.event("MODIFIED", _payments_in_the_shop(raws))
             await settled()
             assert sample("gwpolicy_full_analyses_total") == 1
             assert sample("gwpolicy_incremental_updates_total") == 1 and sample("gwpolicy_reconcile_passes_total") == 2
-        finally:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
         route = find(raws, "HTTPRoute", "payments", "checkout")
         warnings = hook.reviewer.answer(_review_of(route, route))["response"].get("warnings", [])
         assert any("TimeoutPolicy infra/web-timeouts" in w and "idle=120s" in w for w in warnings), warnings
