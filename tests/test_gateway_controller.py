@@ -424,6 +424,7 @@ def test_health_readiness_and_metrics(env):
     # full analyses and in-place updates are counted apart, as /statusz counts them
     assert _metric(gw.port, "gwpolicy_gateway_full_analyses_total") >= 1
     assert "gwpolicy_gateway_incremental_updates_total" in text
+    assert 'gwpolicy_gateway_informer_stuck{resource="httproutes"} 0.0' in text  # as the controller reports its informers
 
 
 def test_endpoints_follow_the_endpointslices(env):

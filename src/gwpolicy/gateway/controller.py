@@ -90,6 +90,10 @@ class Metrics:
                             "election), else 0", registry=r)
         self.queue_depth = Gauge("gwpolicy_gateway_queue_depth", "Objects waiting for a status or annotation write",
                                  registry=r)
+        self.informer_failures = Counter("gwpolicy_gateway_informer_failures", "Failed lists and watches, by resource "
+                                         "and operation", ["resource", "operation"], registry=r)
+        self.informer_stuck = Gauge("gwpolicy_gateway_informer_stuck", "1 while the informer of a resource cannot "
+                                    "make progress (its list fails, or its watch keeps failing)", ["resource"], registry=r)
 
 
 @dataclass
