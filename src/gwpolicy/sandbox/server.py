@@ -59,7 +59,9 @@ class Sandbox:
         self.store = store or Store()
         self.bookmark_interval = bookmark_interval
         self.too_large_wait = 3.0  # seconds a read from a future resourceVersion waits before 504
-        self.watch_queues: set[asyncio.Queue] = set()
+        #: each watch's queue, with the resource (group, plural) it watches: an event wakes only the
+        #: watches of its own resource, not every watch in flight
+        self.watch_queues: dict[asyncio.Queue, tuple[str, str]] = {}
         self.app = web.Application(client_max_size=256 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self.dispatch)
         self.store.listeners.append(self._fanout)
@@ -67,8 +69,10 @@ class Sandbox:
         self.requests = 0
 
     def _fanout(self, ev: Event) -> None:
-        for q in list(self.watch_queues):
-            q.put_nowait(ev)
+        resource = (ev.group, ev.plural)
+        for q, watched in list(self.watch_queues.items()):
+            if watched == resource:
+                q.put_nowait(ev)
 
     def drop_watches(self) -> None:
         for q in list(self.watch_queues):
@@ -394,7 +398,7 @@ class Sandbox:
         timeout = float(q.get("timeoutSeconds") or 1800)
         rv_text = q.get("resourceVersion") or ""
         queue: asyncio.Queue = asyncio.Queue()
-        self.watch_queues.add(queue)  # subscribe before reading history, so nothing falls between
+        self.watch_queues[queue] = (r.group, r.plural)  # subscribe before reading history, so nothing falls between
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
         await resp.prepare(request)
         version = request.path.split("/")[3] if request.path.startswith("/apis/") else "v1"
@@ -448,7 +452,7 @@ class Sandbox:
         except (ConnectionResetError, asyncio.CancelledError):
             return resp
         finally:
-            self.watch_queues.discard(queue)
+            self.watch_queues.pop(queue, None)
         try:
             await resp.write_eof()
         except ConnectionResetError:
