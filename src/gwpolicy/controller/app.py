@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import socket
 import time
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ import httpx2 as httpx  # the HTTP client lightkube is built on
 import orjson
 from aiohttp import web
 from lightkube import ApiError, AsyncClient
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
 from gwpolicy.controller import kube
 from gwpolicy.controller.effectivepolicies import EffectivePolicySync
@@ -62,6 +63,22 @@ class Metrics:
                                          "operation", ["resource", "operation"], registry=r)
         self.informer_stuck = Gauge("gwpolicy_informer_stuck", "1 while the informer of a resource cannot make "
                                     "progress (its list fails, or its watch keeps failing)", ["resource"], registry=r)
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
+        self.peak_rss = Gauge("gwpolicy_peak_resident_memory_bytes", "The most resident memory this process has "
+                              "held since it started (getrusage's ru_maxrss)", registry=r)
+        self.peak_rss.set_function(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        self.full_analysis_seconds = Gauge("gwpolicy_last_full_analysis_seconds", "Wall time of the last full "
+                                           "analysis", registry=r)
+        self.full_analysis_cpu = Gauge("gwpolicy_last_full_analysis_cpu_seconds", "CPU time of the reconcile pass "
+                                       "that ran the last full analysis", registry=r)
+        self.update_seconds = Gauge("gwpolicy_last_incremental_update_seconds", "Wall time of the last change "
+                                    "applied to the analysis in place", registry=r)
+
+    def track(self, model: ClusterModel, controller: Controller) -> None:
+        """Gauges read from the model and the controller when /metrics is scraped."""
+        self.full_analysis_seconds.set_function(lambda: model.last_reconcile_seconds)
+        self.update_seconds.set_function(lambda: model.last_update_seconds)
+        self.full_analysis_cpu.set_function(lambda: controller.last_full_analysis_cpu)
 
 
 def in_cluster() -> bool:
@@ -111,6 +128,8 @@ class Controller:
         self.opts = opts
         self.metrics = Metrics()
         self.model = ClusterModel(opts.controller_name)
+        self.last_full_analysis_cpu = 0.0  # CPU seconds of the pass that ran the last full analysis
+        self.metrics.track(self.model, self)
         self.client: AsyncClient | None = None
         self.informers: dict[Kind, Informer] = {}
         self.kinds: dict[tuple[str, str], Kind] = {}
@@ -133,6 +152,7 @@ class Controller:
         self.effective: EffectivePolicySync | None = None
         self.skipped_outside: set[Ref] = set()
         self.paced_calls = 0  # breadcrumb API calls (each took a --breadcrumb-qps slot)
+        self.events_seen = 0  # events handed to on_event (lists and watches)
 
     # ---------- discovery ----------
     def _watch(self, kind: Kind) -> None:
@@ -174,6 +194,7 @@ class Controller:
 
     async def on_event(self, etype: str, kind: Kind, raw: dict[str, Any]) -> None:
         self.last_event = time.monotonic()
+        self.events_seen += 1
         if etype == "DELETED" and "spec" not in raw:  # a relist found it gone: its last copy says what it was
             raw = self.model.current(ClusterModel.ref_of(raw)) or raw
         self.model.event(etype, raw)
@@ -200,7 +221,7 @@ class Controller:
                 self.wake.set()
                 continue
             self.busy = True
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             analyses, updates = self.model.reconciles, self.model.incremental_updates
             try:
                 refs = self.model.reconcile()
@@ -215,6 +236,8 @@ class Controller:
             self.metrics.reconcile_seconds.observe(time.perf_counter() - t)
             a = self.model.analysis
             full = self.model.reconciles > analyses
+            if full:
+                self.last_full_analysis_cpu = time.process_time() - cpu
             crumbs = []
             for ref in refs:
                 if a is not None and ref in a.policies:
@@ -425,10 +448,13 @@ class Controller:
                 "writeNamespace": self.opts.namespace, "stale": self.model.stale,
                 "busy": self.busy or self.wake.is_set() or self.inflight > 0,
                 "queued": len(self.high) + len(self.low), "writes": self.writes_done,
+                "idle": self.idle,
                 "fullAnalyses": self.model.reconciles, "lastFullAnalysisSeconds": self.model.last_reconcile_seconds,
+                "lastFullAnalysisCpuSeconds": self.last_full_analysis_cpu,
                 "incrementalUpdates": self.model.incremental_updates,
                 "lastUpdateSeconds": self.model.last_update_seconds,
-                "sinceLastEvent": time.monotonic() - self.last_event,
+                "sinceLastEvent": time.monotonic() - self.last_event, "events": self.events_seen,
+                "breadcrumbCalls": self.paced_calls,
                 "synced": all(i.synced.is_set() for i in self.informers.values()),
                 "informers": {f"{k.group}/{k.plural}": {"synced": i.synced.is_set(), "error": i.error,
                                                         "relists": i.relists, "reconnects": i.reconnects,
