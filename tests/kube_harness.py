@@ -132,7 +132,7 @@ class Cluster:
             if c.idle and time.monotonic() - c.last_event > quiet:
                 return
             await asyncio.sleep(0.05)
-        raise AssertionError(f"controller not idle: stale={c.model.stale} queued={len(c.high) + len(c.low)}")
+        raise AssertionError(f"controller not idle: stale={c.model.stale} queued={sum(map(len, c.queues))}")
 
     def objects(self) -> list[dict[str, Any]]:
         """Every object in the sandbox (what `gwpolicy status` would read from the cluster)."""

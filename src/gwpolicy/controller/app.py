@@ -135,6 +135,7 @@ class Controller:
         self.kinds: dict[tuple[str, str], Kind] = {}
         self.wake = asyncio.Event()
         self.high: dict[Ref, None] = {}  # policy status: first
+        self.fresh: dict[Ref, None] = {}  # breadcrumbs a change since the last analysis caused: before the backlog
         self.low: dict[Ref, None] = {}  # breadcrumbs: after, rate-limited
         self.queue_event = asyncio.Event()
         self.elector: LeaderElector | None = None
@@ -176,7 +177,7 @@ class Controller:
         await inf.stop()
         for raw in inf.tombstones():
             self.model.event("DELETED", raw)
-        for queue in (self.high, self.low):
+        for queue in self.queues:
             for ref in [r for r in queue if (r.group, r.kind) == (group, kind_name)]:
                 del queue[ref]
         log.info("stopped watching %s: its CustomResourceDefinition was deleted", kind.api_version + "/" + kind.plural)
@@ -234,21 +235,10 @@ class Controller:
             self.metrics.analyses.inc(self.model.reconciles - analyses)
             self.metrics.incremental.inc(self.model.incremental_updates - updates)
             self.metrics.reconcile_seconds.observe(time.perf_counter() - t)
-            a = self.model.analysis
             full = self.model.reconciles > analyses
             if full:
                 self.last_full_analysis_cpu = time.process_time() - cpu
-            crumbs = []
-            for ref in refs:
-                if a is not None and ref in a.policies:
-                    self.high[ref] = None
-                else:
-                    crumbs.append(ref)
-            if full or not self.low:
-                self.low.update(dict.fromkeys(crumbs))
-            else:  # what a change since the last analysis caused goes before an older backlog: the
-                # user who edited a route waits for its one write, not for the first status of everything
-                self.low = {**dict.fromkeys(crumbs), **self.low}
+            self._enqueue(refs, full)
             self._gauge()
             if self.effective is not None:
                 self.effective.refresh()
@@ -256,20 +246,44 @@ class Controller:
             if refs:
                 self.queue_event.set()
 
+    def _enqueue(self, refs: list[Ref], full: bool) -> None:
+        """Queue what a pass found to compare: policies' status first, then breadcrumbs. What a change
+        since the last analysis caused goes before an older backlog (the user who edited a route waits
+        for its one write, not for the first status of everything), in a queue of its own: rebuilding
+        the backlog behind it on every pass made the first status quadratic."""
+        a = self.model.analysis
+        crumbs = []
+        for ref in refs:
+            if a is not None and ref in a.policies:
+                self.high[ref] = None
+            else:
+                crumbs.append(ref)
+        if full or not self.low:
+            self.low.update(dict.fromkeys(crumbs))
+            return
+        for ref in crumbs:
+            self.low.pop(ref, None)
+            self.fresh[ref] = None
+
     def _gauge(self) -> None:
         self.metrics.queue_depth.labels("status").set(len(self.high))
-        self.metrics.queue_depth.labels("breadcrumbs").set(len(self.low))
+        self.metrics.queue_depth.labels("breadcrumbs").set(len(self.fresh) + len(self.low))
+
+    @property
+    def queues(self) -> tuple[dict[Ref, None], ...]:
+        """Objects to compare and write, in the order they are taken: policy status, then breadcrumbs."""
+        return self.high, self.fresh, self.low
 
     def _take(self) -> tuple[Ref | None, bool]:
         """The next object to write (policy status first) that no other writer holds; and whether it
         is a breadcrumb (paced)."""
         if not self.leading or self.model.stale:
             return None, False
-        for queue in (self.high, self.low):
+        for queue in self.queues:
             for ref in queue:  # at most `write_workers` entries are skipped
                 if ref not in self.writing:
                     del queue[ref]
-                    return ref, queue is self.low
+                    return ref, queue is not self.high
         return None, False
 
     async def write_loop(self) -> None:
@@ -317,7 +331,7 @@ class Controller:
         """Nothing to analyse, queue or write (tests and the benchmark wait for this)."""
         synced = bool(self.informers) and all(i.synced.is_set() and not i.failures for i in self.informers.values())
         return (synced and not self.model.stale and not self.busy and not self.wake.is_set()
-                and not (self.high or self.low) and self.inflight == 0)
+                and not any(self.queues) and self.inflight == 0)
 
     @property
     def leading(self) -> bool:
@@ -447,7 +461,7 @@ class Controller:
                 "leaderElectionProblem": self.elector.problem if self.elector else None,
                 "writeNamespace": self.opts.namespace, "stale": self.model.stale,
                 "busy": self.busy or self.wake.is_set() or self.inflight > 0,
-                "queued": len(self.high) + len(self.low), "writes": self.writes_done,
+                "queued": sum(map(len, self.queues)), "writes": self.writes_done,
                 "idle": self.idle,
                 "fullAnalyses": self.model.reconciles, "lastFullAnalysisSeconds": self.model.last_reconcile_seconds,
                 "lastFullAnalysisCpuSeconds": self.last_full_analysis_cpu,
