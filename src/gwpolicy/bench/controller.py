@@ -48,6 +48,7 @@ class ControllerProcess:
         self.log_path = os.path.join(workdir, f"{name}.log")
         self.log = open(self.log_path, "w+", encoding="utf-8")  # noqa: SIM115 - closed in stop()
         self.started = time.monotonic()
+        self.timeline: list[tuple[float, int, bool, int, int]] = []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gwpolicy.cli.main", "controller", "--kubeconfig", kubeconfig,
              "--listen", "127.0.0.1:0", "--lease-namespace", "gwpolicy-system", "--identity", name,
@@ -80,14 +81,19 @@ class ControllerProcess:
 
     def wait_idle(self, timeout: float, poll: float) -> float:
         """Wait until nothing is left to analyse or write and no event came for QUIET seconds; the
-        monotonic time it was seen."""
+        monotonic time it was seen. Every second on the way, a sample of the process's RSS and state
+        goes to `timeline` (seconds since start, RSS MB, informers synced, full analyses, writes)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"gwpolicy controller exited ({self.proc.returncode}); see {self.log_path}")
             st = self.statusz()
+            now = time.monotonic()
+            if not self.timeline or now - self.started - self.timeline[-1][0] >= 1.0:
+                self.timeline.append((round(now - self.started, 1), round(_proc_figures(self.proc.pid).get("rss_mb", 0)),
+                                      st["synced"], st["fullAnalyses"], st["writes"]))
             if st["idle"] and st["sinceLastEvent"] > QUIET:
-                return time.monotonic()
+                return now
             time.sleep(poll)
         raise TimeoutError("the controller did not settle")
 
@@ -212,6 +218,7 @@ def _measure(routes: int, path: str, timeout: float, breadcrumb_qps: float, rest
             out["first_status_s"] = round(idle - ctl.started - QUIET, 2)
             out["initial_writes"] = _writes(http) - writes0
             first = ctl.figures()
+            out["timeline"] = ctl.timeline
             out.update({"full_analysis_s": first["full_analysis_s"], "full_analysis_cpu_s": first["full_analysis_cpu_s"]})
             if breadcrumb_qps > 0:
                 out["breadcrumb_qps"] = breadcrumb_qps
@@ -231,7 +238,7 @@ def _measure(routes: int, path: str, timeout: float, breadcrumb_qps: float, rest
                 ctl = ControllerProcess(kubeconfig, tmp, "controller-2", breadcrumb_qps)
                 idle = ctl.wait_idle(timeout, 0.2)
                 out["restart"] = {"settled_s": round(idle - ctl.started - QUIET, 2), "writes": _writes(http) - writes1,
-                                  **ctl.figures()}
+                                  **ctl.figures(), "timeline": ctl.timeline}
                 ctl.stop()
                 ctl = None
             out["sandbox"] = {"loaded_rss_mb": round(loaded.get("rss_mb", 0)),
