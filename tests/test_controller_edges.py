@@ -201,7 +201,6 @@ def test_a_kind_whose_list_starts_failing_later_is_not_ready(tmp_path: Path) -> 
             ctl = await c.controller()
             await c.idle(ctl)
             assert (await _get(ctl.port, "/readyz")).status_code == 200
-            listing = c.sandbox.store.list
             c.fail_lists("httproutes")
             await c.faults(compact=True, dropWatches=True)
             for _ in range(40):
@@ -210,7 +209,7 @@ def test_a_kind_whose_list_starts_failing_later_is_not_ready(tmp_path: Path) -> 
                 if r.status_code == 503:
                     break
             assert r.status_code == 503 and "httproutes.gateway.networking.k8s.io" in r.text, r.text
-            c.sandbox.store.list = listing  # type: ignore[method-assign]
+            c.heal_lists()
             for _ in range(60):
                 await asyncio.sleep(0.2)
                 if (await _get(ctl.port, "/readyz")).status_code == 200:

@@ -127,3 +127,51 @@ def test_the_index_says_what_a_scan_of_every_object_says(ops):
                 assert {(o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in store.list(r, None)} \
                     == {(k[2], k[3]) for k in keys}
         assert not any(k[3].startswith("dry") for k in dict.keys(store.objects))
+
+
+def test_a_list_in_chunks_is_the_whole_list_and_kubectl_reads_it(tmp_path):
+    """`?limit=` and `?continue=` as kube-apiserver serves them (client-go's informers list in chunks
+    of 500; kubectl in chunks of --chunk-size): the chunks together are the list, each carries the
+    first chunk's resourceVersion, a bad token is 400 and one the watch history no longer covers 410."""
+    import json
+
+    from sandbox_proc import SandboxProcess
+
+    sb = SandboxProcess(tmp_path)
+    try:
+        for ns in ("a", "b"):
+            sb.http.post("/api/v1/namespaces", json={"metadata": {"name": ns}}).raise_for_status()
+            for i in range(7):
+                sb.http.post(f"/api/v1/namespaces/{ns}/configmaps",
+                             json={"metadata": {"name": f"cm-{i}", "labels": {"odd": str(i % 2)}}}).raise_for_status()
+        whole = sb.http.get("/api/v1/configmaps").json()
+        names = [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in whole["items"]]
+        for params in ({}, {"labelSelector": "odd=1"}):
+            want = [(o["metadata"]["namespace"], o["metadata"]["name"])
+                    for o in sb.http.get("/api/v1/configmaps", params=params).json()["items"]]
+            got, token, versions = [], None, set()
+            while True:
+                page = sb.http.get("/api/v1/configmaps", params={**params, "limit": 3,
+                                                                 **({"continue": token} if token else {})}).json()
+                assert len(page["items"]) <= 3
+                got += [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in page["items"]]
+                versions.add(page["metadata"]["resourceVersion"])
+                token = page["metadata"].get("continue")
+                if not token:
+                    break
+                # a change between chunks: the version stays the first chunk's, so a watch replays it
+                sb.http.post("/api/v1/namespaces/a/configmaps", json={"metadata": {"name": f"late-{len(got)}"}})
+            assert [n for n in got if not n[1].startswith("late-")] == want  # each once, in order
+            assert len(versions) == 1
+        assert names == sorted(names)
+        out = sb.kubectl("get", "configmaps", "-A", "--chunk-size=2", "-o", "json")
+        assert {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in json.loads(out.stdout)["items"]} >= set(names)
+        assert sb.http.get("/api/v1/configmaps", params={"limit": 2, "continue": "not-a-token"}).status_code == 400
+        assert sb.http.get("/api/v1/configmaps", params={"limit": -1}).status_code == 400
+        first = sb.http.get("/api/v1/configmaps", params={"limit": 2}).json()
+        sb.http.post("/api/v1/namespaces/a/configmaps", json={"metadata": {"name": "before-compaction"}})
+        sb.http.post("/sandbox/faults", json={"compact": True, "dropWatches": False}).raise_for_status()
+        gone = sb.http.get("/api/v1/configmaps", params={"limit": 2, "continue": first["metadata"]["continue"]})
+        assert gone.status_code == 410 and gone.json()["reason"] == "Expired"
+    finally:
+        sb.close()

@@ -149,6 +149,8 @@ def _edit(ctl: ControllerProcess, http: httpx.Client, path: str, patch: dict[str
     incremental = after["incrementalUpdates"] > st["incrementalUpdates"]
     return {"settle_s": round(idle - t - QUIET, 3), "watch_latency_ms": round(1000 * seen, 1),
             "reprocess_ms": round(1000 * (after["lastUpdateSeconds"] if incremental else after["lastFullAnalysisSeconds"]), 1),
+            "reprocess_cpu_ms": round(1000 * (after["lastUpdateCpuSeconds"] if incremental
+                                              else after["lastFullAnalysisCpuSeconds"]), 1),
             "path": "incremental" if incremental else "full analysis",
             "writes": _writes(http) - before - 1,  # less the edit itself
             "controller_writes": after["writes"] - st["writes"]}

@@ -98,7 +98,8 @@ def _controller_table(rows: list[dict[str, Any]]) -> list[str]:
     """Time to the first complete status, then per edit: reprocessing, settling and the writes it caused;
     the controller's and the sandbox's own processes' figures; and a restart on objects with status."""
     def edit(e: dict[str, Any]) -> str:
-        return f"{e['reprocess_ms']} ms / {e['settle_s'] * 1000:.0f} ms / {e['writes']}"
+        cpu = f" ({e['reprocess_cpu_ms']} CPU)" if "reprocess_cpu_ms" in e else ""
+        return f"{e['reprocess_ms']} ms{cpu} / {e['settle_s'] * 1000:.0f} ms / {e['writes']}"
 
     head = ["routes", "first complete status s", "writes", "full analysis s (CPU)", "policy edit", "route edit",
             "namespace-wide policy edit", "controller peak RSS MB", "controller CPU s", "sandbox peak RSS MB",
@@ -135,7 +136,8 @@ def _controller_table(rows: list[dict[str, Any]]) -> list[str]:
         f"{c['routes']}: {' '.join(map(str, c['load_average_start']))} / {' '.join(map(str, c['load_average_end']))}"
         for c in rows))
     lines.append("first complete status: from the controller's start (its process start included) until it is "
-                 "idle; full analysis: wall time, CPU time of its pass in brackets; RSS and CPU: the process's own")
+                 "idle; full analysis and reprocess: wall time, the controller's CPU time in brackets; RSS and "
+                 "CPU: each process's own")
     return lines
 
 

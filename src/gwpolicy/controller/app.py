@@ -129,6 +129,7 @@ class Controller:
         self.metrics = Metrics()
         self.model = ClusterModel(opts.controller_name)
         self.last_full_analysis_cpu = 0.0  # CPU seconds of the pass that ran the last full analysis
+        self.last_update_cpu = 0.0  # CPU seconds of the event that last changed the analysis in place
         self.metrics.track(self.model, self)
         self.client: AsyncClient | None = None
         self.informers: dict[Kind, Informer] = {}
@@ -198,7 +199,10 @@ class Controller:
         self.events_seen += 1
         if etype == "DELETED" and "spec" not in raw:  # a relist found it gone: its last copy says what it was
             raw = self.model.current(ClusterModel.ref_of(raw)) or raw
+        updates, cpu = self.model.incremental_updates, time.process_time()
         self.model.event(etype, raw)
+        if self.model.incremental_updates > updates:
+            self.last_update_cpu = time.process_time() - cpu
         if kind == CRD:
             if etype == "DELETED":
                 spec = raw.get("spec") or {}
@@ -466,7 +470,7 @@ class Controller:
                 "fullAnalyses": self.model.reconciles, "lastFullAnalysisSeconds": self.model.last_reconcile_seconds,
                 "lastFullAnalysisCpuSeconds": self.last_full_analysis_cpu,
                 "incrementalUpdates": self.model.incremental_updates,
-                "lastUpdateSeconds": self.model.last_update_seconds,
+                "lastUpdateSeconds": self.model.last_update_seconds, "lastUpdateCpuSeconds": self.last_update_cpu,
                 "sinceLastEvent": time.monotonic() - self.last_event, "events": self.events_seen,
                 "breadcrumbCalls": self.paced_calls,
                 "synced": all(i.synced.is_set() for i in self.informers.values()),

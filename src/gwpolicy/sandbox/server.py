@@ -6,6 +6,7 @@ fault-injection endpoint (`/sandbox/faults`) for tests.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
 import sys
@@ -37,6 +38,33 @@ VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-gwpolicy-sandbox"
 
 def _encode(data: Any) -> bytes:
     return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+
+
+def _limit(text: str | None) -> int:
+    """`?limit=`: a whole number; 0 or none means no limit (a negative or unreadable one is 400)."""
+    if not text:
+        return 0
+    try:
+        n = int(text)
+    except ValueError:
+        raise ApiFailure(400, "BadRequest", f"invalid limit {text!r}: not a whole number") from None
+    if n < 0:
+        raise ApiFailure(400, "BadRequest", f"invalid limit {n}: must not be negative")
+    return n
+
+
+def _continue_token(rv: int, after: tuple[str, str]) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps({"v": "sandbox/1", "rv": rv, "start": list(after)})).decode()
+
+
+def _continue_key(token: str) -> tuple[int, tuple[str, str]]:
+    """What a continue token holds: the list's resourceVersion and the last (namespace, name) served."""
+    try:
+        data = orjson.loads(base64.urlsafe_b64decode(token.encode()))
+        ns, name = data["start"]
+        return int(data["rv"]), (str(ns), str(name))
+    except (ValueError, TypeError, KeyError, orjson.JSONDecodeError) as exc:
+        raise ApiFailure(400, "BadRequest", f"continue key is not valid: {exc}") from None
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -246,14 +274,18 @@ class Sandbox:
                 store.faults.check("list", r.plural)
                 await self.wait_for_version(q.get("resourceVersion"))
                 self._bind(request)
-                objs = store.list(r, ns, q.get("labelSelector"), q.get("fieldSelector"))
+                list_meta: dict[str, Any] = {"resourceVersion": str(store.rv)}
+                limit = _limit(q.get("limit"))
+                if limit or q.get("continue"):
+                    objs, list_meta = self._chunk(r, ns, q, limit)
+                else:
+                    objs = store.list(r, ns, q.get("labelSelector"), q.get("fieldSelector"))
                 for o in objs:
                     o["apiVersion"] = r.api_version(version)
-                rv = str(store.rv)
                 if _wants_table(request):
-                    return _json(table(r, objs, rv))
+                    return _json(table(r, objs, list_meta["resourceVersion"]))
                 return _json({"kind": r.list_kind, "apiVersion": r.api_version(version),
-                              "metadata": {"resourceVersion": rv}, "items": objs})
+                              "metadata": list_meta, "items": objs})
             if method == "POST":
                 body = await self._body(request)
                 if r.namespaced and ns is None:
@@ -320,6 +352,29 @@ class Sandbox:
                              {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
                               "retryAfterSeconds": 1})
         return wanted
+
+    def _chunk(self, r: Resource, ns: str | None, q: Any, limit: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """A list in chunks, as kube-apiserver serves `?limit=N` (client-go's reflector asks for 500):
+        every chunk carries the first chunk's resourceVersion, and `continue` says where the next
+        starts. kube-apiserver reads every chunk from that version's snapshot; the sandbox keeps no
+        snapshots and reads each chunk from the objects as they are now, so an object changed between
+        chunks can come newer than the version. A watch from the version replays that change, so an
+        informer still ends up right. A token whose version the watch history no longer holds is
+        410 Expired, as there."""
+        store = self.store
+        rv, after = store.rv, None
+        token = q.get("continue")
+        if token:
+            rv, after = _continue_key(token)
+            if rv < store.compacted - 1:
+                raise ApiFailure(410, "Expired", "The provided continue parameter is too old to display a consistent "
+                                 "list result. You can start a new list without the continue parameter.")
+        objs, more = store.page(r, ns, q.get("labelSelector"), q.get("fieldSelector"), limit or 500, after)
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if more and objs:
+            last = objs[-1]["metadata"]
+            meta["continue"] = _continue_token(rv, (last.get("namespace") or "", last["name"]))
+        return objs, meta
 
     def _bind(self, request: web.Request) -> None:
         """The store's per-request settings: field validation, the client (for fault rules) and a fresh

@@ -6,6 +6,7 @@ finalizers, merge/JSON/apply patches, and server-side apply with managedFields a
 from __future__ import annotations
 
 import copy
+import heapq
 import re
 from collections import deque
 import uuid
@@ -575,6 +576,18 @@ class Store:
                 out.append(clone(obj))
         out.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
         return out
+
+    def page(self, r: Resource, ns: str | None, labels: str | None, fields: str | None, limit: int,
+             after: tuple[str, str] | None) -> tuple[list[dict[str, Any]], bool]:
+        """One chunk of a list (`?limit=` and `?continue=`): the first `limit` matching objects in
+        (namespace, name) order after `after`, and whether more match. Only the chunk is copied."""
+        lm, fm = label_matcher(labels), field_matcher(fields)
+        objects = self.objects
+        keys = [k for k in objects.keys_of(r.group, r.plural)
+                if (ns is None or not r.namespaced or k[2] == ns) and (after is None or (k[2], k[3]) > after)
+                and lm(objects[k]["metadata"].get("labels") or {}) and fm(objects[k])]
+        first = heapq.nsmallest(limit + 1, keys, key=lambda k: (k[2], k[3]))
+        return [clone(objects[k]) for k in first[:limit]], len(first) > limit
 
     # -- writes
     def create(self, r: Resource, ns: str, obj: dict[str, Any], manager: str | None = None,
