@@ -124,8 +124,14 @@ def test_the_index_says_what_a_scan_of_every_object_says(ops):
         for gp, keys in scanned.items():
             r = reg.get(gp)
             if r is not None:
-                assert {(o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in store.list(r, None)} \
-                    == {(k[2], k[3]) for k in keys}
+                whole = [(o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in store.list(r, None)]
+                assert set(whole) == {(k[2], k[3]) for k in keys}
+                chunks, after, more = [], None, True
+                while more:  # the chunks of a list (?limit=2) are the list
+                    page, more = store.page(r, None, None, None, 2, after)
+                    chunks += [(o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in page]
+                    after = chunks[-1] if chunks else None
+                assert chunks == whole
         assert not any(k[3].startswith("dry") for k in dict.keys(store.objects))
 
 

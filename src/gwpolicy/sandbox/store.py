@@ -5,8 +5,9 @@ finalizers, merge/JSON/apply patches, and server-side apply with managedFields a
 
 from __future__ import annotations
 
+import bisect
 import copy
-import heapq
+import itertools
 import re
 from collections import deque
 import uuid
@@ -36,10 +37,12 @@ class Objects(dict[Key, dict[str, Any]]):
     def __init__(self) -> None:
         super().__init__()
         self.by_resource: dict[tuple[str, str], dict[Key, None]] = {}
+        self._sorted: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (namespace, name) in order, per resource
 
     def __setitem__(self, key: Key, obj: dict[str, Any]) -> None:
         if key not in self:
             self.by_resource.setdefault(key[:2], {})[key] = None
+            self._sorted.pop(key[:2], None)
         super().__setitem__(key, obj)
 
     def __delitem__(self, key: Key) -> None:
@@ -54,6 +57,7 @@ class Objects(dict[Key, dict[str, Any]]):
         return obj
 
     def _unindex(self, key: Key) -> None:
+        self._sorted.pop(key[:2], None)
         keys = self.by_resource[key[:2]]
         del keys[key]
         if not keys:
@@ -63,6 +67,15 @@ class Objects(dict[Key, dict[str, Any]]):
         """The keys of one resource's objects (a copy: the caller may write while it walks them)."""
         return list(self.by_resource.get((group, plural), ()))
 
+    def in_order(self, group: str, plural: str) -> list[tuple[str, str]]:
+        """(namespace, name) of one resource's objects, sorted; kept until one is added or removed, so
+        the chunks of one list (`Store.page`) sort once."""
+        gp = (group, plural)
+        out = self._sorted.get(gp)
+        if out is None:
+            out = self._sorted[gp] = sorted((k[2], k[3]) for k in self.by_resource.get(gp, ()))
+        return out
+
     def has(self, group: str, plural: str) -> bool:
         return (group, plural) in self.by_resource
 
@@ -70,6 +83,7 @@ class Objects(dict[Key, dict[str, Any]]):
         out = Objects()
         dict.update(out, self)
         out.by_resource = {gp: dict(keys) for gp, keys in self.by_resource.items()}
+        out._sorted = dict(self._sorted)  # lists never changed in place, only dropped
         return out
 
     def _refuse(self, *_: Any, **__: Any) -> Any:
@@ -582,12 +596,19 @@ class Store:
         """One chunk of a list (`?limit=` and `?continue=`): the first `limit` matching objects in
         (namespace, name) order after `after`, and whether more match. Only the chunk is copied."""
         lm, fm = label_matcher(labels), field_matcher(fields)
-        objects = self.objects
-        keys = [k for k in objects.keys_of(r.group, r.plural)
-                if (ns is None or not r.namespaced or k[2] == ns) and (after is None or (k[2], k[3]) > after)
-                and lm(objects[k]["metadata"].get("labels") or {}) and fm(objects[k])]
-        first = heapq.nsmallest(limit + 1, keys, key=lambda k: (k[2], k[3]))
-        return [clone(objects[k]) for k in first[:limit]], len(first) > limit
+        objects, g, p = self.objects, r.group, r.plural
+        order = objects.in_order(g, p)
+        start = bisect.bisect_right(order, after) if after is not None else 0
+        out: list[dict[str, Any]] = []
+        for ons, name in itertools.islice(order, start, None):
+            if ns is not None and r.namespaced and ons != ns:
+                continue
+            obj = objects[(g, p, ons, name)]
+            if lm(obj["metadata"].get("labels") or {}) and fm(obj):
+                if len(out) == limit:
+                    return out, True
+                out.append(clone(obj))
+        return out, False
 
     # -- writes
     def create(self, r: Resource, ns: str, obj: dict[str, Any], manager: str | None = None,
