@@ -9,6 +9,7 @@ objects with status that every restart meets, and the writes it makes: none shou
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import signal
@@ -156,18 +157,19 @@ def _edit(ctl: ControllerProcess, http: httpx.Client, path: str, patch: dict[str
             "controller_writes": after["writes"] - st["writes"]}
 
 
-def _route_edit_during_backlog(http: httpx.Client, url: str, after: float) -> float:
+def _route_edit_during_backlog(base_url: str, url: str, after: float) -> float:
     """Edit a route `after` seconds into the first status; seconds until its new generation is in its status."""
     time.sleep(after)
-    t = time.monotonic()
-    generation = _patch(http, url, {"spec": {"hostnames": ["during-backlog.example.com"]}})["metadata"]["generation"]
-    while True:
-        live = http.get(url).json()
-        conds = [cd for p in (live.get("status") or {}).get("parents") or [] for cd in p.get("conditions") or []
-                 if cd.get("type", "").startswith("gwpolicy.io/")]
-        if conds and all(cd.get("observedGeneration") == generation for cd in conds):
-            return time.monotonic() - t
-        time.sleep(0.05)
+    with httpx.Client(base_url=base_url, timeout=300) as http:  # a client of its own: this runs in a thread
+        t = time.monotonic()
+        generation = _patch(http, url, {"spec": {"hostnames": ["during-backlog.example.com"]}})["metadata"]["generation"]
+        while True:
+            live = http.get(url).json()
+            conds = [cd for p in (live.get("status") or {}).get("parents") or [] for cd in p.get("conditions") or []
+                     if cd.get("type", "").startswith("gwpolicy.io/")]
+            if conds and all(cd.get("observedGeneration") == generation for cd in conds):
+                return time.monotonic() - t
+            time.sleep(0.05)
 
 
 def _one(http: httpx.Client, path: str, name: str) -> dict[str, Any]:
@@ -212,10 +214,8 @@ def _measure(routes: int, path: str, timeout: float, breadcrumb_qps: float, rest
             ctl = ControllerProcess(kubeconfig, tmp, "controller-1", breadcrumb_qps)
             out: dict[str, Any] = {"routes": routes, "load_average_start": [round(x, 2) for x in os.getloadavg()]}
             if breadcrumb_qps > 0:  # a route edit a few seconds into the first status, while breadcrumbs queue
-                import concurrent.futures
                 pool = concurrent.futures.ThreadPoolExecutor(1)
-                backlog = pool.submit(_route_edit_during_backlog, httpx.Client(base_url=m.group(0), timeout=300),
-                                      route_url, 5.0)
+                backlog = pool.submit(_route_edit_during_backlog, m.group(0), route_url, 5.0)
             idle = ctl.wait_idle(timeout, 0.2)
             out["first_status_s"] = round(idle - ctl.started - QUIET, 2)
             out["initial_writes"] = _writes(http) - writes0
