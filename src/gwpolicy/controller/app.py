@@ -8,6 +8,7 @@ import logging
 import os
 import resource
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -66,7 +67,8 @@ class Metrics:
         ProcessCollector(registry=r)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
         self.peak_rss = Gauge("gwpolicy_peak_resident_memory_bytes", "The most resident memory this process has "
                               "held since it started (getrusage's ru_maxrss)", registry=r)
-        self.peak_rss.set_function(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+        self.peak_rss.set_function(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit)
         self.full_analysis_seconds = Gauge("gwpolicy_last_full_analysis_seconds", "Wall time of the last full "
                                            "analysis", registry=r)
         self.full_analysis_cpu = Gauge("gwpolicy_last_full_analysis_cpu_seconds", "CPU time of the reconcile pass "
