@@ -84,16 +84,25 @@ class Cluster:
         await self.seed(objects)
 
     def fail_lists(self, plural: str, code: int = 500) -> None:
-        """Every list of `plural` answers `code` from now on (a kind the server cannot list)."""
+        """Every list of `plural` answers `code` from now on (a kind the server cannot list), whole or
+        in chunks (`heal_lists` ends it)."""
         store = self.sandbox.store
-        listing = store.list
+        self._lists = getattr(self, "_lists", None) or (store.list, store.page)
 
-        def failing(r, *args, **kwargs):
-            if r.plural == plural:
-                raise ApiFailure(code, "InternalError", f"Internal error occurred: cannot list {plural} (injected)")
-            return listing(r, *args, **kwargs)
+        def failing(listing):
+            def fail(r, *args, **kwargs):
+                if r.plural == plural:
+                    raise ApiFailure(code, "InternalError", f"Internal error occurred: cannot list {plural} (injected)")
+                return listing(r, *args, **kwargs)
+            return fail
 
-        store.list = failing  # type: ignore[method-assign]
+        store.list, store.page = failing(self._lists[0]), failing(self._lists[1])  # type: ignore[method-assign]
+
+    def heal_lists(self) -> None:
+        """Lists work again."""
+        if getattr(self, "_lists", None):
+            self.sandbox.store.list, self.sandbox.store.page = self._lists  # type: ignore[method-assign]
+            self._lists = None
 
     async def seed(self, objects: list[dict[str, Any]]) -> None:
         await asyncio.to_thread(apply_all, self.server.url, copy.deepcopy(objects))
@@ -132,7 +141,7 @@ class Cluster:
             if c.idle and time.monotonic() - c.last_event > quiet:
                 return
             await asyncio.sleep(0.05)
-        raise AssertionError(f"controller not idle: stale={c.model.stale} queued={len(c.high) + len(c.low)}")
+        raise AssertionError(f"controller not idle: stale={c.model.stale} queued={sum(map(len, c.queues))}")
 
     def objects(self) -> list[dict[str, Any]]:
         """Every object in the sandbox (what `gwpolicy status` would read from the cluster)."""

@@ -1,5 +1,6 @@
 """The benchmark's synthetic cluster covers what it claims, and its controller figures come from a
-real run: every edit handled in place and writing exactly the one object whose status changes."""
+real run of `gwpolicy controller` in its own process: every edit handled in place and writing exactly
+the one object whose status changes, and a restarted controller finding nothing to write."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from helpers import run_cli
 
 from gwpolicy.bench.controller import measure_controller
 from gwpolicy.bench.generate import write_yaml
+from gwpolicy.bench.run import report
 
 
 def test_the_synthetic_cluster_has_every_level_and_some_conflicts(tmp_path):
@@ -34,3 +36,12 @@ def test_controller_figures_come_from_edits_handled_in_place(tmp_path):
     for edit in ("policy_edit", "route_edit", "namespace_policy_edit"):
         assert out[edit]["path"] == "incremental", edit
         assert out[edit]["writes"] == 1 == out[edit]["controller_writes"], (edit, out[edit])
+    # the controller's own process, read from its /metrics: one full analysis, its memory its own
+    assert out["controller"]["full_analyses"] == 1 and out["controller"]["peak_rss_mb"] > 20
+    assert out["sandbox"]["peak_rss_mb"] > 20 and out["sandbox"]["cpu_s"] > 0
+    # a second controller on the cluster with status: one full analysis, nothing left to write
+    assert out["restart"]["full_analyses"] == 1 and out["restart"]["writes"] == 0, out["restart"]
+    text = report([], [out])
+    assert "controller peak RSS MB" in text and "sandbox peak RSS MB" in text
+    assert "a second controller process started on the cluster" in text
+    assert "every edit handled in place (incremental)" in text

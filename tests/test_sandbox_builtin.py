@@ -439,7 +439,7 @@ def test_kubectl_applies_the_examples_and_deploy_unchanged(tmp_path):
 # ---------- property: what the declared shapes accept is stored as sent, plus defaults ----------
 
 _NAMES = st.from_regex(r"[a-z]([-a-z0-9]{0,10}[a-z0-9])?", fullmatch=True)
-_KEYS = st.from_regex(r"[-._a-zA-Z0-9]{1,12}", fullmatch=True).filter(lambda k: not k.startswith(".."))
+_KEYS = st.from_regex(r"[-._a-zA-Z0-9]{1,12}", fullmatch=True).filter(lambda k: k != "." and not k.startswith(".."))
 _LABELS = st.dictionaries(st.from_regex(r"[a-z]([-a-z0-9.]{0,8}[a-z0-9])?", fullmatch=True),
                           st.from_regex(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,8}[A-Za-z0-9])?)?", fullmatch=True), max_size=3)
 

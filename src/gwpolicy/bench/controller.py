@@ -1,13 +1,18 @@
-"""Controller figures: a `gwpolicy sandbox` process holding the synthetic cluster, the controller in
-this process; time to the first complete status, then one policy edit, one route edit and one
-namespace-wide policy edit, each with the API writes it caused."""
+"""Controller figures, as users run it: a `gwpolicy sandbox` process holding the synthetic cluster
+and a `gwpolicy controller` process against it, each measured on its own (the controller's figures
+from its /statusz and /metrics, the sandbox's from /proc). This process only edits and waits.
+
+Measured: time to the first complete status and its writes; one policy edit, one route edit and
+one namespace-wide policy edit, each with reprocess / settle / the API writes it caused; then a
+restart of the controller against the cluster that now carries its status (the full analysis on
+objects with status that every restart meets, and the writes it makes: none should be needed)."""
 
 from __future__ import annotations
 
-import asyncio
-import copy
+import concurrent.futures
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -15,18 +20,103 @@ import time
 from typing import Any
 
 import httpx2 as httpx
+from prometheus_client.parser import text_string_to_metric_families
 
-from gwpolicy.bench.generate import cluster
-from gwpolicy.controller.app import Controller, Options
+QUIET = 0.3  # seconds without an event after which a settled controller counts as idle
+MB = 1024 * 1024
 
 
-async def _idle(c: Controller, timeout: float, quiet: float = 0.3) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if c.idle and time.monotonic() - c.last_event > quiet:
-            return time.monotonic() - start - quiet
-        await asyncio.sleep(0.01)
-    raise TimeoutError("the controller did not settle")
+def _proc_figures(pid: int) -> dict[str, float]:
+    """Peak and current RSS (MB) and CPU seconds of a live process, from /proc (Linux)."""
+    out: dict[str, float] = {}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith(("VmHWM:", "VmRSS:")):
+                    out["peak_rss_mb" if line.startswith("VmHWM") else "rss_mb"] = int(line.split()[1]) / 1024
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rpartition(")")[2].split()
+        out["cpu_s"] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        pass
+    return out
+
+
+class ControllerProcess:
+    """`gwpolicy controller` in a child process; its state read from /statusz, its figures from /metrics."""
+
+    def __init__(self, kubeconfig: str, workdir: str, name: str, breadcrumb_qps: float) -> None:
+        self.log_path = os.path.join(workdir, f"{name}.log")
+        self.log = open(self.log_path, "w+", encoding="utf-8")  # noqa: SIM115 - closed in stop()
+        self.started = time.monotonic()
+        self.timeline: list[tuple[float, int, bool, int, int]] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gwpolicy.cli.main", "controller", "--kubeconfig", kubeconfig,
+             "--listen", "127.0.0.1:0", "--lease-namespace", "gwpolicy-system", "--identity", name,
+             "--breadcrumb-qps", str(breadcrumb_qps)],
+            stdout=subprocess.DEVNULL, stderr=self.log, text=True)
+        port = self._port(60.0)
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+
+    def _port(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with open(self.log_path, encoding="utf-8") as fh:
+                m = re.search(r"serving health and metrics on port (\d+)", fh.read())
+            if m:
+                return int(m.group(1))
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        with open(self.log_path, encoding="utf-8") as fh:
+            tail = fh.read()[-2000:]
+        raise RuntimeError(f"gwpolicy controller did not start (exit {self.proc.poll()}):\n{tail}")
+
+    def statusz(self) -> dict[str, Any]:
+        return self.http.get("/statusz").json()
+
+    def metrics(self) -> dict[str, float]:
+        """The unlabelled samples of /metrics, by name."""
+        text = self.http.get("/metrics").text
+        return {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples if not s.labels}
+
+    def wait_idle(self, timeout: float, poll: float) -> float:
+        """Wait until nothing is left to analyse or write and no event came for QUIET seconds; the
+        monotonic time it was seen. Every second on the way, a sample of the process's RSS and state
+        goes to `timeline` (seconds since start, RSS MB, informers synced, full analyses, writes)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gwpolicy controller exited ({self.proc.returncode}); see {self.log_path}")
+            st = self.statusz()
+            now = time.monotonic()
+            if not self.timeline or now - self.started - self.timeline[-1][0] >= 1.0:
+                self.timeline.append((round(now - self.started, 1), round(_proc_figures(self.proc.pid).get("rss_mb", 0)),
+                                      st["synced"], st["fullAnalyses"], st["writes"]))
+            if st["idle"] and st["sinceLastEvent"] > QUIET:
+                return now
+            time.sleep(poll)
+        raise TimeoutError("the controller did not settle")
+
+    def figures(self) -> dict[str, Any]:
+        m, st = self.metrics(), self.statusz()
+        return {"full_analysis_s": round(st["lastFullAnalysisSeconds"], 2),
+                "full_analysis_cpu_s": round(st["lastFullAnalysisCpuSeconds"], 2),
+                "full_analyses": st["fullAnalyses"],
+                "peak_rss_mb": round(m["gwpolicy_peak_resident_memory_bytes"] / MB),
+                "rss_mb": round(m["process_resident_memory_bytes"] / MB),
+                "cpu_s": round(m["process_cpu_seconds_total"], 1)}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.http.close()
+        self.log.close()
 
 
 def _writes(http: httpx.Client) -> int:
@@ -34,111 +124,146 @@ def _writes(http: httpx.Client) -> int:
     return sum(n for plural, n in by.items() if plural != "leases")
 
 
-async def _edit(c: Controller, http: httpx.Client, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-    before = _writes(http)
-    done = c.writes_done
-    updates = c.model.incremental_updates
-    t = time.monotonic()
-    r = http.patch(path, params={"fieldManager": "bench", "force": "true"}, json=body,
-                   headers={"Content-Type": "application/apply-patch+yaml"})
+def _patch(http: httpx.Client, path: str, patch: dict[str, Any]) -> dict[str, Any]:
+    r = http.patch(path, params={"fieldManager": "bench"}, json=patch,
+                   headers={"Content-Type": "application/merge-patch+json"})
     r.raise_for_status()
-    while c.last_event < t:  # the edit has come back through the watch
-        await asyncio.sleep(0.001)
-    seen = time.monotonic() - t
-    await _idle(c, timeout)
-    return {"settle_s": round(time.monotonic() - t - 0.3, 3), "watch_latency_ms": round(1000 * seen, 1),
-            "reprocess_ms": round(1000 * (c.model.last_update_seconds if c.model.incremental_updates > updates
-                                          else c.model.last_reconcile_seconds), 1),
-            "path": "incremental" if c.model.incremental_updates > updates else "full analysis",
+    return r.json()
+
+
+def _edit(ctl: ControllerProcess, http: httpx.Client, path: str, patch: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """One edit: until the controller has its event (watch latency), until it is idle again (settle),
+    how long its analysis took to take it in (reprocess), and the API writes it caused."""
+    before, st = _writes(http), ctl.statusz()
+    t = time.monotonic()
+    _patch(http, path, patch)
+    while True:  # the edit has come back through the watch (when idle, nothing else sends events)
+        now = ctl.statusz()
+        if now["events"] > st["events"]:
+            seen = time.monotonic() - t
+            break
+        if time.monotonic() - t > timeout:
+            raise TimeoutError("the edit never reached the controller")
+        time.sleep(0.002)
+    idle = ctl.wait_idle(timeout, 0.005)
+    after = ctl.statusz()
+    incremental = after["incrementalUpdates"] > st["incrementalUpdates"]
+    return {"settle_s": round(idle - t - QUIET, 3), "watch_latency_ms": round(1000 * seen, 1),
+            "reprocess_ms": round(1000 * (after["lastUpdateSeconds"] if incremental else after["lastFullAnalysisSeconds"]), 1),
+            "reprocess_cpu_ms": round(1000 * (after["lastUpdateCpuSeconds"] if incremental
+                                              else after["lastFullAnalysisCpuSeconds"]), 1),
+            "path": "incremental" if incremental else "full analysis",
             "writes": _writes(http) - before - 1,  # less the edit itself
-            "controller_writes": c.writes_done - done}
+            "controller_writes": after["writes"] - st["writes"]}
 
 
-async def _edit_during_backlog(c: Controller, http: httpx.Client, route: dict[str, Any], after: float) -> float:
+def _route_edit_during_backlog(base_url: str, url: str, after: float) -> float:
     """Edit a route `after` seconds into the first status; seconds until its new generation is in its status."""
-    await asyncio.sleep(after)
-    ns, name = route["metadata"]["namespace"], route["metadata"]["name"]
-    url = f"/apis/gateway.networking.k8s.io/v1/namespaces/{ns}/httproutes/{name}"
-    route = copy.deepcopy(route)
-    route["spec"]["hostnames"] = ["during-backlog.example.com"]
-    t = time.monotonic()
-    r = http.patch(url, params={"fieldManager": "bench", "force": "true"}, json=route,
-                   headers={"Content-Type": "application/apply-patch+yaml"})
-    r.raise_for_status()
-    generation = r.json()["metadata"]["generation"]
-    while True:
-        live = await asyncio.to_thread(http.get, url)
-        conds = [cd for p in (live.json().get("status") or {}).get("parents") or [] for cd in p.get("conditions") or []
-                 if cd.get("type", "").startswith("gwpolicy.io/")]
-        if conds and all(cd.get("observedGeneration") == generation for cd in conds):
-            return time.monotonic() - t
-        await asyncio.sleep(0.05)
+    time.sleep(after)
+    with httpx.Client(base_url=base_url, timeout=300) as http:  # a client of its own: this runs in a thread
+        t = time.monotonic()
+        generation = _patch(http, url, {"spec": {"hostnames": ["during-backlog.example.com"]}})["metadata"]["generation"]
+        while True:
+            live = http.get(url).json()
+            conds = [cd for p in (live.get("status") or {}).get("parents") or [] for cd in p.get("conditions") or []
+                     if cd.get("type", "").startswith("gwpolicy.io/")]
+            if conds and all(cd.get("observedGeneration") == generation for cd in conds):
+                return time.monotonic() - t
+            time.sleep(0.05)
 
 
-async def _measure(routes: int, path: str, timeout: float, breadcrumb_qps: float = 0.0) -> dict[str, Any]:
+def _one(http: httpx.Client, path: str, name: str) -> dict[str, Any]:
+    items = http.get(path, params={"fieldSelector": f"metadata.name={name}"}).json()["items"]
+    if not items:
+        raise RuntimeError(f"the cluster has no {name} under {path}")
+    return items[0]
+
+
+def _targets(http: httpx.Client) -> tuple[str, str, str, str]:
+    """What the edits change, read from the sandbox: a route's own RetryPolicy, route-000001, and the
+    namespace-wide RetryPolicy of route-000000's namespace."""
+    pols = http.get("/apis/policy.example.io/v1/retrypolicies").json()["items"]
+    pol = min((p for p in pols if re.fullmatch(r"route-\d+-retries", p["metadata"]["name"])),
+              key=lambda p: p["metadata"]["name"])
+    base = "/apis/policy.example.io/v1/namespaces"
+    route = _one(http, "/apis/gateway.networking.k8s.io/v1/httproutes", "route-000001")
+    first_ns = _one(http, "/apis/gateway.networking.k8s.io/v1/httproutes", "route-000000")["metadata"]["namespace"]
+    return (f"{base}/{pol['metadata']['namespace']}/retrypolicies/{pol['metadata']['name']}",
+            f"/apis/gateway.networking.k8s.io/v1/namespaces/{route['metadata']['namespace']}/httproutes/route-000001",
+            f"{base}/{first_ns}/retrypolicies/namespace-retries", first_ns)
+
+
+def _measure(routes: int, path: str, timeout: float, breadcrumb_qps: float, restart: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         kubeconfig = os.path.join(tmp, "kubeconfig")
-        proc = subprocess.Popen([sys.executable, "-m", "gwpolicy.cli.main", "sandbox", "--port", "0", "--kubeconfig-out",
-                                 kubeconfig, "--keep-creation-timestamp", "-f", path],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        sandbox = subprocess.Popen([sys.executable, "-m", "gwpolicy.cli.main", "sandbox", "--port", "0",
+                                    "--kubeconfig-out", kubeconfig, "--keep-creation-timestamp", "-f", path],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        ctl: ControllerProcess | None = None
         try:
-            line = proc.stdout.readline()
-            url = re.search(r"http://127\.0\.0\.1:\d+", line).group(0)  # type: ignore[union-attr]
-            http = httpx.Client(base_url=url, timeout=120)
+            line = sandbox.stdout.readline()  # type: ignore[union-attr]
+            m = re.search(r"http://127\.0\.0\.1:\d+", line)
+            if m is None:
+                raise RuntimeError(f"gwpolicy sandbox did not start: {line!r}")
+            http = httpx.Client(base_url=m.group(0), timeout=300)
+            loaded = _proc_figures(sandbox.pid)
             http.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
                                                    "metadata": {"name": "gwpolicy-system"}})
-            c = Controller(Options(kubeconfig=kubeconfig, listen="127.0.0.1:0", lease_namespace="gwpolicy-system",
-                                   breadcrumb_qps=breadcrumb_qps, debounce=0.01))
-            objs = {(o["kind"], o["metadata"]["name"]): o for o in cluster(routes)
-                    if o["kind"] in ("RetryPolicy", "HTTPRoute")}
+            policy_url, route_url, ns_policy_url, _ = _targets(http)
             writes0 = _writes(http)
-            t = time.monotonic()
-            await c.start()
-            backlog = None
+            ctl = ControllerProcess(kubeconfig, tmp, "controller-1", breadcrumb_qps)
+            out: dict[str, Any] = {"routes": routes, "load_average_start": [round(x, 2) for x in os.getloadavg()]}
             if breadcrumb_qps > 0:  # a route edit a few seconds into the first status, while breadcrumbs queue
-                backlog = asyncio.create_task(_edit_during_backlog(c, http, objs[("HTTPRoute", "route-000001")], 5.0))
-            await _idle(c, timeout)
-            first = time.monotonic() - t - 0.3
-            out: dict[str, Any] = {"routes": routes, "first_status_s": round(first, 2),
-                                   "initial_writes": _writes(http) - writes0,
-                                   "full_analysis_s": round(c.model.last_reconcile_seconds, 2)}
-            if backlog is not None:
+                pool = concurrent.futures.ThreadPoolExecutor(1)
+                backlog = pool.submit(_route_edit_during_backlog, m.group(0), route_url, 5.0)
+            idle = ctl.wait_idle(timeout, 0.2)
+            out["first_status_s"] = round(idle - ctl.started - QUIET, 2)
+            out["initial_writes"] = _writes(http) - writes0
+            first = ctl.figures()
+            out["timeline"] = ctl.timeline
+            out.update({"full_analysis_s": first["full_analysis_s"], "full_analysis_cpu_s": first["full_analysis_cpu_s"]})
+            if breadcrumb_qps > 0:
                 out["breadcrumb_qps"] = breadcrumb_qps
-                out["breadcrumb_calls"] = c.paced_calls
-                out["breadcrumb_budget_s"] = round(c.paced_calls / breadcrumb_qps, 2)
-                out["route_edit_during_backlog_s"] = round(await backlog, 2)
-            pol = copy.deepcopy(next(o for (k, n), o in objs.items() if k == "RetryPolicy" and n.endswith("-retries")
-                                     and n.startswith("route-")))
-            pol["spec"]["defaults"]["maxRetries"] = 8
-            ns = pol["metadata"]["namespace"]
-            base = f"/apis/policy.example.io/v1/namespaces/{ns}/retrypolicies"
-            out["policy_edit"] = await _edit(c, http, f"{base}/{pol['metadata']['name']}", pol, timeout)
-            route = copy.deepcopy(objs[("HTTPRoute", "route-000001")])
-            route["spec"]["hostnames"] = ["renamed.example.com"]
-            rns = route["metadata"]["namespace"]
-            out["route_edit"] = await _edit(c, http, f"/apis/gateway.networking.k8s.io/v1/namespaces/{rns}/httproutes/route-000001",
-                                            route, timeout)
-            nsp = next(o for o in cluster(routes) if o["kind"] == "RetryPolicy" and o["metadata"]["name"] == "namespace-retries")
-            nsp = copy.deepcopy(nsp)
-            nsp["spec"]["defaults"]["backoff"]["max"] = "2s"
-            out["namespace_policy_edit"] = await _edit(
-                c, http, f"/apis/policy.example.io/v1/namespaces/{nsp['metadata']['namespace']}/retrypolicies/namespace-retries",
-                nsp, timeout)
-            await c.stop()
+                out["breadcrumb_calls"] = ctl.statusz()["breadcrumbCalls"]
+                out["breadcrumb_budget_s"] = round(out["breadcrumb_calls"] / breadcrumb_qps, 2)
+                out["route_edit_during_backlog_s"] = round(backlog.result(), 2)
+                pool.shutdown()
+            out["policy_edit"] = _edit(ctl, http, policy_url, {"spec": {"defaults": {"maxRetries": 8}}}, timeout)
+            out["route_edit"] = _edit(ctl, http, route_url, {"spec": {"hostnames": ["renamed.example.com"]}}, timeout)
+            out["namespace_policy_edit"] = _edit(ctl, http, ns_policy_url,
+                                                 {"spec": {"defaults": {"backoff": {"max": "2s"}}}}, timeout)
+            out["controller"] = ctl.figures()
+            ctl.stop()
+            ctl = None
+            if restart:  # a second controller on objects that carry the first one's status
+                writes1 = _writes(http)
+                ctl = ControllerProcess(kubeconfig, tmp, "controller-2", breadcrumb_qps)
+                idle = ctl.wait_idle(timeout, 0.2)
+                out["restart"] = {"settled_s": round(idle - ctl.started - QUIET, 2), "writes": _writes(http) - writes1,
+                                  **ctl.figures(), "timeline": ctl.timeline}
+                ctl.stop()
+                ctl = None
+            out["sandbox"] = {"loaded_rss_mb": round(loaded.get("rss_mb", 0)),
+                              **{k: round(v, 1) for k, v in _proc_figures(sandbox.pid).items()}}
+            out["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
             http.close()
             return out
         finally:
-            proc.terminate()
-            proc.wait(10)
+            if ctl is not None:
+                ctl.stop()
+            sandbox.terminate()
+            sandbox.wait(30)
 
 
-def measure_controller(routes: int, workdir: str, timeout: float = 1800, breadcrumb_qps: float = 0.0) -> dict[str, Any]:
+def measure_controller(routes: int, workdir: str, timeout: float = 3600, breadcrumb_qps: float = 0.0,
+                       restart: bool = True) -> dict[str, Any]:
     """With `breadcrumb_qps` > 0, also the breadcrumb API calls, the time they need at that rate
     (`breadcrumb_budget_s`: the least a first complete status can take), and how long a route edit made
-    5 s into the first status waits for its status."""
+    5 s into the first status waits for its status. With `restart`, a second controller process is
+    started once the first has stopped, on the cluster with status."""
     from gwpolicy.bench.generate import write_yaml
 
     path = os.path.join(workdir, f"cluster-{routes}.yaml")
     if not os.path.exists(path):
         write_yaml(routes, path)
-    return asyncio.run(_measure(routes, path, timeout, breadcrumb_qps))
+    return _measure(routes, path, timeout, breadcrumb_qps, restart)

@@ -95,16 +95,31 @@ def _table(head: list[str], body: list[list[str]]) -> list[str]:
 
 
 def _controller_table(rows: list[dict[str, Any]]) -> list[str]:
-    """Time to the first complete status, then per edit: reprocessing, settling and the writes it caused."""
+    """Time to the first complete status, then per edit: reprocessing, settling and the writes it caused;
+    the controller's and the sandbox's own processes' figures; and a restart on objects with status."""
     def edit(e: dict[str, Any]) -> str:
-        return f"{e['reprocess_ms']} ms / {e['settle_s'] * 1000:.0f} ms / {e['writes']}"
+        cpu = f" ({e['reprocess_cpu_ms']} CPU)" if "reprocess_cpu_ms" in e else ""
+        return f"{e['reprocess_ms']} ms{cpu} / {e['settle_s'] * 1000:.0f} ms / {e['writes']}"
 
-    head = ["routes", "first complete status s", "writes", "full analysis s", "policy edit", "route edit",
-            "namespace-wide policy edit"]
-    body = [[str(c["routes"]), f"{c['first_status_s']:.1f}", str(c["initial_writes"]), f"{c['full_analysis_s']:.2f}",
-             edit(c["policy_edit"]), edit(c["route_edit"]), edit(c["namespace_policy_edit"])] for c in rows]
-    lines = ["controller (sandbox API server on loopback); edits as reprocess / settle / API writes:"]
+    head = ["routes", "first complete status s", "writes", "full analysis s (CPU)", "policy edit", "route edit",
+            "namespace-wide policy edit", "controller peak RSS MB", "controller CPU s", "sandbox peak RSS MB",
+            "sandbox CPU s"]
+    body = [[str(c["routes"]), f"{c['first_status_s']:.1f}", str(c["initial_writes"]),
+             f"{c['full_analysis_s']:.2f} ({c['full_analysis_cpu_s']:.2f})",
+             edit(c["policy_edit"]), edit(c["route_edit"]), edit(c["namespace_policy_edit"]),
+             str(c["controller"]["peak_rss_mb"]), f"{c['controller']['cpu_s']:.1f}",
+             f"{c['sandbox'].get('peak_rss_mb', 0):.0f}", f"{c['sandbox'].get('cpu_s', 0):.1f}"] for c in rows]
+    lines = ["controller (`gwpolicy controller` and `gwpolicy sandbox`, each its own process, on loopback); "
+             "edits as reprocess / settle / API writes:"]
     lines += _table(head, body)
+    restarts = [c for c in rows if c.get("restart")]
+    if restarts:
+        lines.append("")
+        lines.append("a second controller process started on the cluster with the first one's status:")
+        lines += _table(["routes", "settled s", "writes", "full analysis s (CPU)", "peak RSS MB", "CPU s"],
+                        [[str(c["routes"]), f"{c['restart']['settled_s']:.1f}", str(c["restart"]["writes"]),
+                          f"{c['restart']['full_analysis_s']:.2f} ({c['restart']['full_analysis_cpu_s']:.2f})",
+                          str(c["restart"]["peak_rss_mb"]), f"{c['restart']['cpu_s']:.1f}"] for c in restarts])
     for c in rows:
         if c.get("breadcrumb_qps"):
             lines.append(f"{c['routes']} routes at --breadcrumb-qps {c['breadcrumb_qps']:g}: {c['breadcrumb_calls']} breadcrumb "
@@ -117,6 +132,12 @@ def _controller_table(rows: list[dict[str, Any]]) -> list[str]:
     paths = {e["path"] for c in rows for e in (c["policy_edit"], c["route_edit"], c["namespace_policy_edit"])}
     lines.append("every edit handled " + (f"in place ({', '.join(sorted(paths))})" if paths == {"incremental"}
                                           else f"by: {', '.join(sorted(paths))}"))
+    lines.append("load average at start / end: " + "; ".join(
+        f"{c['routes']}: {' '.join(map(str, c['load_average_start']))} / {' '.join(map(str, c['load_average_end']))}"
+        for c in rows))
+    lines.append("first complete status: from the controller's start (its process start included) until it is "
+                 "idle; full analysis and reprocess: wall time, the controller's CPU time in brackets; RSS and "
+                 "CPU: each process's own")
     return lines
 
 
@@ -207,10 +228,13 @@ def _main(argv: list[str] | None = None) -> int:
     r.add_argument("--sizes", type=route_counts, default="1000,10000,50000", help="route counts, comma-separated (empty: no engine runs)")
     r.add_argument("--repeat", type=_at_least(1), default=2)
     r.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gwpolicy-bench"))
-    r.add_argument("--controller", action="store_true", help="also measure the controller against the sandbox")
+    r.add_argument("--controller", action="store_true", help="also measure `gwpolicy controller` against "
+                   "`gwpolicy sandbox`, each in its own process")
     r.add_argument("--controller-routes", type=route_counts, default="1000,10000,50000", help="route counts for the controller")
     r.add_argument("--controller-breadcrumb-qps", type=float, default=0.0,
                    help="the controller's --breadcrumb-qps (default 0: unpaced, to measure the controller itself)")
+    r.add_argument("--no-controller-restart", action="store_true",
+                   help="skip the second controller process on the cluster with status")
     r.add_argument("--json", help="also write the figures to this file")
     w = sub.add_parser("webhook", help="measure the admission webhook's latency on synthetic clusters")
     w.add_argument("--routes", type=route_counts, default="1000,20000", help="route counts, comma-separated")
@@ -252,7 +276,8 @@ def _main(argv: list[str] | None = None) -> int:
         controller = []
         for size in args.controller_routes:
             print(f"measuring the controller on {size} routes...", file=sys.stderr)
-            controller.append(measure_controller(size, args.workdir, breadcrumb_qps=args.controller_breadcrumb_qps))
+            controller.append(measure_controller(size, args.workdir, breadcrumb_qps=args.controller_breadcrumb_qps,
+                                                 restart=not args.no_controller_restart))
     text = report(rows, controller)
     print(text, end="")
     if args.json:

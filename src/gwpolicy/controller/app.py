@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +17,7 @@ import httpx2 as httpx  # the HTTP client lightkube is built on
 import orjson
 from aiohttp import web
 from lightkube import ApiError, AsyncClient
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from gwpolicy.controller import kube
 from gwpolicy.controller.effectivepolicies import EffectivePolicySync
@@ -69,6 +71,23 @@ class Metrics:
                                          "operation", ["resource", "operation"], registry=r)
         self.informer_stuck = Gauge("gwpolicy_informer_stuck", "1 while the informer of a resource cannot make "
                                     "progress (its list fails, or its watch keeps failing)", ["resource"], registry=r)
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
+        self.peak_rss = Gauge("gwpolicy_peak_resident_memory_bytes", "The most resident memory this process has "
+                              "held since it started (getrusage's ru_maxrss)", registry=r)
+        unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+        self.peak_rss.set_function(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit)
+        self.full_analysis_seconds = Gauge("gwpolicy_last_full_analysis_seconds", "Wall time of the last full "
+                                           "analysis", registry=r)
+        self.full_analysis_cpu = Gauge("gwpolicy_last_full_analysis_cpu_seconds", "CPU time of the reconcile pass "
+                                       "that ran the last full analysis", registry=r)
+        self.update_seconds = Gauge("gwpolicy_last_incremental_update_seconds", "Wall time of the last change "
+                                    "applied to the analysis in place", registry=r)
+
+    def track(self, model: ClusterModel, controller: Controller) -> None:
+        """Gauges read from the model and the controller when /metrics is scraped."""
+        self.full_analysis_seconds.set_function(lambda: model.last_reconcile_seconds)
+        self.update_seconds.set_function(lambda: model.last_update_seconds)
+        self.full_analysis_cpu.set_function(lambda: controller.last_full_analysis_cpu)
 
 
 def in_cluster() -> bool:
@@ -116,11 +135,15 @@ class Controller:
         self.opts = opts
         self.metrics = Metrics()
         self.model = ClusterModel(opts.controller_name)
+        self.last_full_analysis_cpu = 0.0  # CPU seconds of the pass that ran the last full analysis
+        self.last_update_cpu = 0.0  # CPU seconds of the event that last changed the analysis in place
+        self.metrics.track(self.model, self)
         self.client: AsyncClient | None = None
         self.informers: dict[Kind, Informer] = {}
         self.kinds: dict[tuple[str, str], Kind] = {}
         self.wake = asyncio.Event()
         self.high: dict[Ref, None] = {}  # policy status: first
+        self.fresh: dict[Ref, None] = {}  # breadcrumbs a change since the last analysis caused: before the backlog
         self.low: dict[Ref, None] = {}  # breadcrumbs: after, rate-limited
         self.queue_event = asyncio.Event()
         self.elector: LeaderElector | None = None
@@ -139,6 +162,7 @@ class Controller:
         self.skipped_outside: set[Ref] = set()
         self.paced_calls = 0  # breadcrumb API calls (each took a --breadcrumb-qps slot)
         self.counted = (0, 0)  # the model's full analyses and in-place updates the metrics have counted
+        self.events_seen = 0  # events handed to on_event (lists and watches)
 
     # ---------- discovery ----------
     def _watch(self, kind: Kind) -> None:
@@ -162,7 +186,7 @@ class Controller:
         await inf.stop()
         for raw in inf.tombstones():
             self.model.event("DELETED", raw)
-        for queue in (self.high, self.low):
+        for queue in self.queues:
             for ref in [r for r in queue if (r.group, r.kind) == (group, kind_name)]:
                 del queue[ref]
         log.info("stopped watching %s: its CustomResourceDefinition was deleted", kind.api_version + "/" + kind.plural)
@@ -180,9 +204,13 @@ class Controller:
 
     async def on_event(self, etype: str, kind: Kind, raw: dict[str, Any]) -> None:
         self.last_event = time.monotonic()
+        self.events_seen += 1
         if etype == "DELETED" and "spec" not in raw:  # a relist found it gone: its last copy says what it was
             raw = self.model.current(ClusterModel.ref_of(raw)) or raw
+        updates, cpu = self.model.incremental_updates, time.process_time()
         self.model.event(etype, raw)
+        if self.model.incremental_updates > updates:
+            self.last_update_cpu = time.process_time() - cpu
         if kind == CRD:
             if etype == "DELETED":
                 spec = raw.get("spec") or {}
@@ -198,7 +226,7 @@ class Controller:
     # ---------- reconcile and write ----------
     async def reconcile_loop(self) -> None:
         async for _ in synced_bursts(self, self.opts.debounce, self.listed):  # busy while a pass runs
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             analyses = self.model.reconciles
             try:
                 refs = self.model.reconcile()
@@ -207,19 +235,10 @@ class Controller:
                 self.metrics.errors.labels("reconcile").inc()
                 continue
             self.count_pass(t)
-            a = self.model.analysis
             full = self.model.reconciles > analyses
-            crumbs = []
-            for ref in refs:
-                if a is not None and ref in a.policies:
-                    self.high[ref] = None
-                else:
-                    crumbs.append(ref)
-            if full or not self.low:
-                self.low.update(dict.fromkeys(crumbs))
-            else:  # what a change since the last analysis caused goes before an older backlog: the
-                # user who edited a route waits for its one write, not for the first status of everything
-                self.low = {**dict.fromkeys(crumbs), **self.low}
+            if full:
+                self.last_full_analysis_cpu = time.process_time() - cpu
+            self._enqueue(refs, full)
             self._gauge()
             if self.effective is not None:
                 self.effective.refresh()
@@ -240,20 +259,44 @@ class Controller:
         self.counted = (self.model.reconciles, self.model.incremental_updates)
         self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
 
+    def _enqueue(self, refs: list[Ref], full: bool) -> None:
+        """Queue what a pass found to compare: policies' status first, then breadcrumbs. What a change
+        since the last analysis caused goes before an older backlog (the user who edited a route waits
+        for its one write, not for the first status of everything), in a queue of its own: rebuilding
+        the backlog behind it on every pass made the first status quadratic."""
+        a = self.model.analysis
+        crumbs = []
+        for ref in refs:
+            if a is not None and ref in a.policies:
+                self.high[ref] = None
+            else:
+                crumbs.append(ref)
+        if full or not self.low:
+            self.low.update(dict.fromkeys(crumbs))
+            return
+        for ref in crumbs:
+            self.low.pop(ref, None)
+            self.fresh[ref] = None
+
     def _gauge(self) -> None:
         self.metrics.queue_depth.labels("status").set(len(self.high))
-        self.metrics.queue_depth.labels("breadcrumbs").set(len(self.low))
+        self.metrics.queue_depth.labels("breadcrumbs").set(len(self.fresh) + len(self.low))
+
+    @property
+    def queues(self) -> tuple[dict[Ref, None], ...]:
+        """Objects to compare and write, in the order they are taken: policy status, then breadcrumbs."""
+        return self.high, self.fresh, self.low
 
     def _take(self) -> tuple[Ref | None, bool]:
         """The next object to write (policy status first) that no other writer holds; and whether it
         is a breadcrumb (paced)."""
         if not self.leading or self.model.stale:
             return None, False
-        for queue in (self.high, self.low):
+        for queue in self.queues:
             for ref in queue:  # at most `write_workers` entries are skipped
                 if ref not in self.writing:
                     del queue[ref]
-                    return ref, queue is self.low
+                    return ref, queue is not self.high
         return None, False
 
     async def write_loop(self) -> None:
@@ -301,7 +344,7 @@ class Controller:
         """Nothing to analyse, queue or write (tests and the benchmark wait for this)."""
         synced = bool(self.informers) and all(i.synced.is_set() and not i.failures for i in self.informers.values())
         return (synced and not self.model.stale and not self.busy and not self.wake.is_set()
-                and not (self.high or self.low) and self.inflight == 0)
+                and not any(self.queues) and self.inflight == 0)
 
     @property
     def leading(self) -> bool:
@@ -423,11 +466,14 @@ class Controller:
                 "leaderElectionProblem": self.elector.problem if self.elector else None,
                 "writeNamespace": self.opts.namespace, "stale": self.model.stale,
                 "busy": self.busy or self.wake.is_set() or self.inflight > 0,
-                "queued": len(self.high) + len(self.low), "writes": self.writes_done,
+                "queued": sum(map(len, self.queues)), "writes": self.writes_done,
+                "idle": self.idle,
                 "fullAnalyses": self.model.reconciles, "lastFullAnalysisSeconds": self.model.last_reconcile_seconds,
+                "lastFullAnalysisCpuSeconds": self.last_full_analysis_cpu,
                 "incrementalUpdates": self.model.incremental_updates,
-                "lastUpdateSeconds": self.model.last_update_seconds,
-                "sinceLastEvent": time.monotonic() - self.last_event,
+                "lastUpdateSeconds": self.model.last_update_seconds, "lastUpdateCpuSeconds": self.last_update_cpu,
+                "sinceLastEvent": time.monotonic() - self.last_event, "events": self.events_seen,
+                "breadcrumbCalls": self.paced_calls,
                 "synced": all(i.synced.is_set() for i in self.informers.values()),
                 "informers": {f"{k.group}/{k.plural}": {"synced": i.synced.is_set(), "error": i.error,
                                                         "relists": i.relists, "reconnects": i.reconnects,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import sys
 import time
 from typing import Any, Awaitable, Callable
 
@@ -34,8 +35,10 @@ STUCK_AFTER = 3  # failed watch attempts in a row (without an event between) bef
 
 
 def obj_key(o: dict[str, Any]) -> tuple[str, str]:
+    """(namespace, name), interned: the model's compact copy holds the same strings (controller/store.py
+    interns its own), so the cache of 150k objects adds no copy of them."""
     m = o.get("metadata") or {}
-    return (m.get("namespace") or "", m.get("name") or "")
+    return (sys.intern(m.get("namespace") or ""), sys.intern(m.get("name") or ""))
 
 
 def _rv_int(rv: str | None) -> int | None:
@@ -53,7 +56,8 @@ def seen(o: dict[str, Any]) -> Seen:
     The handler keeps what it needs of the object itself; a second whole copy here was, after the
     first status, half the controller's memory. Equal contents serialise alike (an API server
     writes an object's fields in one order); a different order only reports an unchanged object."""
-    return ((o.get("metadata") or {}).get("resourceVersion"), hash(orjson.dumps(o)))
+    rv = (o.get("metadata") or {}).get("resourceVersion")
+    return (sys.intern(rv) if type(rv) is str else rv, hash(orjson.dumps(o)))
 
 
 def tombstone(kind: Kind, key: tuple[str, str], rv: str | None = None) -> dict[str, Any]:
@@ -121,19 +125,30 @@ class Informer:
         if asyncio.iscoroutine(out):
             await out
 
-    async def relist(self, by_content: bool = False) -> None:
-        """List everything; report changes against the cache, and deletions of what is gone. With
-        `by_content` (after a reset of the server's versions) an object whose version is unchanged
-        is still reported when its content differs."""
-        items, rv = await kube.list_objects(self.client, self.kind, self.namespace)
+    def _went_back(self, rv: str | None, by_content: bool) -> bool:
+        """Whether a list at `rv` must compare by content: asked for, or the server's versions went
+        back below ours (its storage was reset)."""
         old_rv, new_rv = _rv_int(self.rv), _rv_int(rv)
         if old_rv is not None and new_rv is not None and new_rv < old_rv and not by_content:
             log.warning("%s: the list's resourceVersion %s is below ours (%s): the API server's storage "
                         "was reset; comparing every object", self.kind.plural, rv, self.rv)
             self.resets += 1
-            by_content = True
+            return True
+        return by_content
+
+    async def relist(self, by_content: bool = False) -> None:
+        """List everything; report changes against the cache, and deletions of what is gone. With
+        `by_content` (after a reset of the server's versions) an object whose version is unchanged
+        is still reported when its content differs."""
+        # chunk by chunk, each object handed on as it comes (kube.list_chunked): the whole list is
+        # never held at once
+        it = kube.list_chunked(self.client, self.kind, self.namespace)
         listed: dict[tuple[str, str], Seen] = {}
-        for o in items:
+        checked = False
+        async for item in it:
+            if not checked:  # the list's version is known from its first chunk on
+                by_content, checked = self._went_back(it.resourceVersion, by_content), True
+            o = kube.to_dict(item)
             o.setdefault("apiVersion", self.kind.api_version)
             o.setdefault("kind", self.kind.kind)
             key = obj_key(o)
@@ -143,6 +158,9 @@ class Informer:
                 await self._emit("ADDED", o)
             elif old[0] != now[0] or (by_content and old[1] != now[1]):
                 await self._emit("MODIFIED", o)
+        rv = it.resourceVersion
+        if not checked:
+            self._went_back(rv, by_content)
         for key in [k for k in self.cache if k not in listed]:
             await self._emit("DELETED", tombstone(self.kind, key, self.cache[key][0]))
         self.cache = listed

@@ -69,11 +69,15 @@ def watch(client: AsyncClient, k: Kind, resource_version: str, namespace: str | 
     return client._client.watch(br, on_error=_raise)  # noqa: SLF001
 
 
-async def list_objects(client: AsyncClient, k: Kind, namespace: str | None = None) -> tuple[list[dict[str, Any]], str]:
-    """All objects and the list's resourceVersion."""
-    it = client.list(resource_class(k), namespace=namespace if k.namespaced else None)
-    items = [to_dict(o) for o in [x async for x in it]]
-    return items, it.resourceVersion
+#: objects per list request, as client-go's reflector asks for them: a list of 50k routes is then
+#: never held whole (its JSON and its decoded objects at once) next to what the model already keeps
+LIST_CHUNK = 500
+
+
+def list_chunked(client: AsyncClient, k: Kind, namespace: str | None = None) -> Any:
+    """The objects of a list, fetched LIST_CHUNK at a time as they are iterated (`async for`); the
+    iterable's `resourceVersion` is the list's once the first chunk has come."""
+    return client.list(resource_class(k), namespace=namespace if k.namespaced else None, chunk_size=LIST_CHUNK)
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

@@ -151,16 +151,15 @@ class Admission:
 
     def hooks(self, call: Call) -> list[dict[str, Any]]:
         out = []
-        for (g, plural, _, _), cfg in sorted(self.store.objects.items()):
-            if (g, plural) != (VWC_GROUP, VWC_PLURAL):
-                continue
+        for key in sorted(self.store.objects.keys_of(VWC_GROUP, VWC_PLURAL)):
+            cfg = self.store.objects[key]
             for hook in cfg.get("webhooks") or []:
                 if isinstance(hook, dict) and webhook_matches(hook, call, self.store):
                     out.append(hook)
         return out
 
     def active(self) -> bool:
-        return any(k[:2] == (VWC_GROUP, VWC_PLURAL) for k in self.store.objects)
+        return self.store.objects.has(VWC_GROUP, VWC_PLURAL)
 
     async def validate(self, call: Call) -> None:
         """Call every matching webhook; raise ApiFailure on a denial or a failure that must fail the

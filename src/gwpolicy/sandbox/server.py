@@ -6,6 +6,7 @@ fault-injection endpoint (`/sandbox/faults`) for tests.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
 import sys
@@ -39,6 +40,33 @@ def _encode(data: Any) -> bytes:
     return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
 
 
+def _limit(text: str | None) -> int:
+    """`?limit=`: a whole number; 0 or none means no limit (a negative or unreadable one is 400)."""
+    if not text:
+        return 0
+    try:
+        n = int(text)
+    except ValueError:
+        raise ApiFailure(400, "BadRequest", f"invalid limit {text!r}: not a whole number") from None
+    if n < 0:
+        raise ApiFailure(400, "BadRequest", f"invalid limit {n}: must not be negative")
+    return n
+
+
+def _continue_token(rv: int, after: tuple[str, str]) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps({"v": "sandbox/1", "rv": rv, "start": list(after)})).decode()
+
+
+def _continue_key(token: str) -> tuple[int, tuple[str, str]]:
+    """What a continue token holds: the list's resourceVersion and the last (namespace, name) served."""
+    try:
+        data = orjson.loads(base64.urlsafe_b64decode(token.encode()))
+        ns, name = data["start"]
+        return int(data["rv"]), (str(ns), str(name))
+    except (ValueError, TypeError, KeyError, orjson.JSONDecodeError) as exc:
+        raise ApiFailure(400, "BadRequest", f"continue key is not valid: {exc}") from None
+
+
 def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=_encode(data), status=status, content_type="application/json")
 
@@ -59,7 +87,9 @@ class Sandbox:
         self.store = store or Store()
         self.bookmark_interval = bookmark_interval
         self.too_large_wait = 3.0  # seconds a read from a future resourceVersion waits before 504
-        self.watch_queues: set[asyncio.Queue] = set()
+        #: each watch's queue, with the resource (group, plural) it watches: an event wakes only the
+        #: watches of its own resource, not every watch in flight
+        self.watch_queues: dict[asyncio.Queue, tuple[str, str]] = {}
         self.app = web.Application(client_max_size=256 * 1024 * 1024)
         self.app.router.add_route("*", "/{tail:.*}", self.dispatch)
         self.store.listeners.append(self._fanout)
@@ -67,8 +97,10 @@ class Sandbox:
         self.requests = 0
 
     def _fanout(self, ev: Event) -> None:
-        for q in list(self.watch_queues):
-            q.put_nowait(ev)
+        resource = (ev.group, ev.plural)
+        for q, watched in list(self.watch_queues.items()):
+            if watched == resource:
+                q.put_nowait(ev)
 
     def drop_watches(self) -> None:
         for q in list(self.watch_queues):
@@ -242,14 +274,18 @@ class Sandbox:
                 store.faults.check("list", r.plural)
                 await self.wait_for_version(q.get("resourceVersion"))
                 self._bind(request)
-                objs = store.list(r, ns, q.get("labelSelector"), q.get("fieldSelector"))
+                list_meta: dict[str, Any] = {"resourceVersion": str(store.rv)}
+                limit = _limit(q.get("limit"))
+                if limit or q.get("continue"):
+                    objs, list_meta = self._chunk(r, ns, q, limit)
+                else:
+                    objs = store.list(r, ns, q.get("labelSelector"), q.get("fieldSelector"))
                 for o in objs:
                     o["apiVersion"] = r.api_version(version)
-                rv = str(store.rv)
                 if _wants_table(request):
-                    return _json(table(r, objs, rv))
+                    return _json(table(r, objs, list_meta["resourceVersion"]))
                 return _json({"kind": r.list_kind, "apiVersion": r.api_version(version),
-                              "metadata": {"resourceVersion": rv}, "items": objs})
+                              "metadata": list_meta, "items": objs})
             if method == "POST":
                 body = await self._body(request)
                 if r.namespaced and ns is None:
@@ -316,6 +352,29 @@ class Sandbox:
                              {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
                               "retryAfterSeconds": 1})
         return wanted
+
+    def _chunk(self, r: Resource, ns: str | None, q: Any, limit: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """A list in chunks, as kube-apiserver serves `?limit=N` (client-go's reflector asks for 500):
+        every chunk carries the first chunk's resourceVersion, and `continue` says where the next
+        starts. kube-apiserver reads every chunk from that version's snapshot; the sandbox keeps no
+        snapshots and reads each chunk from the objects as they are now, so an object changed between
+        chunks can come newer than the version. A watch from the version replays that change, so an
+        informer still ends up right. A token whose version the watch history no longer holds is
+        410 Expired, as there."""
+        store = self.store
+        rv, after = store.rv, None
+        token = q.get("continue")
+        if token:
+            rv, after = _continue_key(token)
+            if rv < store.compacted - 1:
+                raise ApiFailure(410, "Expired", "The provided continue parameter is too old to display a consistent "
+                                 "list result. You can start a new list without the continue parameter.")
+        objs, more = store.page(r, ns, q.get("labelSelector"), q.get("fieldSelector"), limit or 500, after)
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if more and objs:
+            last = objs[-1]["metadata"]
+            meta["continue"] = _continue_token(rv, (last.get("namespace") or "", last["name"]))
+        return objs, meta
 
     def _bind(self, request: web.Request) -> None:
         """The store's per-request settings: field validation, the client (for fault rules) and a fresh
@@ -394,7 +453,7 @@ class Sandbox:
         timeout = float(q.get("timeoutSeconds") or 1800)
         rv_text = q.get("resourceVersion") or ""
         queue: asyncio.Queue = asyncio.Queue()
-        self.watch_queues.add(queue)  # subscribe before reading history, so nothing falls between
+        self.watch_queues[queue] = (r.group, r.plural)  # subscribe before reading history, so nothing falls between
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
         await resp.prepare(request)
         version = request.path.split("/")[3] if request.path.startswith("/apis/") else "v1"
@@ -448,7 +507,7 @@ class Sandbox:
         except (ConnectionResetError, asyncio.CancelledError):
             return resp
         finally:
-            self.watch_queues.discard(queue)
+            self.watch_queues.pop(queue, None)
         try:
             await resp.write_eof()
         except ConnectionResetError:
