@@ -242,9 +242,11 @@ class Evaluator:
             out.append((kk, res))
         return out
 
-    def effective_list(self, targets: list[Ref], paths: dict[Ref, dict[PathNode, None]]) -> list[EffectivePolicy]:
+    def effective_list(self, targets: list[Ref], paths: dict[Ref, dict[PathNode, None]],
+                       by_target: dict[Ref, dict[PathNode, list[EffectivePolicy]]] | None = None) -> list[EffectivePolicy]:
         """Every effective policy, by target (in the order given), path (the topology's order) and
-        kind (sorted): what the full analysis computes.
+        kind (sorted): what the full analysis computes. `by_target`, when given, receives them by
+        target and path too (`Analysis._by_effective_target`), as they are made.
 
         A node whose own level holds no policy gets a result fixed by its own summary, its parent's
         summary, whether it is a section (and then its owner's level, when that holds policies)
@@ -268,9 +270,15 @@ class Evaluator:
         add = out.extend
         EP = EffectivePolicy
         for target in targets:
+            per_path: dict[PathNode, list[EffectivePolicy]] = {}
             if target in entries_at:  # policies at the target itself: each node is a context of its own
                 for node in paths[target]:
-                    add([EP(target, node, kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves])
+                    eps = [EP(target, node, kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
+                    if eps:
+                        add(eps)
+                        per_path[node] = eps
+                if per_path and by_target is not None:
+                    by_target[target] = per_path
                 continue
             owner = target.object
             is_section = target.section is not None
@@ -295,7 +303,11 @@ class Evaluator:
                 if pairs is None:
                     pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
                 if pairs:
-                    add([EP(target, node, k, r) for k, r in pairs])
+                    eps = [EP(target, node, k, r) for k, r in pairs]
+                    add(eps)
+                    per_path[node] = eps
+            if per_path and by_target is not None:
+                by_target[target] = per_path
         return out
 
     def _sequence(self, node: PathNode, kk: KindKey, d_level: Ref) -> list[tuple[dict[str, Any], str, Ref]]:
