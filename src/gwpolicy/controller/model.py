@@ -101,6 +101,7 @@ class ClusterModel:
         if etype == "DELETED":
             gone = self.objects.pop(key, None)
             if gone is not None:
+                self._checked.forget(gone)
                 self._changed(gone, None)  # the last copy known (an informer's relist reports only the key)
             return
         new = kept(raw)
@@ -109,6 +110,9 @@ class ClusterModel:
             if old == new:
                 return  # the echo of our own write (already taken from the write's answer): nothing to check
             share_unchanged(old, new)
+        # its shape judged once, now, not by every full analysis (shapes.CheckedSpecs.check): at 50k
+        # routes carrying status that was 2 s of each, and the events arrive spread out
+        self._checked.check(new, old)
         self.objects[key] = new
         if old is not None and _essence(old) == _essence(new):
             self.touched.add(self.ref_of(new))  # status or our annotation only: compare it again
@@ -151,7 +155,7 @@ class ClusterModel:
         del old
         gc.disable()
         try:
-            with remembering(self._checked):  # a spec found right last time is not checked again
+            with remembering(self._checked):  # each object was judged as it came in: not again
                 self.analysis = analyse(raws, default_namespace=self.default_namespace, controller=self.controller,
                                         by_target=True)
             self.stale = False
