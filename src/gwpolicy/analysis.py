@@ -19,7 +19,7 @@ from gwpolicy.merge.leaves import flatten
 from gwpolicy.model import Obj, ObjectIndex, build_index
 from gwpolicy.policies import Policy, PolicyKind, build_kinds, policy_objects
 from gwpolicy.refs import Ref
-from gwpolicy.status import DEFAULT_CONTROLLER, breadcrumbs, carries_breadcrumb, policy_status
+from gwpolicy.status import DEFAULT_CONTROLLER, annotation_only, annotation_says, breadcrumbs, carries_breadcrumb, policy_status
 from gwpolicy.topology import PathNode, Topology, build_topology
 
 
@@ -333,6 +333,8 @@ def compute_status(a: Analysis) -> list[StatusChange]:
         prior = changes.get(ref)
         if not kinds and prior is None and not carries_breadcrumb(obj, controller):
             continue  # nothing to add and nothing of ours to take away: the common case, made cheap
+        if prior is None and annotation_only(obj) and annotation_says(obj, bool(kinds)):
+            continue  # a Service or Namespace whose annotation already says it: nothing to write
         if prior is not None:  # a policy that is itself a target: one write holds both
             obj = _with(obj, *prior)
         changes[ref] = breadcrumbs(obj, [kk[1] for kk in kinds] if kinds else [], topo, controller, now)
