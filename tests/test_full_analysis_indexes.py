@@ -45,3 +45,22 @@ def test_the_indexes_made_with_the_list_are_the_ones_derived_from_it(objs) -> No
 
 def test_the_indexes_on_the_synthetic_cluster() -> None:
     _same(list(cluster_of(400)))
+
+
+def test_objects_of_a_kind_are_in_reference_order_even_when_some_have_no_namespace() -> None:
+    import random
+
+    from gwpolicy.model import build_index
+
+    # a kind nobody declares: namespaced when it names a namespace, else cluster-scoped, so one kind
+    # holds references with and without a namespace (they do not compare as tuples)
+    objs = [{"apiVersion": "example.io/v1", "kind": "Thing", "metadata": {"name": f"t{i}", **({"namespace": ns} if ns else {})}}
+            for i, ns in enumerate(["a", None, "b", None, "a"])]
+    objs += [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": n, "namespace": ns}} for n, ns in
+             [("s2", "b"), ("s1", "b"), ("s3", "a")]]
+    random.Random(4).shuffle(objs)
+    index = build_index(objs)
+    for key in (("example.io", "Thing"), ("", "Service")):
+        refs = [o.ref for o in index.by_kind[key]]
+        assert refs == sorted(refs, key=Ref.sort_key)
+    assert [o.ref.namespace for o in index.by_kind[("example.io", "Thing")]][:2] == [None, None]
