@@ -28,10 +28,19 @@ def _same(objs) -> None:
     assert made._by_effective_target is not None and made._affected is not None  # made with the list
     derived = analyse(copy.deepcopy(objs), now=NOW)
     assert derived._by_effective_target is None and derived._affected is None
-    # results are identity-compared: derive the second index from the same analysis' list
+    # results are identity-compared: derive the second index from the same analysis' list (made,
+    # sorted, from the index: the index itself holds the targets in no particular order)
     made_by, made_affected = _indexes(made)
+    assert made._effective is None
+    listed = made.effective
+    assert [ep.target for ep in listed] == sorted((ep.target for ep in listed), key=Ref.sort_key)
     made._by_effective_target = made._affected = None
-    assert _indexes(made) == (made_by, made_affected)
+    made._effective = listed
+    again_by, again_affected = _indexes(made)
+    assert dict(again_by) == dict(made_by) and dict(again_affected) == dict(made_affected)
+    # and the list equals a plain analysis' list, item for item
+    assert [(ep.target, tuple(ep.path), ep.kind.key, ep.result.leaves) for ep in listed] == \
+        [(ep.target, tuple(ep.path), ep.kind.key, ep.result.leaves) for ep in derived.effective]
     # and the two analyses agree on what affects what
     assert {o: {k: sorted(v, key=Ref.sort_key) for k, v in kinds} for o, kinds in made_affected} == \
         {o: {k: sorted(v, key=Ref.sort_key) for k, v in kinds.items()} for o, kinds in derived.affected.items()}
