@@ -242,9 +242,14 @@ class Evaluator:
             out.append((kk, res))
         return out
 
-    def effective_list(self, targets: list[Ref], paths: dict[Ref, dict[PathNode, None]]) -> list[EffectivePolicy]:
+    def effective_list(self, targets: list[Ref], paths: dict[Ref, dict[PathNode, None]],
+                       by_target: dict[Ref, dict[PathNode, list[EffectivePolicy]]] | None = None,
+                       results_of: dict[Ref, dict[Result, PolicyKind]] | None = None) -> list[EffectivePolicy]:
         """Every effective policy, by target (in the order given), path (the topology's order) and
-        kind (sorted): what the full analysis computes.
+        kind (sorted): what the full analysis computes. `by_target`, when given, receives them by
+        target and path too (`Analysis._by_effective_target`), as they are made; `results_of`, the
+        distinct results of each object and its sections (what `Analysis.affected` is made of),
+        read once per distinct context rather than once per item.
 
         A node whose own level holds no policy gets a result fixed by its own summary, its parent's
         summary, whether it is a section (and then its owner's level, when that holds policies)
@@ -268,11 +273,26 @@ class Evaluator:
         add = out.extend
         EP = EffectivePolicy
         for target in targets:
+            per_path: dict[PathNode, list[EffectivePolicy]] = {}
+            owner = target.object
             if target in entries_at:  # policies at the target itself: each node is a context of its own
                 for node in paths[target]:
-                    add([EP(target, node, kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves])
+                    eps = [EP(target, node, kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
+                    if eps:
+                        add(eps)
+                        per_path[node] = eps
+                if per_path:
+                    if by_target is not None:
+                        by_target[target] = per_path
+                    if results_of is not None:
+                        seen = results_of.get(owner)
+                        if seen is None:
+                            seen = results_of[owner] = {}
+                        for eps in per_path.values():
+                            for ep in eps:
+                                seen[ep.result] = ep.kind
                 continue
-            owner = target.object
+            used: dict[int, list[tuple[PolicyKind, Result]]] = {}  # the distinct contexts' results, in order
             is_section = target.section is not None
             mapped = mapped_for.get((owner.group, owner.kind)) if mapped_for else None
             # a section's node hangs below its owner's, whose direct policies apply to it (S5.5): the
@@ -295,7 +315,20 @@ class Evaluator:
                 if pairs is None:
                     pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
                 if pairs:
-                    add([EP(target, node, k, r) for k, r in pairs])
+                    eps = [EP(target, node, k, r) for k, r in pairs]
+                    add(eps)
+                    per_path[node] = eps
+                    used[id(pairs)] = pairs
+            if per_path:
+                if by_target is not None:
+                    by_target[target] = per_path
+                if results_of is not None:
+                    seen = results_of.get(owner)
+                    if seen is None:
+                        seen = results_of[owner] = {}
+                    for pairs in used.values():
+                        for k, r in pairs:
+                            seen[r] = k
         return out
 
     def _sequence(self, node: PathNode, kk: KindKey, d_level: Ref) -> list[tuple[dict[str, Any], str, Ref]]:

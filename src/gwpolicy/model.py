@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Iterable
 
 from gwpolicy.kinds import is_known_namespaced, split_api_version
@@ -200,9 +201,13 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
             names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
             if isinstance(spec.get("group"), str) and isinstance(names.get("kind"), str):
                 index.crds[(spec["group"], names["kind"])] = obj
-    # deterministic per-kind order whatever the input order
+    # deterministic per-kind order whatever the input order: by the references themselves (compared
+    # in C), unless a kind mixes namespaced and cluster-scoped objects (None and text do not compare)
     for objs in index.by_kind.values():
-        objs.sort(key=_ref_order)
+        try:
+            objs.sort(key=_REF)
+        except TypeError:
+            objs.sort(key=_ref_order)
     groups_of: dict[str, str] = {}
     for group, kind in sorted(index.by_kind):
         groups_of.setdefault(kind, group)
@@ -214,6 +219,9 @@ def _declared_scope(group: str, kind: str, crd_scope: dict[tuple[str, str], bool
     """Whether a kind is namespaced, as known kinds or the input's CRDs say; None: the object tells."""
     known = is_known_namespaced(group, kind)
     return known if known is not None else crd_scope.get((group, kind))
+
+
+_REF = attrgetter("ref")
 
 
 def _ref_order(obj: Obj) -> tuple[str, str, str, str, str]:

@@ -146,12 +146,39 @@ class CheckedSpecs:
     controller's next full analysis checks again only the rest of an object whose spec is the same
     value (its store keeps an unchanged spec across copies, `store.share_unchanged`: after the first
     complete status, every object is a new copy with the same spec). Its user promises that a spec
-    it hands over is never changed in place. Holds the specs of the last check only."""
+    it hands over is never changed in place. Holds the specs of the last check only.
 
-    __slots__ = ("specs",)
+    A store can also have each object judged as it comes in (`check`, `forget` when it lets the
+    object go): a check of a set of objects then takes the verdict of each object it was given
+    (by identity), and checks only the others. Each version of an object is judged once, when it
+    arrives, rather than again by every full analysis."""
+
+    __slots__ = ("specs", "verdicts")
 
     def __init__(self) -> None:
         self.specs: dict[int, tuple[Any, Any, Any]] = {}  # id(spec) -> (spec, apiVersion, kind)
+        self.verdicts: dict[int, tuple[Any, str | None]] = {}  # id(object) -> (object, object_problem)
+
+    def check(self, raw: Any, previous: Any = None) -> str | None:
+        """Judge an object a store now holds (what `problems` would say of it); `previous`, the copy it
+        replaces, is forgotten, and when it was right and `raw` holds the same spec (same kind),
+        only the rest of `raw` is checked."""
+        was = self.verdicts.pop(id(previous), None) if previous is not None else None
+        spec = raw.get("spec") if type(raw) is dict else None
+        if was is not None and was[0] is previous and was[1] is None and type(previous) is dict \
+                and (type(spec) is dict or type(spec) is list) and previous.get("spec") is spec \
+                and previous.get("apiVersion") == raw.get("apiVersion") and previous.get("kind") == raw.get("kind"):
+            verdict = _problems([{k: v for k, v in raw.items() if k != "spec"}])[0]
+        else:
+            verdict = _problems([raw])[0]
+        self.verdicts[id(raw)] = (raw, verdict)
+        return verdict
+
+    def forget(self, raw: Any) -> None:
+        """The store let `raw` go."""
+        was = self.verdicts.get(id(raw))
+        if was is not None and was[0] is raw:
+            del self.verdicts[id(raw)]
 
 
 _checked: contextvars.ContextVar[CheckedSpecs | None] = contextvars.ContextVar("gwpolicy_checked_specs", default=None)
@@ -173,6 +200,27 @@ def problems(raws: list[Any]) -> list[str | None]:
     checked = _checked.get()
     if checked is None:
         return _problems(raws)
+    verdicts = checked.verdicts
+    if verdicts:  # judged as they came in: only the others are checked here
+        judged: list[str | None] = []
+        others: list[Any] = []
+        where_others: list[int] = []
+        for i, raw in enumerate(raws):
+            hit = verdicts.get(id(raw))
+            if hit is not None and hit[0] is raw:
+                judged.append(hit[1])
+            else:
+                judged.append(None)
+                others.append(raw)
+                where_others.append(i)
+        if others:
+            for i, verdict in zip(where_others, _problems_remembering(checked, others)):
+                judged[i] = verdict
+        return judged
+    return _problems_remembering(checked, raws)
+
+
+def _problems_remembering(checked: CheckedSpecs, raws: list[Any]) -> list[str | None]:
     known, fresh = checked.specs, {}
     todo, rest, where = [], [], []
     for i, raw in enumerate(raws):

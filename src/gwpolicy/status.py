@@ -170,7 +170,14 @@ def _affected_messages(kinds: list[str], room: int, describe: str) -> list[tuple
 
 
 def _conditions_of(messages: list[tuple[str, str]], gen: int | None, previous: Any, now: str) -> list[dict[str, Any]]:
-    return [condition(ctype, "True", "PolicyAffected", message, gen, find_condition(previous, ctype), now)
+    first: dict[str, dict[str, Any]] = {}  # the first condition of each type (as `find_condition` finds it)
+    if isinstance(previous, list):
+        for c in previous:
+            if isinstance(c, dict):
+                ctype = c.get("type")
+                if isinstance(ctype, str) and ctype not in first:
+                    first[ctype] = c
+    return [condition(ctype, "True", "PolicyAffected", message, gen, first.get(ctype), now)
             for ctype, message in messages]
 
 
@@ -216,24 +223,50 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
         return status, annotations
     if parent_refs:  # a route
         parents = [p for p in status.get("parents") or [] if isinstance(p, dict)]
-        kept = [p for p in parents if p.get("controllerName") != controller]
-        previous = {_parent_key(p.get("parentRef") or {}): p for p in parents if p.get("controllerName") == controller}
-        room = max(0, MAX_PARENTS - len(kept))
-        ours = []
+        # each entry's key made once (None: another controller's entry), for `keep_places` below
+        keys = [_parent_key(p.get("parentRef") or {}) if p.get("controllerName") == controller else None
+                for p in parents]
+        previous = {k: p for k, p in zip(keys, parents) if k is not None}
+        room = max(0, MAX_PARENTS - keys.count(None))
+        fresh: dict[tuple, dict[str, Any]] = {}  # what `keep_places` makes of `ours`, by key
         if kinds:
             messages = _affected_messages(kinds, MAX_CONDITIONS, describe)
             for pref in parent_refs[:room]:
-                prev = previous.get(_parent_key(pref))
-                ours.append({"parentRef": dict(pref), "controllerName": controller,
-                             "conditions": _conditions_of(messages, gen, (prev or {}).get("conditions"), now)})
-        if ours or len(kept) != len(parents):
-            status["parents"] = keep_places(parents, ours, lambda p: p.get("controllerName") == controller,
-                                            lambda p: _parent_key(p.get("parentRef") or {}))
+                key = _parent_key(pref)
+                prev = previous.get(key)
+                fresh[key] = {"parentRef": dict(pref), "controllerName": controller,
+                              "conditions": _conditions_of(messages, gen, (prev or {}).get("conditions"), now)}
+        if fresh or previous:  # keep_places, with the keys made above
+            out = []
+            for p, key in zip(parents, keys):
+                if key is None:
+                    out.append(p)
+                else:
+                    mine = fresh.pop(key, None)
+                    if mine is not None:
+                        out.append(mine)
+            status["parents"] = out + list(fresh.values())
         # parentRefs without an entry of ours (status.parents is full): the annotation carries the breadcrumb
         _set_annotation(annotations, bool(kinds) and len(parent_refs) > room)
         return status, annotations
     _set_annotation(annotations, bool(kinds))
     return status, annotations
+
+
+def annotation_only(obj: Obj) -> bool:
+    """Does the object carry its breadcrumb in the annotation alone (a Service, a Namespace, a
+    policy: `breadcrumbs` leaves its status as it is)?"""
+    kind = obj.kind
+    return obj.group != GATEWAY_GROUP or (kind not in ("Gateway", "GatewayClass") and kind not in ROUTE_KINDS)
+
+
+def annotation_says(obj: Obj, affected: bool) -> bool:
+    """Does the object's annotation already say what `breadcrumbs` would make it say (for an
+    `annotation_only` object: then our write would change nothing)?"""
+    ann = obj.metadata.get("annotations")
+    if not isinstance(ann, dict):
+        return not affected
+    return ann.get(ANNOTATION) == "true" if affected else ANNOTATION not in ann
 
 
 def _set_annotation(annotations: dict[str, str], affected: bool) -> None:
