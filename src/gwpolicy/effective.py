@@ -138,22 +138,32 @@ class Evaluator:
         for lst in self.kinds_at.values():
             lst.sort()
 
-    def summary(self, node: PathNode | None) -> Summary:
+    def summary(self, node: PathNode | None, shared: dict[tuple[Summary, Ref], Summary] | None = None) -> Summary:
+        """The node's summary, derived from its parent's where it has none. `shared`: summaries
+        derived during one batch of nodes (nothing changes meanwhile), by the parent's summary and
+        the level, so that equal prefixes below many routes share one (and so one memoised result)."""
         if node is None or node.level is None:
             return EMPTY_SUMMARY
         s = node.summary
         if s is not None:
             return s  # type: ignore[return-value]
-        above = self.summary(node.parent)
+        above = self.summary(node.parent, shared)
         kks = self.kinds_at.get(node.level)
         if not kks:
             node.summary = above
             return above
+        if shared is not None:
+            s = shared.get((above, node.level))
+            if s is not None:
+                node.summary = s
+                return s
         trails = dict(above.trails)
         at = self.entries_at[node.level]
         for kk in kks:
             trails[kk] = trail_through(trails.get(kk, EMPTY_TRAIL), at[kk])
         s = node.summary = Summary(trails, tuple(sorted(trails)))
+        if shared is not None:
+            shared[(above, node.level)] = s
         return s
 
     def kinds_on(self, path: PathNode) -> tuple[KindKey, ...]:
@@ -256,13 +266,7 @@ class Evaluator:
         entries_at = self.entries_at
         summary = self.summary
         evaluate_node = self.evaluate_node
-        mapped_for: dict[KindKey, tuple[PolicyKind, ...]] = {}  # owner's (group, kind) -> kinds mapping its fields
-        for k in kinds.values():
-            for m in k.field_mappings:
-                got = mapped_for.setdefault((m.target_group, m.target_kind), ())
-                if k not in got:
-                    mapped_for[(m.target_group, m.target_kind)] = got + (k,)
-        object_value = self.object_value
+        mapped_for = self.mapped_kinds()
         memo: dict[tuple, list[tuple[PolicyKind, Result]]] = {}
         out: list[EffectivePolicy] = []
         add = out.extend
@@ -272,14 +276,7 @@ class Evaluator:
                 for node in paths[target]:
                     add([EP(target, node, kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves])
                 continue
-            owner = target.object
-            is_section = target.section is not None
-            mapped = mapped_for.get((owner.group, owner.kind)) if mapped_for else None
-            # a section's node hangs below its owner's, whose direct policies apply to it (S5.5): the
-            # owner is part of the context when it holds policies (its summary alone is shared by
-            # every node below it that adds none)
-            context = (is_section, tuple(object_value(owner, k) for k in mapped) if mapped else (),
-                       owner if is_section and owner in entries_at else None)
+            context = self.context(target, mapped_for)
             for node in paths[target]:
                 here = node.summary
                 if here is None:
@@ -297,6 +294,53 @@ class Evaluator:
                 if pairs:
                     add([EP(target, node, k, r) for k, r in pairs])
         return out
+
+    def mapped_kinds(self) -> dict[KindKey, tuple[PolicyKind, ...]]:
+        """An owner's (group, kind) -> the policy kinds that map settings onto its fields."""
+        mapped_for: dict[KindKey, tuple[PolicyKind, ...]] = {}
+        for k in self.kinds.values():
+            for m in k.field_mappings:
+                got = mapped_for.setdefault((m.target_group, m.target_kind), ())
+                if k not in got:
+                    mapped_for[(m.target_group, m.target_kind)] = got + (k,)
+        return mapped_for
+
+    def context(self, target: Ref, mapped_for: dict[KindKey, tuple[PolicyKind, ...]]) -> tuple:
+        """What a node's results read besides its own summary and its parent's (`evaluate_node`):
+        a section's node hangs below its owner's, whose direct policies apply to it (S5.5): the
+        owner is part of the context when it holds policies (its summary alone is shared by every
+        node below it that adds none); and the owner's own values of mapped fields."""
+        owner = target.object
+        is_section = target.section is not None
+        mapped = mapped_for.get((owner.group, owner.kind)) if mapped_for else None
+        return (is_section, tuple(self.object_value(owner, k) for k in mapped) if mapped else (),
+                owner if is_section and owner in self.entries_at else None)
+
+    def shared_results(self, target: Ref, node: PathNode, context: tuple, memo: dict[tuple, list[tuple[PolicyKind, Result]]],
+                       shared: dict[tuple[Summary, Ref], Summary]) -> list[tuple[PolicyKind, Result]]:
+        """The node's effective policies (those with leaves), for a batch of nodes evaluated while
+        nothing changes: summaries derived through `shared`, so that a node's summary and its
+        parent's fix its level (a level holding policies gets summaries of its own) and, with the
+        context, every result; results looked up in `memo` by those three."""
+        here = node.summary
+        if here is None:
+            here = self.summary(node, shared)
+        if not here.kinds:  # type: ignore[union-attr]
+            return []
+        parent = node.parent
+        above = parent.summary  # type: ignore[union-attr]
+        if above is None:
+            above = self.summary(parent, shared)
+        if target.section is not None:  # the owner's summary above is read too: derive it shared
+            grand = parent.parent  # type: ignore[union-attr]
+            if grand is not None and grand.summary is None:
+                self.summary(grand, shared)
+        key = (here, above, context)
+        pairs = memo.get(key)
+        if pairs is None:
+            kinds = self.kinds
+            pairs = memo[key] = [(kinds[kk], res) for kk, res in self.evaluate_node(target, node) if res.leaves]
+        return pairs
 
     def _sequence(self, node: PathNode, kk: KindKey, d_level: Ref) -> list[tuple[dict[str, Any], str, Ref]]:
         """S6 order along a path: by level, then older first; direct policies only at D."""

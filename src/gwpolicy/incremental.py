@@ -32,8 +32,8 @@ from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.policies import TARGET_FIELDS, Policy, PolicyKind, parse_policy
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.shapes import list_map_problem, object_problem
-from gwpolicy.topology import PathNode, Topology, _listeners, _service_ports, attach_route, extend, namespace_ref, \
-    parent_gateway, parent_listeners
+from gwpolicy.topology import PathNode, Topology, _listeners, _route_paths, _service_ports, attach_route, extend, \
+    namespace_ref, parent_gateway, parent_listeners
 
 
 def replace_object(index: ObjectIndex, ref: Ref, raw: dict[str, Any] | None) -> Obj | None:
@@ -518,8 +518,11 @@ def _recompute_nodes(a: Analysis, nodes: list[PathNode], lost: dict[Ref, list[Ef
     by = a._by_effective_target
     assert by is not None
     paths = a.topology.paths
-    kinds = a.kinds
-    evaluate = a.evaluator.evaluate_node
+    ev = a.evaluator
+    mapped_for = ev.mapped_kinds()
+    results = ev.shared_results
+    memo: dict[tuple, list] = {}  # results by context, for this batch (see `Evaluator.shared_results`)
+    shared: dict = {}
     per_target: dict[Ref, list[PathNode]] = {}
     for n in nodes:
         target = n.level
@@ -534,8 +537,9 @@ def _recompute_nodes(a: Analysis, nodes: list[PathNode], lost: dict[Ref, list[Ef
         replaced: list[EffectivePolicy] = []
         brought: list[EffectivePolicy] = []
         added = False
+        context = ev.context(target, mapped_for)
         for n in fresh_nodes:
-            eps = [EffectivePolicy(target, n, kinds[kk], res) for kk, res in evaluate(target, n) if res.leaves]
+            eps = [EffectivePolicy(target, n, k, res) for k, res in results(target, n, context, memo, shared)]
             old = per_path.get(n)
             if old:
                 replaced.extend(old)
@@ -730,6 +734,7 @@ class _Edit:
         self.backends: set[Ref] = set()  # backends that may have come into or gone out of the hierarchy
         self.routes: set[Ref] = set()
         self.refresh: list[PathNode] = []  # nodes to evaluate again though their paths stay
+        self.moved: set[Ref] = set()  # targets with a path moved in place (`move_routes`)
 
     def _touch(self, t: Ref) -> None:
         if t not in self.before:
@@ -775,6 +780,54 @@ class _Edit:
                 self.add(t, n)
         topo.sections[route.ref] = shadow.sections.get(route.ref, [])
         topo.route_parents[route.ref] = shadow.route_parents.get(route.ref, [])
+
+    def move_routes(self, routes: list[Ref], changed: Ref | None = None) -> None:
+        """Routes whose parents alone may have changed (a Gateway's listeners, a namespace's
+        labels): their paths derived again and, where one path went and another came, the subtree
+        below the one that went moved, as it is, to where the new one hangs (`_graft`); only those
+        nodes are evaluated again, and no registration, node or index entry below them is made
+        again. The others (a path that came with none gone, a subtree whose shape would differ
+        there, or one holding `changed` itself) are derived from scratch (`derive_routes`)."""
+        index = self.a.index
+        rest = []
+        for r in routes:
+            obj = index.by_ref.get(r)
+            if obj is None or not self._move_route(obj, changed):
+                rest.append(r)
+        self.derive_routes(rest)
+
+    def _move_route(self, route: Obj, changed: Ref | None) -> bool:
+        """Move the route's paths that went to the places of those that came, one for one; False
+        (nothing done) when that cannot give what deriving it again gives."""
+        topo = self.topo
+        ref = route.ref
+        old = list(topo.paths.get(ref, ()))
+        shadow = Topology(paths=_Shadow(topo.paths), root=topo.root, listeners_of=topo.listeners_of, ports_of=topo.ports_of)
+        new = _route_paths(route, self.a.index, topo.listeners_of, shadow)
+        kept = set(old)
+        gone = [n for n in old if n not in set(new)]
+        came = [n for n in new if n not in kept]
+        if not gone and not came:
+            return True
+        # the nodes that came were interned by the derivation: empty unless they held something
+        # before (then derive it all, which reuses them)
+        self.spare.extend(came)
+        if len(gone) != len(came) or any(n.children for n in came):
+            return False
+        below = [_subtree(g) for g in gone]
+        for g, c, nodes in zip(gone, came, below):
+            if not _same_shape_below(nodes, g.parent, c.parent, changed):  # type: ignore[arg-type]
+                return False
+        idx = nodes_at(self.a)
+        for g, c, nodes in zip(gone, came, below):
+            self.spare.append(_graft(g, c, nodes, idx))  # the old parent, left empty maybe
+            self.refresh.extend(nodes)
+            for m in nodes:
+                lv = m.level
+                if lv is not None and m in topo.paths.get(lv, ()):
+                    self.moved.add(lv)
+        topo.route_parents[ref] = shadow.route_parents[ref]
+        return True
 
     def derive_routes(self, routes: list[Ref]) -> None:
         index = self.a.index
@@ -852,6 +905,7 @@ class _Edit:
                         lost.setdefault(t.object, []).extend(eps)
                 if not per_path:
                     del by[t]
+        changed |= self.moved  # paths moved in place: the same registrations, other paths
         for n in fresh:  # the node index: new nodes, and the Namespace levels above them they brought
             m: PathNode | None = n
             while m is not None and m.level is not None:
@@ -892,6 +946,53 @@ class _Edit:
                 if not at:
                     del idx[n.level]  # type: ignore[arg-type]
             work.append(p)
+
+
+def _same_shape_below(nodes: list[PathNode], old: PathNode, new: PathNode, changed: Ref | None) -> bool:
+    """Would the subtree `nodes` (a route's path and all below it) be derived alike below `new` as
+    below `old`? The levels below a route follow from the route and its backends alone, except
+    where a Namespace level goes (S4.2: above the highest object of the path in that namespace):
+    so the two parents must hold alike every namespace the subtree's levels name. None of them
+    may be the object that changed (a Gateway a backendRef names)."""
+    for m in nodes:
+        lv = m.level
+        if lv is None or lv.object == changed:
+            return False
+        ns = lv.name if lv.kind == "Namespace" and lv.group == CORE_GROUP and lv.namespace is None else lv.namespace
+        if ns is not None and (ns in old.namespaces) != (ns in new.namespaces):
+            return False
+    return True
+
+
+def _graft(node: PathNode, place: PathNode, nodes: list[PathNode], idx: dict[Ref, dict[PathNode, None]]) -> PathNode:
+    """Put `node` (with the subtree `nodes` below it) where the empty node `place` is, in its
+    stead; its levels, JSON, namespaces and summaries derived again below; the new parent and
+    the nodes above it put in the node index. Returns the old parent."""
+    old, new = node.parent, place.parent
+    assert old is not None and new is not None and new.children is not None and old.children is not None
+    lv = node.level
+    if old.children.get(lv) is node:  # type: ignore[arg-type]
+        del old.children[lv]  # type: ignore[arg-type]
+    new.children[lv] = node  # type: ignore[index]
+    node.parent = new
+    at = idx.get(lv)  # type: ignore[arg-type]
+    if at is not None:
+        at.pop(place, None)
+    for m in nodes:  # parents first: `_subtree` lists a node before those below it
+        p = m.parent
+        m.namespaces = p.namespaces | {m.level.name} if m.level.kind == "Namespace" and m.level.group == CORE_GROUP \
+            and m.level.namespace is None and m.level.section is None else p.namespaces  # type: ignore[union-attr]
+        m._levels = None
+        m._json = None
+        m.summary = None
+    m2: PathNode | None = new
+    while m2 is not None and m2.level is not None:
+        at = idx.setdefault(m2.level, {})
+        if m2 in at:
+            break
+        at[m2] = None
+        m2 = m2.parent
+    return old
 
 
 def _forget_object(a: Analysis, edit: _Edit, ref: Ref) -> None:
@@ -1003,7 +1104,7 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
     # moves nothing) are derived again
     routes = [r for r in naming if index.by_ref.get(r) is None
               or _listener_nodes_now(a, index.by_ref[r], ref) != above[r]]
-    edit.derive_routes(routes)
+    edit.move_routes(routes, ref)
     edit.settle_backends()
     return _finish(a, edit, ref, {ref})
 
@@ -1145,7 +1246,7 @@ def update_namespace(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[R
         for n in list(topo.paths.get(nsref, ())):
             edit.remove(nsref, n)
     if index.namespace_labels(name) != labels_before:
-        edit.derive_routes(_selected_routes(a, name))
+        edit.move_routes(_selected_routes(a, name))
         edit.settle_backends()
     return _finish(a, edit, ref, {nsref} if in_use != in_use_before else set())
 
