@@ -32,8 +32,8 @@ from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.policies import TARGET_FIELDS, Policy, PolicyKind, parse_policy
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.shapes import list_map_problem, object_problem
-from gwpolicy.topology import PathNode, Topology, _listeners, _route_paths, _service_ports, attach_route, extend, \
-    namespace_ref, parent_gateway, parent_listeners
+from gwpolicy.topology import PathNode, Topology, _add_backend, _listeners, _route_paths, _rules, _service_ports, attach_route, \
+    extend, namespace_ref, parent_gateway, parent_listeners
 
 
 def replace_object(index: ObjectIndex, ref: Ref, raw: dict[str, Any] | None) -> Obj | None:
@@ -523,6 +523,7 @@ def _recompute_nodes(a: Analysis, nodes: list[PathNode], lost: dict[Ref, list[Ef
     results = ev.shared_results
     memo: dict[tuple, list] = {}  # results by context, for this batch (see `Evaluator.shared_results`)
     shared: dict = {}
+    contexts: dict[tuple[Ref, bool], tuple] = {}  # by owner, and whether the target is a section
     per_target: dict[Ref, list[PathNode]] = {}
     for n in nodes:
         target = n.level
@@ -537,10 +538,18 @@ def _recompute_nodes(a: Analysis, nodes: list[PathNode], lost: dict[Ref, list[Ef
         replaced: list[EffectivePolicy] = []
         brought: list[EffectivePolicy] = []
         added = False
-        context = ev.context(target, mapped_for)
+        owner = target.object
+        ckey = (owner, target.section is None)
+        context = contexts.get(ckey)
+        if context is None:
+            context = contexts[ckey] = ev.context(target, mapped_for)
         for n in fresh_nodes:
-            eps = [EffectivePolicy(target, n, k, res) for k, res in results(target, n, context, memo, shared)]
+            pairs = results(target, n, context, memo, shared)
             old = per_path.get(n)
+            if old is not None and len(old) == len(pairs) and all(o.result is r for o, (_, r) in zip(old, pairs)):
+                per_path[n] = list(old)  # the same results: a new list all the same (readers take an unchanged list by identity)
+                continue
+            eps = [EffectivePolicy(target, n, k, res) for k, res in pairs]
             if old:
                 replaced.extend(old)
             if eps:
@@ -555,21 +564,24 @@ def _recompute_nodes(a: Analysis, nodes: list[PathNode], lost: dict[Ref, list[Ef
             by[target] = per_path = dict(sorted(per_path.items(), key=lambda kv: order.get(kv[0], 0)))
         if not per_path:
             by.pop(target, None)
-        # the policies the owner's other paths bring stay; if these paths bring the same ones as
-        # before, what affects the owner is unchanged (a Service behind many routes: no rescan)
-        if not replaced:  # new paths only: the owner gets what they bring (looked at once per owner, below)
-            if brought:
-                gained.setdefault(target.object, []).extend(brought)
-        elif policies_by_kind(replaced) != policies_by_kind(brought):
-            owner = target.object
+        # what these paths had and have, looked at once per owner below (the policies the owner's
+        # other paths bring stay)
+        if replaced:
             gone.setdefault(owner, []).extend(replaced)
+        if brought:
             gained.setdefault(owner, []).extend(brought)
     a._effective = None
     changed: set[Ref] = set()
     affected = a.affected  # computed from scratch the first time, then kept up to date here
+    sections = a.topology.sections
     for owner in gone.keys() | gained.keys():
+        if sum(len(by.get(t, ())) for t in chain((owner,), map(owner.with_section, sections.get(owner, ())))) <= _FEW_PATHS:
+            if _refresh_affected(a, owner):  # a handful of paths: gathered again at once
+                changed.add(owner)
+            continue
         before = affected.get(owner, {})
-        # what the owner loses, it gets back from the new paths: it keeps all it had, plus what they bring
+        # what the owner loses, it gets back from the new paths (a Service behind many routes, one
+        # of them derived again): it keeps all it had, plus what they bring, and is not rescanned
         lost_kinds = policies_by_kind(gone[owner]) if gone.get(owner) else {}
         got = policies_by_kind(gained.get(owner, ()))
         if all(refs <= got.get(kk, set()) for kk, refs in lost_kinds.items()):
@@ -581,6 +593,11 @@ def _recompute_nodes(a: Analysis, nodes: list[PathNode], lost: dict[Ref, list[Ef
         if _refresh_affected(a, owner):
             changed.add(owner)
     return changed
+
+
+#: an owner with no more paths than this (on itself and its sections) has what affects it gathered
+#: again from them all, rather than from what its changed paths lost and brought
+_FEW_PATHS = 8
 
 
 def _subtree(node: PathNode) -> list[PathNode]:
@@ -829,6 +846,51 @@ class _Edit:
         topo.route_parents[ref] = shadow.route_parents[ref]
         return True
 
+    def derive_backends(self, routes: list[Ref], ns: str) -> None:
+        """Routes whose backendRefs into the namespace `ns` (another than theirs) may have come or
+        gone (a ReferenceGrant there changed, S1.3): the subtrees of those backends below the
+        routes' paths taken away and derived again; the rest of each route stands as it is."""
+        index, topo = self.a.index, self.topo
+        paths = topo.paths
+        nsref = namespace_ref(ns)
+        grants = ReferenceGrants(index)
+        shadow = Topology(paths=_Shadow(paths), root=topo.root, listeners_of=topo.listeners_of, ports_of=topo.ports_of)
+        for r in routes:
+            route = index.by_ref.get(r)
+            if route is None or r.namespace == ns:
+                continue
+            route_paths = list(paths.get(r, ()))
+            for rp in route_paths:
+                for base in [rp, *(c for lv, c in (rp.children or {}).items() if lv.section is not None and lv.object == r)]:
+                    for lv, c in list((base.children or {}).items()):
+                        if lv == nsref:  # behind the Namespace level the path had none for
+                            for b in list((c.children or {}).values()):
+                                self._take_below(b)
+                            self.spare.append(c)
+                        elif lv.namespace == ns and lv.section is None:
+                            self._take_below(c)
+            for rule in _rules(route):
+                rname = rule.get("name") if isinstance(rule.get("name"), str) else None
+                bases = [rp.child(r.with_section(rname)) for rp in route_paths] if rname else route_paths
+                for bref in rule.get("backendRefs") or []:
+                    if isinstance(bref, dict) and (bref.get("namespace") or r.namespace) == ns:
+                        _add_backend(route, bref, bases, index, grants, shadow, self.backends, topo.ports_of)
+        for t, nodes in dict.items(shadow.paths):
+            for n in nodes:
+                self.add(t, n)
+
+    def _take_below(self, node: PathNode) -> None:
+        """Every path in the subtree taken away; the backends in it may leave the hierarchy."""
+        paths = self.topo.paths
+        for m in _subtree(node):
+            lv = m.level
+            if lv is not None and m in paths.get(lv, ()):
+                self.remove(lv, m)
+                if lv.section is None:
+                    self.backends.add(lv)
+            else:
+                self.spare.append(m)
+
     def derive_routes(self, routes: list[Ref]) -> None:
         index = self.a.index
         for r in routes:
@@ -924,7 +986,8 @@ class _Edit:
             if owner not in paths and owner in affected:
                 del affected[owner]
                 check.add(owner)
-        check |= {t.object for t in changed if t.object in a.index.by_ref}
+        by_ref = a.index.by_ref
+        check |= {o for o in {t.object for t in changed} if o in by_ref}
         return check, changed, moved
 
     def _prune(self, idx: dict[Ref, dict[PathNode, None]]) -> None:
@@ -1082,7 +1145,6 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
         after = {l["name"]: l for l in _listeners(Obj(raw, ref, "", ""))}
         changed = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
         naming = [r for r in naming if _may_attach_to(a, r, ref, changed)]
-    above = {r: _listener_nodes_above(topo, r, ref) for r in naming}
     for t in [ref] + [ref.with_section(s) for s in topo.sections.pop(ref, [])]:
         for n in list(topo.paths.get(t, ())):
             edit.remove(t, n)
@@ -1100,11 +1162,9 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
             lref = ref.with_section(l["name"])
             edit.add(lref, gw_path.child(lref))
     _forget_object(a, edit, ref)
-    # only the routes whose listeners on this Gateway change (a listener added that no route names
-    # moves nothing) are derived again
-    routes = [r for r in naming if index.by_ref.get(r) is None
-              or _listener_nodes_now(a, index.by_ref[r], ref) != above[r]]
-    edit.move_routes(routes, ref)
+    # every route that may hang from a listener that changed: one whose paths stay as they were
+    # costs a derivation of its paths and nothing more (`_Edit.move_routes`)
+    edit.move_routes(naming, ref)
     edit.settle_backends()
     return _finish(a, edit, ref, {ref})
 
@@ -1119,34 +1179,6 @@ def _may_attach_to(a: Analysis, route: Ref, gw: Ref, listeners: set[str]) -> boo
         if (pref.get("sectionName") is None or pref.get("sectionName") in listeners) and parent_gateway(obj, pref) == gw:
             return True
     return False
-
-
-def _listener_nodes_above(topo: Topology, route: Ref, gw: Ref) -> set[PathNode]:
-    """The listener path nodes of the Gateway the route's paths hang from."""
-    out: set[PathNode] = set()
-    for n in topo.paths.get(route, ()):
-        p = n.parent
-        if p is not None and p.level is not None and p.level.kind == "Namespace" and p.level.group == CORE_GROUP:
-            p = p.parent  # a route in another namespace than the Gateway's: its Namespace level first
-        if p is not None and p.level is not None and p.level.section is not None and p.level.object == gw:
-            out.add(p)
-    return out
-
-
-def _listener_nodes_now(a: Analysis, route: Obj, gw: Ref) -> set[PathNode]:
-    """The listener path nodes of the Gateway (as it is now) the route attaches to (S1.3)."""
-    topo, index = a.topology, a.index
-    gw_obj = index.by_ref.get(gw)
-    out: set[PathNode] = set()
-    if gw_obj is None:
-        return out
-    for pref in topo.route_parents.get(route.ref, []):
-        if parent_gateway(route, pref) != gw:
-            continue
-        attached, _ = parent_listeners(route, pref, gw_obj, topo.listeners_of.get(gw, []), index)
-        for l in attached:
-            out.update(topo.paths.get(gw.with_section(l["name"]), ()))
-    return out
 
 
 def _gateway_shape(raw: dict[str, Any]) -> Any:
@@ -1305,7 +1337,7 @@ def update_grant(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     replace_object(index, ref, raw)
     ns = ref.namespace
     routes = sorted((r for r in route_index(a).into.get(ns or "", ()) if r.namespace in froms), key=Ref.sort_key)
-    edit.derive_routes(routes)
+    edit.derive_backends(routes, ns or "")
     edit.settle_backends()
     policies = {p for p, outs in a.outcomes.items() if p.namespace in froms and p.namespace != ns
                 and any(o.declared is not None and o.declared.namespace == ns for o in outs)}
