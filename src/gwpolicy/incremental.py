@@ -19,6 +19,7 @@ Property tests hold that the result equals a full analysis of the same objects.
 from __future__ import annotations
 
 import bisect
+import gc
 from itertools import chain, filterfalse
 from typing import Any
 
@@ -78,7 +79,23 @@ def apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) -
     """One object created, changed (`new` its new copy) or deleted (`new` None; `raw` the last copy
     known), applied to the analysis in place: the objects whose status may change, or None when only
     a full analysis can say (the caller runs one). The single entry point the controller, the webhook
-    and the gateway use, whatever the kind."""
+    and the gateway use, whatever the kind.
+
+    The cyclic collector is kept off while it runs: a change that moves a thousand routes allocates
+    tens of thousands of objects that live on (effective policies and their lists, summaries) and
+    makes no reference cycle (a node cut out of the tree is freed by reference counting), so the
+    collections their allocation would trigger (every 700 objects, each older generation in turn)
+    would find nothing; one young collection follows, at the caller's next allocation."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return _apply_change(a, raw, new)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
     ref = policy_ref(a, raw)
     if ref is not None:
         return update_policy(a, ref, new)
@@ -436,8 +453,29 @@ def _refresh_affected(a: Analysis, owner: Ref) -> bool:
     policies; True when that changed."""
     by = a._by_effective_target
     assert by is not None
-    targets = [owner] + [owner.with_section(s) for s in a.topology.sections.get(owner, [])]
-    now = policies_by_kind(chain.from_iterable(eps for t in targets for eps in by.get(t, {}).values()))
+    secs = a.topology.sections.get(owner)
+    # `policies_by_kind` of every effective policy on them, inline (thousands of owners after a
+    # Gateway edit): each distinct result read once, kinds in the order they first appear
+    now: dict[KindKey, set[Ref]] = {}
+    seen: set[Result] = set()
+    for t in chain((owner,), map(owner.with_section, secs)) if secs else (owner,):
+        per_path = by.get(t)
+        if not per_path:
+            continue
+        for eps in per_path.values():
+            for ep in eps:
+                res = ep.result
+                if res in seen:
+                    continue
+                seen.add(res)
+                pol = res.policies
+                if pol:
+                    kk = ep.kind.key
+                    got = now.get(kk)
+                    if got is None:
+                        now[kk] = set(pol)
+                    else:
+                        got |= pol
     if now == a.affected.get(owner, {}):
         return False
     if now:
@@ -504,31 +542,33 @@ def _policies_of(results: dict[int, Result]) -> frozenset[Ref]:
     return out
 
 
-def _recompute_nodes(a: Analysis, nodes: list[PathNode], lost: dict[Ref, list[EffectivePolicy]],
+def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: dict[Ref, list[EffectivePolicy]],
                      in_order: bool = False) -> set[Ref]:
-    """New summaries and effective policies (every kind) for these nodes (each listed once, parents
-    before children or not: summaries are derived on demand); objects whose affecting policies
-    changed. `lost`: the effective policies of paths the caller took away, by owner (when the new
-    paths bring at least their policies, the owner is not rescanned: what it had, plus what they
-    bring); `in_order`: keep a target's paths in the order a full analysis lists them (a route
-    change lists a backend's paths as routes reach it in any case: sorting its thousands of paths
-    would buy nothing)."""
-    for n in nodes:
-        n.summary = None
+    """New summaries and effective policies (every kind) for these paths of each target (each node
+    listed once, parents before children or not: summaries are derived on demand); objects whose
+    affecting policies changed. `lost`: the effective policies of paths the caller took away, by
+    owner (when the new paths bring at least their policies, the owner is not rescanned: what it
+    had, plus what they bring); `in_order`: keep a target's paths in the order a full analysis
+    lists them (a route change lists a backend's paths as routes reach it in any case: sorting its
+    thousands of paths would buy nothing)."""
+    for nodes in per_target.values():
+        for n in nodes:
+            n.summary = None
     by = a._by_effective_target
     assert by is not None
     paths = a.topology.paths
     ev = a.evaluator
     mapped_for = ev.mapped_kinds()
-    results = ev.shared_results
-    memo: dict[tuple, list] = {}  # results by context, for this batch (see `Evaluator.shared_results`)
+    summary, evaluate, kinds = ev.summary, ev.evaluate_node, ev.kinds
+    # Results by context for this batch, as `Evaluator.shared_results` finds them (inline: one
+    # call per node is a good part of the cost when a thousand routes move): summaries derived
+    # through `shared`, so that a node's summary and its parent's fix its level; contexts interned
+    # by value and keyed by identity (hashing a context per node costs more than the lookup)
+    memo: dict[tuple, list] = {}
     shared: dict = {}
     contexts: dict[tuple[Ref, bool], tuple] = {}  # by owner, and whether the target is a section
-    per_target: dict[Ref, list[PathNode]] = {}
-    for n in nodes:
-        target = n.level
-        if target is not None and n in paths.get(target, ()):  # a Namespace level inside a path is no target's path
-            per_target.setdefault(target, []).append(n)
+    interned: dict[tuple, tuple] = {}
+    EP = EffectivePolicy
     gone: dict[Ref, list[EffectivePolicy]] = {o: list(eps) for o, eps in lost.items()}
     gained: dict[Ref, list[EffectivePolicy]] = {}
     for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
@@ -539,17 +579,41 @@ def _recompute_nodes(a: Analysis, nodes: list[PathNode], lost: dict[Ref, list[Ef
         brought: list[EffectivePolicy] = []
         added = False
         owner = target.object
-        ckey = (owner, target.section is None)
+        is_section = target[4] is not None
+        ckey = (owner, is_section)
         context = contexts.get(ckey)
         if context is None:
-            context = contexts[ckey] = ev.context(target, mapped_for)
+            context = ev.context(target, mapped_for)
+            context = contexts[ckey] = interned.setdefault(context, context)
+        cid = id(context)
         for n in fresh_nodes:
-            pairs = results(target, n, context, memo, shared)
+            here = n.summary
+            if here is None:
+                here = summary(n, shared)
+            if not here.kinds:  # type: ignore[union-attr]
+                pairs: list = []
+            else:
+                parent = n.parent
+                above = parent.summary  # type: ignore[union-attr]
+                if above is None:
+                    above = summary(parent, shared)
+                if is_section:  # the owner's summary above is read too: derive it shared
+                    grand = parent.parent  # type: ignore[union-attr]
+                    if grand is not None and grand.summary is None:
+                        summary(grand, shared)
+                key = (here, above, cid)
+                pairs = memo.get(key)  # type: ignore[assignment]
+                if pairs is None:
+                    pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate(target, n) if res.leaves]
             old = per_path.get(n)
-            if old is not None and len(old) == len(pairs) and all(o.result is r for o, (_, r) in zip(old, pairs)):
-                per_path[n] = list(old)  # the same results: a new list all the same (readers take an unchanged list by identity)
-                continue
-            eps = [EffectivePolicy(target, n, k, res) for k, res in pairs]
+            if old is not None and len(old) == len(pairs):
+                for o, (_, r) in zip(old, pairs):
+                    if o.result is not r:
+                        break
+                else:  # the same results: a new list all the same (readers take an unchanged list by identity)
+                    per_path[n] = list(old)
+                    continue
+            eps = [EP(target, n, k, res) for k, res in pairs]
             if old:
                 replaced.extend(old)
             if eps:
@@ -751,7 +815,7 @@ class _Edit:
         self.backends: set[Ref] = set()  # backends that may have come into or gone out of the hierarchy
         self.routes: set[Ref] = set()
         self.refresh: list[PathNode] = []  # nodes to evaluate again though their paths stay
-        self.moved: set[Ref] = set()  # targets with a path moved in place (`move_routes`)
+        self.moved: dict[Ref, list[PathNode]] = {}  # targets' paths moved in place (`move_routes`)
 
     def _touch(self, t: Ref) -> None:
         if t not in self.before:
@@ -821,8 +885,10 @@ class _Edit:
         old = list(topo.paths.get(ref, ()))
         shadow = Topology(paths=_Shadow(topo.paths), root=topo.root, listeners_of=topo.listeners_of, ports_of=topo.ports_of)
         new = _route_paths(route, self.a.index, topo.listeners_of, shadow)
-        kept = set(old)
-        gone = [n for n in old if n not in set(new)]
+        if new == old:
+            return True
+        kept, now = set(old), set(new)
+        gone = [n for n in old if n not in now]
         came = [n for n in new if n not in kept]
         if not gone and not came:
             return True
@@ -831,18 +897,25 @@ class _Edit:
         self.spare.extend(came)
         if len(gone) != len(came) or any(n.children for n in came):
             return False
-        below = [_subtree(g) for g in gone]
-        for g, c, nodes in zip(gone, came, below):
-            if not _same_shape_below(nodes, g.parent, c.parent, changed):  # type: ignore[arg-type]
+        below = []
+        for g, c in zip(gone, came):
+            nodes = _subtree_of_same_shape(g, c.parent, changed)  # type: ignore[arg-type]
+            if nodes is None:
                 return False
+            below.append(nodes)
         idx = nodes_at(self.a)
+        paths, moved = topo.paths, self.moved
         for g, c, nodes in zip(gone, came, below):
             self.spare.append(_graft(g, c, nodes, idx))  # the old parent, left empty maybe
-            self.refresh.extend(nodes)
             for m in nodes:
                 lv = m.level
-                if lv is not None and m in topo.paths.get(lv, ()):
-                    self.moved.add(lv)
+                reg = paths.get(lv)  # type: ignore[arg-type]
+                if reg is not None and m in reg:
+                    got = moved.get(lv)  # type: ignore[arg-type]
+                    if got is None:
+                        moved[lv] = [m]  # type: ignore[index]
+                    else:
+                        got.append(m)
         topo.route_parents[ref] = shadow.route_parents[ref]
         return True
 
@@ -939,6 +1012,7 @@ class _Edit:
         assert by is not None
         idx = nodes_at(a)
         fresh: list[PathNode] = []
+        per_target: dict[Ref, list[PathNode]] = {}
         lost: dict[Ref, list[EffectivePolicy]] = {}
         changed: set[Ref] = set()
         moved: set[Ref] = set()
@@ -958,7 +1032,9 @@ class _Edit:
                     paths[t] = before  # the order it had
                 continue
             changed.add(t)
-            fresh.extend(came)
+            if came:
+                fresh.extend(came)
+                per_target[t] = came
             per_path = by.get(t)
             if per_path is not None and gone:
                 for n in gone:
@@ -967,7 +1043,10 @@ class _Edit:
                         lost.setdefault(t.object, []).extend(eps)
                 if not per_path:
                     del by[t]
-        changed |= self.moved  # paths moved in place: the same registrations, other paths
+        for t, nodes in self.moved.items():  # paths moved in place: the same registrations, other paths
+            changed.add(t)
+            got = per_target.get(t)
+            per_target[t] = nodes if got is None else got + nodes
         for n in fresh:  # the node index: new nodes, and the Namespace levels above them they brought
             m: PathNode | None = n
             while m is not None and m.level is not None:
@@ -977,9 +1056,13 @@ class _Edit:
                 at[m] = None
                 m = m.parent
         self._prune(idx)
-        known = set(fresh)
-        fresh += [n for n in self.refresh if n not in known and n in paths.get(n.level, ())]  # type: ignore[arg-type]
-        check = _recompute_nodes(a, fresh, lost)
+        if self.refresh:  # paths that stay, evaluated again (the object's mapped values changed)
+            known = {n for nodes in per_target.values() for n in nodes}
+            for n in self.refresh:
+                if n not in known and n in paths.get(n.level, ()):  # type: ignore[arg-type]
+                    known.add(n)
+                    per_target.setdefault(n.level, []).append(n)  # type: ignore[arg-type]
+        check = _recompute_nodes(a, per_target, lost)
         affected = a.affected
         for t in changed:  # owners whose every path went away
             owner = t.object
@@ -1011,20 +1094,29 @@ class _Edit:
             work.append(p)
 
 
-def _same_shape_below(nodes: list[PathNode], old: PathNode, new: PathNode, changed: Ref | None) -> bool:
-    """Would the subtree `nodes` (a route's path and all below it) be derived alike below `new` as
-    below `old`? The levels below a route follow from the route and its backends alone, except
-    where a Namespace level goes (S4.2: above the highest object of the path in that namespace):
-    so the two parents must hold alike every namespace the subtree's levels name. None of them
-    may be the object that changed (a Gateway a backendRef names)."""
-    for m in nodes:
+def _subtree_of_same_shape(node: PathNode, new: PathNode, changed: Ref | None) -> list[PathNode] | None:
+    """The subtree of `node` (a route's path and all below it, parents first), if it would be
+    derived alike below `new` as below its parent now; else None. The levels below a route follow
+    from the route and its backends alone, except where a Namespace level goes (S4.2: above the
+    highest object of the path in that namespace): so the two parents must hold alike every
+    namespace the subtree's levels name. None of them may be the object that changed (a Gateway a
+    backendRef names)."""
+    old_ns, new_ns = node.parent.namespaces, new.namespaces  # type: ignore[union-attr]
+    differ = old_ns ^ new_ns
+    out, stack = [], [node]
+    while stack:
+        m = stack.pop()
+        out.append(m)
         lv = m.level
-        if lv is None or lv.object == changed:
-            return False
-        ns = lv.name if lv.kind == "Namespace" and lv.group == CORE_GROUP and lv.namespace is None else lv.namespace
-        if ns is not None and (ns in old.namespaces) != (ns in new.namespaces):
-            return False
-    return True
+        if differ:
+            ns = lv.name if lv.kind == "Namespace" and lv.group == CORE_GROUP and lv.namespace is None else lv.namespace  # type: ignore[union-attr]
+            if ns in differ:
+                return None
+        if changed is not None and lv.name == changed.name and lv.object == changed:  # type: ignore[union-attr]
+            return None
+        if m.children:
+            stack.extend(m.children.values())
+    return out
 
 
 def _graft(node: PathNode, place: PathNode, nodes: list[PathNode], idx: dict[Ref, dict[PathNode, None]]) -> PathNode:
