@@ -8,7 +8,7 @@ are memoised by that sequence: thousands of routes under one Gateway share one c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from gwpolicy.merge.fieldmerge import DEFAULTS, DIRECT, OBJECT, OVERRIDES, Contribution, ladder
 from gwpolicy.merge.leaves import LeafPath, field_name, flatten, unflatten
@@ -81,9 +81,10 @@ class EffectivePolicy:
     result: Result
 
 
-@dataclass(frozen=True, slots=True)
-class Trail:
-    """What the levels of a path prefix give for one policy kind, in the orders the ladder reads them."""
+class Trail(NamedTuple):
+    """What the levels of a path prefix give for one policy kind, in the orders the ladder reads them.
+    A tuple: equal trails of different paths (a Service below many routes) are compared and hashed
+    by value in C, as the in-place updates key their results on them."""
 
     ov: tuple[Contribution, ...] = ()  # overrides, most general first
     df_rev: tuple[Contribution, ...] = ()  # defaults, most specific first
@@ -91,14 +92,15 @@ class Trail:
 
 
 EMPTY_TRAIL = Trail()
+_new_tuple = tuple.__new__
 
 
 def trail_through(t: Trail, e: LevelEntry) -> Trail:
     """The trail of a prefix one level longer, the level's entry of the kind being `e`."""
     c = e.contributions
-    return Trail(t.ov + (c[OVERRIDES],) if OVERRIDES in c else t.ov,
-                 (c[DEFAULTS],) + t.df_rev if DEFAULTS in c else t.df_rev,
-                 t.inh + (e,) if e.inherited else t.inh)
+    return _new_tuple(Trail, (t.ov + (c[OVERRIDES],) if OVERRIDES in c else t.ov,
+                              (c[DEFAULTS],) + t.df_rev if DEFAULTS in c else t.df_rev,
+                              t.inh + (e,) if e.inherited else t.inh))
 
 
 @dataclass(frozen=True, slots=True, eq=False)

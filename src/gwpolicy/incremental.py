@@ -352,6 +352,7 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
     # update only: the trails it keys on are the ones this walk leaves).
     entries_at = ev.entries_at
     done: dict[tuple, Result | None] = {}
+    differ: dict[tuple[Result, Result], bool] = {}  # (old, new) result -> from other policies?
     values: dict[Ref, Any] = {}
     one = len(levels) == 1
     stack = [n for level in levels for n in idx.get(level, ())]
@@ -425,8 +426,17 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
                     if not per_path:
                         del by[target]  # type: ignore[arg-type]
             else:
-                per_path[n] = eps[:at] + [EffectivePolicy(target, n, kind, res)] + eps[at + 1:]  # type: ignore[index, arg-type]
-            if res is None or old.result.policies != res.policies:
+                fresh = list(eps)  # type: ignore[arg-type]
+                fresh[at] = EffectivePolicy(target, n, kind, res)  # type: ignore[arg-type]
+                per_path[n] = fresh  # type: ignore[index]
+            if res is None:
+                owners.add(target.object)  # type: ignore[union-attr]
+                continue
+            pair = (old.result, res)  # a few distinct pairs among thousands of paths: compared once each
+            other = differ.get(pair)
+            if other is None:
+                other = differ[pair] = old.result.policies != res.policies
+            if other:
                 owners.add(target.object)  # type: ignore[union-attr]
         elif res is not None:
             ep = EffectivePolicy(target, n, kind, res)  # type: ignore[arg-type]
