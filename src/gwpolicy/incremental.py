@@ -464,14 +464,16 @@ def _refresh_affected(a: Analysis, owner: Ref) -> bool:
     by = a._by_effective_target
     assert by is not None
     secs = a.topology.sections.get(owner)
-    # `policies_by_kind` of every effective policy on them, inline (thousands of owners after a
-    # Gateway edit): each distinct result read once, kinds in the order they first appear
+    targets = chain((owner,), map(owner.with_section, secs)) if secs else (owner,)
+    return _set_affected(a, owner, _policies_on([pp for pp in map(by.get, targets) if pp]))
+
+
+def _policies_on(per_paths: list[dict[PathNode, list[EffectivePolicy]]]) -> dict[KindKey, set[Ref]]:
+    """`policies_by_kind` of every effective policy of these paths, inline (thousands of owners
+    after a Gateway edit): each distinct result read once, kinds in the order they first appear."""
     now: dict[KindKey, set[Ref]] = {}
     seen: set[Result] = set()
-    for t in chain((owner,), map(owner.with_section, secs)) if secs else (owner,):
-        per_path = by.get(t)
-        if not per_path:
-            continue
+    for per_path in per_paths:
         for eps in per_path.values():
             for ep in eps:
                 res = ep.result
@@ -486,6 +488,11 @@ def _refresh_affected(a: Analysis, owner: Ref) -> bool:
                         now[kk] = set(pol)
                     else:
                         got |= pol
+    return now
+
+
+def _set_affected(a: Analysis, owner: Ref, now: dict[KindKey, set[Ref]]) -> bool:
+    """What affects `owner` set to `now`; True when that changed."""
     if now == a.affected.get(owner, {}):
         return False
     if now:
@@ -649,8 +656,10 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     affected = a.affected  # computed from scratch the first time, then kept up to date here
     sections = a.topology.sections
     for owner in gone.keys() | gained.keys():
-        if sum(len(by.get(t, ())) for t in chain((owner,), map(owner.with_section, sections.get(owner, ())))) <= _FEW_PATHS:
-            if _refresh_affected(a, owner):  # a handful of paths: gathered again at once
+        secs = sections.get(owner)
+        per_paths = [pp for pp in map(by.get, chain((owner,), map(owner.with_section, secs)) if secs else (owner,)) if pp]
+        if sum(map(len, per_paths)) <= _FEW_PATHS:
+            if _set_affected(a, owner, _policies_on(per_paths)):  # a handful of paths: gathered again at once
                 changed.add(owner)
             continue
         before = affected.get(owner, {})
@@ -914,18 +923,8 @@ class _Edit:
                 return False
             below.append(nodes)
         idx = nodes_at(self.a)
-        paths, moved = topo.paths, self.moved
         for g, c, nodes in zip(gone, came, below):
-            self.spare.append(_graft(g, c, nodes, idx))  # the old parent, left empty maybe
-            for m in nodes:
-                lv = m.level
-                reg = paths.get(lv)  # type: ignore[arg-type]
-                if reg is not None and m in reg:
-                    got = moved.get(lv)  # type: ignore[arg-type]
-                    if got is None:
-                        moved[lv] = [m]  # type: ignore[index]
-                    else:
-                        got.append(m)
+            self.spare.append(_graft(g, c, nodes, idx, topo.paths, self.moved))  # the old parent, left empty maybe
         topo.route_parents[ref] = shadow.route_parents[ref]
         return True
 
@@ -1129,10 +1128,12 @@ def _subtree_of_same_shape(node: PathNode, new: PathNode, changed: Ref | None) -
     return out
 
 
-def _graft(node: PathNode, place: PathNode, nodes: list[PathNode], idx: dict[Ref, dict[PathNode, None]]) -> PathNode:
+def _graft(node: PathNode, place: PathNode, nodes: list[PathNode], idx: dict[Ref, dict[PathNode, None]],
+           paths: dict[Ref, dict[PathNode, None]], moved: dict[Ref, list[PathNode]]) -> PathNode:
     """Put `node` (with the subtree `nodes` below it) where the empty node `place` is, in its
     stead; its levels, JSON, namespaces and summaries derived again below; the new parent and
-    the nodes above it put in the node index. Returns the old parent."""
+    the nodes above it put in the node index; each node that is a target's path listed in `moved`
+    under its target. Returns the old parent."""
     old, new = node.parent, place.parent
     assert old is not None and new is not None and new.children is not None and old.children is not None
     lv = node.level
@@ -1143,13 +1144,21 @@ def _graft(node: PathNode, place: PathNode, nodes: list[PathNode], idx: dict[Ref
     at = idx.get(lv)  # type: ignore[arg-type]
     if at is not None:
         at.pop(place, None)
-    for m in nodes:  # parents first: `_subtree` lists a node before those below it
+    for m in nodes:  # parents first: `_subtree_of_same_shape` lists a node before those below it
         p = m.parent
-        m.namespaces = p.namespaces | {m.level.name} if m.level.kind == "Namespace" and m.level.group == CORE_GROUP \
-            and m.level.namespace is None and m.level.section is None else p.namespaces  # type: ignore[union-attr]
+        lv = m.level
+        m.namespaces = p.namespaces | {lv.name} if lv.kind == "Namespace" and lv.group == CORE_GROUP \
+            and lv.namespace is None and lv.section is None else p.namespaces  # type: ignore[union-attr]
         m._levels = None
         m._json = None
         m.summary = None
+        reg = paths.get(lv)  # type: ignore[arg-type]
+        if reg is not None and m in reg:
+            got = moved.get(lv)  # type: ignore[arg-type]
+            if got is None:
+                moved[lv] = [m]  # type: ignore[index]
+            else:
+                got.append(m)
     m2: PathNode | None = new
     while m2 is not None and m2.level is not None:
         at = idx.setdefault(m2.level, {})
