@@ -354,6 +354,8 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
     done: dict[tuple, Result | None] = {}
     differ: dict[tuple[Result, Result], bool] = {}  # (old, new) result -> from other policies?
     values: dict[Ref, Any] = {}
+    mapped = bool(kind.field_mappings)
+    last_old = last_res = other = None
     one = len(levels) == 1
     stack = [n for level in levels for n in idx.get(level, ())]
     if not one:
@@ -367,10 +369,10 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
             if n.children:
                 extend(n.children.values())
         target = n.level
-        if n not in paths.get(target, _NO_PATHS):  # type: ignore[arg-type]
-            continue  # a Namespace level inside a path is no target's path
         per_path = by.get(target)  # type: ignore[arg-type]
         eps = per_path.get(n) if per_path is not None else None
+        if eps is None and n not in paths.get(target, _NO_PATHS):  # type: ignore[arg-type]
+            continue  # a Namespace level inside a path is no target's path (a node with effective policies is one)
         at = -1
         if eps:
             for i, ep in enumerate(eps):
@@ -388,9 +390,12 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
             above = parent.summary  # type: ignore[union-attr]
             if above is None:
                 above = summary(parent)
-            value = values.get(target, _UNSEEN)  # type: ignore[arg-type]
-            if value is _UNSEEN:
-                value = values[target] = ev.object_value(target.object, kind) if kind.field_mappings else None  # type: ignore[union-attr]
+            if mapped:
+                value = values.get(target, _UNSEEN)  # type: ignore[arg-type]
+                if value is _UNSEEN:
+                    value = values[target] = ev.object_value(target.object, kind)  # type: ignore[union-attr]
+            else:
+                value = None
             at_target = entries_at.get(target)  # type: ignore[arg-type]
             own = at_target.get(kk) if at_target is not None else None
             # what `Evaluator.evaluate_node` reads for this kind, trails compared by value (the same
@@ -432,10 +437,12 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
             if res is None:
                 owners.add(target.object)  # type: ignore[union-attr]
                 continue
-            pair = (old.result, res)  # a few distinct pairs among thousands of paths: compared once each
-            other = differ.get(pair)
-            if other is None:
-                other = differ[pair] = old.result.policies != res.policies
+            was = old.result
+            if was is not last_old or res is not last_res:  # runs of paths with the same pair: no lookup
+                pair = last_old, last_res = was, res  # a few distinct pairs among thousands of paths: compared once each
+                other = differ.get(pair)
+                if other is None:
+                    other = differ[pair] = was.policies != res.policies
             if other:
                 owners.add(target.object)  # type: ignore[union-attr]
         elif res is not None:
