@@ -895,21 +895,22 @@ class _Edit:
         nodes are evaluated again, and no registration, node or index entry below them is made
         again. The others (a path that came with none gone, a subtree whose shape would differ
         there, or one holding `changed` itself) are derived from scratch (`derive_routes`)."""
-        index = self.a.index
+        index, topo = self.a.index, self.topo
+        # what a route's paths are derived on: the topology's listener paths, written to apart
+        shadow = Topology(paths=_Shadow(topo.paths), root=topo.root, listeners_of=topo.listeners_of, ports_of=topo.ports_of)
         rest = []
         for r in routes:
             obj = index.by_ref.get(r)
-            if obj is None or not self._move_route(obj, changed):
+            if obj is None or not self._move_route(obj, changed, shadow):
                 rest.append(r)
         self.derive_routes(rest)
 
-    def _move_route(self, route: Obj, changed: Ref | None) -> bool:
+    def _move_route(self, route: Obj, changed: Ref | None, shadow: Topology) -> bool:
         """Move the route's paths that went to the places of those that came, one for one; False
         (nothing done) when that cannot give what deriving it again gives."""
         topo = self.topo
         ref = route.ref
         old = list(topo.paths.get(ref, ()))
-        shadow = Topology(paths=_Shadow(topo.paths), root=topo.root, listeners_of=topo.listeners_of, ports_of=topo.ports_of)
         new = _route_paths(route, self.a.index, topo.listeners_of, shadow)
         if new == old:
             return True
