@@ -477,8 +477,10 @@ def _refresh_affected(a: Analysis, owner: Ref) -> bool:
 
 def _policies_on(per_paths: list[dict[PathNode, list[EffectivePolicy]]]) -> dict[KindKey, set[Ref]]:
     """`policies_by_kind` of every effective policy of these paths, inline (thousands of owners
-    after a Gateway edit): each distinct result read once, kinds in the order they first appear."""
-    now: dict[KindKey, set[Ref]] = {}
+    after a Gateway edit): each distinct result read once, kinds in the order they first appear.
+    A kind's set is the result's own (frozen) set where one result gives it all: no copy per
+    owner (what affects an object is only read, and replaced as a whole)."""
+    now: dict[KindKey, Any] = {}
     seen: set[Result] = set()
     for per_path in per_paths:
         for eps in per_path.values():
@@ -492,9 +494,9 @@ def _policies_on(per_paths: list[dict[PathNode, list[EffectivePolicy]]]) -> dict
                     kk = ep.kind.key
                     got = now.get(kk)
                     if got is None:
-                        now[kk] = set(pol)
-                    else:
-                        got |= pol
+                        now[kk] = pol
+                    elif not pol <= got:
+                        now[kk] = got | pol
     return now
 
 
