@@ -500,6 +500,22 @@ def _policies_on(per_paths: list[dict[PathNode, list[EffectivePolicy]]]) -> dict
     return now
 
 
+def _policies_of_pairs(lists: Any) -> dict[KindKey, set[Ref]]:
+    """`policies_by_kind` of the effective policies made from these (kind, result) lists (the
+    results a batch shares among thousands of paths: each list read once)."""
+    now: dict[KindKey, set[Ref]] = {}
+    for pairs in lists:
+        for kind, res in pairs:
+            pol = res.policies
+            if pol:
+                got = now.get(kind.key)
+                if got is None:
+                    now[kind.key] = set(pol)
+                else:
+                    got |= pol
+    return now
+
+
 def _set_affected(a: Analysis, owner: Ref, now: dict[KindKey, set[Ref]]) -> bool:
     """What affects `owner` set to `now`; True when that changed."""
     if now == a.affected.get(owner, {}):
@@ -596,13 +612,13 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     interned: dict[tuple, tuple] = {}
     EP = EffectivePolicy
     gone: dict[Ref, list[EffectivePolicy]] = {o: list(eps) for o, eps in lost.items()}
-    gained: dict[Ref, list[EffectivePolicy]] = {}
+    gained: dict[Ref, dict[int, list]] = {}  # owner -> the distinct (kind, result) lists its new paths have
     for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
         per_path = by.get(target)
         if per_path is None:
             per_path = by[target] = {}
         replaced: list[EffectivePolicy] = []
-        brought: list[EffectivePolicy] = []
+        brought: dict[int, list] = {}  # the distinct (kind, result) lists these paths now have
         added = False
         owner = target.object
         is_section = target[4] is not None
@@ -646,7 +662,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
                 if old is None:
                     added = True
                 per_path[n] = eps  # an existing path keeps its place
-                brought.extend(eps)
+                brought[id(pairs)] = pairs
             elif old is not None:
                 del per_path[n]
         if added and in_order:  # paths that had no effective policy before: the order a full analysis gives
@@ -659,7 +675,11 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         if replaced:
             gone.setdefault(owner, []).extend(replaced)
         if brought:
-            gained.setdefault(owner, []).extend(brought)
+            got = gained.get(owner)
+            if got is None:
+                gained[owner] = brought
+            else:
+                got.update(brought)
     a._effective = None
     changed: set[Ref] = set()
     affected = a.affected  # computed from scratch the first time, then kept up to date here
@@ -675,7 +695,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         # what the owner loses, it gets back from the new paths (a Service behind many routes, one
         # of them derived again): it keeps all it had, plus what they bring, and is not rescanned
         lost_kinds = policies_by_kind(gone[owner]) if gone.get(owner) else {}
-        got = policies_by_kind(gained.get(owner, ()))
+        got = _policies_of_pairs(gained.get(owner, {}).values())
         if all(refs <= got.get(kk, set()) for kk, refs in lost_kinds.items()):
             now = {kk: before.get(kk, set()) | got.get(kk, set()) for kk in set(before) | set(got)}
             if now != before:
