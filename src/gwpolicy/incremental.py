@@ -1480,8 +1480,14 @@ def update_grant(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     routes = sorted((r for r in route_index(a).into.get(ns or "", ()) if r.namespace in froms), key=Ref.sort_key)
     edit.derive_backends(routes, ns or "")
     edit.settle_backends()
-    policies = {p for p, outs in a.outcomes.items() if p.namespace in froms and p.namespace != ns
-                and any(o.declared is not None and o.declared.namespace == ns for o in outs)}
+    policies = set()  # a loop, not a generator per policy: every policy of the cluster is looked at
+    for p, outs in a.outcomes.items():
+        if p.namespace == ns or p.namespace not in froms:
+            continue
+        for o in outs:
+            if o.declared is not None and o.declared.namespace == ns:
+                policies.add(p)
+                break
     return _finish(a, edit, ref, set(), policies)
 
 
