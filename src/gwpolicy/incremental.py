@@ -613,6 +613,10 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     EP = EffectivePolicy
     gone: dict[Ref, list[EffectivePolicy]] = {o: list(eps) for o, eps in lost.items()}
     gained: dict[Ref, dict[int, list]] = {}  # owner -> the distinct (kind, result) lists its new paths have
+    # owner -> [how many of its targets have all their paths in the batch, the distinct (kind,
+    # result) lists of its paths in the batch]: an owner all of whose paths are there (a moved
+    # route, its Service) has what affects it read from those lists alone
+    owners_seen: dict[Ref, list] = {}
     for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
         per_path = by.get(target)
         if per_path is None:
@@ -628,6 +632,12 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
             context = ev.context(target, mapped_for)
             context = contexts[ckey] = interned.setdefault(context, context)
         cid = id(context)
+        seen = owners_seen.get(owner)
+        if seen is None:
+            seen = owners_seen[owner] = [0, {}]
+        lists = seen[1]
+        if len(fresh_nodes) == len(paths.get(target, ())):
+            seen[0] += 1  # every path of this target is in the batch
         for n in fresh_nodes:
             here = n.summary
             if here is None:
@@ -647,6 +657,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
                 pairs = memo.get(key)  # type: ignore[assignment]
                 if pairs is None:
                     pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate(target, n) if res.leaves]
+                lists[id(pairs)] = pairs
             old = per_path.get(n)
             if old is not None and len(old) == len(pairs):
                 for o, (_, r) in zip(old, pairs):
@@ -686,6 +697,11 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     sections = a.topology.sections
     for owner in gone.keys() | gained.keys():
         secs = sections.get(owner)
+        seen = owners_seen.get(owner)
+        if seen is not None and seen[0] == 1 + (len(secs) if secs else 0):
+            if _set_affected(a, owner, _policies_of_pairs(seen[1].values())):
+                changed.add(owner)
+            continue
         per_paths = [pp for pp in map(by.get, chain((owner,), map(owner.with_section, secs)) if secs else (owner,)) if pp]
         if sum(map(len, per_paths)) <= _FEW_PATHS:
             if _set_affected(a, owner, _policies_on(per_paths)):  # a handful of paths: gathered again at once
