@@ -613,10 +613,11 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     EP = EffectivePolicy
     gone: dict[Ref, list[EffectivePolicy]] = {o: list(eps) for o, eps in lost.items()}
     gained: dict[Ref, dict[int, list]] = {}  # owner -> the distinct (kind, result) lists its new paths have
-    # owner -> [how many of its targets have all their paths in the batch, the distinct (kind,
-    # result) lists of its paths in the batch]: an owner all of whose paths are there (a moved
-    # route, its Service) has what affects it read from those lists alone
-    owners_seen: dict[Ref, list] = {}
+    # owner -> (its targets with all their paths in the batch, the distinct (kind, result) lists
+    # of its paths in the batch): what affects an owner is read from those lists, and from the
+    # effective policies of its other targets' paths when they are few (a moved route: none; its
+    # Service: the standalone path of a port no route reaches)
+    owners_seen: dict[Ref, tuple[set[Ref], dict[int, list]]] = {}
     for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
         per_path = by.get(target)
         if per_path is None:
@@ -634,10 +635,10 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         cid = id(context)
         seen = owners_seen.get(owner)
         if seen is None:
-            seen = owners_seen[owner] = [0, {}]
+            seen = owners_seen[owner] = (set(), {})
         lists = seen[1]
         if len(fresh_nodes) == len(paths.get(target, ())):
-            seen[0] += 1  # every path of this target is in the batch
+            seen[0].add(target)  # every path of this target is in the batch
         for n in fresh_nodes:
             here = n.summary
             if here is None:
@@ -698,10 +699,16 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     for owner in gone.keys() | gained.keys():
         secs = sections.get(owner)
         seen = owners_seen.get(owner)
-        if seen is not None and seen[0] == 1 + (len(secs) if secs else 0):
-            if _set_affected(a, owner, _policies_of_pairs(seen[1].values())):
-                changed.add(owner)
-            continue
+        if seen is not None:
+            rest = [pp for t in (chain((owner,), map(owner.with_section, secs)) if secs else (owner,))
+                    if t not in seen[0] and (pp := by.get(t))]
+            if sum(map(len, rest)) <= _FEW_PATHS:
+                now = _policies_of_pairs(seen[1].values())
+                for kk, refs in _policies_on(rest).items():
+                    now[kk] = now[kk] | refs if kk in now else refs
+                if _set_affected(a, owner, now):
+                    changed.add(owner)
+                continue
         per_paths = [pp for pp in map(by.get, chain((owner,), map(owner.with_section, secs)) if secs else (owner,)) if pp]
         if sum(map(len, per_paths)) <= _FEW_PATHS:
             if _set_affected(a, owner, _policies_on(per_paths)):  # a handful of paths: gathered again at once
