@@ -318,32 +318,6 @@ class Evaluator:
         return (is_section, tuple(self.object_value(owner, k) for k in mapped) if mapped else (),
                 owner if is_section and owner in self.entries_at else None)
 
-    def shared_results(self, target: Ref, node: PathNode, context: tuple, memo: dict[tuple, list[tuple[PolicyKind, Result]]],
-                       shared: dict[tuple[Summary, Ref], Summary]) -> list[tuple[PolicyKind, Result]]:
-        """The node's effective policies (those with leaves), for a batch of nodes evaluated while
-        nothing changes: summaries derived through `shared`, so that a node's summary and its
-        parent's fix its level (a level holding policies gets summaries of its own) and, with the
-        context, every result; results looked up in `memo` by those three."""
-        here = node.summary
-        if here is None:
-            here = self.summary(node, shared)
-        if not here.kinds:  # type: ignore[union-attr]
-            return []
-        parent = node.parent
-        above = parent.summary  # type: ignore[union-attr]
-        if above is None:
-            above = self.summary(parent, shared)
-        if target.section is not None:  # the owner's summary above is read too: derive it shared
-            grand = parent.parent  # type: ignore[union-attr]
-            if grand is not None and grand.summary is None:
-                self.summary(grand, shared)
-        key = (here, above, context)
-        pairs = memo.get(key)
-        if pairs is None:
-            kinds = self.kinds
-            pairs = memo[key] = [(kinds[kk], res) for kk, res in self.evaluate_node(target, node) if res.leaves]
-        return pairs
-
     def _sequence(self, node: PathNode, kk: KindKey, d_level: Ref) -> list[tuple[dict[str, Any], str, Ref]]:
         """S6 order along a path: by level, then older first; direct policies only at D."""
         seq: list[tuple[dict[str, Any], str, Ref]] = []

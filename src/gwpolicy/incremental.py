@@ -577,13 +577,6 @@ def _resummarise(ev: Evaluator, n: PathNode, kk: KindKey) -> None:
     n.summary = Summary(trails, kinds)
 
 
-def _policies_of(results: dict[int, Result]) -> frozenset[Ref]:
-    out: frozenset[Ref] = frozenset()
-    for res in results.values():
-        out |= res.policies
-    return out
-
-
 def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: dict[Ref, list[EffectivePolicy]],
                      in_order: bool = False) -> set[Ref]:
     """New summaries and effective policies (every kind) for these paths of each target (each node
@@ -602,10 +595,11 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     ev = a.evaluator
     mapped_for = ev.mapped_kinds()
     summary, evaluate, kinds = ev.summary, ev.evaluate_node, ev.kinds
-    # Results by context for this batch, as `Evaluator.shared_results` finds them (inline: one
-    # call per node is a good part of the cost when a thousand routes move): summaries derived
-    # through `shared`, so that a node's summary and its parent's fix its level; contexts interned
-    # by value and keyed by identity (hashing a context per node costs more than the lookup)
+    # Results by context for this batch (nothing changes while it runs): summaries derived through
+    # `shared` (`Evaluator.summary`), so that a node's summary and its parent's fix its level (a
+    # level holding policies gets summaries of its own) and, with the target's context
+    # (`Evaluator.context`), every result; contexts interned by value and keyed by identity
+    # (hashing a context per node costs more than the lookup)
     memo: dict[tuple, list] = {}
     shared: dict = {}
     contexts: dict[tuple[Ref, bool], tuple] = {}  # by owner, and whether the target is a section
