@@ -353,6 +353,7 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
     entries_at = ev.entries_at
     done: dict[tuple, Result | None] = {}
     differ: dict[tuple[Result, Result], bool] = {}  # (old, new) result -> from other policies?
+    remap: dict[Result, Result | None] = {}  # where summaries stand: a node's old result -> its new one
     values: dict[Ref, Any] = {}
     mapped = bool(kind.field_mappings)
     last_old = last_res = other = None
@@ -379,11 +380,15 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
                 if ep.kind is kind:
                     at = i
                     break
-        here = n.summary
-        if here is None:
-            here = summary(n)
-        t_here = here.trails.get(kk)  # type: ignore[attr-defined]
-        if t_here is None:
+        res = _UNSEEN
+        if summaries_stand and at >= 0:
+            # summaries stand and the contributions kept their identity: the node's ladder is the
+            # one its old result was computed from, so the new result follows from the old one
+            was = eps[at].result  # type: ignore[index]
+            res = remap.get(was, _UNSEEN)
+        if res is not _UNSEEN:
+            pass
+        elif (t_here := (n.summary or summary(n)).trails.get(kk)) is None:  # type: ignore[union-attr]
             res = None
         else:
             parent = n.parent
@@ -416,6 +421,8 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
                 if not res.leaves:
                     res = None
                 done[key] = res
+            if summaries_stand and at >= 0:
+                remap[was] = res
         if at >= 0:
             old = eps[at]  # type: ignore[index]
             if old.result is res:
