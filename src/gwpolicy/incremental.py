@@ -34,7 +34,7 @@ from gwpolicy.policies import TARGET_FIELDS, Policy, PolicyKind, parse_policy
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.shapes import list_map_problem, object_problem
 from gwpolicy.topology import PathNode, Topology, _add_backend, _listeners, _route_paths, _rules, _service_ports, attach_route, \
-    extend, namespace_ref, parent_gateway, parent_listeners
+    extend, namespace_ref, parent_gateway
 
 
 def replace_object(index: ObjectIndex, ref: Ref, raw: dict[str, Any] | None) -> Obj | None:
