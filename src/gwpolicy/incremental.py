@@ -601,7 +601,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     paths = a.topology.paths
     ev = a.evaluator
     mapped_for = ev.mapped_kinds()
-    summary, evaluate, kinds = ev.summary, ev.evaluate_node, ev.kinds
+    summary, evaluate, kinds, entries_at = ev.summary, ev.evaluate_node, ev.kinds, ev.entries_at
     # Results by context for this batch (nothing changes while it runs): summaries derived through
     # `shared` (`Evaluator.summary`), so that a node's summary and its parent's fix its level (a
     # level holding policies gets summaries of its own) and, with the target's context
@@ -631,7 +631,10 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         ckey = (owner, is_section)
         context = contexts.get(ckey)
         if context is None:
-            context = ev.context(target, mapped_for)
+            if mapped_for and (owner[0], owner[1]) in mapped_for:
+                context = ev.context(target, mapped_for)
+            else:  # what `Evaluator.context` gives when no kind maps the owner's fields
+                context = (is_section, (), owner if is_section and owner in entries_at else None)
             context = contexts[ckey] = interned.setdefault(context, context)
         cid = id(context)
         seen = owners_seen.get(owner)
