@@ -509,17 +509,19 @@ def _policies_on(per_paths: list[dict[PathNode, list[EffectivePolicy]]]) -> dict
 
 def _policies_of_pairs(lists: Any) -> dict[KindKey, set[Ref]]:
     """`policies_by_kind` of the effective policies made from these (kind, result) lists (the
-    results a batch shares among thousands of paths: each list read once)."""
-    now: dict[KindKey, set[Ref]] = {}
+    results a batch shares among thousands of paths: each list read once). A kind's set is the
+    result's own (frozen) set where one result gives it all, as in `_policies_on`."""
+    now: dict[KindKey, Any] = {}
     for pairs in lists:
         for kind, res in pairs:
             pol = res.policies
             if pol:
-                got = now.get(kind.key)
+                kk = kind.key
+                got = now.get(kk)
                 if got is None:
-                    now[kind.key] = set(pol)
-                else:
-                    got |= pol
+                    now[kk] = pol
+                elif not pol <= got:
+                    now[kk] = got | pol
     return now
 
 
