@@ -8,7 +8,7 @@ are memoised by that sequence: thousands of routes under one Gateway share one c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from gwpolicy.merge.fieldmerge import DEFAULTS, DIRECT, OBJECT, OVERRIDES, Contribution, ladder
 from gwpolicy.merge.leaves import LeafPath, field_name, flatten, unflatten
@@ -81,9 +81,10 @@ class EffectivePolicy:
     result: Result
 
 
-@dataclass(frozen=True, slots=True)
-class Trail:
-    """What the levels of a path prefix give for one policy kind, in the orders the ladder reads them."""
+class Trail(NamedTuple):
+    """What the levels of a path prefix give for one policy kind, in the orders the ladder reads them.
+    A tuple: equal trails of different paths (a Service below many routes) are compared and hashed
+    by value in C, as the in-place updates key their results on them."""
 
     ov: tuple[Contribution, ...] = ()  # overrides, most general first
     df_rev: tuple[Contribution, ...] = ()  # defaults, most specific first
@@ -91,14 +92,15 @@ class Trail:
 
 
 EMPTY_TRAIL = Trail()
+_new_tuple = tuple.__new__
 
 
 def trail_through(t: Trail, e: LevelEntry) -> Trail:
     """The trail of a prefix one level longer, the level's entry of the kind being `e`."""
     c = e.contributions
-    return Trail(t.ov + (c[OVERRIDES],) if OVERRIDES in c else t.ov,
-                 (c[DEFAULTS],) + t.df_rev if DEFAULTS in c else t.df_rev,
-                 t.inh + (e,) if e.inherited else t.inh)
+    return _new_tuple(Trail, (t.ov + (c[OVERRIDES],) if OVERRIDES in c else t.ov,
+                              (c[DEFAULTS],) + t.df_rev if DEFAULTS in c else t.df_rev,
+                              t.inh + (e,) if e.inherited else t.inh))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -138,22 +140,32 @@ class Evaluator:
         for lst in self.kinds_at.values():
             lst.sort()
 
-    def summary(self, node: PathNode | None) -> Summary:
+    def summary(self, node: PathNode | None, shared: dict[tuple[Summary, Ref], Summary] | None = None) -> Summary:
+        """The node's summary, derived from its parent's where it has none. `shared`: summaries
+        derived during one batch of nodes (nothing changes meanwhile), by the parent's summary and
+        the level, so that equal prefixes below many routes share one (and so one memoised result)."""
         if node is None or node.level is None:
             return EMPTY_SUMMARY
         s = node.summary
         if s is not None:
             return s  # type: ignore[return-value]
-        above = self.summary(node.parent)
+        above = self.summary(node.parent, shared)
         kks = self.kinds_at.get(node.level)
         if not kks:
             node.summary = above
             return above
+        if shared is not None:
+            s = shared.get((above, node.level))
+            if s is not None:
+                node.summary = s
+                return s
         trails = dict(above.trails)
         at = self.entries_at[node.level]
         for kk in kks:
             trails[kk] = trail_through(trails.get(kk, EMPTY_TRAIL), at[kk])
         s = node.summary = Summary(trails, tuple(sorted(trails)))
+        if shared is not None:
+            shared[(above, node.level)] = s
         return s
 
     def kinds_on(self, path: PathNode) -> tuple[KindKey, ...]:
@@ -261,13 +273,7 @@ class Evaluator:
         entries_at = self.entries_at
         summary = self.summary
         evaluate_node = self.evaluate_node
-        mapped_for: dict[KindKey, tuple[PolicyKind, ...]] = {}  # owner's (group, kind) -> kinds mapping its fields
-        for k in kinds.values():
-            for m in k.field_mappings:
-                got = mapped_for.setdefault((m.target_group, m.target_kind), ())
-                if k not in got:
-                    mapped_for[(m.target_group, m.target_kind)] = got + (k,)
-        object_value = self.object_value
+        mapped_for = self.mapped_kinds()
         memo: dict[tuple, list[tuple[PolicyKind, Result]]] = {}
         out: list[EffectivePolicy] = []
         add = out.extend
@@ -293,13 +299,7 @@ class Evaluator:
                                 seen[ep.result] = ep.kind
                 continue
             used: dict[int, list[tuple[PolicyKind, Result]]] = {}  # the distinct contexts' results, in order
-            is_section = target.section is not None
-            mapped = mapped_for.get((owner.group, owner.kind)) if mapped_for else None
-            # a section's node hangs below its owner's, whose direct policies apply to it (S5.5): the
-            # owner is part of the context when it holds policies (its summary alone is shared by
-            # every node below it that adds none)
-            context = (is_section, tuple(object_value(owner, k) for k in mapped) if mapped else (),
-                       owner if is_section and owner in entries_at else None)
+            context = self.context(target, mapped_for)
             for node in paths[target]:
                 here = node.summary
                 if here is None:
@@ -330,6 +330,27 @@ class Evaluator:
                         for k, r in pairs:
                             seen[r] = k
         return out
+
+    def mapped_kinds(self) -> dict[KindKey, tuple[PolicyKind, ...]]:
+        """An owner's (group, kind) -> the policy kinds that map settings onto its fields."""
+        mapped_for: dict[KindKey, tuple[PolicyKind, ...]] = {}
+        for k in self.kinds.values():
+            for m in k.field_mappings:
+                got = mapped_for.setdefault((m.target_group, m.target_kind), ())
+                if k not in got:
+                    mapped_for[(m.target_group, m.target_kind)] = got + (k,)
+        return mapped_for
+
+    def context(self, target: Ref, mapped_for: dict[KindKey, tuple[PolicyKind, ...]]) -> tuple:
+        """What a node's results read besides its own summary and its parent's (`evaluate_node`):
+        a section's node hangs below its owner's, whose direct policies apply to it (S5.5): the
+        owner is part of the context when it holds policies (its summary alone is shared by every
+        node below it that adds none); and the owner's own values of mapped fields."""
+        owner = target.object
+        is_section = target.section is not None
+        mapped = mapped_for.get((owner.group, owner.kind)) if mapped_for else None
+        return (is_section, tuple(self.object_value(owner, k) for k in mapped) if mapped else (),
+                owner if is_section and owner in self.entries_at else None)
 
     def _sequence(self, node: PathNode, kk: KindKey, d_level: Ref) -> list[tuple[dict[str, Any], str, Ref]]:
         """S6 order along a path: by level, then older first; direct policies only at D."""

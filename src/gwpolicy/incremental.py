@@ -19,6 +19,7 @@ Property tests hold that the result equals a full analysis of the same objects.
 from __future__ import annotations
 
 import bisect
+import gc
 from itertools import chain, filterfalse
 from typing import Any
 
@@ -32,8 +33,8 @@ from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.policies import TARGET_FIELDS, Policy, PolicyKind, parse_policy
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.shapes import list_map_problem, object_problem
-from gwpolicy.topology import PathNode, Topology, _listeners, _service_ports, attach_route, extend, namespace_ref, \
-    parent_gateway, parent_listeners
+from gwpolicy.topology import PathNode, Topology, _add_backend, _listeners, _route_paths, _rules, _service_ports, attach_route, \
+    extend, namespace_ref, parent_gateway
 
 
 def replace_object(index: ObjectIndex, ref: Ref, raw: dict[str, Any] | None) -> Obj | None:
@@ -78,7 +79,23 @@ def apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) -
     """One object created, changed (`new` its new copy) or deleted (`new` None; `raw` the last copy
     known), applied to the analysis in place: the objects whose status may change, or None when only
     a full analysis can say (the caller runs one). The single entry point the controller, the webhook
-    and the gateway use, whatever the kind."""
+    and the gateway use, whatever the kind.
+
+    The cyclic collector is kept off while it runs: a change that moves a thousand routes allocates
+    tens of thousands of objects that live on (effective policies and their lists, summaries) and
+    makes no reference cycle (a node cut out of the tree is freed by reference counting), so the
+    collections their allocation would trigger (every 700 objects, each older generation in turn)
+    would find nothing; one young collection follows, at the caller's next allocation."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return _apply_change(a, raw, new)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
     ref = policy_ref(a, raw)
     if ref is not None:
         return update_policy(a, ref, new)
@@ -359,7 +376,11 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
     # update only: the trails it keys on are the ones this walk leaves).
     entries_at = ev.entries_at
     done: dict[tuple, Result | None] = {}
+    differ: dict[tuple[Result, Result], bool] = {}  # (old, new) result -> from other policies?
+    remap: dict[Result, Result | None] = {}  # where summaries stand: a node's old result -> its new one
     values: dict[Ref, Any] = {}
+    mapped = bool(kind.field_mappings)
+    last_old = last_res = other = None
     one = len(levels) == 1
     stack = [n for level in levels for n in idx.get(level, ())]
     if not one:
@@ -373,30 +394,37 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
             if n.children:
                 extend(n.children.values())
         target = n.level
-        if n not in paths.get(target, _NO_PATHS):  # type: ignore[arg-type]
-            continue  # a Namespace level inside a path is no target's path
         per_path = by.get(target)  # type: ignore[arg-type]
         eps = per_path.get(n) if per_path is not None else None
+        if eps is None and n not in paths.get(target, _NO_PATHS):  # type: ignore[arg-type]
+            continue  # a Namespace level inside a path is no target's path (a node with effective policies is one)
         at = -1
         if eps:
             for i, ep in enumerate(eps):
                 if ep.kind is kind:
                     at = i
                     break
-        here = n.summary
-        if here is None:
-            here = summary(n)
-        t_here = here.trails.get(kk)  # type: ignore[attr-defined]
-        if t_here is None:
+        res = _UNSEEN
+        if summaries_stand and at >= 0:
+            # summaries stand and the contributions kept their identity: the node's ladder is the
+            # one its old result was computed from, so the new result follows from the old one
+            was = eps[at].result  # type: ignore[index]
+            res = remap.get(was, _UNSEEN)
+        if res is not _UNSEEN:
+            pass
+        elif (t_here := (n.summary or summary(n)).trails.get(kk)) is None:  # type: ignore[union-attr]
             res = None
         else:
             parent = n.parent
             above = parent.summary  # type: ignore[union-attr]
             if above is None:
                 above = summary(parent)
-            value = values.get(target, _UNSEEN)  # type: ignore[arg-type]
-            if value is _UNSEEN:
-                value = values[target] = ev.object_value(target.object, kind) if kind.field_mappings else None  # type: ignore[union-attr]
+            if mapped:
+                value = values.get(target, _UNSEEN)  # type: ignore[arg-type]
+                if value is _UNSEEN:
+                    value = values[target] = ev.object_value(target.object, kind)  # type: ignore[union-attr]
+            else:
+                value = None
             at_target = entries_at.get(target)  # type: ignore[arg-type]
             own = at_target.get(kk) if at_target is not None else None
             # what `Evaluator.evaluate_node` reads for this kind, trails compared by value (the same
@@ -417,6 +445,8 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
                 if not res.leaves:
                     res = None
                 done[key] = res
+            if summaries_stand and at >= 0:
+                remap[was] = res
         if at >= 0:
             old = eps[at]  # type: ignore[index]
             if old.result is res:
@@ -432,8 +462,19 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
                     if not per_path:
                         del by[target]  # type: ignore[arg-type]
             else:
-                per_path[n] = eps[:at] + [EffectivePolicy(target, n, kind, res)] + eps[at + 1:]  # type: ignore[index, arg-type]
-            if res is None or old.result.policies != res.policies:
+                fresh = list(eps)  # type: ignore[arg-type]
+                fresh[at] = EffectivePolicy(target, n, kind, res)  # type: ignore[arg-type]
+                per_path[n] = fresh  # type: ignore[index]
+            if res is None:
+                owners.add(target.object)  # type: ignore[union-attr]
+                continue
+            was = old.result
+            if was is not last_old or res is not last_res:  # runs of paths with the same pair: no lookup
+                pair = last_old, last_res = was, res  # a few distinct pairs among thousands of paths: compared once each
+                other = differ.get(pair)
+                if other is None:
+                    other = differ[pair] = was.policies != res.policies
+            if other:
                 owners.add(target.object)  # type: ignore[union-attr]
         elif res is not None:
             ep = EffectivePolicy(target, n, kind, res)  # type: ignore[arg-type]
@@ -460,8 +501,56 @@ def _refresh_affected(a: Analysis, owner: Ref) -> bool:
     policies; True when that changed."""
     by = a._by_effective_target
     assert by is not None
-    targets = [owner] + [owner.with_section(s) for s in a.topology.sections.get(owner, [])]
-    now = policies_by_kind(chain.from_iterable(eps for t in targets for eps in by.get(t, {}).values()))
+    secs = a.topology.sections.get(owner)
+    targets = chain((owner,), map(owner.with_section, secs)) if secs else (owner,)
+    return _set_affected(a, owner, _policies_on([pp for pp in map(by.get, targets) if pp]))
+
+
+def _policies_on(per_paths: list[dict[PathNode, list[EffectivePolicy]]]) -> dict[KindKey, set[Ref]]:
+    """`policies_by_kind` of every effective policy of these paths, inline (thousands of owners
+    after a Gateway edit): each distinct result read once, kinds in the order they first appear.
+    A kind's set is the result's own (frozen) set where one result gives it all: no copy per
+    owner (what affects an object is only read, and replaced as a whole)."""
+    now: dict[KindKey, Any] = {}
+    seen: set[Result] = set()
+    for per_path in per_paths:
+        for eps in per_path.values():
+            for ep in eps:
+                res = ep.result
+                if res in seen:
+                    continue
+                seen.add(res)
+                pol = res.policies
+                if pol:
+                    kk = ep.kind.key
+                    got = now.get(kk)
+                    if got is None:
+                        now[kk] = pol
+                    elif not pol <= got:
+                        now[kk] = got | pol
+    return now
+
+
+def _policies_of_pairs(lists: Any) -> dict[KindKey, set[Ref]]:
+    """`policies_by_kind` of the effective policies made from these (kind, result) lists (the
+    results a batch shares among thousands of paths: each list read once). A kind's set is the
+    result's own (frozen) set where one result gives it all, as in `_policies_on`."""
+    now: dict[KindKey, Any] = {}
+    for pairs in lists:
+        for kind, res in pairs:
+            pol = res.policies
+            if pol:
+                kk = kind.key
+                got = now.get(kk)
+                if got is None:
+                    now[kk] = pol
+                elif not pol <= got:
+                    now[kk] = got | pol
+    return now
+
+
+def _set_affected(a: Analysis, owner: Ref, now: dict[KindKey, set[Ref]]) -> bool:
+    """What affects `owner` set to `now`; True when that changed."""
     if now == a.affected.get(owner, {}):
         return False
     if now:
@@ -521,53 +610,101 @@ def _resummarise(ev: Evaluator, n: PathNode, kk: KindKey) -> None:
     n.summary = Summary(trails, kinds)
 
 
-def _policies_of(results: dict[int, Result]) -> frozenset[Ref]:
-    out: frozenset[Ref] = frozenset()
-    for res in results.values():
-        out |= res.policies
-    return out
-
-
-def _recompute_nodes(a: Analysis, nodes: list[PathNode], lost: dict[Ref, list[EffectivePolicy]],
+def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: dict[Ref, list[EffectivePolicy]],
                      in_order: bool = False) -> set[Ref]:
-    """New summaries and effective policies (every kind) for these nodes (each listed once, parents
-    before children or not: summaries are derived on demand); objects whose affecting policies
-    changed. `lost`: the effective policies of paths the caller took away, by owner (when the new
-    paths bring at least their policies, the owner is not rescanned: what it had, plus what they
-    bring); `in_order`: keep a target's paths in the order a full analysis lists them (a route
-    change lists a backend's paths as routes reach it in any case: sorting its thousands of paths
-    would buy nothing)."""
-    for n in nodes:
-        n.summary = None
+    """New summaries and effective policies (every kind) for these paths of each target (each node
+    listed once, parents before children or not: summaries are derived on demand); objects whose
+    affecting policies changed. `lost`: the effective policies of paths the caller took away, by
+    owner (when the new paths bring at least their policies, the owner is not rescanned: what it
+    had, plus what they bring); `in_order`: keep a target's paths in the order a full analysis
+    lists them (a route change lists a backend's paths as routes reach it in any case: sorting its
+    thousands of paths would buy nothing)."""
+    for nodes in per_target.values():
+        for n in nodes:
+            n.summary = None
     by = a._by_effective_target
     assert by is not None
     paths = a.topology.paths
-    kinds = a.kinds
-    evaluate = a.evaluator.evaluate_node
-    per_target: dict[Ref, list[PathNode]] = {}
-    for n in nodes:
-        target = n.level
-        if target is not None and n in paths.get(target, ()):  # a Namespace level inside a path is no target's path
-            per_target.setdefault(target, []).append(n)
+    ev = a.evaluator
+    mapped_for = ev.mapped_kinds()
+    summary, evaluate, kinds, entries_at = ev.summary, ev.evaluate_node, ev.kinds, ev.entries_at
+    # Results by context for this batch (nothing changes while it runs): summaries derived through
+    # `shared` (`Evaluator.summary`), so that a node's summary and its parent's fix its level (a
+    # level holding policies gets summaries of its own) and, with the target's context
+    # (`Evaluator.context`), every result; contexts interned by value and keyed by identity
+    # (hashing a context per node costs more than the lookup)
+    memo: dict[tuple, list] = {}
+    shared: dict = {}
+    contexts: dict[tuple[Ref, bool], tuple] = {}  # by owner, and whether the target is a section
+    interned: dict[tuple, tuple] = {}
+    EP = EffectivePolicy
     gone: dict[Ref, list[EffectivePolicy]] = {o: list(eps) for o, eps in lost.items()}
-    gained: dict[Ref, list[EffectivePolicy]] = {}
+    gained: dict[Ref, dict[int, list]] = {}  # owner -> the distinct (kind, result) lists its new paths have
+    # owner -> (its targets with all their paths in the batch, the distinct (kind, result) lists
+    # of its paths in the batch): what affects an owner is read from those lists, and from the
+    # effective policies of its other targets' paths when they are few (a moved route: none; its
+    # Service: the standalone path of a port no route reaches)
+    owners_seen: dict[Ref, tuple[set[Ref], dict[int, list]]] = {}
     for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
         per_path = by.get(target)
         if per_path is None:
             per_path = by[target] = {}
         replaced: list[EffectivePolicy] = []
-        brought: list[EffectivePolicy] = []
+        brought: dict[int, list] = {}  # the distinct (kind, result) lists these paths now have
         added = False
+        owner = target.object
+        is_section = target[4] is not None
+        ckey = (owner, is_section)
+        context = contexts.get(ckey)
+        if context is None:
+            if mapped_for and (owner[0], owner[1]) in mapped_for:
+                context = ev.context(target, mapped_for)
+            else:  # what `Evaluator.context` gives when no kind maps the owner's fields
+                context = (is_section, (), owner if is_section and owner in entries_at else None)
+            context = contexts[ckey] = interned.setdefault(context, context)
+        cid = id(context)
+        seen = owners_seen.get(owner)
+        if seen is None:
+            seen = owners_seen[owner] = (set(), {})
+        lists = seen[1]
+        if len(fresh_nodes) == len(paths.get(target, ())):
+            seen[0].add(target)  # every path of this target is in the batch
         for n in fresh_nodes:
-            eps = [EffectivePolicy(target, n, kinds[kk], res) for kk, res in evaluate(target, n) if res.leaves]
+            here = n.summary
+            if here is None:
+                here = summary(n, shared)
+            if not here.kinds:  # type: ignore[union-attr]
+                pairs: list = []
+            else:
+                parent = n.parent
+                above = parent.summary  # type: ignore[union-attr]
+                if above is None:
+                    above = summary(parent, shared)
+                if is_section:  # the owner's summary above is read too: derive it shared
+                    grand = parent.parent  # type: ignore[union-attr]
+                    if grand is not None and grand.summary is None:
+                        summary(grand, shared)
+                key = (here, above, cid)
+                pairs = memo.get(key)  # type: ignore[assignment]
+                if pairs is None:
+                    pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate(target, n) if res.leaves]
+                lists[id(pairs)] = pairs
             old = per_path.get(n)
+            if old is not None and len(old) == len(pairs):
+                for o, (_, r) in zip(old, pairs):
+                    if o.result is not r:
+                        break
+                else:  # the same results: a new list all the same (readers take an unchanged list by identity)
+                    per_path[n] = list(old)
+                    continue
+            eps = [EP(target, n, k, res) for k, res in pairs]
             if old:
                 replaced.extend(old)
             if eps:
                 if old is None:
                     added = True
                 per_path[n] = eps  # an existing path keeps its place
-                brought.extend(eps)
+                brought[id(pairs)] = pairs
             elif old is not None:
                 del per_path[n]
         if added and in_order:  # paths that had no effective policy before: the order a full analysis gives
@@ -575,23 +712,43 @@ def _recompute_nodes(a: Analysis, nodes: list[PathNode], lost: dict[Ref, list[Ef
             by[target] = per_path = dict(sorted(per_path.items(), key=lambda kv: order.get(kv[0], 0)))
         if not per_path:
             by.pop(target, None)
-        # the policies the owner's other paths bring stay; if these paths bring the same ones as
-        # before, what affects the owner is unchanged (a Service behind many routes: no rescan)
-        if not replaced:  # new paths only: the owner gets what they bring (looked at once per owner, below)
-            if brought:
-                gained.setdefault(target.object, []).extend(brought)
-        elif policies_by_kind(replaced) != policies_by_kind(brought):
-            owner = target.object
+        # what these paths had and have, looked at once per owner below (the policies the owner's
+        # other paths bring stay)
+        if replaced:
             gone.setdefault(owner, []).extend(replaced)
-            gained.setdefault(owner, []).extend(brought)
+        if brought:
+            got = gained.get(owner)
+            if got is None:
+                gained[owner] = brought
+            else:
+                got.update(brought)
     a._effective = None
     changed: set[Ref] = set()
     affected = a.affected  # computed from scratch the first time, then kept up to date here
+    sections = a.topology.sections
     for owner in gone.keys() | gained.keys():
+        secs = sections.get(owner)
+        seen = owners_seen.get(owner)
+        if seen is not None:
+            rest = [pp for t in (chain((owner,), map(owner.with_section, secs)) if secs else (owner,))
+                    if t not in seen[0] and (pp := by.get(t))]
+            if sum(map(len, rest)) <= _FEW_PATHS:
+                now = _policies_of_pairs(seen[1].values())
+                for kk, refs in _policies_on(rest).items():
+                    now[kk] = now[kk] | refs if kk in now else refs
+                if _set_affected(a, owner, now):
+                    changed.add(owner)
+                continue
+        per_paths = [pp for pp in map(by.get, chain((owner,), map(owner.with_section, secs)) if secs else (owner,)) if pp]
+        if sum(map(len, per_paths)) <= _FEW_PATHS:
+            if _set_affected(a, owner, _policies_on(per_paths)):  # a handful of paths: gathered again at once
+                changed.add(owner)
+            continue
         before = affected.get(owner, {})
-        # what the owner loses, it gets back from the new paths: it keeps all it had, plus what they bring
+        # what the owner loses, it gets back from the new paths (a Service behind many routes, one
+        # of them derived again): it keeps all it had, plus what they bring, and is not rescanned
         lost_kinds = policies_by_kind(gone[owner]) if gone.get(owner) else {}
-        got = policies_by_kind(gained.get(owner, ()))
+        got = _policies_of_pairs(gained.get(owner, {}).values())
         if all(refs <= got.get(kk, set()) for kk, refs in lost_kinds.items()):
             now = {kk: before.get(kk, set()) | got.get(kk, set()) for kk in set(before) | set(got)}
             if now != before:
@@ -601,6 +758,11 @@ def _recompute_nodes(a: Analysis, nodes: list[PathNode], lost: dict[Ref, list[Ef
         if _refresh_affected(a, owner):
             changed.add(owner)
     return changed
+
+
+#: an owner with no more paths than this (on itself and its sections) has what affects it gathered
+#: again from them all, rather than from what its changed paths lost and brought
+_FEW_PATHS = 8
 
 
 def _subtree(node: PathNode) -> list[PathNode]:
@@ -754,6 +916,7 @@ class _Edit:
         self.backends: set[Ref] = set()  # backends that may have come into or gone out of the hierarchy
         self.routes: set[Ref] = set()
         self.refresh: list[PathNode] = []  # nodes to evaluate again though their paths stay
+        self.moved: dict[Ref, list[PathNode]] = {}  # targets' paths moved in place (`move_routes`)
 
     def _touch(self, t: Ref) -> None:
         if t not in self.before:
@@ -799,6 +962,99 @@ class _Edit:
                 self.add(t, n)
         topo.sections[route.ref] = shadow.sections.get(route.ref, [])
         topo.route_parents[route.ref] = shadow.route_parents.get(route.ref, [])
+
+    def move_routes(self, routes: list[Ref], changed: Ref | None = None) -> None:
+        """Routes whose parents alone may have changed (a Gateway's listeners, a namespace's
+        labels): their paths derived again and, where one path went and another came, the subtree
+        below the one that went moved, as it is, to where the new one hangs (`_graft`); only those
+        nodes are evaluated again, and no registration, node or index entry below them is made
+        again. The others (a path that came with none gone, a subtree whose shape would differ
+        there, or one holding `changed` itself) are derived from scratch (`derive_routes`)."""
+        index, topo = self.a.index, self.topo
+        # what a route's paths are derived on: the topology's listener paths, written to apart
+        shadow = Topology(paths=_Shadow(topo.paths), root=topo.root, listeners_of=topo.listeners_of, ports_of=topo.ports_of)
+        rest = []
+        for r in routes:
+            obj = index.by_ref.get(r)
+            if obj is None or not self._move_route(obj, changed, shadow):
+                rest.append(r)
+        self.derive_routes(rest)
+
+    def _move_route(self, route: Obj, changed: Ref | None, shadow: Topology) -> bool:
+        """Move the route's paths that went to the places of those that came, one for one; False
+        (nothing done) when that cannot give what deriving it again gives."""
+        topo = self.topo
+        ref = route.ref
+        old = list(topo.paths.get(ref, ()))
+        new = _route_paths(route, self.a.index, topo.listeners_of, shadow)
+        if new == old:
+            return True
+        kept, now = set(old), set(new)
+        gone = [n for n in old if n not in now]
+        came = [n for n in new if n not in kept]
+        if not gone and not came:
+            return True
+        # the nodes that came were interned by the derivation: empty unless they held something
+        # before (then derive it all, which reuses them)
+        self.spare.extend(came)
+        if len(gone) != len(came) or any(n.children for n in came):
+            return False
+        below = []
+        for g, c in zip(gone, came):
+            nodes = _subtree_of_same_shape(g, c.parent, changed)  # type: ignore[arg-type]
+            if nodes is None:
+                return False
+            below.append(nodes)
+        idx = nodes_at(self.a)
+        for g, c, nodes in zip(gone, came, below):
+            self.spare.append(_graft(g, c, nodes, idx, topo.paths, self.moved))  # the old parent, left empty maybe
+        topo.route_parents[ref] = shadow.route_parents[ref]
+        return True
+
+    def derive_backends(self, routes: list[Ref], ns: str) -> None:
+        """Routes whose backendRefs into the namespace `ns` (another than theirs) may have come or
+        gone (a ReferenceGrant there changed, S1.3): the subtrees of those backends below the
+        routes' paths taken away and derived again; the rest of each route stands as it is."""
+        index, topo = self.a.index, self.topo
+        paths = topo.paths
+        nsref = namespace_ref(ns)
+        grants = ReferenceGrants(index)
+        shadow = Topology(paths=_Shadow(paths), root=topo.root, listeners_of=topo.listeners_of, ports_of=topo.ports_of)
+        for r in routes:
+            route = index.by_ref.get(r)
+            if route is None or r.namespace == ns:
+                continue
+            route_paths = list(paths.get(r, ()))
+            for rp in route_paths:
+                for base in [rp, *(c for lv, c in (rp.children or {}).items() if lv.section is not None and lv.object == r)]:
+                    for lv, c in list((base.children or {}).items()):
+                        if lv == nsref:  # behind the Namespace level the path had none for
+                            for b in list((c.children or {}).values()):
+                                self._take_below(b)
+                            self.spare.append(c)
+                        elif lv.namespace == ns and lv.section is None:
+                            self._take_below(c)
+            for rule in _rules(route):
+                rname = rule.get("name") if isinstance(rule.get("name"), str) else None
+                bases = [rp.child(r.with_section(rname)) for rp in route_paths] if rname else route_paths
+                for bref in rule.get("backendRefs") or []:
+                    if isinstance(bref, dict) and (bref.get("namespace") or r.namespace) == ns:
+                        _add_backend(route, bref, bases, index, grants, shadow, self.backends, topo.ports_of)
+        for t, nodes in dict.items(shadow.paths):
+            for n in nodes:
+                self.add(t, n)
+
+    def _take_below(self, node: PathNode) -> None:
+        """Every path in the subtree taken away; the backends in it may leave the hierarchy."""
+        paths = self.topo.paths
+        for m in _subtree(node):
+            lv = m.level
+            if lv is not None and m in paths.get(lv, ()):
+                self.remove(lv, m)
+                if lv.section is None:
+                    self.backends.add(lv)
+            else:
+                self.spare.append(m)
 
     def derive_routes(self, routes: list[Ref]) -> None:
         index = self.a.index
@@ -848,6 +1104,7 @@ class _Edit:
         assert by is not None
         idx = nodes_at(a)
         fresh: list[PathNode] = []
+        per_target: dict[Ref, list[PathNode]] = {}
         lost: dict[Ref, list[EffectivePolicy]] = {}
         changed: set[Ref] = set()
         moved: set[Ref] = set()
@@ -867,7 +1124,9 @@ class _Edit:
                     paths[t] = before  # the order it had
                 continue
             changed.add(t)
-            fresh.extend(came)
+            if came:
+                fresh.extend(came)
+                per_target[t] = came
             per_path = by.get(t)
             if per_path is not None and gone:
                 for n in gone:
@@ -876,6 +1135,10 @@ class _Edit:
                         lost.setdefault(t.object, []).extend(eps)
                 if not per_path:
                     del by[t]
+        for t, nodes in self.moved.items():  # paths moved in place: the same registrations, other paths
+            changed.add(t)
+            got = per_target.get(t)
+            per_target[t] = nodes if got is None else got + nodes
         for n in fresh:  # the node index: new nodes, and the Namespace levels above them they brought
             m: PathNode | None = n
             while m is not None and m.level is not None:
@@ -885,16 +1148,21 @@ class _Edit:
                 at[m] = None
                 m = m.parent
         self._prune(idx)
-        known = set(fresh)
-        fresh += [n for n in self.refresh if n not in known and n in paths.get(n.level, ())]  # type: ignore[arg-type]
-        check = _recompute_nodes(a, fresh, lost)
+        if self.refresh:  # paths that stay, evaluated again (the object's mapped values changed)
+            known = {n for nodes in per_target.values() for n in nodes}
+            for n in self.refresh:
+                if n not in known and n in paths.get(n.level, ()):  # type: ignore[arg-type]
+                    known.add(n)
+                    per_target.setdefault(n.level, []).append(n)  # type: ignore[arg-type]
+        check = _recompute_nodes(a, per_target, lost)
         affected = a.affected
         for t in changed:  # owners whose every path went away
             owner = t.object
             if owner not in paths and owner in affected:
                 del affected[owner]
                 check.add(owner)
-        check |= {t.object for t in changed if t.object in a.index.by_ref}
+        by_ref = a.index.by_ref
+        check |= {o for o in {t.object for t in changed} if o in by_ref}
         return check, changed, moved
 
     def _prune(self, idx: dict[Ref, dict[PathNode, None]]) -> None:
@@ -916,6 +1184,72 @@ class _Edit:
                 if not at:
                     del idx[n.level]  # type: ignore[arg-type]
             work.append(p)
+
+
+def _subtree_of_same_shape(node: PathNode, new: PathNode, changed: Ref | None) -> list[PathNode] | None:
+    """The subtree of `node` (a route's path and all below it, parents first), if it would be
+    derived alike below `new` as below its parent now; else None. The levels below a route follow
+    from the route and its backends alone, except where a Namespace level goes (S4.2: above the
+    highest object of the path in that namespace): so the two parents must hold alike every
+    namespace the subtree's levels name. None of them may be the object that changed (a Gateway a
+    backendRef names)."""
+    old_ns, new_ns = node.parent.namespaces, new.namespaces  # type: ignore[union-attr]
+    differ = old_ns ^ new_ns
+    out, stack = [], [node]
+    while stack:
+        m = stack.pop()
+        out.append(m)
+        lv = m.level
+        if differ:
+            ns = lv.name if lv.kind == "Namespace" and lv.group == CORE_GROUP and lv.namespace is None else lv.namespace  # type: ignore[union-attr]
+            if ns in differ:
+                return None
+        if changed is not None and lv.name == changed.name and lv.object == changed:  # type: ignore[union-attr]
+            return None
+        if m.children:
+            stack.extend(m.children.values())
+    return out
+
+
+def _graft(node: PathNode, place: PathNode, nodes: list[PathNode], idx: dict[Ref, dict[PathNode, None]],
+           paths: dict[Ref, dict[PathNode, None]], moved: dict[Ref, list[PathNode]]) -> PathNode:
+    """Put `node` (with the subtree `nodes` below it) where the empty node `place` is, in its
+    stead; its levels, JSON, namespaces and summaries derived again below; the new parent and
+    the nodes above it put in the node index; each node that is a target's path listed in `moved`
+    under its target. Returns the old parent."""
+    old, new = node.parent, place.parent
+    assert old is not None and new is not None and new.children is not None and old.children is not None
+    lv = node.level
+    if old.children.get(lv) is node:  # type: ignore[arg-type]
+        del old.children[lv]  # type: ignore[arg-type]
+    new.children[lv] = node  # type: ignore[index]
+    node.parent = new
+    at = idx.get(lv)  # type: ignore[arg-type]
+    if at is not None:
+        at.pop(place, None)
+    for m in nodes:  # parents first: `_subtree_of_same_shape` lists a node before those below it
+        p = m.parent
+        lv = m.level
+        m.namespaces = p.namespaces | {lv.name} if lv.kind == "Namespace" and lv.group == CORE_GROUP \
+            and lv.namespace is None and lv.section is None else p.namespaces  # type: ignore[union-attr]
+        m._levels = None
+        m._json = None
+        m.summary = None
+        reg = paths.get(lv)  # type: ignore[arg-type]
+        if reg is not None and m in reg:
+            got = moved.get(lv)  # type: ignore[arg-type]
+            if got is None:
+                moved[lv] = [m]  # type: ignore[index]
+            else:
+                got.append(m)
+    m2: PathNode | None = new
+    while m2 is not None and m2.level is not None:
+        at = idx.setdefault(m2.level, {})
+        if m2 in at:
+            break
+        at[m2] = None
+        m2 = m2.parent
+    return old
 
 
 def _forget_object(a: Analysis, edit: _Edit, ref: Ref) -> None:
@@ -1005,7 +1339,6 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
         after = {l["name"]: l for l in _listeners(Obj(raw, ref, "", ""))}
         changed = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
         naming = [r for r in naming if _may_attach_to(a, r, ref, changed)]
-    above = {r: _listener_nodes_above(topo, r, ref) for r in naming}
     for t in [ref] + [ref.with_section(s) for s in topo.sections.pop(ref, [])]:
         for n in list(topo.paths.get(t, ())):
             edit.remove(t, n)
@@ -1023,11 +1356,9 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
             lref = ref.with_section(l["name"])
             edit.add(lref, gw_path.child(lref))
     _forget_object(a, edit, ref)
-    # only the routes whose listeners on this Gateway change (a listener added that no route names
-    # moves nothing) are derived again
-    routes = [r for r in naming if index.by_ref.get(r) is None
-              or _listener_nodes_now(a, index.by_ref[r], ref) != above[r]]
-    edit.derive_routes(routes)
+    # every route that may hang from a listener that changed: one whose paths stay as they were
+    # costs a derivation of its paths and nothing more (`_Edit.move_routes`)
+    edit.move_routes(naming, ref)
     edit.settle_backends()
     return _finish(a, edit, ref, {ref})
 
@@ -1042,34 +1373,6 @@ def _may_attach_to(a: Analysis, route: Ref, gw: Ref, listeners: set[str]) -> boo
         if (pref.get("sectionName") is None or pref.get("sectionName") in listeners) and parent_gateway(obj, pref) == gw:
             return True
     return False
-
-
-def _listener_nodes_above(topo: Topology, route: Ref, gw: Ref) -> set[PathNode]:
-    """The listener path nodes of the Gateway the route's paths hang from."""
-    out: set[PathNode] = set()
-    for n in topo.paths.get(route, ()):
-        p = n.parent
-        if p is not None and p.level is not None and p.level.kind == "Namespace" and p.level.group == CORE_GROUP:
-            p = p.parent  # a route in another namespace than the Gateway's: its Namespace level first
-        if p is not None and p.level is not None and p.level.section is not None and p.level.object == gw:
-            out.add(p)
-    return out
-
-
-def _listener_nodes_now(a: Analysis, route: Obj, gw: Ref) -> set[PathNode]:
-    """The listener path nodes of the Gateway (as it is now) the route attaches to (S1.3)."""
-    topo, index = a.topology, a.index
-    gw_obj = index.by_ref.get(gw)
-    out: set[PathNode] = set()
-    if gw_obj is None:
-        return out
-    for pref in topo.route_parents.get(route.ref, []):
-        if parent_gateway(route, pref) != gw:
-            continue
-        attached, _ = parent_listeners(route, pref, gw_obj, topo.listeners_of.get(gw, []), index)
-        for l in attached:
-            out.update(topo.paths.get(gw.with_section(l["name"]), ()))
-    return out
 
 
 def _gateway_shape(raw: dict[str, Any]) -> Any:
@@ -1169,7 +1472,7 @@ def update_namespace(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[R
         for n in list(topo.paths.get(nsref, ())):
             edit.remove(nsref, n)
     if index.namespace_labels(name) != labels_before:
-        edit.derive_routes(_selected_routes(a, name))
+        edit.move_routes(_selected_routes(a, name))
         edit.settle_backends()
     return _finish(a, edit, ref, {nsref} if in_use != in_use_before else set())
 
@@ -1228,10 +1531,16 @@ def update_grant(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     replace_object(index, ref, raw)
     ns = ref.namespace
     routes = sorted((r for r in route_index(a).into.get(ns or "", ()) if r.namespace in froms), key=Ref.sort_key)
-    edit.derive_routes(routes)
+    edit.derive_backends(routes, ns or "")
     edit.settle_backends()
-    policies = {p for p, outs in a.outcomes.items() if p.namespace in froms and p.namespace != ns
-                and any(o.declared is not None and o.declared.namespace == ns for o in outs)}
+    policies = set()  # a loop, not a generator per policy: every policy of the cluster is looked at
+    for p, outs in a.outcomes.items():
+        if p.namespace == ns or p.namespace not in froms:
+            continue
+        for o in outs:
+            if o.declared is not None and o.declared.namespace == ns:
+                policies.add(p)
+                break
     return _finish(a, edit, ref, set(), policies)
 
 
