@@ -281,44 +281,36 @@ class Evaluator:
         for target in targets:
             per_path: dict[PathNode, list[EffectivePolicy]] = {}
             owner = target.object
+            used: dict[int, list[tuple[PolicyKind, Result]]] = {}  # the distinct contexts' results, in order
             if target in entries_at:  # policies at the target itself: each node is a context of its own
                 for node in paths[target]:
-                    eps = [EP(target, node, kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
-                    if eps:
+                    pairs = [(kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
+                    if pairs:
+                        eps = [EP(target, node, k, r) for k, r in pairs]
                         add(eps)
                         per_path[node] = eps
-                if per_path:
-                    if by_target is not None:
-                        by_target[target] = per_path
-                    if results_of is not None:
-                        seen = results_of.get(owner)
-                        if seen is None:
-                            seen = results_of[owner] = {}
-                        for eps in per_path.values():
-                            for ep in eps:
-                                seen[ep.result] = ep.kind
-                continue
-            used: dict[int, list[tuple[PolicyKind, Result]]] = {}  # the distinct contexts' results, in order
-            context = self.context(target, mapped_for)
-            for node in paths[target]:
-                here = node.summary
-                if here is None:
-                    here = summary(node)
-                if not here.kinds:  # type: ignore[union-attr]
-                    continue
-                parent = node.parent
-                above = parent.summary  # type: ignore[union-attr]
-                if above is None:
-                    above = summary(parent)
-                key = (here, above, context)
-                pairs = memo.get(key)
-                if pairs is None:
-                    pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
-                if pairs:
-                    eps = [EP(target, node, k, r) for k, r in pairs]
-                    add(eps)
-                    per_path[node] = eps
-                    used[id(pairs)] = pairs
+                        used[id(pairs)] = pairs
+            else:
+                context = self.context(target, mapped_for)
+                for node in paths[target]:
+                    here = node.summary
+                    if here is None:
+                        here = summary(node)
+                    if not here.kinds:  # type: ignore[union-attr]
+                        continue
+                    parent = node.parent
+                    above = parent.summary  # type: ignore[union-attr]
+                    if above is None:
+                        above = summary(parent)
+                    key = (here, above, context)
+                    pairs = memo.get(key)
+                    if pairs is None:
+                        pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
+                    if pairs:
+                        eps = [EP(target, node, k, r) for k, r in pairs]
+                        add(eps)
+                        per_path[node] = eps
+                        used[id(pairs)] = pairs
             if per_path:
                 if by_target is not None:
                     by_target[target] = per_path

@@ -1140,13 +1140,7 @@ class _Edit:
             got = per_target.get(t)
             per_target[t] = nodes if got is None else got + nodes
         for n in fresh:  # the node index: new nodes, and the Namespace levels above them they brought
-            m: PathNode | None = n
-            while m is not None and m.level is not None:
-                at = idx.setdefault(m.level, {})
-                if m in at:
-                    break
-                at[m] = None
-                m = m.parent
+            _index_upward(idx, n)
         self._prune(idx)
         if self.refresh:  # paths that stay, evaluated again (the object's mapped values changed)
             known = {n for nodes in per_target.values() for n in nodes}
@@ -1242,14 +1236,19 @@ def _graft(node: PathNode, place: PathNode, nodes: list[PathNode], idx: dict[Ref
                 moved[lv] = [m]  # type: ignore[index]
             else:
                 got.append(m)
-    m2: PathNode | None = new
-    while m2 is not None and m2.level is not None:
-        at = idx.setdefault(m2.level, {})
-        if m2 in at:
-            break
-        at[m2] = None
-        m2 = m2.parent
+    _index_upward(idx, new)
     return old
+
+
+def _index_upward(idx: dict[Ref, dict[PathNode, None]], node: PathNode | None) -> None:
+    """The node and those above it into the node index (level -> its nodes), up to the first one
+    the index already holds: a new or moved node may bring Namespace levels above it."""
+    while node is not None and node.level is not None:
+        at = idx.setdefault(node.level, {})
+        if node in at:
+            break
+        at[node] = None
+        node = node.parent
 
 
 def _forget_object(a: Analysis, edit: _Edit, ref: Ref) -> None:
