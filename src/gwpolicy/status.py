@@ -43,13 +43,20 @@ def keep_places(existing: list[dict[str, Any]], ours: list[dict[str, Any]], is_o
     """`existing` with our entries brought to `ours`: every other writer's entry stays where it is, ours
     are replaced in place (or dropped when gone), new ones are appended. Several controllers share these
     lists (GEP-713); rebuilding them in an order of our own would make two writers undo each other forever."""
-    fresh = {key(e): e for e in ours}
+    return keep_places_keyed(existing, [key(e) if is_ours(e) else None for e in existing], {key(e): e for e in ours})
+
+
+def keep_places_keyed(existing: list[dict[str, Any]], keys: list[Hashable | None],
+                      fresh: dict[Hashable, dict[str, Any]]) -> list[dict[str, Any]]:
+    """`keep_places` for a caller that has each entry's key already: `keys[i]` is that of
+    `existing[i]` when it is ours, None when another writer's; `fresh`, our entries by key (taken
+    from as they are placed)."""
     out = []
-    for e in existing:
-        if not is_ours(e):
+    for e, k in zip(existing, keys):
+        if k is None:
             out.append(e)
         else:
-            mine = fresh.pop(key(e), None)
+            mine = fresh.pop(k, None)
             if mine is not None:
                 out.append(mine)
     return out + list(fresh.values())
@@ -204,8 +211,8 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
     # nothing inside is changed, and a deep copy was half the status computation once objects carry one
     status = dict(raw_status) if isinstance(raw_status, dict) else {}
     annotations = dict(obj.metadata.get("annotations") or {}) if isinstance(obj.metadata.get("annotations"), dict) else {}
-    kind, group = obj.kind, obj.group
-    if group != GATEWAY_GROUP or (kind not in ("Gateway", "GatewayClass") and kind not in ROUTE_KINDS):
+    kind = obj.kind
+    if annotation_only(obj):
         _set_annotation(annotations, bool(kinds))  # a Service, a Namespace, a policy: the annotation only
         return status, annotations
     gen = obj.generation
@@ -223,12 +230,12 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
         return status, annotations
     if parent_refs:  # a route
         parents = [p for p in status.get("parents") or [] if isinstance(p, dict)]
-        # each entry's key made once (None: another controller's entry), for `keep_places` below
+        # each entry's key made once (None: another controller's entry), for `keep_places_keyed` below
         keys = [_parent_key(p.get("parentRef") or {}) if p.get("controllerName") == controller else None
                 for p in parents]
         previous = {k: p for k, p in zip(keys, parents) if k is not None}
         room = max(0, MAX_PARENTS - keys.count(None))
-        fresh: dict[tuple, dict[str, Any]] = {}  # what `keep_places` makes of `ours`, by key
+        fresh: dict[tuple, dict[str, Any]] = {}  # our entries, by key
         if kinds:
             messages = _affected_messages(kinds, MAX_CONDITIONS, describe)
             for pref in parent_refs[:room]:
@@ -236,16 +243,8 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
                 prev = previous.get(key)
                 fresh[key] = {"parentRef": dict(pref), "controllerName": controller,
                               "conditions": _conditions_of(messages, gen, (prev or {}).get("conditions"), now)}
-        if fresh or previous:  # keep_places, with the keys made above
-            out = []
-            for p, key in zip(parents, keys):
-                if key is None:
-                    out.append(p)
-                else:
-                    mine = fresh.pop(key, None)
-                    if mine is not None:
-                        out.append(mine)
-            status["parents"] = out + list(fresh.values())
+        if fresh or previous:
+            status["parents"] = keep_places_keyed(parents, keys, fresh)
         # parentRefs without an entry of ours (status.parents is full): the annotation carries the breadcrumb
         _set_annotation(annotations, bool(kinds) and len(parent_refs) > room)
         return status, annotations
