@@ -1326,13 +1326,13 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
         return set()
     a.affected  # noqa: B018 - materialise it (and the effective policies by target) before anything changes
     edit = _Edit(a)
-    same = old is not None and raw is not None and _gateway_shape(old.raw) == _gateway_shape(raw)
-    if same:
+    shapes = (_gateway_shape(old.raw), _gateway_shape(raw)) if old is not None and raw is not None else None
+    if shapes is not None and shapes[0] == shapes[1]:
         replace_object(index, ref, raw)
         _forget_object(a, edit, ref)
         return _finish(a, edit, ref, set())
     naming = route_index(a).routes_naming(ref)
-    if old is not None and raw is not None and _gateway_shape(old.raw)[0] == _gateway_shape(raw)[0]:
+    if shapes is not None and shapes[0][0] == shapes[1][0]:
         # same class: only the routes that may hang from a listener that changed
         before = {l["name"]: l for l in topo.listeners_of.get(ref, [])}
         after = {l["name"]: l for l in _listeners(Obj(raw, ref, "", ""))}
@@ -1392,13 +1392,14 @@ def update_service(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
         return set()
     a.affected  # noqa: B018
     edit = _Edit(a)
-    if old is not None and raw is not None and _service_ports(old) == _service_ports(Obj(raw, ref, "", "")):
+    ports_before_after = (_service_ports(old), _service_ports(Obj(raw, ref, "", ""))) if old is not None and raw is not None else None
+    if ports_before_after is not None and ports_before_after[0] == ports_before_after[1]:
         replace_object(index, ref, raw)
         _forget_object(a, edit, ref)
         return _finish(a, edit, ref, set())
     routes = route_index(a).routes_naming(ref)
-    if old is not None and raw is not None:  # its ports changed: only routes whose backendRefs pick other ports
-        before, after = _service_ports(old), _service_ports(Obj(raw, ref, "", ""))
+    if ports_before_after is not None:  # its ports changed: only routes whose backendRefs pick other ports
+        before, after = ports_before_after
         routes = [r for r in routes if r not in index.by_ref or any(
             _picked(before, port) != _picked(after, port) for port in _ports_asked(index.by_ref[r], ref))]
     for r in routes:
