@@ -8,7 +8,7 @@ are memoised by that sequence: thousands of routes under one Gateway share one c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from gwpolicy.merge.fieldmerge import DEFAULTS, DIRECT, OBJECT, OVERRIDES, Contribution, ladder
 from gwpolicy.merge.leaves import LeafPath, field_name, flatten, unflatten
@@ -273,7 +273,7 @@ class Evaluator:
         entries_at = self.entries_at
         summary = self.summary
         evaluate_node = self.evaluate_node
-        mapped_for = self.mapped_kinds()
+        context_of = self.contexts()
         memo: dict[tuple, list[tuple[PolicyKind, Result]]] = {}
         out: list[EffectivePolicy] = []
         add = out.extend
@@ -291,7 +291,7 @@ class Evaluator:
                         per_path[node] = eps
                         used[id(pairs)] = pairs
             else:
-                context = self.context(target, mapped_for)
+                context = id(context_of(target))
                 for node in paths[target]:
                     here = node.summary
                     if here is None:
@@ -332,6 +332,25 @@ class Evaluator:
                 if k not in got:
                     mapped_for[(m.target_group, m.target_kind)] = got + (k,)
         return mapped_for
+
+    def contexts(self) -> Callable[[Ref], tuple]:
+        """`context` for one batch of evaluations (nothing changes meanwhile): made once per owner and
+        whether the target is a section (all it depends on), and interned, so that a memo of node
+        results may key on its identity (hashing a context per node costs more than the lookup).
+        The interned contexts live as long as the function returned."""
+        mapped_for = self.mapped_kinds()
+        context = self.context
+        by_owner: dict[tuple[Ref, bool], tuple] = {}
+        interned: dict[tuple, tuple] = {}
+
+        def of(target: Ref) -> tuple:
+            key = (target.object, target[4] is not None)
+            c = by_owner.get(key)
+            if c is None:
+                c = context(target, mapped_for)
+                c = by_owner[key] = interned.setdefault(c, c)
+            return c
+        return of
 
     def context(self, target: Ref, mapped_for: dict[KindKey, tuple[PolicyKind, ...]]) -> tuple:
         """What a node's results read besides its own summary and its parent's (`evaluate_node`):

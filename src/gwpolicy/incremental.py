@@ -626,17 +626,14 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     assert by is not None
     paths = a.topology.paths
     ev = a.evaluator
-    mapped_for = ev.mapped_kinds()
-    summary, evaluate, kinds, entries_at = ev.summary, ev.evaluate_node, ev.kinds, ev.entries_at
+    context_of = ev.contexts()
+    summary, evaluate, kinds = ev.summary, ev.evaluate_node, ev.kinds
     # Results by context for this batch (nothing changes while it runs): summaries derived through
     # `shared` (`Evaluator.summary`), so that a node's summary and its parent's fix its level (a
     # level holding policies gets summaries of its own) and, with the target's context
-    # (`Evaluator.context`), every result; contexts interned by value and keyed by identity
-    # (hashing a context per node costs more than the lookup)
+    # (`Evaluator.contexts`: interned, keyed by identity), every result
     memo: dict[tuple, list] = {}
     shared: dict = {}
-    contexts: dict[tuple[Ref, bool], tuple] = {}  # by owner, and whether the target is a section
-    interned: dict[tuple, tuple] = {}
     EP = EffectivePolicy
     gone: dict[Ref, list[EffectivePolicy]] = {o: list(eps) for o, eps in lost.items()}
     gained: dict[Ref, dict[int, list]] = {}  # owner -> the distinct (kind, result) lists its new paths have
@@ -654,15 +651,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         added = False
         owner = target.object
         is_section = target[4] is not None
-        ckey = (owner, is_section)
-        context = contexts.get(ckey)
-        if context is None:
-            if mapped_for and (owner[0], owner[1]) in mapped_for:
-                context = ev.context(target, mapped_for)
-            else:  # what `Evaluator.context` gives when no kind maps the owner's fields
-                context = (is_section, (), owner if is_section and owner in entries_at else None)
-            context = contexts[ckey] = interned.setdefault(context, context)
-        cid = id(context)
+        cid = id(context_of(target))
         seen = owners_seen.get(owner)
         if seen is None:
             seen = owners_seen[owner] = (set(), {})
