@@ -783,7 +783,6 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     index = a.index
     if raw is None and ref not in index.by_ref:
         return set()
-    a.affected  # noqa: B018 - materialise it (and the effective policies by target) before anything changes
     edit = _Edit(a)
     edit.take_route(ref)
     obj = replace_object(index, ref, raw)
@@ -898,6 +897,9 @@ class _Edit:
     path holds any more."""
 
     def __init__(self, a: Analysis) -> None:
+        # what affects each object (and the effective policies by target) materialised before anything
+        # changes: an edit keeps them up to date
+        a.affected  # noqa: B018
         self.a = a
         self.topo = a.topology
         self.before: dict[Ref, dict[PathNode, None]] = {}
@@ -1313,7 +1315,6 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
     old = index.by_ref.get(ref)
     if old is None and raw is None:
         return set()
-    a.affected  # noqa: B018 - materialise it (and the effective policies by target) before anything changes
     edit = _Edit(a)
     shapes = (_gateway_shape(old.raw), _gateway_shape(raw)) if old is not None and raw is not None else None
     if shapes is not None and shapes[0] == shapes[1]:
@@ -1379,7 +1380,6 @@ def update_service(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
     old = index.by_ref.get(ref)
     if old is None and raw is None:
         return set()
-    a.affected  # noqa: B018
     edit = _Edit(a)
     ports_before_after = (_service_ports(old), _service_ports(Obj(raw, ref, "", ""))) if old is not None and raw is not None else None
     if ports_before_after is not None and ports_before_after[0] == ports_before_after[1]:
@@ -1444,7 +1444,6 @@ def update_namespace(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[R
     old = index.by_ref.get(ref)
     if old is None and raw is None:
         return set()
-    a.affected  # noqa: B018
     edit = _Edit(a)
     name = ref.name
     labels_before = index.namespace_labels(name)
@@ -1514,7 +1513,6 @@ def update_grant(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     old = index.by_ref.get(ref)
     if old is None and raw is None:
         return set()
-    a.affected  # noqa: B018
     edit = _Edit(a)
     froms = _grant_namespaces(old.raw if old is not None else None) | _grant_namespaces(raw)
     replace_object(index, ref, raw)
