@@ -4,15 +4,14 @@ dropping the released analysis leaves no cyclic garbage (frozen, it would never 
 
 from __future__ import annotations
 
-import gc
-
 import orjson
 import pytest
 
 from gwpolicy.bench.controller_inproc import EDITS, write_status
 from gwpolicy.bench.generate import write_yaml
-from gwpolicy.controller.model import ClusterModel, release
+from gwpolicy.controller.model import ClusterModel
 from gwpolicy.load import load_paths
+from test_controller_release import _cyclic_garbage_of_dropping
 
 
 @pytest.fixture(scope="module")
@@ -20,18 +19,6 @@ def objects(tmp_path_factory) -> list[dict]:
     path = tmp_path_factory.mktemp("release") / "c.yaml"
     write_yaml(60, str(path))
     return [orjson.loads(orjson.dumps(o, default=str)) for o in load_paths([str(path)]).objects]
-
-
-def _garbage_left_by_releasing(m: ClusterModel) -> int:
-    gc.unfreeze()
-    gc.collect()
-    old, m.analysis = m.analysis, None
-    release(old)
-    del old
-    try:
-        return gc.collect()
-    finally:
-        gc.freeze()
 
 
 @pytest.mark.parametrize("upto", range(1, len(EDITS) + 1), ids=[name for name, _ in EDITS])
@@ -46,4 +33,4 @@ def test_an_analysis_edited_in_place_is_released_whole(objects, upto: int) -> No
         m.reconcile()
     assert m.reconciles == 1  # every edit in place
     write_status(m, first)
-    assert _garbage_left_by_releasing(m) == 0
+    assert _cyclic_garbage_of_dropping(m, cut=True) == 0

@@ -21,8 +21,7 @@ from gwpolicy.analysis import analyse
 from gwpolicy.incremental import apply_change, policy_ref
 from gwpolicy.refs import Ref
 from helpers import NOW
-from test_incremental_topology import assert_node_index, canonical, index_view, key, moved_status, policy_change, \
-    route_change
+from test_incremental_topology import assert_node_index, canonical, draw_change, index_view, key, moved_status
 
 NAMESPACES = ["a", "b", "c"]
 HOSTNAMES = [None, "*.example.com", "*.example.org", "x.example.com"]
@@ -213,12 +212,7 @@ def test_moves_of_many_routes_in_place_equal_a_full_analysis(objs, rnd: random.R
     a = analyse(copy.deepcopy(list(state.values())), now=NOW)
     base = analyse(copy.deepcopy(list(state.values())), now=NOW)
     for what in sequence:
-        if what == "policy":
-            old, new = policy_change(state, rnd, new_settings)
-        elif what == "route":
-            old, new = route_change(state, rnd)
-        else:
-            old, new = globals()[f"{what}_change"](state, rnd)
+        old, new = draw_change(what, state, rnd, new_settings, globals())
         if old is None and new is None:
             continue
         a, base = apply_and_compare(state, old, new, a, base)

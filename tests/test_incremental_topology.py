@@ -180,17 +180,22 @@ def _tree(a: Analysis) -> set[tuple[str, ...]]:
     return out
 
 
-def assert_node_index(a: Analysis) -> None:
-    """The index of nodes by level (what a policy change walks down from) holds the tree's nodes."""
-    tree: dict[Ref, set[int]] = {}
+def tree_by_level(a: Analysis) -> dict[Ref, set[int]]:
+    """Every node of the tree below the root, by level (by walking it)."""
+    out: dict[Ref, set[int]] = {}
     stack = [a.topology.root]
     while stack:
         n = stack.pop()
         if n.level is not None:
-            tree.setdefault(n.level, set()).add(id(n))
+            out.setdefault(n.level, set()).add(id(n))
         stack.extend((n.children or {}).values())
+    return out
+
+
+def assert_node_index(a: Analysis) -> None:
+    """The index of nodes by level (what a policy change walks down from) holds the tree's nodes."""
     idx = {lv: {id(n) for n in nodes} for lv, nodes in nodes_at(a).items() if nodes}
-    assert idx == tree
+    assert idx == tree_by_level(a)
 
 
 def moved_status(before: Analysis, after: Analysis) -> set[Ref]:
@@ -202,6 +207,17 @@ def moved_status(before: Analysis, after: Analysis) -> set[Ref]:
 CHANGES = ["gateway", "service", "namespace", "grant", "policy", "route", "unread"]
 
 
+def draw_change(what: str, state: dict, rnd: random.Random, new_settings, changes: dict | None = None) -> tuple[dict | None, dict | None]:
+    """(old, new) of one change of the kind `what` to the cluster `state`; `changes`: the namespace
+    whose `<what>_change` functions make the kinds other than a policy or a route (this module's
+    by default; a test module with changes of its own passes its globals())."""
+    if what == "policy":
+        return policy_change(state, rnd, new_settings)
+    if what == "route":
+        return route_change(state, rnd)
+    return (changes if changes is not None else globals())[f"{what}_change"](state, rnd)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cluster(), st.randoms(use_true_random=False), settings_strategy, st.lists(st.sampled_from(CHANGES), min_size=1, max_size=4))
 def test_a_sequence_of_changes_in_place_equals_a_full_analysis(objs, rnd: random.Random, new_settings, sequence) -> None:
@@ -209,12 +225,7 @@ def test_a_sequence_of_changes_in_place_equals_a_full_analysis(objs, rnd: random
     a = analyse(copy.deepcopy(list(state.values())), now=NOW)
     base = analyse(copy.deepcopy(list(state.values())), now=NOW)
     for what in sequence:
-        if what == "policy":
-            old, new = policy_change(state, rnd, new_settings)
-        elif what == "route":
-            old, new = route_change(state, rnd)
-        else:
-            old, new = globals()[f"{what}_change"](state, rnd)
+        old, new = draw_change(what, state, rnd, new_settings)
         if old is None and new is None:
             continue
         raw = old if old is not None else new

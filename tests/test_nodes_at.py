@@ -17,20 +17,7 @@ from gwpolicy.bench.generate import cluster as cluster_of
 from gwpolicy.incremental import apply_change, nodes_at, prepare
 from gwpolicy.refs import Ref
 from helpers import NOW, scenario_files
-from test_incremental_topology import CHANGES, canonical, key, policy_change, route_change
-import test_incremental_topology as changes
-
-
-def tree_by_level(a: Analysis) -> dict[Ref, set[int]]:
-    """Every node of the tree below the root, by level (by walking it)."""
-    out: dict[Ref, set[int]] = {}
-    stack = [a.topology.root]
-    while stack:
-        n = stack.pop()
-        if n.level is not None:
-            out.setdefault(n.level, set()).add(id(n))
-        stack.extend((n.children or {}).values())
-    return out
+from test_incremental_topology import CHANGES, canonical, draw_change, key, tree_by_level
 
 
 def index_by_level(a: Analysis) -> dict[Ref, set[int]]:
@@ -63,12 +50,7 @@ def test_changes_in_place_after_prepare_keep_the_index_and_equal_a_full_analysis
     a = analyse(copy.deepcopy(list(state.values())), now=NOW)
     prepare(a)  # as the controller and the gateway do, so that changes start from the index read off the paths
     for what in sequence:
-        if what == "policy":
-            old, new = policy_change(state, rnd, new_settings)
-        elif what == "route":
-            old, new = route_change(state, rnd)
-        else:
-            old, new = getattr(changes, f"{what}_change")(state, rnd)
+        old, new = draw_change(what, state, rnd, new_settings)
         if old is None and new is None:
             continue
         raw = old if old is not None else new
