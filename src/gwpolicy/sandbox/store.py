@@ -158,10 +158,7 @@ def validate_metadata(r: Resource, obj: dict[str, Any]) -> None:
 
 def is_builtin(r: Resource) -> bool:
     """A kind kube-apiserver itself serves (not one a CRD added)."""
-    return (r.group, r.kind) in builtin.KINDS and gotypes.has_type(r.kind) and r.group in _BUILTIN_GROUPS
-
-
-_BUILTIN_GROUPS = {g for g, _ in builtin.KINDS}
+    return (r.group, r.kind) in builtin.KINDS and gotypes.has_type(r.kind)
 
 
 def not_found(r: Resource, name: str) -> ApiFailure:
