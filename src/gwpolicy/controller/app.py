@@ -474,7 +474,7 @@ class Controller:
                 "lastUpdateSeconds": self.model.last_update_seconds, "lastUpdateCpuSeconds": self.last_update_cpu,
                 "sinceLastEvent": time.monotonic() - self.last_event, "events": self.events_seen,
                 "breadcrumbCalls": self.paced_calls,
-                "synced": all(i.synced.is_set() for i in self.informers.values()),
+                "synced": self.listed(),
                 "informers": {f"{k.group}/{k.plural}": {"synced": i.synced.is_set(), "error": i.error,
                                                         "relists": i.relists, "reconnects": i.reconnects,
                                                         "resets": i.resets, "resourceVersion": i.rv}

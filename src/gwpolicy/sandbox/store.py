@@ -9,6 +9,7 @@ import bisect
 import copy
 import itertools
 import re
+import sys
 from collections import deque
 import uuid
 from contextlib import contextmanager
@@ -157,10 +158,7 @@ def validate_metadata(r: Resource, obj: dict[str, Any]) -> None:
 
 def is_builtin(r: Resource) -> bool:
     """A kind kube-apiserver itself serves (not one a CRD added)."""
-    return (r.group, r.kind) in builtin.KINDS and gotypes.has_type(r.kind) and r.group in _BUILTIN_GROUPS
-
-
-_BUILTIN_GROUPS = {g for g, _ in builtin.KINDS}
+    return (r.group, r.kind) in builtin.KINDS and gotypes.has_type(r.kind)
 
 
 def not_found(r: Resource, name: str) -> ApiFailure:
@@ -582,14 +580,8 @@ class Store:
         return clone(obj)
 
     def list(self, r: Resource, ns: str | None, labels: str | None = None, fields: str | None = None) -> list[dict[str, Any]]:
-        lm, fm = label_matcher(labels), field_matcher(fields)
-        out = []
-        for key in self.objects.keys_of(r.group, r.plural):
-            obj = self.objects[key]
-            if (ns is None or not r.namespaced or key[2] == ns) and lm(obj["metadata"].get("labels") or {}) and fm(obj):
-                out.append(clone(obj))
-        out.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
-        return out
+        """Every matching object, in (namespace, name) order: `page` without a limit."""
+        return self.page(r, ns, labels, fields, sys.maxsize, None)[0]
 
     def page(self, r: Resource, ns: str | None, labels: str | None, fields: str | None, limit: int,
              after: tuple[str, str] | None) -> tuple[list[dict[str, Any]], bool]:
