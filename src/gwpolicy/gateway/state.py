@@ -145,14 +145,10 @@ class GatewayState:
             return self._route(ref, raw, new)
         if ref.group == GATEWAY_GROUP and ref.kind in _VIEWED:  # a Gateway: its view needs the new facts
             self._rebuild_facts()
-            new_view = dataplane_objects([new], self.facts)[0] if new is not None else None
-            got = apply_change(a, self.views.get(ref, raw), new_view)
+            old_view = self.views.get(ref, raw)
+            got = apply_change(a, old_view, self._set_view(ref, new))
             if got is None:
                 return None
-            if new_view is None:
-                self.views.pop(ref, None)
-            else:
-                self.views[ref] = new_view
             return self._rediff(got | {ref})
         got = apply_change(a, raw, new)
         if got is None:
@@ -182,16 +178,22 @@ class GatewayState:
                 for lf in gf.listeners.values():
                     lf.attached_routes = len(facts.attached(g, lf.name))
         old_view = self.views.get(ref, raw)
-        new_view = dataplane_objects([new], facts)[0] if new is not None else None
-        if new_view is None:
-            self.views.pop(ref, None)
-        else:
-            self.views[ref] = new_view
-        got = apply_change(a, old_view, new_view)
+        got = apply_change(a, old_view, self._set_view(ref, new))
         if got is None:
             return None
         backends = {b.ref for f in (before, rf) if f is not None for b in f.backends if b.ref is not None}
         return got | {ref} | gateways | backends  # the policies on its backends may reach other Gateways now
+
+    def _set_view(self, ref: Ref, new: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The data plane's view of a Gateway or route's new copy (None: deleted), recorded as the
+        copy the analysis holds. When the engine then declines it, the full pass that follows
+        starts the views afresh."""
+        view = dataplane_objects([new], self.facts)[0] if new is not None else None
+        if view is None:
+            self.views.pop(ref, None)
+        else:
+            self.views[ref] = view
+        return view
 
     def _rebuild_facts(self) -> None:
         self.epoch += 1
