@@ -111,10 +111,7 @@ class GatewayState:
         was = gc.isenabled()
         gc.disable()  # an analysis allocates millions of objects and makes no cycles worth a collection
         try:
-            raws = list(self.objects.values())
-            self.index = build_index(raws)
-            self.grants = ReferenceGrants(self.index)
-            self.facts = gateway_facts(self.index, self.controller, self.grants)
+            raws = self._index_objects()
             view = dataplane_objects(raws, self.facts)
             self.views = {}
             for raw in view:
@@ -197,9 +194,15 @@ class GatewayState:
 
     def _rebuild_facts(self) -> None:
         self.epoch += 1
-        self.index = build_index(list(self.objects.values()))
+        self._index_objects()
+
+    def _index_objects(self) -> list[dict[str, Any]]:
+        """Index, grants and facts made afresh from the objects as they are; the objects, listed."""
+        raws = list(self.objects.values())
+        self.index = build_index(raws)
         self.grants = ReferenceGrants(self.index)
         self.facts = gateway_facts(self.index, self.controller, self.grants)
+        return raws
 
     def _rediff(self, touched: set[Ref]) -> set[Ref] | None:
         """After a change of another kind that the engine took in place (facts computed again):
