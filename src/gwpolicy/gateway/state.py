@@ -68,7 +68,7 @@ class GatewayState:
         self.full_passes = 0
         self.in_place = 0  # changes applied in place
         #: bumped whenever something other than a policy or a route changed: the data plane's
-        #: caches (gateway/cache.py) key on routes, policies and paths only
+        #: caches (dataplane.BuildCache, render.RenderCache) key on routes, policies and paths only
         self.epoch = 0
         self.last_fallback: str | None = None  # the change that needed the full pass, for the log
 
