@@ -539,7 +539,7 @@ def _accepted_outright(shape: Shape) -> frozenset[type] | None:
         types = shape
     else:
         return None
-    ok = frozenset(t for t in (str, int, bool, float, dict, list) if t in types and (t is not bool or bool in types))
+    ok = frozenset(t for t in (str, int, bool, float, dict, list) if t in types)
     return ok or None
 
 

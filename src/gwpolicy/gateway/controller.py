@@ -371,16 +371,17 @@ class GatewayController:
             self.objects.pop(key, None)
         else:
             self.objects[key] = with_defaults(raw)
-        if etype == "DELETED" or old is None or _essence(old) != _essence(self.objects[key]):
-            if etype != "DELETED" or old is not None:
-                self.state.changed(old, self.objects.get(key))
+        # one comparison for both uses below (_essence copies the metadata and the top level)
+        changed = etype == "DELETED" or old is None or _essence(old) != _essence(self.objects[key])
+        if changed and (etype != "DELETED" or old is not None):
+            self.state.changed(old, self.objects.get(key))
         if kind == kube.CRD and etype != "DELETED":
             self._consider_crd(raw)
         if (kind.group, kind.kind) == ("gwpolicy.io", "PolicyKind") and etype != "DELETED":
             for k, crd in list(self.objects.items()):
                 if k[:2] == ("apiextensions.k8s.io", "CustomResourceDefinition"):
                     self._consider_crd(crd)
-        if etype == "DELETED" or old is None or _essence(old) != _essence(self.objects[key]):
+        if changed:
             self.wake.set()
         else:  # only status or bookkeeping changed (the echo of our writes among them): compare again
             ref = key_ref(key)

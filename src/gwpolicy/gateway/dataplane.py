@@ -510,7 +510,7 @@ class _Builder:
         for route in routes:
             nodes = list(self.topo.paths.get(route.ref, {}))
             servers = [by_listener.get(lref) if lref is not None else None for lref in map(_listener_of, nodes)]
-            entry = self._cached(route, nodes, servers) if self.cache is not None else None
+            entry, inputs = self._cached(route, nodes, servers) if self.cache is not None else (None, None)
             if entry is not None:
                 self.route_facts[route.ref] = _copy_fact(entry.fact)
                 self.actions.update(entry.actions)
@@ -542,7 +542,8 @@ class _Builder:
                 actions = self._new_actions
                 used = {b.upstream for a in actions.values() for b in a.backends if b.upstream is not None}
                 self.cache.routes[route.ref] = _RouteEntry(
-                    self._inputs(route, nodes, servers), [_server_key(sv) for sv in servers], built,
+                    inputs if inputs is not None else self._inputs(route, nodes, servers),
+                    [_server_key(sv) for sv in servers], built,
                     _copy_fact(fact), actions, {n: self.upstreams[n] for n in used}, self._recording or {})
             self._recording = None
         # actions are shared by every vhost of a listener: build once per (listener, route); the
@@ -570,16 +571,21 @@ class _Builder:
                     stack.extend(n.children.values())
         return out
 
-    def _cached(self, route: Any, nodes: list[PathNode], servers: list[Server | None]) -> _RouteEntry | None:
+    def _cached(self, route: Any, nodes: list[PathNode],
+                servers: list[Server | None]) -> tuple[_RouteEntry | None, list[Any] | None]:
+        """The route's entry when it may be reused, else None; and the route's inputs where they
+        were made for the comparison (building the route reads nothing they are made of, so a new
+        entry records them as they are)."""
         assert self.cache is not None
         entry = self.cache.routes.get(route.ref)
+        inputs = None
         if entry is not None and entry.servers == [_server_key(sv) for sv in servers]:
             inputs = self._inputs(route, nodes, servers)
             if len(inputs) == len(entry.inputs) and all(x is y for x, y in zip(inputs, entry.inputs)):
                 self.cache.hits += 1
-                return entry
+                return entry, inputs
         self.cache.misses += 1
-        return None
+        return None, inputs
 
     def _match_rules(self, route: Any, node: PathNode, server: Server, fact: RouteFact) -> list[MatchRule]:
         out: list[MatchRule] = []

@@ -68,7 +68,7 @@ class GatewayState:
         self.full_passes = 0
         self.in_place = 0  # changes applied in place
         #: bumped whenever something other than a policy or a route changed: the data plane's
-        #: caches (gateway/cache.py) key on routes, policies and paths only
+        #: caches (dataplane.BuildCache, render.RenderCache) key on routes, policies and paths only
         self.epoch = 0
         self.last_fallback: str | None = None  # the change that needed the full pass, for the log
 
@@ -111,10 +111,7 @@ class GatewayState:
         was = gc.isenabled()
         gc.disable()  # an analysis allocates millions of objects and makes no cycles worth a collection
         try:
-            raws = list(self.objects.values())
-            self.index = build_index(raws)
-            self.grants = ReferenceGrants(self.index)
-            self.facts = gateway_facts(self.index, self.controller, self.grants)
+            raws = self._index_objects()
             view = dataplane_objects(raws, self.facts)
             self.views = {}
             for raw in view:
@@ -145,14 +142,10 @@ class GatewayState:
             return self._route(ref, raw, new)
         if ref.group == GATEWAY_GROUP and ref.kind in _VIEWED:  # a Gateway: its view needs the new facts
             self._rebuild_facts()
-            new_view = dataplane_objects([new], self.facts)[0] if new is not None else None
-            got = apply_change(a, self.views.get(ref, raw), new_view)
+            old_view = self.views.get(ref, raw)
+            got = apply_change(a, old_view, self._set_view(ref, new))
             if got is None:
                 return None
-            if new_view is None:
-                self.views.pop(ref, None)
-            else:
-                self.views[ref] = new_view
             return self._rediff(got | {ref})
         got = apply_change(a, raw, new)
         if got is None:
@@ -182,22 +175,34 @@ class GatewayState:
                 for lf in gf.listeners.values():
                     lf.attached_routes = len(facts.attached(g, lf.name))
         old_view = self.views.get(ref, raw)
-        new_view = dataplane_objects([new], facts)[0] if new is not None else None
-        if new_view is None:
-            self.views.pop(ref, None)
-        else:
-            self.views[ref] = new_view
-        got = apply_change(a, old_view, new_view)
+        got = apply_change(a, old_view, self._set_view(ref, new))
         if got is None:
             return None
         backends = {b.ref for f in (before, rf) if f is not None for b in f.backends if b.ref is not None}
         return got | {ref} | gateways | backends  # the policies on its backends may reach other Gateways now
 
+    def _set_view(self, ref: Ref, new: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The data plane's view of a Gateway or route's new copy (None: deleted), recorded as the
+        copy the analysis holds. When the engine then declines it, the full pass that follows
+        starts the views afresh."""
+        view = dataplane_objects([new], self.facts)[0] if new is not None else None
+        if view is None:
+            self.views.pop(ref, None)
+        else:
+            self.views[ref] = view
+        return view
+
     def _rebuild_facts(self) -> None:
         self.epoch += 1
-        self.index = build_index(list(self.objects.values()))
+        self._index_objects()
+
+    def _index_objects(self) -> list[dict[str, Any]]:
+        """Index, grants and facts made afresh from the objects as they are; the objects, listed."""
+        raws = list(self.objects.values())
+        self.index = build_index(raws)
         self.grants = ReferenceGrants(self.index)
         self.facts = gateway_facts(self.index, self.controller, self.grants)
+        return raws
 
     def _rediff(self, touched: set[Ref]) -> set[Ref] | None:
         """After a change of another kind that the engine took in place (facts computed again):
