@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gwpolicy.gateway import backendtls, policyconf
+from gwpolicy.gateway import backendtls, frontendtls, policyconf
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
@@ -176,6 +176,8 @@ class Server:
     hostname: str  # "" = no hostname: the default server of its address:port
     certificate: str | None = None  # relative path of the PEM file
     vhosts: list[VirtualHost] = field(default_factory=list)
+    client_ca: str | None = None  # relative path of the CA bundle clients' certificates are checked against
+    client_mode: str = ""  # frontendtls.ALLOW_VALID_ONLY | ALLOW_INSECURE_FALLBACK (with client_ca)
 
 
 @dataclass
@@ -470,8 +472,20 @@ class _Builder:
                 if cert is None:
                     self.listener_facts[lref] = ListenerFact(False, problem[0], problem[1])
                     continue
+            client_ca, client_mode = None, ""
+            if protocol == "HTTPS":
+                validation = frontendtls.listener_validation(gw, port, self.index, self.grants)
+                if validation is not None and not validation.ok:  # fail closed, never a weaker check
+                    reason, message = validation.problems[0]
+                    self.listener_facts[lref] = ListenerFact(False, reason, f"Gateway {gw.namespace}/{gw.name}: {message}")
+                    continue
+                if validation is not None:
+                    client_ca = f"secrets/clientca_{_slug(gw.namespace)}_{_slug(gw.name)}_{port}.pem"
+                    client_mode = validation.mode
+                    self.secrets[client_ca] = validation.bundle
             sid = f"s{len(out)}_{_slug(gw.namespace)}_{_slug(gw.name)}_{_slug(l['name'])}"
-            out.append(Server(sid, gw.ref, lref, address, port + self.config.port_offset, protocol, hostname, cert))
+            out.append(Server(sid, gw.ref, lref, address, port + self.config.port_offset, protocol, hostname, cert,
+                              client_ca=client_ca, client_mode=client_mode))
             self.listener_facts[lref] = ListenerFact(True)
         return out
 

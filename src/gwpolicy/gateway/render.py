@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gwpolicy.gateway import policyconf
+from gwpolicy.gateway.frontendtls import ALLOW_INSECURE_FALLBACK
 from gwpolicy.gateway.dataplane import (Action, Backend, DataPlane, Location, Server, VirtualHost,
                                         _programmable, memo, without_gc)
 
@@ -222,6 +223,8 @@ def _server(s: Server, dp: DataPlane, st: _State, cache: RenderCache | None = No
              f"    server_name {s.hostname or EMPTY};"]
     if s.certificate:
         lines += [f"    ssl_certificate {s.certificate};", f"    ssl_certificate_key {s.certificate};"]
+    if s.client_ca:
+        lines += _client_verification(s)
     var = f"$gw_vh_{s.id}"
     entries = [f"    {v.hostname} {v.id};" for v in s.vhosts if v.hostname]
     default = next((v.id for v in s.vhosts if v.hostname == ""), NO_VHOST)
@@ -243,8 +246,27 @@ def _server(s: Server, dp: DataPlane, st: _State, cache: RenderCache | None = No
         lines.append(_location(s, v, loc, st, named_done) if cache is None else _location_cached(s, v, loc, st, named_done, cache))
     lines += st.named[s.id]
     lines += ["    location @gw_404 {", "        return 404;", "    }"]
+    if s.client_ca and s.client_mode != ALLOW_INSECURE_FALLBACK:
+        lines += ["    location @gw_client_certificate_refused {", "        return 444;", "    }"]
     lines.append("}\n")
     return "\n".join(lines) + "\n"
+
+
+def _client_verification(s: Server) -> list[str]:
+    """Frontend client-certificate validation (GEP-91) of an HTTPS listener's server.
+
+    NGINX completes the handshake whatever the client presents and answers 400 over HTTP (its
+    internal 495/496) when the certificate is missing or not signed by the CA; Gateway API clients
+    expect the connection to fail instead, so those two codes go to a location that closes the
+    connection without a response (444). `AllowInsecureFallback` asks for a certificate and
+    lets every client in (`optional_no_ca`), leaving the decision to the backend. NGINX picks the
+    SSL settings by SNI and the server by Host, and answers 421 when the two differ on a server
+    that verifies clients, so a certificate checked for one listener is never taken to another."""
+    if s.client_mode == ALLOW_INSECURE_FALLBACK:
+        return [f"    ssl_client_certificate {s.client_ca};", "    ssl_verify_client optional_no_ca;", "    ssl_verify_depth 4;"]
+    return [f"    ssl_client_certificate {s.client_ca};", "    ssl_verify_client on;", "    ssl_verify_depth 4;",
+            "    # 495: the certificate does not verify, 496: none was sent",
+            "    error_page 495 496 = @gw_client_certificate_refused;"]
 
 
 def _location_cached(s: Server, v: VirtualHost, loc: Location, st: _State, named_done: set[str],

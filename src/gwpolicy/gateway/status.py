@@ -18,6 +18,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from gwpolicy.gateway import frontendtls
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
@@ -227,10 +228,9 @@ def _bundle_version(index: ObjectIndex) -> Cond:
 def _gateway(gw: Obj, gc_ref: Ref, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
     spec = _dict(gw.spec)
     raw_listeners = [l for l in spec.get("listeners") or [] if isinstance(l, dict) and isinstance(l.get("name"), str)]
-    frontend = _dict(_dict(spec.get("tls")).get("frontend"))
     listeners: dict[str, ListenerFacts] = {}
     for l in raw_listeners:
-        listeners[l["name"]] = _listener(gw, l, frontend, index, grants)
+        listeners[l["name"]] = _listener(gw, l, index, grants)
     _conflicts(raw_listeners, listeners)
 
     accepted = Cond("Accepted", True, "Accepted", "Accepted by the gwpolicy NGINX gateway.")
@@ -277,8 +277,7 @@ def _is_loopback(value: Any) -> bool:
         return False
 
 
-def _listener(gw: Obj, l: dict[str, Any], frontend: dict[str, Any], index: ObjectIndex,
-              grants: ReferenceGrants) -> ListenerFacts:
+def _listener(gw: Obj, l: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants) -> ListenerFacts:
     protocol = l.get("protocol") if isinstance(l.get("protocol"), str) else ""
     port = l.get("port") if isinstance(l.get("port"), int) else None
     hostname = l.get("hostname") if isinstance(l.get("hostname"), str) else None
@@ -326,24 +325,16 @@ def _listener(gw: Obj, l: dict[str, Any], frontend: dict[str, Any], index: Objec
                 lf.certificates = []
                 break
             lf.certificates.append(Ref(CORE_GROUP, "Secret", ref.get("namespace") or gw.namespace, str(ref["name"])))
-        # frontend client certificate validation: the per-port entry, else the default
-        validation = _dict(frontend.get("default")).get("validation")
-        for pp in frontend.get("perPort") or []:
-            if isinstance(pp, dict) and pp.get("port") == port:
-                validation = _dict(pp.get("tls")).get("validation")
-        if isinstance(validation, dict) and lf.resolved_refs.status:
-            for i, ref in enumerate(r for r in validation.get("caCertificateRefs") or [] if isinstance(r, dict)):
-                reason, msg, cm = _ca_problem(gw, ref, index, grants, i)
-                if reason is not None:
-                    lf.resolved_refs = Cond("ResolvedRefs", False, reason, msg)
-                    lf.accepted = Cond("Accepted", False, "NoValidCACertificate", msg)
+        # frontend client certificate validation (gateway/frontendtls.py, shared with the data plane)
+        validation = frontendtls.listener_validation(gw, port, index, grants) if lf.resolved_refs.status else None
+        if validation is not None:
+            lf.client_cas = list(validation.cas)
+            if validation.problems:
+                reason, msg = validation.problems[0]
+                lf.resolved_refs = Cond("ResolvedRefs", False, reason, msg)
+                if not validation.cas or reason == "UnsupportedValue":
+                    lf.accepted = Cond("Accepted", False, frontendtls.NO_VALID_CA if reason != "UnsupportedValue" else reason, msg)
                     lf.client_cas = []
-                    break
-                lf.client_cas.append(cm)
-            if lf.accepted.status and lf.client_cas:
-                # NGINX could (ssl_verify_client), but the renderer does not yet: never claim it silently
-                lf.accepted = Cond("Accepted", False, "UnsupportedValue",
-                                   "Client certificate validation (spec.tls.frontend) is not supported by this data plane.")
     return lf
 
 
@@ -375,23 +366,6 @@ def _pem(value: Any) -> str:
         return base64.b64decode(value, validate=True).decode("ascii", "replace")
     except (binascii.Error, ValueError):
         return ""
-
-
-def _ca_problem(gw: Obj, ref: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants,
-                i: int) -> tuple[str | None, str, Ref | None]:
-    group = ref.get("group") or CORE_GROUP
-    kind = ref.get("kind") or "ConfigMap"
-    ns = ref.get("namespace") or gw.namespace or ""
-    name = str(ref.get("name", ""))
-    where = f"caCertificateRefs[{i}]"
-    if group != CORE_GROUP or kind != "ConfigMap":
-        return "InvalidCACertificateKind", f"{where}: {kind} is not a ConfigMap.", None
-    if ns != gw.namespace and not grants.allows(GATEWAY_GROUP, "Gateway", gw.namespace or "", CORE_GROUP, "ConfigMap", ns, name):
-        return "RefNotPermitted", f"{where}: ConfigMap {ns}/{name} is in another namespace and no ReferenceGrant allows it.", None
-    cm = index.by_ref.get(Ref(CORE_GROUP, "ConfigMap", ns, name))
-    if cm is None or "-----BEGIN CERTIFICATE-----" not in str(_dict(cm.raw.get("data")).get("ca.crt", "")):
-        return "InvalidCACertificateRef", f"{where}: ConfigMap {ns}/{name} does not exist or has no PEM ca.crt.", None
-    return None, "", cm.ref
 
 
 def _conflicts(raw: list[dict[str, Any]], listeners: dict[str, ListenerFacts]) -> None:
