@@ -1,5 +1,5 @@
 """GEP-1364 status of the objects the gateway serves: GatewayClass, Gateway and its listeners, and
-each HTTPRoute parent that names one of our Gateways.
+each HTTPRoute and TLSRoute parent that names one of our Gateways.
 
 Pure: `gateway_facts(index)` says, from the objects alone, what is valid, what attaches where and
 why not (route attachment is the engine's, `topology.parent_listeners`); `Programming` is what the
@@ -34,9 +34,16 @@ SUPPORTED_BUNDLE_PREFIXES = ("v1.", "v0.0.0-dev")
 BUNDLE_ANNOTATION = "gateway.networking.k8s.io/bundle-version"
 
 #: listener protocols this data plane serves
-SUPPORTED_PROTOCOLS = ("HTTP", "HTTPS")
-#: route kinds this data plane serves, per protocol
-SUPPORTED_ROUTE_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute",), "HTTPS": ("HTTPRoute",)}
+SUPPORTED_PROTOCOLS = ("HTTP", "HTTPS", "TLS")
+#: route kinds this data plane serves, per protocol (TLS: passthrough only)
+SUPPORTED_ROUTE_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute",), "HTTPS": ("HTTPRoute",), "TLS": ("TLSRoute",)}
+#: the route kinds whose status this gateway writes, in the order facts list them
+ROUTE_KINDS = ("HTTPRoute", "TLSRoute")
+
+
+def route_objects(index: ObjectIndex) -> list[Obj]:
+    """Every route of a kind this gateway serves, in the order facts list them."""
+    return [r for kind in ROUTE_KINDS for r in index.of_kind(GATEWAY_GROUP, kind)]
 #: HTTPRoute filter types the data plane renders (its own list); anything else makes the route
 #: Accepted=False/UnsupportedValue
 try:
@@ -49,9 +56,10 @@ SUPPORTED_PATH_TYPES = frozenset({"Exact", "PathPrefix"})
 #: Gateway API features (conformance names) this gateway claims in GatewayClass.status.supportedFeatures;
 #: the conformance harness checks that every case needing only these passes (tests/gateway_conformance)
 SUPPORTED_FEATURES = (
-    "BackendTLSPolicy", "Gateway", "HTTPRoute", "HTTPRoute303RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
+    "BackendTLSPolicy", "Gateway", "GatewayFrontendClientCertificateValidation", "HTTPRoute",
+    "HTTPRoute303RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
     "HTTPRouteBackendRequestHeaderModification", "HTTPRouteBackendRequestRedirect", "HTTPRouteCORS", "HTTPRouteHostRewrite", "HTTPRouteMethodMatching",
-    "HTTPRoutePathRedirect", "HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "ReferenceGrant",
+    "HTTPRoutePathRedirect", "HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "ReferenceGrant", "TLSRoute",
 )
 
 #: the condition types this controller owns on Gateways and GatewayClasses (others' are kept)
@@ -204,7 +212,7 @@ def gateway_facts(index: ObjectIndex, controller: str = GATEWAY_CONTROLLER,
             if not facts.classes[gc_ref].status:
                 gf.accepted = Cond("Accepted", False, "Pending",
                                    f"GatewayClass {gc_ref.name} is not accepted: {facts.classes[gc_ref].message}")
-    for route in index.of_kind(GATEWAY_GROUP, "HTTPRoute"):
+    for route in route_objects(index):
         rf = _route(route, facts, index, grants)
         if rf is not None:
             facts.routes[route.ref] = rf
@@ -309,6 +317,13 @@ def _listener(gw: Obj, l: dict[str, Any], index: ObjectIndex, grants: ReferenceG
                                     f"Route kinds not supported on a {protocol} listener: {', '.join(bad)}.")
     else:
         lf.supported_kinds = [{"group": GATEWAY_GROUP, "kind": k} for k in serveable]
+    if protocol == "TLS":
+        mode = _dict(l.get("tls")).get("mode") or "Terminate"
+        if mode != "Passthrough":
+            lf.accepted = Cond("Accepted", False, "UnsupportedValue",
+                               f"tls.mode {mode!r} is not supported on a TLS listener (Passthrough is: this gateway "
+                               "forwards TLS connections by SNI without terminating them).")
+        return lf
     if protocol == "HTTPS" and lf.resolved_refs.status:
         tls = _dict(l.get("tls"))
         if (tls.get("mode") or "Terminate") != "Terminate":
@@ -377,6 +392,12 @@ def _conflicts(raw: list[dict[str, Any]], listeners: dict[str, ListenerFacts]) -
         if not lf.accepted.status or lf.port is None:
             continue
         for other in seen.get(lf.port, []):
+            if {other.protocol, lf.protocol} == {"HTTPS", "TLS"}:  # both: neither can be served
+                msg = (f"Port {lf.port} has both HTTPS ({other.name if other.protocol == 'HTTPS' else lf.name}) and TLS "
+                       f"passthrough ({lf.name if lf.protocol == 'TLS' else other.name}) listeners; this data plane cannot "
+                       "serve both on one port.")
+                lf.conflicted = other.conflicted = Cond("Conflicted", True, "ProtocolConflict", msg)
+                break
             if other.protocol != lf.protocol:
                 lf.conflicted = Cond("Conflicted", True, "ProtocolConflict",
                                      f"Port {lf.port} is also used by listener {other.name} with protocol {other.protocol}.")
@@ -412,6 +433,10 @@ def _route(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGrants
         if why is None:  # attached only to listeners that are not valid: no usable parent
             attached = [l for l in attached if gf.listeners[l["name"]].accepted.status]
             why = None if attached else "NoMatchingParent"
+            served = [l for l in attached if route.kind in SUPPORTED_ROUTE_KINDS.get(gf.listeners[l["name"]].protocol, ())]
+            if attached and not served:  # e.g. allowedRoutes.kinds names HTTPRoute on a TLS listener
+                why = "NotAllowedByListeners"
+            attached = served
         if unsupported is not None:
             accepted = Cond("Accepted", False, "UnsupportedValue", unsupported)
             attached = []
@@ -668,8 +693,8 @@ def all_desired(index: ObjectIndex, facts: Facts, programming: Programming, now:
 
 
 def stale_routes(index: ObjectIndex, facts: Facts) -> list[Ref]:
-    """HTTPRoutes that are not ours (now) but carry a `status.parents` entry of ours."""
-    return [r.ref for r in index.of_kind(GATEWAY_GROUP, "HTTPRoute")
+    """Routes that are not ours (now) but carry a `status.parents` entry of ours."""
+    return [r.ref for r in route_objects(index)
             if r.ref not in facts.routes and without_our_entries(r, facts.controller) is not None]
 
 
@@ -690,8 +715,8 @@ def dataplane_objects(raws: Iterable[dict[str, Any]], facts: Facts) -> list[dict
                         and gf.accepted.status and l.get("name") in gf.listeners and gf.listeners[l["name"]].accepted.status]
                 if len(keep) != len(spec.get("listeners") or []):
                     raw = dict(raw, spec=dict(spec, listeners=keep))
-        elif kind == "HTTPRoute" and isinstance(spec, dict):
-            ref = Ref(GATEWAY_GROUP, "HTTPRoute", meta.get("namespace") or "default", str(meta.get("name", "")))
+        elif kind in ROUTE_KINDS and isinstance(spec, dict):
+            ref = Ref(GATEWAY_GROUP, kind, meta.get("namespace") or "default", str(meta.get("name", "")))
             rf = facts.routes.get(ref)
             if rf is not None:
                 verdicts = iter(rf.parents)  # in parentRef order, ours only (see _route)

@@ -1,0 +1,178 @@
+"""TLS passthrough (TLS listener, `tls.mode: Passthrough`, TLSRoute) through real NGINX on loopback
+(127.0.15.0/24): NGINX's stream module reads the ClientHello's SNI and forwards the connection
+still encrypted, so the client completes its handshake with the backend and sees the backend's
+own certificate. Exact names beat wildcards, a name no route serves is closed, the route's
+hostnames are intersected with the listener's; and the status: supportedKinds, an HTTPRoute on a
+TLSRoute-only listener (NotAllowedByListeners), TLS Terminate (UnsupportedValue), HTTPS and TLS
+passthrough on one port (ProtocolConflict on both).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+
+import pytest
+
+import gwconformance as gc
+from gateway_kit import Served, backend, endpoints, free_port, gateway, gatewayclass, have_nginx, listener, meta, service
+from gwpolicy.analysis import analyse
+from gwpolicy.gateway import policyconf
+from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
+from gwpolicy.gateway.echo import EchoServer
+from gwpolicy.gateway.render import render
+from gwpolicy.gateway.status import Programming, all_desired, gateway_facts
+from gwpolicy.model import build_index
+from gwpolicy.refs import Ref
+
+GW = "gateway.networking.k8s.io"
+ADDR = "127.0.15.1"
+BACKENDS = "127.0.15.2"
+GW_REF = Ref(GW, "Gateway", "infra", "gw")
+
+
+def tls_route(name: str, hostnames: list[str] | None, backends: list[dict], ts: str = "2024-01-01T00:00:00Z",
+              **parent) -> dict:
+    spec: dict = {"parentRefs": [{"name": "gw", "namespace": "infra", **parent}], "rules": [{"backendRefs": backends}]}
+    if hostnames is not None:
+        spec["hostnames"] = hostnames
+    return {"apiVersion": f"{GW}/v1", "kind": "TLSRoute", "metadata": meta(name, "infra", ts), "spec": spec}
+
+
+def passthrough(name: str, port: int, hostname: str | None = None, **extra) -> dict:
+    return listener(name, port, "TLS", hostname, tls={"mode": "Passthrough"}, **extra)
+
+
+def tls_service(name: str, port: int) -> list[dict]:
+    svc = service(name, "infra", 443)
+    svc["spec"]["ports"] = [{"name": "https", "port": 443, "targetPort": port}]
+    eps = endpoints(name, "infra", [(BACKENDS, port)])
+    eps[0]["ports"][0]["name"] = "https"
+    return [svc, *eps]
+
+
+def objects(port: int, backends: dict[str, int]) -> list[dict]:
+    out = [gatewayclass(),
+           gateway("gw", "infra", passthrough("pass", port, "*.pass.test"), passthrough("exact", port, "exact.test"))]
+    for name, p in backends.items():
+        out += tls_service(name, p)
+    out += [tls_route("wild", ["*.pass.test"], [backend("wild", 443)]),
+            tls_route("app", ["app.pass.test", "nope.other.test"], [backend("app", 443)], sectionName="pass"),
+            tls_route("exact", ["exact.test"], [backend("app", 443)], sectionName="exact"),
+            tls_route("newer", ["app.pass.test"], [backend("wild", 443)], ts="2024-06-01T00:00:00Z"),  # the older keeps it
+            tls_route("broken", ["broken.pass.test"], [backend("nosuch", 443)])]
+    return out
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    if not have_nginx():
+        pytest.skip("NGINX is not installed (./dev test installs it)")
+    if DataPlaneConfig().stream_module is None:
+        pytest.skip("NGINX's stream module is not installed (./dev test installs libnginx-mod-stream)")
+    tmp = tmp_path_factory.mktemp("passthrough")
+    certs, echoes = {}, {}
+    for name, hosts in (("app", ["app.pass.test", "exact.test"]), ("wild", ["*.pass.test"])):
+        crt, key = gc.make_cert(hosts)
+        (tmp / f"{name}.crt").write_bytes(crt)
+        (tmp / f"{name}.key").write_bytes(key)
+        certs[name] = ssl.PEM_cert_to_DER_cert(crt.decode())
+        echoes[name] = EchoServer(f"{name}-6d9f7c5b8-x4k2p", "infra", address=BACKENDS, cert=str(tmp / f"{name}.crt"),
+                                  key=str(tmp / f"{name}.key")).start()
+    port = free_port(ADDR)
+    served = Served(tmp / "nginx", ADDR, GW_REF)
+    served.apply(objects(port, {n: e.port for n, e in echoes.items()}))
+    yield {"port": port, "certs": certs, "served": served}
+    served.stop()
+    for e in echoes.values():
+        e.stop()
+
+
+def through(port: int, sni: str | None) -> tuple[bytes, dict]:
+    """A TLS handshake with SNI through NGINX, then one HTTP request inside it: the certificate the
+    client was shown, and the echo's answer."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    conn = http.client.HTTPConnection(ADDR, port, timeout=5)
+    try:
+        conn.sock = ctx.wrap_socket(socket.create_connection((ADDR, port), timeout=5), server_hostname=sni)
+        der = conn.sock.getpeercert(binary_form=True)
+        conn.request("GET", "/", headers={"Host": sni or "none"})
+        resp = conn.getresponse()
+        return der, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def test_the_client_sees_the_backends_certificate_chosen_by_sni(world):
+    der, echo = through(world["port"], "app.pass.test")
+    assert der == world["certs"]["app"]  # NGINX did not terminate: the backend's own certificate
+    assert echo["pod"].startswith("app-") and echo["tls"]["serverName"] == "app.pass.test"
+    der, echo = through(world["port"], "x.pass.test")  # the wildcard route
+    assert der == world["certs"]["wild"] and echo["pod"].startswith("wild-")
+    der, echo = through(world["port"], "exact.test")  # a second listener on the same port
+    assert der == world["certs"]["app"]
+
+
+@pytest.mark.parametrize("sni", ["unknown.test", "nope.other.test", "broken.pass.test", None])
+def test_names_no_route_serves_are_closed(world, sni):
+    """No route (nope.other.test is outside the listener's hostname), a backend that does not
+    exist, or no SNI at all: the connection is closed before any handshake."""
+    with pytest.raises((OSError, ssl.SSLError)):
+        through(world["port"], sni)
+
+
+def test_rendered_stream_block_and_load_module(world):
+    files = world["served"].files(objects(9443, {"app": 1, "wild": 2}))
+    main = files["nginx.conf"].decode()
+    assert main.startswith("# generated") and "load_module /usr/lib/nginx/modules/ngx_stream_module.so;" in main
+    assert "stream {\n    include stream.conf;\n}" in main
+    stream = files["stream.conf"].decode()
+    assert "ssl_preread on;" in stream and "map $ssl_preread_server_name" in stream
+    assert "    app.pass.test tls_infra_app_443;\n" in stream  # the older route keeps the name
+    assert "ssl_certificate" not in stream
+    # without passthrough listeners nothing of the stream module appears
+    plain = render(build_dataplane(analyse([gatewayclass(), gateway("gw", "infra", listener("http", 8080))]),
+                                   DataPlaneConfig(addresses={GW_REF: ADDR})))
+    assert "stream {" not in plain["nginx.conf"].decode() and "load_module" not in plain["nginx.conf"].decode()
+    assert "stream.conf" not in plain
+
+
+def _status(objs: list[dict]) -> dict:
+    index = build_index(objs)
+    facts = gateway_facts(index)
+    prog = Programming(generations={r: 1 for r in facts.gateways}, addresses={r: [ADDR] for r in facts.gateways})
+    return {(r.kind, r.name): s for r, s in all_desired(index, facts, prog, "2026-12-01T00:00:00Z").items()}
+
+
+def _conds(conds: list[dict]) -> dict:
+    return {c["type"]: (c["status"], c["reason"]) for c in conds}
+
+
+def test_status_of_passthrough_listeners_and_routes():
+    http_route = {"apiVersion": f"{GW}/v1", "kind": "HTTPRoute", "metadata": meta("web", "infra"),
+                  "spec": {"parentRefs": [{"name": "gw", "namespace": "infra"}], "rules": [{"backendRefs": [backend("app", 443)]}]}}
+    objs = objects(443, {"app": 1, "wild": 2}) + [http_route]
+    objs[1]["spec"]["listeners"].append(listener("terminate", 8443, "TLS", tls={"mode": "Terminate"}))
+    st = _status(objs)
+    gw = {l["name"]: l for l in st[("Gateway", "gw")]["listeners"]}
+    assert gw["pass"]["supportedKinds"] == [{"group": GW, "kind": "TLSRoute"}]
+    assert _conds(gw["pass"]["conditions"])["Accepted"] == ("True", "Accepted")
+    assert gw["pass"]["attachedRoutes"] == 4  # wild, app, newer, broken
+    assert _conds(gw["terminate"]["conditions"])["Accepted"] == ("False", "UnsupportedValue")
+    assert _conds(st[("TLSRoute", "app")]["parents"][0]["conditions"]) == {
+        "Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
+    assert _conds(st[("TLSRoute", "broken")]["parents"][0]["conditions"])["ResolvedRefs"] == ("False", "BackendNotFound")
+    assert _conds(st[("HTTPRoute", "web")]["parents"][0]["conditions"])["Accepted"] == ("False", "NotAllowedByListeners")
+    # HTTPS and TLS passthrough on one port: this data plane serves neither, and says so on both
+    objs[1]["spec"]["listeners"].append(listener("https", 443, "HTTPS", "web.test", tls={"certificateRefs": [{"name": "c"}]}))
+    gw = {l["name"]: l for l in _status(objs)[("Gateway", "gw")]["listeners"]}
+    for name in ("pass", "https"):
+        assert _conds(gw[name]["conditions"])["Accepted"] == ("False", "ProtocolConflict"), name
+        assert "HTTPS (https) and TLS passthrough (pass)" in next(
+            c["message"] for c in gw[name]["conditions"] if c["type"] == "Accepted")
+    dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(addresses={GW_REF: ADDR}))
+    assert (dp.listeners[GW_REF.with_section("pass")].programmed, dp.listeners[GW_REF.with_section("pass")].reason) == (
+        False, "ProtocolConflict")
