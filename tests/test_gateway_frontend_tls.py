@@ -170,3 +170,19 @@ def test_rendered_directives_and_a_bad_reference_is_never_served_weaker(pki):
     lf = gateway_facts(build_index(objs)).gateways[GW_REF].listeners
     assert lf["a"].accepted.status and (lf["a"].resolved_refs.status, lf["a"].resolved_refs.reason) == (False, "InvalidCACertificateRef")
     assert not lf["a"].servable
+
+
+def test_insecure_fallback_is_said_on_the_gateway_and_goes_when_it_does(pki):
+    from gwpolicy.gateway.status import Programming, all_desired
+
+    def status(objs):
+        index = build_index(objs)
+        prog = Programming(generations={GW_REF: 1}, addresses={GW_REF: [ADDR]})
+        return all_desired(index, gateway_facts(index), prog, "2026-12-01T00:00:00Z")[GW_REF]
+
+    objs = objects(pki, 7443, 8443, 9443)
+    objs[1]["status"] = status(objs)  # as written by us
+    got = {c["type"]: c for c in objs[1]["status"]["conditions"]}["InsecureFrontendValidationMode"]
+    assert (got["status"], got["reason"]) == ("True", "ConfigurationChanged") and "fallback" in got["message"]
+    objs[1]["spec"]["tls"]["frontend"]["perPort"].pop()  # no listener in AllowInsecureFallback any more
+    assert "InsecureFrontendValidationMode" not in {c["type"] for c in status(objs)["conditions"]}

@@ -63,7 +63,7 @@ SUPPORTED_FEATURES = (
 )
 
 #: the condition types this controller owns on Gateways and GatewayClasses (others' are kept)
-GATEWAY_CONDITION_TYPES = ("Accepted", "Programmed", "ResolvedRefs", "SupportedVersion")
+GATEWAY_CONDITION_TYPES = ("Accepted", "Programmed", "ResolvedRefs", "SupportedVersion", "InsecureFrontendValidationMode")
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,7 @@ class ListenerFacts:
     conflicted: Cond
     certificates: list[Ref] = field(default_factory=list)  # Secrets (valid, permitted) to serve
     client_cas: list[Ref] = field(default_factory=list)  # ConfigMaps with ca.crt for client validation
+    client_mode: str = ""  # frontendtls.ALLOW_VALID_ONLY | ALLOW_INSECURE_FALLBACK when client_cas
     attached_routes: int = 0
 
     @property
@@ -344,6 +345,7 @@ def _listener(gw: Obj, l: dict[str, Any], index: ObjectIndex, grants: ReferenceG
         validation = frontendtls.listener_validation(gw, port, index, grants) if lf.resolved_refs.status else None
         if validation is not None:
             lf.client_cas = list(validation.cas)
+            lf.client_mode = validation.mode
             if validation.problems:
                 reason, msg = validation.problems[0]
                 lf.resolved_refs = Cond("ResolvedRefs", False, reason, msg)
@@ -609,6 +611,12 @@ def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Progra
     else:
         programmed = Cond("Programmed", False, "Pending", "Waiting for NGINX to load the configuration.")
     ours = [gf.accepted, programmed] + ([gf.resolved_refs] if gf.resolved_refs is not None else [])
+    insecure = sorted(lf.name for lf in gf.listeners.values()
+                      if lf.client_cas and lf.client_mode == frontendtls.ALLOW_INSECURE_FALLBACK)
+    if insecure:  # GEP-91: said on the Gateway while any listener lets unverified clients in
+        ours.append(Cond("InsecureFrontendValidationMode", True, "ConfigurationChanged",
+                         f"Listeners {', '.join(insecure)} accept clients whose certificate is missing or does not "
+                         "verify (spec.tls.frontend validation mode AllowInsecureFallback)."))
     status["conditions"] = _merge_conditions(prev, [c.to_json(gen, prev, now) for c in ours], GATEWAY_CONDITION_TYPES)
     status["addresses"] = [{"type": "IPAddress", "value": a} for a in addresses] if gf.accepted.status else []
     old_listeners = {l.get("name"): l for l in status.get("listeners") or [] if isinstance(l, dict)}
