@@ -176,3 +176,18 @@ def test_status_of_passthrough_listeners_and_routes():
     dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(addresses={GW_REF: ADDR}))
     assert (dp.listeners[GW_REF.with_section("pass")].programmed, dp.listeners[GW_REF.with_section("pass")].reason) == (
         False, "ProtocolConflict")
+
+
+def test_without_the_stream_module_passthrough_listeners_say_so_and_the_rest_is_served():
+    from gwpolicy.gateway.nginx import NginxError, check_modules
+
+    objs = objects(9443, {"app": 1, "wild": 2})
+    objs[1]["spec"]["listeners"].append(listener("http", 8080))
+    dp = build_dataplane(analyse(objs), DataPlaneConfig(addresses={GW_REF: ADDR}, stream_module=None))
+    fact = dp.listeners[GW_REF.with_section("pass")]
+    assert (fact.programmed, fact.reason) == (False, "UnsupportedProtocol") and "libnginx-mod-stream" in fact.message
+    assert dp.listeners[GW_REF.with_section("http")].programmed and not dp.passthrough
+    files = render(dp)
+    assert "stream.conf" not in files and "load_module" not in files["nginx.conf"].decode()
+    with pytest.raises(NginxError, match="libnginx-mod-stream"):
+        check_modules({"nginx.conf": b"load_module /nowhere/ngx_stream_module.so;\n"})

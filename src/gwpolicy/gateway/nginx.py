@@ -73,10 +73,14 @@ def nginx_version(binary: str = "nginx") -> tuple[int, int, int]:
 
 
 def check_modules(files: dict[str, bytes]) -> None:
-    """Every `load_module` of nginx.conf exists (njs comes from Debian's libnginx-mod-http-js)."""
+    """Every `load_module` of nginx.conf exists (njs comes from Debian's libnginx-mod-http-js, the
+    stream module of TLS passthrough from libnginx-mod-stream)."""
     for m in re.finditer(rb"^\s*load_module\s+([^;]+);", files.get("nginx.conf", b""), re.M):
         path = m.group(1).decode()
         if not os.path.exists(path):
+            if "stream" in path:
+                raise NginxError(f"NGINX module {path} is missing (install the Debian package 'libnginx-mod-stream'); "
+                                 "TLS passthrough listeners need it")
             hint = " (install the Debian package 'libnginx-mod-http-js')" if "js" in path else ""
             raise NginxError(f"NGINX module {path} is missing{hint}; header, query and method matches need it")
 
