@@ -154,7 +154,8 @@ def _conds(conds: list[dict]) -> dict:
 def test_status_of_passthrough_listeners_and_routes():
     http_route = {"apiVersion": f"{GW}/v1", "kind": "HTTPRoute", "metadata": meta("web", "infra"),
                   "spec": {"parentRefs": [{"name": "gw", "namespace": "infra"}], "rules": [{"backendRefs": [backend("app", 443)]}]}}
-    objs = objects(443, {"app": 1, "wild": 2}) + [http_route]
+    elsewhere = tls_route("elsewhere", ["other.test"], [backend("app", 443)], sectionName="pass")
+    objs = objects(443, {"app": 1, "wild": 2}) + [http_route, elsewhere]
     objs[1]["spec"]["listeners"].append(listener("terminate", 8443, "TLS", tls={"mode": "Terminate"}))
     st = _status(objs)
     gw = {l["name"]: l for l in st[("Gateway", "gw")]["listeners"]}
@@ -166,6 +167,8 @@ def test_status_of_passthrough_listeners_and_routes():
         "Accepted": ("True", "Accepted"), "ResolvedRefs": ("True", "ResolvedRefs")}
     assert _conds(st[("TLSRoute", "broken")]["parents"][0]["conditions"])["ResolvedRefs"] == ("False", "BackendNotFound")
     assert _conds(st[("HTTPRoute", "web")]["parents"][0]["conditions"])["Accepted"] == ("False", "NotAllowedByListeners")
+    assert _conds(st[("TLSRoute", "elsewhere")]["parents"][0]["conditions"])["Accepted"] == (
+        "False", "NoMatchingListenerHostname")  # hostnames intersected with the listener's, as for HTTPRoute
     # HTTPS and TLS passthrough on one port: this data plane serves neither, and says so on both
     objs[1]["spec"]["listeners"].append(listener("https", 443, "HTTPS", "web.test", tls={"certificateRefs": [{"name": "c"}]}))
     gw = {l["name"]: l for l in _status(objs)[("Gateway", "gw")]["listeners"]}

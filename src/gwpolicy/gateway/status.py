@@ -44,6 +44,8 @@ ROUTE_KINDS = ("HTTPRoute", "TLSRoute")
 def route_objects(index: ObjectIndex) -> list[Obj]:
     """Every route of a kind this gateway serves, in the order facts list them."""
     return [r for kind in ROUTE_KINDS for r in index.of_kind(GATEWAY_GROUP, kind)]
+
+
 #: HTTPRoute filter types the data plane renders (its own list); anything else makes the route
 #: Accepted=False/UnsupportedValue
 try:
