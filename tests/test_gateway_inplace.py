@@ -54,8 +54,11 @@ def base_cluster(routes: int, seed: int) -> list[dict[str, Any]]:
     # TLS passthrough: a listener on every Gateway and a TLSRoute for the first Services
     for o in objs:
         if o["kind"] == "Gateway":
-            o["spec"]["listeners"].append({"name": "tls", "port": 9443, "protocol": "TLS", "hostname": "*.example.com",
-                                           "tls": {"mode": "Passthrough"}, "allowedRoutes": {"namespaces": {"from": "All"}}})
+            https = next(l for l in o["spec"]["listeners"] if l["protocol"] == "HTTPS")
+            o["spec"]["listeners"] += [  # TLS passthrough, and HTTPS behind it on the same port
+                {"name": "tls", "port": 9443, "protocol": "TLS", "hostname": "*.example.com",
+                 "tls": {"mode": "Passthrough"}, "allowedRoutes": {"namespaces": {"from": "All"}}},
+                dict(copy.deepcopy(https), name="https-9443", port=9443, hostname="route-000001.example.com")]
     services = [o for o in objs if o["kind"] == "Service"][:2]
     for i, svc in enumerate(services):
         objs.append({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "TLSRoute",

@@ -3,8 +3,9 @@
 still encrypted, so the client completes its handshake with the backend and sees the backend's
 own certificate. Exact names beat wildcards, a name no route serves is closed, the route's
 hostnames are intersected with the listener's; and the status: supportedKinds, an HTTPRoute on a
-TLSRoute-only listener (NotAllowedByListeners), TLS Terminate (UnsupportedValue), HTTPS and TLS
-passthrough on one port (ProtocolConflict on both).
+TLSRoute-only listener (NotAllowedByListeners), TLS Terminate (UnsupportedValue). An HTTPS listener
+shares the passthrough port: NGINX terminates the names it serves (behind the stream server, on a
+unix socket, with the client's address from the PROXY protocol) and passes the TLSRoutes' through.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import ssl
 import pytest
 
 import gwconformance as gc
-from gateway_kit import Served, backend, endpoints, free_port, gateway, gatewayclass, have_nginx, listener, meta, service
+from gateway_kit import (Echoes, Served, backend, endpoints, free_port, gateway, gatewayclass, have_nginx, listener, meta,
+                         route, service, tls_secret)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
@@ -82,10 +84,18 @@ def world(tmp_path_factory):
         echoes[name] = EchoServer(f"{name}-6d9f7c5b8-x4k2p", "infra", address=BACKENDS, cert=str(tmp / f"{name}.crt"),
                                   key=str(tmp / f"{name}.key")).start()
     port = free_port(ADDR)
+    web_crt, web_key = gc.make_cert(["web.pass.test"])
+    plain = Echoes(BACKENDS).start("web")
+    objs = objects(port, {n: e.port for n, e in echoes.items()}) + plain.objects() + [
+        tls_secret("web-cert", "infra", web_crt, web_key),
+        route("web", "infra", [{"backendRefs": [backend("web")]}], hostnames=["web.pass.test"])]
+    objs[1]["spec"]["listeners"].append(listener("web", port, "HTTPS", "web.pass.test",
+                                                 tls={"certificateRefs": [{"name": "web-cert"}]}))
     served = Served(tmp / "nginx", ADDR, GW_REF)
-    served.apply(objects(port, {n: e.port for n, e in echoes.items()}))
-    yield {"port": port, "certs": certs, "served": served}
+    served.apply(objs)
+    yield {"port": port, "certs": dict(certs, web=ssl.PEM_cert_to_DER_cert(web_crt.decode())), "served": served}
     served.stop()
+    plain.stop()
     for e in echoes.values():
         e.stop()
 
@@ -119,9 +129,23 @@ def test_the_client_sees_the_backends_certificate_chosen_by_sni(world):
 @pytest.mark.parametrize("sni", ["unknown.test", "nope.other.test", "broken.pass.test", None])
 def test_names_no_route_serves_are_closed(world, sni):
     """No route (nope.other.test is outside the listener's hostname), a backend that does not
-    exist, or no SNI at all: the connection is closed before any handshake."""
+    exist, or no SNI at all: the connection is closed (or the HTTPS default server refuses the
+    handshake), never served."""
     with pytest.raises((OSError, ssl.SSLError)):
         through(world["port"], sni)
+
+
+def test_an_https_listener_on_the_passthrough_port_terminates_its_own_names(world):
+    """NGF's shape: the stream server sends the HTTPS listener's names to its server on a unix
+    socket, with the PROXY protocol, so the backend sees the client's address and port."""
+    der, echo = through(world["port"], "web.pass.test")
+    assert der == world["certs"]["web"]  # NGINX terminated with the listener's certificate
+    assert echo["pod"].startswith("web-")
+    headers = echo["headers"]
+    assert headers["X-Forwarded-Proto"] == ["https"] and headers["X-Forwarded-Port"] == [str(world["port"])]
+    assert headers["X-Real-Ip"] == ["127.0.0.1"] and headers["X-Forwarded-For"] == ["127.0.0.1"]
+    der, _ = through(world["port"], "app.pass.test")  # and TLSRoutes still pass through
+    assert der == world["certs"]["app"]
 
 
 def test_rendered_stream_block_and_load_module(world):
@@ -132,7 +156,18 @@ def test_rendered_stream_block_and_load_module(world):
     stream = files["stream.conf"].decode()
     assert "ssl_preread on;" in stream and "map $ssl_preread_server_name" in stream
     assert "    app.pass.test tls_infra_app_443;\n" in stream  # the older route keeps the name
-    assert "ssl_certificate" not in stream
+    assert "ssl_certificate" not in stream and "proxy_protocol" not in stream  # no HTTPS listener on that port
+    # an HTTPS listener on the passthrough port: its server moves behind the stream server
+    objs = objects(9443, {"app": 1, "wild": 2}) + [tls_secret("web-cert", "infra", *gc.make_cert(["web.pass.test"]))]
+    objs[1]["spec"]["listeners"].append(listener("web", 9443, "HTTPS", "web.pass.test", tls={"certificateRefs": [{"name": "web-cert"}]}))
+    files = world["served"].files(objs)
+    sock = "unix:@gwpolicy-sockets@/h_127_0_15_1_9443.sock"
+    assert f"    listen {sock} ssl proxy_protocol;\n" in files["servers.conf"].decode()
+    assert f"    listen {sock} default_server ssl proxy_protocol;\n" in files["servers.conf"].decode()  # 404/refusal
+    stream = files["stream.conf"].decode()
+    assert f"    web.pass.test {sock};\n" in stream and f"    default {sock};\n" in stream and "    proxy_protocol on;\n" in stream
+    assert "    app.pass.test unix:@gwpolicy-sockets@/t" in stream  # through a relay that reads the PROXY header
+    assert "listen unix:@gwpolicy-sockets@/t0.sock proxy_protocol;" in stream
     # without passthrough listeners nothing of the stream module appears
     plain = render(build_dataplane(analyse([gatewayclass(), gateway("gw", "infra", listener("http", 8080))]),
                                    DataPlaneConfig(addresses={GW_REF: ADDR})))
@@ -169,16 +204,15 @@ def test_status_of_passthrough_listeners_and_routes():
     assert _conds(st[("HTTPRoute", "web")]["parents"][0]["conditions"])["Accepted"] == ("False", "NotAllowedByListeners")
     assert _conds(st[("TLSRoute", "elsewhere")]["parents"][0]["conditions"])["Accepted"] == (
         "False", "NoMatchingListenerHostname")  # hostnames intersected with the listener's, as for HTTPRoute
-    # HTTPS and TLS passthrough on one port: this data plane serves neither, and says so on both
-    objs[1]["spec"]["listeners"].append(listener("https", 443, "HTTPS", "web.test", tls={"certificateRefs": [{"name": "c"}]}))
+    # HTTPS and TLS passthrough share a port; HTTP does not share one with TLS; one name cannot be both
+    objs[1]["spec"]["listeners"] += [listener("https", 443, "HTTPS", "web.test", tls={"certificateRefs": [{"name": "c"}]}),
+                                     listener("same", 443, "HTTPS", "exact.test", tls={"certificateRefs": [{"name": "c"}]}),
+                                     listener("http", 443, "HTTP")]
     gw = {l["name"]: l for l in _status(objs)[("Gateway", "gw")]["listeners"]}
-    for name in ("pass", "https"):
-        assert _conds(gw[name]["conditions"])["Accepted"] == ("False", "ProtocolConflict"), name
-        assert "HTTPS (https) and TLS passthrough (pass)" in next(
-            c["message"] for c in gw[name]["conditions"] if c["type"] == "Accepted")
-    dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(addresses={GW_REF: ADDR}))
-    assert (dp.listeners[GW_REF.with_section("pass")].programmed, dp.listeners[GW_REF.with_section("pass")].reason) == (
-        False, "ProtocolConflict")
+    assert _conds(gw["pass"]["conditions"])["Conflicted"] == ("False", "NoConflicts")
+    assert _conds(gw["https"]["conditions"])["Conflicted"] == ("False", "NoConflicts")
+    assert _conds(gw["same"]["conditions"])["Conflicted"] == ("True", "HostnameConflict")
+    assert _conds(gw["http"]["conditions"])["Conflicted"] == ("True", "ProtocolConflict")
 
 
 def test_without_the_stream_module_passthrough_listeners_say_so_and_the_rest_is_served():

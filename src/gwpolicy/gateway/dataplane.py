@@ -59,6 +59,9 @@ class DataPlaneError(ValueError):
 
 
 STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"  # Debian's libnginx-mod-stream
+#: where the unix sockets of HTTPS servers behind a passthrough port live; the process layer
+#: (nginx.py) replaces it with its own short directory when it writes the files
+SOCKET_DIR = "@gwpolicy-sockets@"
 
 
 def stream_module_path() -> str | None:
@@ -191,6 +194,9 @@ class Server:
     vhosts: list[VirtualHost] = field(default_factory=list)
     client_ca: str | None = None  # relative path of the CA bundle clients' certificates are checked against
     client_mode: str = ""  # frontendtls.ALLOW_VALID_ONLY | ALLOW_INSECURE_FALLBACK (with client_ca)
+    #: an HTTPS server on a port shared with TLS passthrough listeners: it listens on this unix
+    #: socket (PROXY protocol from the stream server in front), not on address:port
+    socket: str | None = None
 
 
 @dataclass
@@ -222,6 +228,10 @@ class PassthroughServer:
     port: int  # the port NGINX binds (listener port + offset)
     listeners: list[Ref]
     hosts: dict[str, PassthroughRoute] = field(default_factory=dict)
+    #: HTTPS listeners on the same address:port: the socket their servers listen on, and the SNI
+    #: names (their hostnames; "" = a hostless one) sent to it
+    https_socket: str | None = None
+    https_names: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -481,6 +491,13 @@ class _Builder:
         for s in servers:
             s.vhosts.sort(key=lambda v: (v.hostname == "", v.hostname))
         streams = self._attach_tls_routes(passthrough)
+        by_port = {(p.address, p.port): p for p in streams}
+        for s in servers:  # HTTPS on a passthrough port: behind the stream server, on a unix socket
+            shared = by_port.get((s.address, s.port)) if s.protocol == "HTTPS" else None
+            if shared is not None:
+                shared.https_socket = s.socket = f"{SOCKET_DIR}/h_{_slug(s.address)}_{s.port}.sock"
+                if s.hostname not in shared.https_names:
+                    shared.https_names.append(s.hostname)
         return DataPlane(servers, dict(sorted(self.upstreams.items())), self.actions, dict(sorted(self.secrets.items())),
                          addresses, self.listener_facts, self.route_facts, self.config, self.warnings,
                          streams, dict(sorted(self.stream_upstreams.items())))
@@ -520,11 +537,9 @@ class _Builder:
             if not isinstance(port, int) or not 1 <= port <= 65535:
                 self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_VALUE, f"port {port!r} is not a port number")
                 continue
-            if len(protocols[port]) > 1:
+            if len(protocols[port]) > 1 and protocols[port] != {"HTTPS", "TLS"}:  # those two share one (the stream server)
                 self.listener_facts[lref] = ListenerFact(False, PROTOCOL_CONFLICT,
-                                                         f"port {port} is used with protocols {', '.join(sorted(protocols[port]))}"
-                                                         + (" (TLS passthrough and HTTPS cannot share a port on this data plane)"
-                                                            if protocols[port] == {"HTTPS", "TLS"} else ""))
+                                                         f"port {port} is used with protocols {', '.join(sorted(protocols[port]))}")
                 continue
             if seen[(port, hostname)] > 1:
                 self.listener_facts[lref] = ListenerFact(False, HOSTNAME_CONFLICT,

@@ -19,7 +19,7 @@ from typing import Any
 
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.frontendtls import ALLOW_INSECURE_FALLBACK
-from gwpolicy.gateway.dataplane import (Action, Backend, DataPlane, Location, Server, VirtualHost,
+from gwpolicy.gateway.dataplane import (SOCKET_DIR, Action, Backend, DataPlane, Location, Server, VirtualHost,
                                         _programmable, memo, without_gc)
 
 EMPTY = '""'
@@ -31,7 +31,7 @@ BASE_HEADERS: tuple[tuple[str, str], ...] = (
     ("X-Real-IP", "$remote_addr"),
     ("X-Forwarded-Proto", "$scheme"),
     ("X-Forwarded-Host", "$host"),
-    ("X-Forwarded-Port", "$server_port"),
+    ("X-Forwarded-Port", "$gw_server_port"),
     ("Upgrade", "$http_upgrade"),
     ("Connection", "$gw_connection"),
 )
@@ -155,6 +155,8 @@ def _main(dp: DataPlane, st: _State) -> str:
         "# the Host the client sent (with its port), HTTP/1.0 clients fall back to $host",
         "map $http_host $gw_host { \"\" $host; default $http_host; }",
         "map $http_upgrade $gw_connection { default upgrade; \"\" \"\"; }",
+        "# the port the client connected to, also behind a TLS passthrough port's stream server (PROXY protocol)",
+        "map $proxy_protocol_server_port $gw_server_port { \"\" $server_port; default $proxy_protocol_server_port; }",
         "",
         "# NGINX 1.22 talks HTTP/1.0 to backends unless told otherwise",
         "proxy_http_version 1.1;",
@@ -193,15 +195,28 @@ def _stream(dp: DataPlane) -> str:
         lines += [f"    server {'[' + e.address + ']' if ':' in e.address else e.address}:{e.port};" for e in u.endpoints]
         out.append("\n".join(lines) + "\n}\n\n")
     splits: dict[str, str] = {}
+    relays: dict[str, str] = {}  # target -> the unix socket of the stream server that strips PROXY for it
     for srv in dp.passthrough:
         var = f"$gw_tls_{srv.id}"
         entries = {h: _tls_target(r, splits) for h, r in srv.hosts.items()}
+        if srv.https_socket:  # a shared port: every connection leaves with a PROXY header, so TLSRoute
+            # backends get theirs through a relay that reads it; the HTTPS servers read it themselves
+            https = f"unix:{srv.https_socket}"
+            for h in srv.https_names:
+                entries.setdefault(h, https)  # a route's name and a listener's cannot be equal (HostnameConflict)
+            entries = {h: t if t == https else relays.setdefault(t, f"unix:{SOCKET_DIR}/t{len(relays)}.sock")
+                       for h, t in entries.items()}
+            entries.setdefault("", https)  # other names: the HTTPS servers (their default refuses the handshake)
         default = entries.pop("", TLS_CLOSED)
         out.append(f"map $ssl_preread_server_name {var} {{\n    hostnames;\n    default {default};\n"
                    + "".join(f"    {h} {t};\n" for h, t in sorted(entries.items())) + "}\n\n")
         names = ", ".join(f"{l.namespace}/{l.name} {l.section}" for l in srv.listeners)
         out.append(f"server {{\n    # Gateway listeners {names}\n    listen {srv.address}:{srv.port};\n"
-                   f"    ssl_preread on;\n    proxy_pass {var};\n}}\n\n")
+                   f"    ssl_preread on;\n    proxy_pass {var};\n"
+                   + ("    proxy_protocol on;\n" if srv.https_socket else "") + "}\n\n")
+    for target, sock in sorted(relays.items(), key=lambda kv: kv[1]):
+        out.append(f"server {{\n    # relay to {target}: reads the PROXY header the shared port's server adds\n"
+                   f"    listen {sock} proxy_protocol;\n    proxy_pass {target};\n}}\n\n")
     out.extend(splits[k] for k in sorted(splits))
     return "".join(out)
 
@@ -267,17 +282,34 @@ def _default_servers(dp: DataPlane) -> str:
         if any(s.hostname == "" for s in ss):
             continue
         ssl = ss[0].protocol == "HTTPS"
+        sock = ss[0].socket
         out.append(f"server {{\n    # no listener without hostname on {addr}:{port}: unknown hosts get 404\n"
-                   f"    listen {addr}:{port} default_server{' ssl' if ssl else ''};\n"
+                   f"    listen {_listen(addr, port, sock)} default_server{' ssl' if ssl else ''}{' proxy_protocol' if sock else ''};\n"
+                   + "".join(l + "\n" for l in (_behind_stream(addr, port) if sock else []))
                    + ("    ssl_reject_handshake on;\n" if ssl else "") + "    return 404;\n}\n\n")
     return "".join(out)
+
+
+def _listen(address: str, port: int, socket: str | None) -> str:
+    return f"unix:{socket}" if socket else f"{address}:{port}"
+
+
+def _behind_stream(address: str, port: int) -> list[str]:
+    """An HTTPS server behind a passthrough port's stream server: the client's address comes in the
+    PROXY protocol header (rate limits, X-Forwarded-For and X-Real-IP see the client, not the socket)."""
+    return [f"    # {address}:{port} is shared with TLS passthrough listeners: the stream server hands this",
+            "    # server the connections whose SNI is not a TLSRoute's, with the client's address",
+            "    set_real_ip_from unix:;", "    real_ip_header proxy_protocol;"]
 
 
 def _server(s: Server, dp: DataPlane, st: _State, cache: RenderCache | None = None) -> str:
     hostless = s.hostname == ""
     lines = [f"server {{", f"    # Gateway {s.gateway.namespace}/{s.gateway.name} listener {s.listener.section}",
-             f"    listen {s.address}:{s.port}{' default_server' if hostless else ''}{' ssl' if s.protocol == 'HTTPS' else ''};",
+             f"    listen {_listen(s.address, s.port, s.socket)}{' default_server' if hostless else ''}"
+             f"{' ssl' if s.protocol == 'HTTPS' else ''}{' proxy_protocol' if s.socket else ''};",
              f"    server_name {s.hostname or EMPTY};"]
+    if s.socket:
+        lines += _behind_stream(s.address, s.port)
     if s.certificate:
         lines += [f"    ssl_certificate {s.certificate};", f"    ssl_certificate_key {s.certificate};"]
     if s.client_ca:

@@ -388,21 +388,16 @@ def _pem(value: Any) -> str:
 
 
 def _conflicts(raw: list[dict[str, Any]], listeners: dict[str, ListenerFacts]) -> None:
-    """Listeners on one port: HTTP and HTTPS cannot share it (ProtocolConflict); two with the same
-    hostname cannot either (HostnameConflict). The later listener of a pair is the conflicted one."""
+    """Listeners on one port: HTTP cannot share it with HTTPS or TLS (ProtocolConflict; HTTPS and
+    TLS passthrough can, behind the stream server); two with the same hostname cannot either
+    (HostnameConflict). The later listener of a pair is the conflicted one."""
     seen: dict[int, list[ListenerFacts]] = {}
     for l in raw:
         lf = listeners[l["name"]]
         if not lf.accepted.status or lf.port is None:
             continue
         for other in seen.get(lf.port, []):
-            if {other.protocol, lf.protocol} == {"HTTPS", "TLS"}:  # both: neither can be served
-                msg = (f"Port {lf.port} has both HTTPS ({other.name if other.protocol == 'HTTPS' else lf.name}) and TLS "
-                       f"passthrough ({lf.name if lf.protocol == 'TLS' else other.name}) listeners; this data plane cannot "
-                       "serve both on one port.")
-                lf.conflicted = other.conflicted = Cond("Conflicted", True, "ProtocolConflict", msg)
-                break
-            if other.protocol != lf.protocol:
+            if other.protocol != lf.protocol and {other.protocol, lf.protocol} != {"HTTPS", "TLS"}:  # those share
                 lf.conflicted = Cond("Conflicted", True, "ProtocolConflict",
                                      f"Port {lf.port} is also used by listener {other.name} with protocol {other.protocol}.")
                 break
