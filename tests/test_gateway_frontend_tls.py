@@ -151,7 +151,7 @@ def test_rendered_directives_and_a_bad_reference_is_never_served_weaker(pki):
     files = render(dp)
     servers = files["servers.conf"].decode()
     assert servers.count("ssl_verify_client on;") == 2 and servers.count("ssl_verify_client optional_no_ca;") == 1
-    assert files["secrets/clientca_infra_gw_7443.pem"] == pki["ca"]
+    assert files["tls/clientca_infra_gw_7443.pem"] == pki["ca"]
     # a missing ConfigMap on the strict port: those listeners are not served at all (fail closed),
     # status says why with the CRD's reasons; the other ports are untouched
     objs[1]["spec"]["tls"]["frontend"]["perPort"][0]["tls"]["validation"] = validation("nope")

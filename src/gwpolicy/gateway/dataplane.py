@@ -559,7 +559,7 @@ class _Builder:
                     self.listener_facts[lref] = ListenerFact(False, reason, f"Gateway {gw.namespace}/{gw.name}: {message}")
                     continue
                 if validation is not None:
-                    client_ca = f"secrets/clientca_{_slug(gw.namespace)}_{_slug(gw.name)}_{port}.pem"
+                    client_ca = f"tls/clientca_{_slug(gw.namespace)}_{_slug(gw.name)}_{port}.pem"
                     client_mode = validation.mode
                     self.secrets[client_ca] = validation.bundle
             sid = f"s{len(out)}_{_slug(gw.namespace)}_{_slug(gw.name)}_{_slug(l['name'])}"
