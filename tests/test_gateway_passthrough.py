@@ -228,3 +228,23 @@ def test_without_the_stream_module_passthrough_listeners_say_so_and_the_rest_is_
     assert "stream.conf" not in files and "load_module" not in files["nginx.conf"].decode()
     with pytest.raises(NginxError, match="libnginx-mod-stream"):
         check_modules({"nginx.conf": b"load_module /nowhere/ngx_stream_module.so;\n"})
+
+
+def test_policies_never_claim_to_reach_passthrough_connections():
+    """Passthrough connections are never HTTP: a gwpolicy.io policy on a TLSRoute, or a
+    BackendTLSPolicy on a Service only TLSRoutes send to, gets no ancestor entry of ours."""
+    from gwpolicy.gateway.controller import enforced_here, policy_ancestors_of
+    from gwpolicy.gateway.status import policy_ancestors
+    from gwpolicy.bench.gateway_policies import policy_kinds
+
+    timeout = {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "TimeoutPolicy", "metadata": meta("t", "infra"),
+               "spec": {"targetRef": {"group": GW, "kind": "TLSRoute", "name": "app"}, "default": {"readTimeout": "1s"}}}
+    btls = {"apiVersion": f"{GW}/v1", "kind": "BackendTLSPolicy", "metadata": meta("b", "infra"),
+            "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": "app"}],
+                     "validation": {"hostname": "app.pass.test", "wellKnownCACertificates": "System"}}}
+    objs = policy_kinds() + objects(9443, {"app": 1, "wild": 2}) + [timeout, btls]
+    a = analyse(objs, kind_checks=policyconf.kind_checks())
+    facts = gateway_facts(a.index)
+    assert a.outcomes.get(Ref("gwpolicy.io", "TimeoutPolicy", "infra", "t"))  # the engine does attach it
+    assert not enforced_here(policy_ancestors_of(a, Ref("gwpolicy.io", "TimeoutPolicy", "infra", "t")), facts)
+    assert policy_ancestors(a.index.by_ref[Ref(GW, "BackendTLSPolicy", "infra", "b")], facts) == []

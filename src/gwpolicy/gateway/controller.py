@@ -218,10 +218,11 @@ def _kind_checks() -> Any:
 
 
 def policy_ancestors_of(analysis: Any, ref: Ref) -> set[Ref]:
-    """The Gateways on the paths of what a policy targets."""
+    """The Gateways on the paths of what a policy targets (not through a TLSRoute: passthrough
+    connections are never HTTP, so none of the policy kinds this gateway enforces reaches them)."""
     out: set[Ref] = set()
     for o in analysis.outcomes.get(ref, []):
-        if o.declared is None or not analysis.topology.exists(o.declared):
+        if o.declared is None or o.declared.kind == "TLSRoute" or not analysis.topology.exists(o.declared):
             continue
         for path in analysis.topology.paths_of(o.declared):
             for level in path:
