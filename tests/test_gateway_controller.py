@@ -484,7 +484,7 @@ def test_a_tlsroute_is_passed_through_by_sni_and_gets_its_status(env, tmp_path):
              "spec": {"parentRefs": [{"name": "pass"}], "hostnames": ["secure.pass.example"],
                       "rules": [{"backendRefs": [{"name": "tls-echo", "port": 443}]}]}}
     try:
-        _apply(sb, GATEWAY_CLASS, gwy, svc, slice_, route)
+        _apply(sb, GATEWAY_CLASS, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, gwy, svc, slice_, route)
 
         def accepted():
             o = _get(sb, "tlsroute", "secure")
