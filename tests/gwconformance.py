@@ -65,13 +65,13 @@ def _pem_cert(cert) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def make_ca() -> tuple[Any, Any]:
+def make_ca(cn: str = "gatewayapi") -> tuple[Any, Any]:
     """A self-signed CA as the suite makes them (CN=gatewayapi, O=Kubernetes Gateway API)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
 
     key = _key()
-    name = _name("gatewayapi", "Kubernetes Gateway API")
+    name = _name(cn, "Kubernetes Gateway API")
     now = datetime.datetime.now(datetime.timezone.utc)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))

@@ -56,13 +56,7 @@ STATUS_TIMEOUT = 30.0  # the suite allows 60-180 s; our gateway converges in wel
 GAP_TIMEOUT = 8.0  # a case listed in GAPS is given less time to fail
 
 #: cases this gateway does not pass, and why (keep docs/gateway.md "Conformance" in step)
-GAPS: dict[str, str] = {
-    "GatewayInvalidFrontendClientCertificateValidation": "client certificate validation (spec.tls.frontend) is not "
-        "rendered by the data plane; a listener asking for it is Accepted=False/UnsupportedValue instead of served "
-        "without the check",
-    "HTTPRouteDisallowedKind": "needs a TLS passthrough listener (TLSRoute) to be Accepted and Programmed; this gateway "
-                               "serves HTTP and HTTPS listeners only",
-}
+GAPS: dict[str, str] = {}
 
 #: what the harness can check beyond plain HTTP (README `requires`)
 CAPABILITIES = {"echoDelay", "frontendTLS", "backendTLS"}

@@ -67,7 +67,8 @@ def env(tmp_path_factory):
     echo = EchoServer("echo-abc-def", NS, address=BACKEND_IP).start()
     try:
         sb.kubectl("apply", "--server-side", *sum((["-f", str(GW_CRDS / f"gateway.networking.k8s.io_{n}.yaml")]
-                                                  for n in ("gatewayclasses", "gateways", "httproutes", "referencegrants")), []))
+                                                  for n in ("gatewayclasses", "gateways", "httproutes", "referencegrants",
+                                                            "tlsroutes")), []))
         gw = GatewayProcess(sb.kubeconfig, tmp / "state")
         yield sb, gw, echo
     finally:
@@ -453,3 +454,64 @@ def test_endpoints_follow_the_endpointslices(env):
     _apply(sb, slice_)
     wait_until(lambda: request(address, 80, "/", host="late.example")[0] >= 500, 15, what="5xx once it is not ready")
     sb.kubectl("delete", "httproute", "late", "-n", NS)
+
+
+def test_a_tlsroute_is_passed_through_by_sni_and_gets_its_status(env, tmp_path):
+    """TLS passthrough end to end: the gateway watches TLSRoutes, writes their status and the
+    listener's, and NGINX forwards the handshake to the backend, whose own certificate the client
+    sees (NGINX does not terminate)."""
+    import ssl
+
+    import gwconformance as gc
+
+    sb, gw, _ = env
+    crt, key = gc.make_cert(["secure.pass.example"])
+    (tmp_path / "b.crt").write_bytes(crt)
+    (tmp_path / "b.key").write_bytes(key)
+    backend = EchoServer("tls-echo-abc-def", NS, address="127.0.22.2", cert=str(tmp_path / "b.crt"),
+                         key=str(tmp_path / "b.key")).start()
+    gwy = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "pass", "namespace": NS},
+           "spec": {"gatewayClassName": "gwtest", "listeners": [
+               {"name": "tls", "port": 8443, "protocol": "TLS", "tls": {"mode": "Passthrough"},
+                "allowedRoutes": {"kinds": [{"kind": "TLSRoute"}]}}]}}
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "tls-echo", "namespace": NS},
+           "spec": {"ports": [{"name": "https", "port": 443, "targetPort": backend.port}]}}
+    slice_ = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+              "metadata": {"name": "tls-echo-1", "namespace": NS, "labels": {"kubernetes.io/service-name": "tls-echo"}},
+              "addressType": "IPv4", "ports": [{"name": "https", "port": backend.port, "protocol": "TCP"}],
+              "endpoints": [{"addresses": ["127.0.22.2"], "conditions": {"ready": True}}]}
+    route = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "TLSRoute", "metadata": {"name": "secure", "namespace": NS},
+             "spec": {"parentRefs": [{"name": "pass"}], "hostnames": ["secure.pass.example"],
+                      "rules": [{"backendRefs": [{"name": "tls-echo", "port": 443}]}]}}
+    try:
+        _apply(sb, GATEWAY_CLASS, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}, gwy, svc, slice_, route)
+
+        def accepted():
+            o = _get(sb, "tlsroute", "secure")
+            ours = [p for p in (o.get("status") or {}).get("parents") or [] if p.get("controllerName") == GATEWAY_CONTROLLER]
+            return ours[0] if ours and _cond(ours[0]["conditions"], "Accepted").get("status") == "True" else None
+
+        parent = wait_until(accepted, 30, what=f"TLSRoute Accepted\n{gw.tail()}")
+        assert _cond(parent["conditions"], "ResolvedRefs")["status"] == "True"
+        g = wait_until(lambda: (lambda o: o if _cond((o.get("status") or {}).get("conditions"), "Programmed").get("status")
+                                == "True" else None)(_get(sb, "gateway", "pass")), 30, what="Gateway pass Programmed")
+        listener = g["status"]["listeners"][0]
+        assert listener["supportedKinds"] == [{"group": "gateway.networking.k8s.io", "kind": "TLSRoute"}]
+        assert listener["attachedRoutes"] == 1
+        address = g["status"]["addresses"][0]["value"]
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+
+        def backend_cert():
+            try:
+                with socket.create_connection((address, 8443), timeout=5) as raw, \
+                        ctx.wrap_socket(raw, server_hostname="secure.pass.example") as s:
+                    return s.getpeercert(binary_form=True)
+            except OSError:
+                return None
+
+        assert wait_until(backend_cert, 30, what="passthrough to the TLS backend") == ssl.PEM_cert_to_DER_cert(crt.decode())
+    finally:
+        sb.kubectl("delete", "tlsroute", "secure", "-n", NS)
+        sb.kubectl("delete", "gateway", "pass", "-n", NS)
+        backend.stop()

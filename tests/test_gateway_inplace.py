@@ -29,7 +29,8 @@ from gwpolicy.refs import Ref
 OURS = "gwpolicy.io/gateway-controller"
 OPTS = GatewayOptions(controller_name=OURS, address_pool="127.0.40.0/24", port_offset=20000)
 CHANGES = ["route-backend", "route-hostname", "route-path", "route-parent", "route-delete", "route-new",
-           "policy-value", "policy-delete", "policy-new", "policy-retarget", "service-port", "slice", "gateway"]
+           "policy-value", "policy-delete", "policy-new", "policy-retarget", "service-port", "slice", "gateway",
+           "tls-backend", "tls-hostname", "tls-parent", "tls-delete", "tls-new"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,6 +51,24 @@ def base_cluster(routes: int, seed: int) -> list[dict[str, Any]]:
                                        "caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "auth-ca"}]}
             objs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "auth-ca", "namespace": ns},
                          "data": {"ca.crt": certificate()[0].decode()}})
+    # TLS passthrough: a listener on every Gateway and a TLSRoute for the first Services
+    for o in objs:
+        if o["kind"] == "Gateway":
+            https = next(l for l in o["spec"]["listeners"] if l["protocol"] == "HTTPS")
+            o["spec"]["listeners"] += [  # TLS passthrough, and HTTPS behind it on the same port
+                {"name": "tls", "port": 9443, "protocol": "TLS", "hostname": "*.example.com",
+                 "tls": {"mode": "Passthrough"}, "allowedRoutes": {"namespaces": {"from": "All"}}},
+                dict(copy.deepcopy(https), name="https-9443", port=9443, hostname="route-000001.example.com")]
+    services = [o for o in objs if o["kind"] == "Service"][:2]
+    for i, svc in enumerate(services):
+        objs.append({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "TLSRoute",
+                     "metadata": {"name": f"tls-{i}", "namespace": svc["metadata"]["namespace"], "generation": 1,
+                                  "creationTimestamp": f"2025-02-0{i + 1}T00:00:00Z"},
+                     "spec": {"parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw-000",
+                                              "namespace": "infra", "sectionName": "tls"}],
+                              "hostnames": [f"tls{i}.example.com"],
+                              "rules": [{"backendRefs": [{"group": "", "kind": "Service", "name": svc["metadata"]["name"],
+                                                          "port": 8080, "weight": 1}]}]}})
     return objs
 
 
@@ -126,6 +145,27 @@ def change(objects: dict[Any, dict[str, Any]], what: str, rnd: random.Random) ->
             t["name"] = rnd.choice(same)[3]
         bump(p)
         return "MODIFIED", p
+    elif what.startswith("tls-"):
+        r = pick("TLSRoute")
+        if r is None:
+            return None
+        if what == "tls-backend":
+            svc = rnd.choice(services)
+            r["spec"]["rules"][0]["backendRefs"] = [{"group": "", "kind": "Service", "name": rnd.choice([svc[3], "missing"]),
+                                                     "namespace": svc[2], "port": rnd.choice([8080, 1234]), "weight": 1}]
+        elif what == "tls-hostname":
+            r["spec"]["hostnames"] = rnd.choice([["shared.example.com"], ["*.example.com"], ["other.test"],
+                                                 [f"tls{rnd.randrange(3)}.example.com"]])
+        elif what == "tls-parent":
+            r["spec"]["parentRefs"][0]["sectionName"] = rnd.choice(["tls", "http", "nope"])
+            r["spec"]["parentRefs"][0]["name"] = rnd.choice(["gw-000", "gw-001"])
+        elif what == "tls-delete":
+            objects.pop(object_key(r))
+            return "DELETED", r
+        elif what == "tls-new":
+            r["metadata"]["name"] += f"-copy{rnd.randrange(100)}"
+            r["metadata"]["creationTimestamp"] = "2025-03-01T00:00:00Z"
+        bump(r)
     elif what == "service-port":
         s = pick("Service")
         s["spec"]["ports"][0]["port"] = rnd.choice([8080, 8081])

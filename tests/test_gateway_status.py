@@ -104,10 +104,7 @@ def _check(entries: list[dict[str, Any]], world: World) -> list[str]:
 
 
 #: cases whose status this gateway does not give, and why (docs/gateway.md, "Conformance")
-STATUS_GAPS = {"GatewayInvalidFrontendClientCertificateValidation": "client certificate validation (spec.tls.frontend) "
-                "is not rendered by the data plane, so a listener asking for it is Accepted=False/UnsupportedValue",
-               "HTTPRouteDisallowedKind": "needs a TLS passthrough listener (TLSRoute) to be Programmed; this "
-                                          "gateway serves HTTP and HTTPS listeners only (UnsupportedProtocol)"}
+STATUS_GAPS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=STATUS_GAPS[n], strict=True))

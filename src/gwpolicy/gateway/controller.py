@@ -44,7 +44,7 @@ from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LeaderElector
 from gwpolicy.controller.loop import synced_bursts
 from gwpolicy.gateway.state import GatewayState, key_ref, object_key
-from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, Programming,
+from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, ROUTE_KINDS, Programming,
                                      desired_status, keep_in_place, policy_kinds_annotation,
                                      policy_status, stale_routes, without_our_entries)
 from gwpolicy.kinds import split_api_version
@@ -218,10 +218,11 @@ def _kind_checks() -> Any:
 
 
 def policy_ancestors_of(analysis: Any, ref: Ref) -> set[Ref]:
-    """The Gateways on the paths of what a policy targets."""
+    """The Gateways on the paths of what a policy targets (not through a TLSRoute: passthrough
+    connections are never HTTP, so none of the policy kinds this gateway enforces reaches them)."""
     out: set[Ref] = set()
     for o in analysis.outcomes.get(ref, []):
-        if o.declared is None or not analysis.topology.exists(o.declared):
+        if o.declared is None or o.declared.kind == "TLSRoute" or not analysis.topology.exists(o.declared):
             continue
         for path in analysis.topology.paths_of(o.declared):
             for level in path:
@@ -437,7 +438,7 @@ class GatewayController:
             wanted = {r: f for r, f in self.wanted.items() if r not in self.policy_wanted}
             for ref in list(facts.classes) + list(facts.gateways):  # Programmed and attachedRoutes may change
                 wanted[ref] = ours
-            routes = [r for r in touched if r.group == GATEWAY_GROUP and r.kind == "HTTPRoute"]
+            routes = [r for r in touched if r.group == GATEWAY_GROUP and r.kind in ROUTE_KINDS]
             for ref in routes:
                 obj = index.by_ref.get(ref)
                 if ref in facts.routes or (obj is not None and without_our_entries(obj, facts.controller) is not None):
@@ -519,7 +520,7 @@ class GatewayController:
             return
         self.addresses = {ref: [addr] for ref, addr in dp.addresses.items()}
         self.listener_facts = {ref: (lf.programmed, lf.reason, lf.message) for ref, lf in dp.listeners.items()}
-        generations = {o.ref: o.generation for kind in ("Gateway", "HTTPRoute")
+        generations = {o.ref: o.generation for kind in ("Gateway", *ROUTE_KINDS)
                        for o in analysis.index.of_kind(GATEWAY_GROUP, kind)}
         if clock is not None:
             clock.lap("data plane and render")

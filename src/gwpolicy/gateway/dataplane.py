@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gwpolicy.gateway import backendtls, policyconf
+from gwpolicy.gateway import backendtls, frontendtls, policyconf
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
@@ -58,6 +58,19 @@ class DataPlaneError(ValueError):
     """Configuration the data plane cannot be built from (names the object and field)."""
 
 
+STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"  # Debian's libnginx-mod-stream
+#: where the unix sockets of HTTPS servers behind a passthrough port live; the process layer
+#: (nginx.py) replaces it with its own short directory when it writes the files
+SOCKET_DIR = "@gwpolicy-sockets@"
+
+
+def stream_module_path() -> str | None:
+    """Debian's stream module when it is installed (the one file this pure module looks at)."""
+    import os
+
+    return STREAM_MODULE if os.path.exists(STREAM_MODULE) else None
+
+
 @dataclass(frozen=True)
 class DataPlaneConfig:
     """How to place the Gateways: what a test or the controller chooses, not the manifests."""
@@ -68,6 +81,9 @@ class DataPlaneConfig:
     port_offset: int = 0  # added to every listener port (tests on high ports)
     worker_processes: int | str = 1
     worker_shutdown_timeout: str = "10s"
+    #: NGINX's stream module (TLS passthrough), `load_module`d when a passthrough listener is
+    #: served; None: not installed, such listeners are not programmed (Debian: libnginx-mod-stream)
+    stream_module: str | None = field(default_factory=lambda: stream_module_path())
 
 
 @dataclass(frozen=True)
@@ -176,6 +192,46 @@ class Server:
     hostname: str  # "" = no hostname: the default server of its address:port
     certificate: str | None = None  # relative path of the PEM file
     vhosts: list[VirtualHost] = field(default_factory=list)
+    client_ca: str | None = None  # relative path of the CA bundle clients' certificates are checked against
+    client_mode: str = ""  # frontendtls.ALLOW_VALID_ONLY | ALLOW_INSECURE_FALLBACK (with client_ca)
+    #: an HTTPS server on a port shared with TLS passthrough listeners: it listens on this unix
+    #: socket (PROXY protocol from the stream server in front), not on address:port
+    socket: str | None = None
+
+
+@dataclass
+class PassthroughBackend:
+    """One backendRef of a TLSRoute: an upstream, or an error (its share of connections is closed)."""
+
+    ref: Ref
+    weight: int
+    upstream: str | None
+    error: str | None = None
+    message: str = ""
+
+
+@dataclass
+class PassthroughRoute:
+    route: Ref
+    backends: list[PassthroughBackend]
+
+
+@dataclass
+class PassthroughServer:
+    """Every TLS passthrough listener of one address:port: one `stream` server that reads the SNI of
+    the ClientHello (`ssl_preread`) and forwards the connection, still encrypted, to the route's
+    backend. `hosts`: SNI name (exact, `*.` wildcard, "" = any other name or none) -> route."""
+
+    id: str
+    gateway: Ref
+    address: str
+    port: int  # the port NGINX binds (listener port + offset)
+    listeners: list[Ref]
+    hosts: dict[str, PassthroughRoute] = field(default_factory=dict)
+    #: HTTPS listeners on the same address:port: the socket their servers listen on, and the SNI
+    #: names (their hostnames; "" = a hostless one) sent to it
+    https_socket: str | None = None
+    https_names: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -205,6 +261,8 @@ class DataPlane:
     routes: dict[Ref, RouteFact]
     config: DataPlaneConfig
     warnings: list[str] = field(default_factory=list)
+    passthrough: list[PassthroughServer] = field(default_factory=list)
+    stream_upstreams: dict[str, Upstream] = field(default_factory=dict)  # of the passthrough servers
 
 
 # ---------------------------------------------------------------------------------------------
@@ -388,6 +446,7 @@ class _Builder:
         self.config = config
         self.grants = ReferenceGrants(self.index)
         self.upstreams: dict[str, Upstream] = {}
+        self.stream_upstreams: dict[str, Upstream] = {}  # TLS passthrough backends
         self.actions: dict[str, Action] = {}
         self.secrets: dict[str, bytes] = {}
         self.listener_facts: dict[Ref, ListenerFact] = {}
@@ -425,12 +484,23 @@ class _Builder:
                         f"for Gateway {first.namespace}/{first.name}")
                     continue
                 servers.append(srv)
+        passthrough = [s for s in servers if s.protocol == "TLS"]
+        servers = [s for s in servers if s.protocol != "TLS"]
         by_listener = {s.listener: s for s in servers}
         self._attach_routes(by_listener)
         for s in servers:
             s.vhosts.sort(key=lambda v: (v.hostname == "", v.hostname))
+        streams = self._attach_tls_routes(passthrough)
+        by_port = {(p.address, p.port): p for p in streams}
+        for s in servers:  # HTTPS on a passthrough port: behind the stream server, on a unix socket
+            shared = by_port.get((s.address, s.port)) if s.protocol == "HTTPS" else None
+            if shared is not None:
+                shared.https_socket = s.socket = f"{SOCKET_DIR}/h_{_slug(s.address)}_{s.port}.sock"
+                if s.hostname not in shared.https_names:
+                    shared.https_names.append(s.hostname)
         return DataPlane(servers, dict(sorted(self.upstreams.items())), self.actions, dict(sorted(self.secrets.items())),
-                         addresses, self.listener_facts, self.route_facts, self.config, self.warnings)
+                         addresses, self.listener_facts, self.route_facts, self.config, self.warnings,
+                         streams, dict(sorted(self.stream_upstreams.items())))
 
     def _gateway_servers(self, gw: Any, address: str) -> list[Server]:
         listeners = [l for l in _list(_dict(gw.spec).get("listeners")) if isinstance(l, dict) and isinstance(l.get("name"), str)]
@@ -446,17 +516,28 @@ class _Builder:
         for l in listeners:
             lref = gw.ref.with_section(l["name"])
             port, protocol, hostname = l.get("port"), l.get("protocol"), (l.get("hostname") or "").lower()
-            if protocol not in ("HTTP", "HTTPS"):
+            if protocol not in ("HTTP", "HTTPS", "TLS"):
                 self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_PROTOCOL,
-                                                         f"protocol {protocol!r} is not served by this data plane (HTTP and HTTPS are)")
+                                                         f"protocol {protocol!r} is not served by this data plane (HTTP, HTTPS and TLS are)")
                 continue
+            if protocol == "TLS":
+                mode = _dict(l.get("tls")).get("mode") or "Terminate"
+                if mode != "Passthrough":
+                    self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_VALUE,
+                                                             f"tls.mode {mode!r} on a TLS listener is not supported (Passthrough is)")
+                    continue
+                if self.config.stream_module is None:
+                    self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_PROTOCOL,
+                                                             f"TLS passthrough needs NGINX's stream module ({STREAM_MODULE}, "
+                                                             "Debian package libnginx-mod-stream), which is not installed")
+                    continue
             if hostname and not HOSTNAME.fullmatch(hostname):
                 self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_VALUE, f"hostname {hostname!r} is not a hostname")
                 continue
             if not isinstance(port, int) or not 1 <= port <= 65535:
                 self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_VALUE, f"port {port!r} is not a port number")
                 continue
-            if len(protocols[port]) > 1:
+            if len(protocols[port]) > 1 and protocols[port] != {"HTTPS", "TLS"}:  # those two share one (the stream server)
                 self.listener_facts[lref] = ListenerFact(False, PROTOCOL_CONFLICT,
                                                          f"port {port} is used with protocols {', '.join(sorted(protocols[port]))}")
                 continue
@@ -470,8 +551,20 @@ class _Builder:
                 if cert is None:
                     self.listener_facts[lref] = ListenerFact(False, problem[0], problem[1])
                     continue
+            client_ca, client_mode = None, ""
+            if protocol == "HTTPS":
+                validation = frontendtls.listener_validation(gw, port, self.index, self.grants)
+                if validation is not None and not validation.ok:  # fail closed, never a weaker check
+                    reason, message = validation.problems[0]
+                    self.listener_facts[lref] = ListenerFact(False, reason, f"Gateway {gw.namespace}/{gw.name}: {message}")
+                    continue
+                if validation is not None:
+                    client_ca = f"tls/clientca_{_slug(gw.namespace)}_{_slug(gw.name)}_{port}.pem"
+                    client_mode = validation.mode
+                    self.secrets[client_ca] = validation.bundle
             sid = f"s{len(out)}_{_slug(gw.namespace)}_{_slug(gw.name)}_{_slug(l['name'])}"
-            out.append(Server(sid, gw.ref, lref, address, port + self.config.port_offset, protocol, hostname, cert))
+            out.append(Server(sid, gw.ref, lref, address, port + self.config.port_offset, protocol, hostname, cert,
+                              client_ca=client_ca, client_mode=client_mode))
             self.listener_facts[lref] = ListenerFact(True)
         return out
 
@@ -500,6 +593,74 @@ class _Builder:
         path = f"secrets/{ns}_{name}.pem"
         self.secrets[path] = pem
         return path, ("", "")
+
+    # -- TLS passthrough ----------------------------------------------------------------------
+
+    def _attach_tls_routes(self, listeners: list[Server]) -> list[PassthroughServer]:
+        """One stream server per address:port of passthrough listeners; each TLSRoute attached to a
+        listener (the engine's paths) serves its hostnames intersected with the listener's. Of two
+        routes claiming one name on one port, the older route keeps it (as for HTTPRoute rules)."""
+        streams: dict[tuple[str, int], PassthroughServer] = {}
+        by_listener: dict[Ref, Server] = {}
+        for l in listeners:
+            key = (l.address, l.port)
+            if key not in streams:
+                streams[key] = PassthroughServer(f"t{len(streams)}_{_slug(l.address)}_{l.port}", l.gateway, l.address, l.port, [])
+            streams[key].listeners.append(l.listener)
+            by_listener[l.listener] = l
+        if not listeners:
+            return []
+        for route in sorted(self.index.of_kind(GATEWAY_GROUP, "TLSRoute"), key=lambda o: o.age_key):
+            attached = [by_listener[lref] for lref in map(_listener_of, self.topo.paths.get(route.ref, {}))
+                        if lref is not None and lref in by_listener]
+            if not attached:
+                continue
+            fact = self.route_facts.setdefault(route.ref, RouteFact())
+            target = PassthroughRoute(route.ref, self._tls_backends(route, fact))
+            hostnames = _list(_dict(route.spec).get("hostnames"))
+            for l in attached:
+                fact.listeners.add(l.listener)
+                hosts = streams[(l.address, l.port)].hosts
+                for host in route_hostnames(l.hostname, hostnames):
+                    hosts.setdefault(host or l.hostname, target)
+        return [streams[k] for k in sorted(streams)]
+
+    def _tls_backends(self, route: Any, fact: RouteFact) -> list[PassthroughBackend]:
+        out = []
+        rules = [r for r in _list(_dict(route.spec).get("rules")) if isinstance(r, dict)]
+        for ri, rule in enumerate(rules):
+            for bi, b in enumerate(_list(rule.get("backendRefs"))):
+                if not isinstance(b, dict):
+                    continue
+                weight = b.get("weight", 1)
+                weight = weight if isinstance(weight, int) and not isinstance(weight, bool) and weight >= 0 else 1
+                group, kind = b.get("group") or CORE_GROUP, b.get("kind") or "Service"
+                ns, name, port = b.get("namespace") or route.namespace, str(b.get("name", "")), b.get("port")
+                ref = Ref(group, kind, ns, name)
+                pb = PassthroughBackend(ref, weight, None)
+                where = f"TLSRoute {route.namespace}/{route.name} spec.rules[{ri}].backendRefs[{bi}]"
+                svc = self.index.by_ref.get(ref) if (group, kind) == (CORE_GROUP, "Service") else None
+                sport = _service_port(svc, port) if svc is not None else None
+                if (group, kind) != (CORE_GROUP, "Service"):
+                    pb.error, pb.message = INVALID_KIND, f"{where}: kind {group or 'core'}/{kind} is not supported (Service is)"
+                elif ns != route.namespace and not self.grants.allows(route.group, route.kind, route.namespace or "", CORE_GROUP, "Service", ns, name):
+                    pb.error, pb.message = REF_NOT_PERMITTED, f"{where}: Service {ns}/{name} is in another namespace and no ReferenceGrant allows the reference"
+                elif svc is None:
+                    pb.error, pb.message = BACKEND_NOT_FOUND, f"{where}: Service {ns}/{name} does not exist"
+                elif sport is None:
+                    pb.error, pb.message = BACKEND_NOT_FOUND, f"{where}: Service {ns}/{name} has no port {port!r}"
+                else:
+                    endpoints = self._endpoints(svc, sport)
+                    if not endpoints:
+                        pb.error, pb.message = NO_ENDPOINTS, f"{where}: Service {ns}/{name} port {port} has no ready endpoints"
+                    else:
+                        uname = f"tls_{_slug(ns)}_{_slug(name)}_{port}"
+                        self.stream_upstreams[uname] = Upstream(uname, ref, int(port), endpoints)
+                        pb.upstream = uname
+                if pb.error and pb.error != NO_ENDPOINTS and not any(u[:2] == (ri, bi) for u in fact.unresolved):
+                    fact.unresolved.append((ri, bi, pb.error, pb.message))
+                out.append(pb)
+        return out
 
     # -- routes ---------------------------------------------------------------------------------
 

@@ -32,6 +32,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+#: the unix sockets a rendered configuration names live under this placeholder (pure rendering
+#: cannot know where); `Nginx` puts them in its own short directory when it writes the files
+from gwpolicy.gateway.dataplane import SOCKET_DIR
+
 MIN_VERSION = (1, 22)
 PR_SET_PDEATHSIG = 1
 _SEVERE = re.compile(r"\[(emerg|alert|crit)\]")
@@ -73,10 +77,14 @@ def nginx_version(binary: str = "nginx") -> tuple[int, int, int]:
 
 
 def check_modules(files: dict[str, bytes]) -> None:
-    """Every `load_module` of nginx.conf exists (njs comes from Debian's libnginx-mod-http-js)."""
+    """Every `load_module` of nginx.conf exists (njs comes from Debian's libnginx-mod-http-js, the
+    stream module of TLS passthrough from libnginx-mod-stream)."""
     for m in re.finditer(rb"^\s*load_module\s+([^;]+);", files.get("nginx.conf", b""), re.M):
         path = m.group(1).decode()
         if not os.path.exists(path):
+            if "stream" in path:
+                raise NginxError(f"NGINX module {path} is missing (install the Debian package 'libnginx-mod-stream'); "
+                                 "TLS passthrough listeners need it")
             hint = " (install the Debian package 'libnginx-mod-http-js')" if "js" in path else ""
             raise NginxError(f"NGINX module {path} is missing{hint}; header, query and method matches need it")
 
@@ -121,6 +129,9 @@ class Nginx:
         for d in ("run", "logs"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
         self._sockdir = tempfile.mkdtemp(prefix="gwng-")  # unix socket paths must stay short
+        # NGINX's workers (another user when the master runs as root) connect to the sockets of a
+        # passthrough port's HTTPS servers and relays: they must be able to pass through the directory
+        os.chmod(self._sockdir, 0o711)
         self.control_socket = os.path.join(self._sockdir, "control.sock")
         self.error_log = self.root / "logs" / "error.log"
 
@@ -220,7 +231,10 @@ class Nginx:
     # -- internals ------------------------------------------------------------------------------
 
     def _write(self, gdir: Path, files: dict[str, bytes], gen: int) -> None:
+        sockets = SOCKET_DIR.encode()
         for rel, data in files.items():
+            if rel.endswith(".conf") and sockets in data:  # the renderer's unix sockets live in our short directory
+                data = data.replace(sockets, self._sockdir.encode())
             if rel.startswith("/") or ".." in Path(rel).parts:
                 raise ValueError(f"refusing to write {rel!r} outside the generation directory")
             p = gdir / rel

@@ -7,7 +7,7 @@ one object is applied in place instead where that gives the same result:
 
 - a policy: the facts do not read policies and the view passes them through, so the change goes to
   the engine as it is (`incremental.apply_change`);
-- an HTTPRoute: its own facts are computed again (nothing else's facts read a route, except the
+- a route (HTTPRoute, TLSRoute): its own facts are computed again (nothing else's facts read a route, except the
   `attachedRoutes` counts of the listeners it was or is attached to), and its new view goes to
   `apply_change`;
 - any other kind goes to `apply_change` too; when the engine takes it in place, the facts are
@@ -30,7 +30,7 @@ from gwpolicy.incremental import apply_change, prepare, replace_object
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import ObjectIndex, build_index
 from gwpolicy.refs import GATEWAY_GROUP, Ref
-from gwpolicy.gateway.status import Facts, _route, dataplane_objects, gateway_facts
+from gwpolicy.gateway.status import ROUTE_KINDS, Facts, _route, dataplane_objects, gateway_facts, route_objects
 
 Key = tuple[str, str, str, str]
 
@@ -45,7 +45,7 @@ def key_ref(key: Key) -> Ref:
     return Ref(key[0], key[1], key[2] or None, key[3])
 
 
-_VIEWED = ("Gateway", "HTTPRoute")  # the kinds dataplane_objects may change
+_VIEWED = ("Gateway", *ROUTE_KINDS)  # the kinds dataplane_objects may change
 
 
 class GatewayState:
@@ -62,7 +62,7 @@ class GatewayState:
         self.grants: ReferenceGrants | None = None
         self.facts: Facts | None = None
         self.analysis: Analysis | None = None
-        self.views: dict[Ref, dict[str, Any]] = {}  # Gateway/HTTPRoute -> the copy the analysis holds
+        self.views: dict[Ref, dict[str, Any]] = {}  # Gateway/route -> the copy the analysis holds
         self.pending: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
         self.stale = True
         self.full_passes = 0
@@ -138,7 +138,7 @@ class GatewayState:
             if got is not None:
                 replace_object(index, ref, new)
             return got
-        if ref.group == GATEWAY_GROUP and ref.kind == "HTTPRoute":
+        if ref.group == GATEWAY_GROUP and ref.kind in ROUTE_KINDS:
             return self._route(ref, raw, new)
         if ref.group == GATEWAY_GROUP and ref.kind in _VIEWED:  # a Gateway: its view needs the new facts
             self._rebuild_facts()
@@ -166,8 +166,7 @@ class GatewayState:
             facts.routes[ref] = rf  # keeps its place
         else:  # the order gateway_facts gives (the index's)
             facts.routes[ref] = rf
-            facts.routes = {o.ref: facts.routes[o.ref] for o in index.of_kind(GATEWAY_GROUP, "HTTPRoute")
-                            if o.ref in facts.routes}
+            facts.routes = {o.ref: facts.routes[o.ref] for o in route_objects(index) if o.ref in facts.routes}
         gateways = {p.gateway for p in (before.parents if before else [])} | {p.gateway for p in (rf.parents if rf else [])}
         for g in gateways:
             gf = facts.gateways.get(g)

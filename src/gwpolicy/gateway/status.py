@@ -1,5 +1,5 @@
 """GEP-1364 status of the objects the gateway serves: GatewayClass, Gateway and its listeners, and
-each HTTPRoute parent that names one of our Gateways.
+each HTTPRoute and TLSRoute parent that names one of our Gateways.
 
 Pure: `gateway_facts(index)` says, from the objects alone, what is valid, what attaches where and
 why not (route attachment is the engine's, `topology.parent_listeners`); `Programming` is what the
@@ -18,6 +18,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from gwpolicy.gateway import frontendtls
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
@@ -33,9 +34,18 @@ SUPPORTED_BUNDLE_PREFIXES = ("v1.", "v0.0.0-dev")
 BUNDLE_ANNOTATION = "gateway.networking.k8s.io/bundle-version"
 
 #: listener protocols this data plane serves
-SUPPORTED_PROTOCOLS = ("HTTP", "HTTPS")
-#: route kinds this data plane serves, per protocol
-SUPPORTED_ROUTE_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute",), "HTTPS": ("HTTPRoute",)}
+SUPPORTED_PROTOCOLS = ("HTTP", "HTTPS", "TLS")
+#: route kinds this data plane serves, per protocol (TLS: passthrough only)
+SUPPORTED_ROUTE_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute",), "HTTPS": ("HTTPRoute",), "TLS": ("TLSRoute",)}
+#: the route kinds whose status this gateway writes, in the order facts list them
+ROUTE_KINDS = ("HTTPRoute", "TLSRoute")
+
+
+def route_objects(index: ObjectIndex) -> list[Obj]:
+    """Every route of a kind this gateway serves, in the order facts list them."""
+    return [r for kind in ROUTE_KINDS for r in index.of_kind(GATEWAY_GROUP, kind)]
+
+
 #: HTTPRoute filter types the data plane renders (its own list); anything else makes the route
 #: Accepted=False/UnsupportedValue
 try:
@@ -48,13 +58,14 @@ SUPPORTED_PATH_TYPES = frozenset({"Exact", "PathPrefix"})
 #: Gateway API features (conformance names) this gateway claims in GatewayClass.status.supportedFeatures;
 #: the conformance harness checks that every case needing only these passes (tests/gateway_conformance)
 SUPPORTED_FEATURES = (
-    "BackendTLSPolicy", "Gateway", "HTTPRoute", "HTTPRoute303RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
+    "BackendTLSPolicy", "Gateway", "GatewayFrontendClientCertificateValidation", "HTTPRoute",
+    "HTTPRoute303RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
     "HTTPRouteBackendRequestHeaderModification", "HTTPRouteBackendRequestRedirect", "HTTPRouteCORS", "HTTPRouteHostRewrite", "HTTPRouteMethodMatching",
-    "HTTPRoutePathRedirect", "HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "ReferenceGrant",
+    "HTTPRoutePathRedirect", "HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "ReferenceGrant", "TLSRoute",
 )
 
 #: the condition types this controller owns on Gateways and GatewayClasses (others' are kept)
-GATEWAY_CONDITION_TYPES = ("Accepted", "Programmed", "ResolvedRefs", "SupportedVersion")
+GATEWAY_CONDITION_TYPES = ("Accepted", "Programmed", "ResolvedRefs", "SupportedVersion", "InsecureFrontendValidationMode")
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,7 @@ class ListenerFacts:
     conflicted: Cond
     certificates: list[Ref] = field(default_factory=list)  # Secrets (valid, permitted) to serve
     client_cas: list[Ref] = field(default_factory=list)  # ConfigMaps with ca.crt for client validation
+    client_mode: str = ""  # frontendtls.ALLOW_VALID_ONLY | ALLOW_INSECURE_FALLBACK when client_cas
     attached_routes: int = 0
 
     @property
@@ -203,7 +215,7 @@ def gateway_facts(index: ObjectIndex, controller: str = GATEWAY_CONTROLLER,
             if not facts.classes[gc_ref].status:
                 gf.accepted = Cond("Accepted", False, "Pending",
                                    f"GatewayClass {gc_ref.name} is not accepted: {facts.classes[gc_ref].message}")
-    for route in index.of_kind(GATEWAY_GROUP, "HTTPRoute"):
+    for route in route_objects(index):
         rf = _route(route, facts, index, grants)
         if rf is not None:
             facts.routes[route.ref] = rf
@@ -227,10 +239,9 @@ def _bundle_version(index: ObjectIndex) -> Cond:
 def _gateway(gw: Obj, gc_ref: Ref, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
     spec = _dict(gw.spec)
     raw_listeners = [l for l in spec.get("listeners") or [] if isinstance(l, dict) and isinstance(l.get("name"), str)]
-    frontend = _dict(_dict(spec.get("tls")).get("frontend"))
     listeners: dict[str, ListenerFacts] = {}
     for l in raw_listeners:
-        listeners[l["name"]] = _listener(gw, l, frontend, index, grants)
+        listeners[l["name"]] = _listener(gw, l, index, grants)
     _conflicts(raw_listeners, listeners)
 
     accepted = Cond("Accepted", True, "Accepted", "Accepted by the gwpolicy NGINX gateway.")
@@ -277,8 +288,7 @@ def _is_loopback(value: Any) -> bool:
         return False
 
 
-def _listener(gw: Obj, l: dict[str, Any], frontend: dict[str, Any], index: ObjectIndex,
-              grants: ReferenceGrants) -> ListenerFacts:
+def _listener(gw: Obj, l: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants) -> ListenerFacts:
     protocol = l.get("protocol") if isinstance(l.get("protocol"), str) else ""
     port = l.get("port") if isinstance(l.get("port"), int) else None
     hostname = l.get("hostname") if isinstance(l.get("hostname"), str) else None
@@ -310,6 +320,13 @@ def _listener(gw: Obj, l: dict[str, Any], frontend: dict[str, Any], index: Objec
                                     f"Route kinds not supported on a {protocol} listener: {', '.join(bad)}.")
     else:
         lf.supported_kinds = [{"group": GATEWAY_GROUP, "kind": k} for k in serveable]
+    if protocol == "TLS":
+        mode = _dict(l.get("tls")).get("mode") or "Terminate"
+        if mode != "Passthrough":
+            lf.accepted = Cond("Accepted", False, "UnsupportedValue",
+                               f"tls.mode {mode!r} is not supported on a TLS listener (Passthrough is: this gateway "
+                               "forwards TLS connections by SNI without terminating them).")
+        return lf
     if protocol == "HTTPS" and lf.resolved_refs.status:
         tls = _dict(l.get("tls"))
         if (tls.get("mode") or "Terminate") != "Terminate":
@@ -326,24 +343,17 @@ def _listener(gw: Obj, l: dict[str, Any], frontend: dict[str, Any], index: Objec
                 lf.certificates = []
                 break
             lf.certificates.append(Ref(CORE_GROUP, "Secret", ref.get("namespace") or gw.namespace, str(ref["name"])))
-        # frontend client certificate validation: the per-port entry, else the default
-        validation = _dict(frontend.get("default")).get("validation")
-        for pp in frontend.get("perPort") or []:
-            if isinstance(pp, dict) and pp.get("port") == port:
-                validation = _dict(pp.get("tls")).get("validation")
-        if isinstance(validation, dict) and lf.resolved_refs.status:
-            for i, ref in enumerate(r for r in validation.get("caCertificateRefs") or [] if isinstance(r, dict)):
-                reason, msg, cm = _ca_problem(gw, ref, index, grants, i)
-                if reason is not None:
-                    lf.resolved_refs = Cond("ResolvedRefs", False, reason, msg)
-                    lf.accepted = Cond("Accepted", False, "NoValidCACertificate", msg)
+        # frontend client certificate validation (gateway/frontendtls.py, shared with the data plane)
+        validation = frontendtls.listener_validation(gw, port, index, grants) if lf.resolved_refs.status else None
+        if validation is not None:
+            lf.client_cas = list(validation.cas)
+            lf.client_mode = validation.mode
+            if validation.problems:
+                reason, msg = validation.problems[0]
+                lf.resolved_refs = Cond("ResolvedRefs", False, reason, msg)
+                if not validation.cas or reason == "UnsupportedValue":
+                    lf.accepted = Cond("Accepted", False, frontendtls.NO_VALID_CA if reason != "UnsupportedValue" else reason, msg)
                     lf.client_cas = []
-                    break
-                lf.client_cas.append(cm)
-            if lf.accepted.status and lf.client_cas:
-                # NGINX could (ssl_verify_client), but the renderer does not yet: never claim it silently
-                lf.accepted = Cond("Accepted", False, "UnsupportedValue",
-                                   "Client certificate validation (spec.tls.frontend) is not supported by this data plane.")
     return lf
 
 
@@ -377,33 +387,17 @@ def _pem(value: Any) -> str:
         return ""
 
 
-def _ca_problem(gw: Obj, ref: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants,
-                i: int) -> tuple[str | None, str, Ref | None]:
-    group = ref.get("group") or CORE_GROUP
-    kind = ref.get("kind") or "ConfigMap"
-    ns = ref.get("namespace") or gw.namespace or ""
-    name = str(ref.get("name", ""))
-    where = f"caCertificateRefs[{i}]"
-    if group != CORE_GROUP or kind != "ConfigMap":
-        return "InvalidCACertificateKind", f"{where}: {kind} is not a ConfigMap.", None
-    if ns != gw.namespace and not grants.allows(GATEWAY_GROUP, "Gateway", gw.namespace or "", CORE_GROUP, "ConfigMap", ns, name):
-        return "RefNotPermitted", f"{where}: ConfigMap {ns}/{name} is in another namespace and no ReferenceGrant allows it.", None
-    cm = index.by_ref.get(Ref(CORE_GROUP, "ConfigMap", ns, name))
-    if cm is None or "-----BEGIN CERTIFICATE-----" not in str(_dict(cm.raw.get("data")).get("ca.crt", "")):
-        return "InvalidCACertificateRef", f"{where}: ConfigMap {ns}/{name} does not exist or has no PEM ca.crt.", None
-    return None, "", cm.ref
-
-
 def _conflicts(raw: list[dict[str, Any]], listeners: dict[str, ListenerFacts]) -> None:
-    """Listeners on one port: HTTP and HTTPS cannot share it (ProtocolConflict); two with the same
-    hostname cannot either (HostnameConflict). The later listener of a pair is the conflicted one."""
+    """Listeners on one port: HTTP cannot share it with HTTPS or TLS (ProtocolConflict; HTTPS and
+    TLS passthrough can, behind the stream server); two with the same hostname cannot either
+    (HostnameConflict). The later listener of a pair is the conflicted one."""
     seen: dict[int, list[ListenerFacts]] = {}
     for l in raw:
         lf = listeners[l["name"]]
         if not lf.accepted.status or lf.port is None:
             continue
         for other in seen.get(lf.port, []):
-            if other.protocol != lf.protocol:
+            if other.protocol != lf.protocol and {other.protocol, lf.protocol} != {"HTTPS", "TLS"}:  # those share
                 lf.conflicted = Cond("Conflicted", True, "ProtocolConflict",
                                      f"Port {lf.port} is also used by listener {other.name} with protocol {other.protocol}.")
                 break
@@ -438,6 +432,10 @@ def _route(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGrants
         if why is None:  # attached only to listeners that are not valid: no usable parent
             attached = [l for l in attached if gf.listeners[l["name"]].accepted.status]
             why = None if attached else "NoMatchingParent"
+            served = [l for l in attached if route.kind in SUPPORTED_ROUTE_KINDS.get(gf.listeners[l["name"]].protocol, ())]
+            if attached and not served:  # e.g. allowedRoutes.kinds names HTTPRoute on a TLS listener
+                why = "NotAllowedByListeners"
+            attached = served
         if unsupported is not None:
             accepted = Cond("Accepted", False, "UnsupportedValue", unsupported)
             attached = []
@@ -610,6 +608,12 @@ def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Progra
     else:
         programmed = Cond("Programmed", False, "Pending", "Waiting for NGINX to load the configuration.")
     ours = [gf.accepted, programmed] + ([gf.resolved_refs] if gf.resolved_refs is not None else [])
+    insecure = sorted(lf.name for lf in gf.listeners.values()
+                      if lf.client_cas and lf.client_mode == frontendtls.ALLOW_INSECURE_FALLBACK)
+    if insecure:  # GEP-91: said on the Gateway while any listener lets unverified clients in
+        ours.append(Cond("InsecureFrontendValidationMode", True, "ConfigurationChanged",
+                         f"Listeners {', '.join(insecure)} accept clients whose certificate is missing or does not "
+                         "verify (spec.tls.frontend validation mode AllowInsecureFallback)."))
     status["conditions"] = _merge_conditions(prev, [c.to_json(gen, prev, now) for c in ours], GATEWAY_CONDITION_TYPES)
     status["addresses"] = [{"type": "IPAddress", "value": a} for a in addresses] if gf.accepted.status else []
     old_listeners = {l.get("name"): l for l in status.get("listeners") or [] if isinstance(l, dict)}
@@ -694,8 +698,8 @@ def all_desired(index: ObjectIndex, facts: Facts, programming: Programming, now:
 
 
 def stale_routes(index: ObjectIndex, facts: Facts) -> list[Ref]:
-    """HTTPRoutes that are not ours (now) but carry a `status.parents` entry of ours."""
-    return [r.ref for r in index.of_kind(GATEWAY_GROUP, "HTTPRoute")
+    """Routes that are not ours (now) but carry a `status.parents` entry of ours."""
+    return [r.ref for r in route_objects(index)
             if r.ref not in facts.routes and without_our_entries(r, facts.controller) is not None]
 
 
@@ -716,8 +720,8 @@ def dataplane_objects(raws: Iterable[dict[str, Any]], facts: Facts) -> list[dict
                         and gf.accepted.status and l.get("name") in gf.listeners and gf.listeners[l["name"]].accepted.status]
                 if len(keep) != len(spec.get("listeners") or []):
                     raw = dict(raw, spec=dict(spec, listeners=keep))
-        elif kind == "HTTPRoute" and isinstance(spec, dict):
-            ref = Ref(GATEWAY_GROUP, "HTTPRoute", meta.get("namespace") or "default", str(meta.get("name", "")))
+        elif kind in ROUTE_KINDS and isinstance(spec, dict):
+            ref = Ref(GATEWAY_GROUP, kind, meta.get("namespace") or "default", str(meta.get("name", "")))
             rf = facts.routes.get(ref)
             if rf is not None:
                 verdicts = iter(rf.parents)  # in parentRef order, ours only (see _route)
@@ -739,14 +743,15 @@ def dataplane_objects(raws: Iterable[dict[str, Any]], facts: Facts) -> list[dict
 # ---------------------------------------------------------------- policies the gateway enforces
 
 def policy_ancestors(policy: Obj, facts: Facts) -> list[Ref]:
-    """Our Gateways that send traffic to a Service the policy targets (through an accepted parent)."""
+    """Our Gateways that send traffic to a Service the policy targets (through an accepted parent of
+    an HTTPRoute: a TLSRoute's connections pass through untouched, no backend policy applies)."""
     spec = _dict(policy.spec)
     targets = {Ref(CORE_GROUP, "Service", policy.namespace, str(t.get("name", "")))
                for t in spec.get("targetRefs") or [] if isinstance(t, dict)
                and (t.get("group") or CORE_GROUP) == CORE_GROUP and (t.get("kind") or "Service") == "Service"}
     out: dict[Ref, None] = {}
     for rf in facts.routes.values():
-        if not any(b.ref in targets for b in rf.backends):
+        if rf.ref.kind != "HTTPRoute" or not any(b.ref in targets for b in rf.backends):
             continue
         for p in rf.parents:
             if p.accepted.status:
