@@ -55,8 +55,7 @@ class Metrics:
         self.reconcile_seconds = Histogram("gwpolicy_reconcile_pass_seconds", "Time a reconcile pass takes to bring "
                                            "the analysis up to date", registry=r)
         self.writes = Counter("gwpolicy_writes", "API calls that write status, our annotation or an EffectivePolicy "
-                              "object, by what they write (status, annotation, effectivepolicy; a failed call is "
-                              "counted under status) and result (ok, or the HTTP status code)", ["what", "result"],
+                              "object, by what they write (status, annotation, effectivepolicy) and result (ok, or the HTTP status code)", ["what", "result"],
                               registry=r)
         self.queue_depth = Gauge("gwpolicy_queue_depth", "Objects waiting to be compared and written, by queue",
                                  ["queue"], registry=r)
@@ -388,6 +387,7 @@ class Controller:
                     self.skipped_outside.add(ref)
                     log.info("not writing %s: outside --namespace %s", ref, self.opts.namespace)
                 return
+            what = "status"  # the call under way, for the metrics
             try:
                 if status_differs:
                     if paced:
@@ -399,6 +399,7 @@ class Controller:
                     raw = self.model.current(ref) or raw
                     have = (raw["metadata"].get("annotations") or {}).get(ANNOTATION)
                 if have != want_ann:
+                    what = "annotation"
                     if paced:
                         await self._pace()
                     patch = {"metadata": {"annotations": {ANNOTATION: want_ann}}}
@@ -410,7 +411,7 @@ class Controller:
                 return
             except ApiError as exc:
                 code = exc.status.code
-                self.metrics.writes.labels("status", str(code)).inc()
+                self.metrics.writes.labels(what, str(code)).inc()
                 if code == 404:
                     self.metrics.errors.labels("write").inc()
                     log.warning("cannot write %s: %s", ref, exc.status.message)
