@@ -8,11 +8,15 @@ the request through lightkube's generic client, adding the parameter.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
+from urllib.parse import quote
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
+import orjson
 from lightkube import ApiError, AsyncClient, KubeConfig
+from lightkube.core.generic_client import transform_exception
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import OnErrorAction, OnErrorResult, PatchType
 
@@ -109,14 +113,65 @@ def merge_patch_of(old: Any, new: Any) -> Any:
     return patch
 
 
+def object_path(k: Kind, name: str, namespace: str | None, subresource: str | None = None) -> str:
+    """The URL path of one object (or of its subresource), as lightkube's `prepare_request` builds it."""
+    parts = ["api", k.version] if not k.group else ["apis", k.group, k.version]
+    if k.namespaced:
+        parts += ["namespaces", namespace or "default"]
+    parts += [k.plural, name]
+    if subresource:
+        parts.append(subresource)
+    return "/".join(parts)
+
+
+_REQUEST_PARTS: "weakref.WeakKeyDictionary[httpx.AsyncClient, tuple[str, list[tuple[str, str]], dict[str, Any]]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _request_parts(http: httpx.AsyncClient) -> tuple[str, list[tuple[str, str]], dict[str, Any]]:
+    """What `http.build_request` merges into every request of this client, merged once: its base URL,
+    its default headers with a merge patch's content type, and its timeout."""
+    parts = _REQUEST_PARTS.get(http)
+    if parts is None:
+        headers = [(k, v) for k, v in http.headers.multi_items() if k.lower() != "content-type"]
+        headers.append(("Content-Type", PatchType.MERGE.value))
+        parts = _REQUEST_PARTS[http] = (str(http.base_url).rstrip("/") + "/", headers,
+                                            {"timeout": http.timeout.as_dict()})
+    return parts
+
+
+async def merge_patch(client: AsyncClient, k: Kind, name: str, namespace: str | None, body: dict[str, Any],
+                      manager: str, subresource: str | None = None) -> dict[str, Any]:
+    """A JSON merge patch of one object (or its `status` subresource), the object it returns as a dict.
+
+    The same request as `client.patch(..., patch_type=PatchType.MERGE, field_manager=manager)`
+    (path, `fieldManager`, content type, and lightkube's ApiError for an error status), sent through
+    the client's own httpx client (its base URL, TLS and authentication), with the body encoded once
+    by orjson and the answer decoded by orjson. It skips lightkube's request building and its
+    resource model, which were about a fifth of the CPU of a status write."""
+    http = client._client._client  # noqa: SLF001 - lightkube's configured httpx.AsyncClient
+    base, headers, extensions = _request_parts(http)
+    url = f"{base}{object_path(k, name, namespace, subresource)}?fieldManager={quote(manager, safe='')}"
+    req = httpx.Request("PATCH", url, headers=headers, content=orjson.dumps(body), extensions=extensions)
+    resp = await http.send(req)  # the client's authentication and redirects, as client.patch has them
+    if resp.status_code >= 400:
+        try:
+            resp.raise_for_status()
+        except httpx.HTTPStatusError as exc:
+            err = transform_exception(exc)  # ApiError when the answer is a Status, as lightkube raises it
+            if err is exc:
+                raise
+            raise err from exc
+    return orjson.loads(resp.content)
+
+
 async def patch_status(client: AsyncClient, k: Kind, name: str, namespace: str | None, resource_version: str,
                        old: dict[str, Any], new: dict[str, Any], manager: str) -> dict[str, Any]:
     """A JSON merge patch of the status subresource from `old` to `new`, with `resourceVersion` as a
     precondition (a stale read is a 409). Unlike a forced server-side apply, it does not take the
     ownership of fields it does not change, and never fails on another manager's apply ownership."""
     body = {"metadata": {"resourceVersion": resource_version}, "status": merge_patch_of(old, new)}
-    return to_dict(await client.patch(resource_class(k).Status, name, body, namespace=namespace if k.namespaced else None,
-                                      patch_type=PatchType.MERGE, field_manager=manager))
+    return await merge_patch(client, k, name, namespace, body, manager, "status")
 
 
 def too_large_resource_version(exc: ApiError) -> bool:
