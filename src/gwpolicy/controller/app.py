@@ -532,4 +532,4 @@ async def shut_down(tasks: list[asyncio.Task], informers: list[Informer], runner
     if runner:
         await runner.cleanup()
     if client:
-        await client.close()
+        await kube.close_client(client)
