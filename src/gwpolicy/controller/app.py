@@ -11,7 +11,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
 import orjson
@@ -56,8 +56,8 @@ class Metrics:
         self.reconcile_seconds = Histogram("gwpolicy_reconcile_pass_seconds", "Time a reconcile pass takes to bring "
                                            "the analysis up to date", registry=r)
         self.writes = Counter("gwpolicy_writes", "API calls that write status, our annotation or an EffectivePolicy "
-                              "object, by what they write (status, annotation, effectivepolicy) and result (ok, or the HTTP status code)", ["what", "result"],
-                              registry=r)
+                              "object, by what they write (status, annotation, effectivepolicy) and result (ok, or "
+                              "the HTTP status code)", ["what", "result"], registry=r)
         self.queue_depth = Gauge("gwpolicy_queue_depth", "Objects waiting to be compared and written, by queue",
                                  ["queue"], registry=r)
         self.errors = Counter("gwpolicy_errors", "Errors, by where they happened (watch, write, reconcile, "
@@ -308,9 +308,9 @@ class Controller:
             return None
         return ref, lambda: self.write(ref, paced)
 
-    def _requeue(self, ref: Hashable) -> None:
+    def _requeue(self, ref: Ref) -> None:
         """An object whose write raised: back in the backlog, to be written again later."""
-        self.low[ref] = None  # type: ignore[index]
+        self.low[ref] = None
 
     @property
     def inflight(self) -> int:
