@@ -22,24 +22,18 @@ from typing import Any
 import httpx2 as httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from gwpolicy.bench import procfs
+
 QUIET = 0.3  # seconds without an event after which a settled controller counts as idle
 MB = 1024 * 1024
 
 
 def _proc_figures(pid: int) -> dict[str, float]:
-    """Peak and current RSS (MB) and CPU seconds of a live process, from /proc (Linux)."""
-    out: dict[str, float] = {}
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith(("VmHWM:", "VmRSS:")):
-                    out["peak_rss_mb" if line.startswith("VmHWM") else "rss_mb"] = int(line.split()[1]) / 1024
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            fields = fh.read().rpartition(")")[2].split()
-        out["cpu_s"] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except OSError:
-        pass
-    return out
+    """Peak and current RSS (MB) and CPU seconds of a live process (bench/procfs.py); a figure /proc
+    does not give is left out."""
+    rss, peak = procfs.memory_mb(pid)
+    figures = {"rss_mb": rss, "peak_rss_mb": peak, "cpu_s": procfs.cpu_seconds(pid)}
+    return {k: v for k, v in figures.items() if v is not None}
 
 
 class ControllerProcess:

@@ -27,6 +27,7 @@ from typing import Any
 from gwpolicy.bench.gateway import (EDIT_SERVICE, ROUTE0, ROUTE0_HOST, _cert, first_request_showing, gateway_cluster,
                                     print_report, request, route0_server, sizes_of, sizes_parser, table_head,
                                     with_edit_backend)
+from gwpolicy.bench import procfs
 from gwpolicy.bench.gateway_policies import gateway_policies, policy_kinds
 
 ADDRESS_POOL = "127.0.44.0/24"
@@ -36,13 +37,7 @@ OURS = "gwpolicy.io/gateway-controller"
 
 def _cpu_of(pid: int | None) -> float:
     """CPU seconds a live process used so far (the NGINX master parses the configuration on SIGHUP)."""
-    if pid is None:
-        return 0.0
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
+    return (procfs.cpu_seconds(pid) or 0.0) if pid is not None else 0.0
 
 
 def _children_cpu() -> float:

@@ -4,7 +4,7 @@ from where; for a policy, its targets, status in words, what it affects and whic
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Any
 
 import orjson

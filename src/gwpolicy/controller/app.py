@@ -27,6 +27,7 @@ from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LeaderElector
 from gwpolicy.controller.loop import synced_bursts
 from gwpolicy.controller.model import ClusterModel
+from gwpolicy.controller.writer import Job, StatusWriters
 from gwpolicy.refs import Ref
 from gwpolicy.status import ANNOTATION, DEFAULT_CONTROLLER
 
@@ -55,9 +56,8 @@ class Metrics:
         self.reconcile_seconds = Histogram("gwpolicy_reconcile_pass_seconds", "Time a reconcile pass takes to bring "
                                            "the analysis up to date", registry=r)
         self.writes = Counter("gwpolicy_writes", "API calls that write status, our annotation or an EffectivePolicy "
-                              "object, by what they write (status, annotation, effectivepolicy; a failed call is "
-                              "counted under status) and result (ok, or the HTTP status code)", ["what", "result"],
-                              registry=r)
+                              "object, by what they write (status, annotation, effectivepolicy) and result (ok, or "
+                              "the HTTP status code)", ["what", "result"], registry=r)
         self.queue_depth = Gauge("gwpolicy_queue_depth", "Objects waiting to be compared and written, by queue",
                                  ["queue"], registry=r)
         self.errors = Counter("gwpolicy_errors", "Errors, by where they happened (watch, write, reconcile, "
@@ -145,7 +145,10 @@ class Controller:
         self.high: dict[Ref, None] = {}  # policy status: first
         self.fresh: dict[Ref, None] = {}  # breadcrumbs a change since the last analysis caused: before the backlog
         self.low: dict[Ref, None] = {}  # breadcrumbs: after, rate-limited
-        self.queue_event = asyncio.Event()
+        #: the write workers (controller/writer.py); `queue_event` tells them something is queued
+        self.writers = StatusWriters(self._next_write, self._requeue, self.metrics.errors.labels("write").inc,
+                                     after=self._gauge)
+        self.queue_event = self.writers.wake
         self.elector: LeaderElector | None = None
         self.lease_namespace: str | None = opts.lease_namespace
         self.tasks: list[asyncio.Task] = []
@@ -154,8 +157,7 @@ class Controller:
         self.runner: web.AppRunner | None = None
         self.port: int | None = None
         self.busy = False
-        self.inflight = 0  # writes under way
-        self.writing: set[Ref] = set()  # objects a writer holds
+        self.writing = self.writers.writing  # objects a writer holds
         self.next_breadcrumb = 0.0  # monotonic time the next paced write may start
         self.no_status_warned: set[tuple[str, str]] = set()
         self.effective: EffectivePolicySync | None = None
@@ -299,34 +301,21 @@ class Controller:
                     return ref, queue is not self.high
         return None, False
 
-    async def write_loop(self) -> None:
-        """One of `write_workers` writers. Writes are bound by the API server's latency, not by us: a
-        few in flight keep it busy."""
-        while True:
-            ref, paced = self._take()
-            if ref is None:
-                self.queue_event.clear()
-                try:  # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation (stop() hangs)
-                    async with asyncio.timeout(0.2):
-                        await self.queue_event.wait()
-                except TimeoutError:
-                    pass
-                continue
-            self.writing.add(ref)
-            self.inflight += 1
-            try:
-                await self.write(ref, paced)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - the writer must outlive any one object's trouble
-                log.exception("writing %s failed; it stays queued", ref)
-                self.metrics.errors.labels("write").inc()
-                self.low[ref] = None
-                await asyncio.sleep(0.2)
-            finally:
-                self.writing.discard(ref)
-                self.inflight -= 1
-            self._gauge()
+    def _next_write(self) -> Job | None:
+        """The writers' next job (controller/writer.py): the next object and its write."""
+        ref, paced = self._take()
+        if ref is None:
+            return None
+        return ref, lambda: self.write(ref, paced)
+
+    def _requeue(self, ref: Ref) -> None:
+        """An object whose write raised: back in the backlog, to be written again later."""
+        self.low[ref] = None
+
+    @property
+    def inflight(self) -> int:
+        """Writes under way."""
+        return self.writers.inflight
 
     async def _pace(self) -> None:
         """Wait for a slot of --breadcrumb-qps: one schedule shared by all writers. Only API calls wait:
@@ -388,6 +377,7 @@ class Controller:
                     self.skipped_outside.add(ref)
                     log.info("not writing %s: outside --namespace %s", ref, self.opts.namespace)
                 return
+            what = "status"  # the call under way, for the metrics
             try:
                 if status_differs:
                     if paced:
@@ -399,18 +389,17 @@ class Controller:
                     raw = self.model.current(ref) or raw
                     have = (raw["metadata"].get("annotations") or {}).get(ANNOTATION)
                 if have != want_ann:
+                    what = "annotation"
                     if paced:
                         await self._pace()
                     patch = {"metadata": {"annotations": {ANNOTATION: want_ann}}}
-                    res = kube.resource_class(kind)
-                    out = kube.to_dict(await self.client.patch(res, ref.name, patch, namespace=ref.namespace,
-                                                               patch_type=kube.PatchType.MERGE,
-                                                               field_manager=self.opts.field_manager))
+                    out = await kube.merge_patch(self.client, kind, ref.name, ref.namespace, patch,
+                                                 self.opts.field_manager)
                     self._written("annotation", out)
                 return
             except ApiError as exc:
                 code = exc.status.code
-                self.metrics.writes.labels("status", str(code)).inc()
+                self.metrics.writes.labels(what, str(code)).inc()
                 if code == 404:
                     self.metrics.errors.labels("write").inc()
                     log.warning("cannot write %s: %s", ref, exc.status.message)
@@ -501,8 +490,7 @@ class Controller:
                     or self.client.namespace or "default")
             self.effective = EffectivePolicySync(self, home)
             self.effective.start()
-        for i in range(max(1, self.opts.write_workers)):
-            self.tasks.append(asyncio.create_task(self.write_loop(), name=f"write-{i}"))
+        self.tasks += self.writers.start(self.opts.write_workers)  # writes are bound by the API server's latency
         if self.opts.leader_election:
             self.lease_namespace = (self.opts.lease_namespace or os.environ.get("POD_NAMESPACE")
                                     or self.client.namespace or "default")
@@ -544,4 +532,4 @@ async def shut_down(tasks: list[asyncio.Task], informers: list[Informer], runner
     if runner:
         await runner.cleanup()
     if client:
-        await client.close()
+        await kube.close_client(client)

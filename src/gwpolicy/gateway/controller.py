@@ -43,6 +43,7 @@ from gwpolicy.controller.informer import Informer
 from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LeaderElector
 from gwpolicy.controller.loop import synced_bursts
+from gwpolicy.controller.writer import Job, StatusWriters
 from gwpolicy.gateway.state import GatewayState, key_ref, object_key
 from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, ROUTE_KINDS, Programming,
                                      desired_status, keep_in_place, policy_kinds_annotation,
@@ -573,33 +574,19 @@ class GatewayController:
     def leading(self) -> bool:
         return not self.opts.leader_election or (self.elector is not None and self.elector.is_leader)
 
-    async def write_loop(self) -> None:
-        while True:
-            if not self.queue or not self.leading:
-                self.queue_event.clear()
-                try:
-                    await asyncio.wait_for(self.queue_event.wait(), 0.2)
-                except asyncio.TimeoutError:
-                    pass
-                continue
-            ref = next((r for r in self.queue if r not in self.writing), None)
-            if ref is None:  # all queued objects are being written by another worker
-                await asyncio.sleep(0.01)
-                continue
-            del self.queue[ref]
-            self.metrics.queue_depth.set(len(self.queue))
-            self.writing.add(ref)
-            try:
-                await self.write(ref)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001
-                log.exception("writing %s failed; trying again", ref)
-                self.metrics.errors.labels("write").inc()
-                self.queue[ref] = None
-                await asyncio.sleep(0.2)
-            finally:
-                self.writing.discard(ref)
+    def _next_write(self) -> Job | None:
+        """The writers' next job (controller/writer.py): the first queued object no worker holds."""
+        if not self.leading:
+            return None
+        ref = next((r for r in self.queue if r not in self.writing), None)
+        if ref is None:
+            return None
+        del self.queue[ref]
+        self.metrics.queue_depth.set(len(self.queue))
+        return ref, lambda: self.write(ref)
+
+    def _requeue(self, ref: Ref) -> None:
+        self.queue[ref] = None
 
     async def write(self, ref: Ref) -> None:
         """One object's status (merge patch of the status subresource, with the resourceVersion we
@@ -608,13 +595,12 @@ class GatewayController:
         raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
         if kind is None or raw is None or self.client is None or not kind.status_subresource:
             return
-        res = kube.resource_class(kind)
         want = self.desired(ref)
         try:
             if want is not None and want != (raw.get("status") or {}):
                 body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]}, "status": want}
-                out = kube.to_dict(await self.client.patch(res.Status, ref.name, body, namespace=ref.namespace,
-                                                           patch_type=kube.PatchType.MERGE, field_manager=self.opts.field_manager))
+                out = await kube.merge_patch(self.client, kind, ref.name, ref.namespace, body, self.opts.field_manager,
+                                             "status")
                 self.metrics.writes.labels("ok").inc()
                 await self.on_event("MODIFIED", kind, out)
                 raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name)) or raw
@@ -622,8 +608,7 @@ class GatewayController:
             if ann is not None and ann != ((raw.get("metadata") or {}).get("annotations") or {}).get(POLICY_KINDS_ANNOTATION):
                 body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"],
                                      "annotations": {POLICY_KINDS_ANNOTATION: ann}}}
-                out = kube.to_dict(await self.client.patch(res, ref.name, body, namespace=ref.namespace,
-                                                           patch_type=kube.PatchType.MERGE, field_manager=self.opts.field_manager))
+                out = await kube.merge_patch(self.client, kind, ref.name, ref.namespace, body, self.opts.field_manager)
                 self.metrics.writes.labels("ok").inc()
                 await self.on_event("MODIFIED", kind, out)
         except ApiError as exc:
@@ -676,8 +661,10 @@ class GatewayController:
         for k in [kube.CRD, *BUILTIN]:
             self._watch(k)
         self.tasks.append(asyncio.create_task(self.reconcile_loop(), name="reconcile"))
-        for _ in range(max(1, self.opts.write_workers)):  # writes wait on the API server: a few in flight
-            self.tasks.append(asyncio.create_task(self.write_loop(), name="write"))
+        writers = StatusWriters(self._next_write, self._requeue, self.metrics.errors.labels("write").inc,
+                                wake=self.queue_event)
+        self.writing = writers.writing
+        self.tasks += writers.start(self.opts.write_workers, "write")  # writes wait on the API server: a few in flight
         if self.opts.leader_election:
             self.elector = LeaderElector(self.client, self.opts.identity, self.opts.lease_namespace, self.opts.lease_name,
                                          duration=self.opts.lease_duration, on_change=self._leader_changed)

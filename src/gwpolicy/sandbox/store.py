@@ -175,6 +175,42 @@ def clone(value: Any) -> Any:
         return copy.deepcopy(value)
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON, types included: Python's == has True == 1 == 1.0, which are three values here."""
+    if a != b:
+        return False
+    try:
+        return orjson.dumps(a, option=orjson.OPT_NON_STR_KEYS) == orjson.dumps(b, option=orjson.OPT_NON_STR_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        return False
+
+
+def _same_leaf(a: Any, b: Any) -> bool:
+    """`_same` for a leaf value (a scalar, or an empty list or map)."""
+    return type(a) is type(b) and a == b
+
+
+def _share_unchanged(new: dict[str, Any], old: dict[str, Any]) -> None:
+    """Before `new` replaces `old` in the store: each part of `new` equal to the same part of `old`
+    becomes that part of `old` (spec, status, labels, each managedFields entry...). The watch window
+    holds both versions, and a status write then costs the window only what it changed. Safe because
+    stored objects are never changed in place; `new`'s own dicts (itself, its metadata) stay its own,
+    as `_bump` writes the resourceVersion into them next."""
+    for k, v in new.items():
+        was = old.get(k, _MISSING)
+        if was is _MISSING or was is v:
+            continue
+        if k == "metadata" and isinstance(v, dict) and isinstance(was, dict):
+            for mk, mv in v.items():
+                mwas = was.get(mk, _MISSING)
+                if mk == "managedFields" and isinstance(mv, list) and isinstance(mwas, list):
+                    mv[:] = [next((e for e in mwas if _same(e, entry)), entry) for entry in mv]
+                elif mwas is not _MISSING and mwas is not mv and _same(mwas, mv):
+                    v[mk] = mwas
+        elif _same(was, v):
+            new[k] = was
+
+
 def now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -489,9 +525,12 @@ class Store:
         return r
 
     def _emit(self, etype: str, r: Resource, ns: str, obj: dict[str, Any]) -> None:
+        """Record a write in the watch history. The event holds the object as stored, not a copy:
+        stored objects (and every dict and list inside them) are never changed in place, so the
+        event keeps the version it was made of, and the window costs no second copy of the store."""
         if self._dry:
             return
-        ev = Event(self.rv, etype, r.group, r.plural, ns, clone(obj))
+        ev = Event(self.rv, etype, r.group, r.plural, ns, obj)
         if self.persist is not None:
             self.persist.write(self.rv, (r.group, r.plural, ns, obj["metadata"]["name"]),
                                None if etype == "DELETED" else ev.obj)
@@ -720,11 +759,11 @@ class Store:
             result["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1
         if manager:
             changed = owned if owned is not None else {p for p, v in leaf_paths(result).items()
-                                                       if _get(live, p) is _MISSING or _get(live, p) != v}
+                                                       if _get(live, p) is _MISSING or not _same_leaf(_get(live, p), v)}
             if subresource == "status":
                 changed = {p for p in changed if p[:1] == ("status",)}
             self._own(result, manager, operation, changed, subresource, r, replace=owned is not None)
-        if result == live:
+        if _same(result, live):
             return clone(live)  # no change: no new resourceVersion, no event
         return self._store_update(r, key, live, result)
 
@@ -733,6 +772,7 @@ class Store:
                 and r.kind == "CustomResourceDefinition" and r.group == "apiextensions.k8s.io":
             self._drop_custom_resources(live)
         _storable(result)
+        _share_unchanged(result, live)
         self._bump(result)
         if result["metadata"].get("deletionTimestamp") and not result["metadata"].get("finalizers"):
             del self.objects[key]
@@ -900,7 +940,7 @@ class Store:
         self._bump(result)
         self._after_write(r, result, deleted=True)
         self._emit("DELETED", r, key[2], result)
-        return result
+        return clone(result)  # the event holds `result`: the caller gets its own copy
 
     def _drop_custom_resources(self, crd: dict[str, Any]) -> None:
         """A CRD going away takes its custom resources with it, each with a DELETED event (as the
