@@ -635,35 +635,33 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     memo: dict[tuple, list] = {}
     shared: dict = {}
     EP = EffectivePolicy
-    gone: dict[Ref, list[EffectivePolicy]] = {o: list(eps) for o, eps in lost.items()}
-    gained: dict[Ref, dict[int, list]] = {}  # owner -> the distinct (kind, result) lists its new paths have
-    # owner -> (its targets with all their paths in the batch, the distinct (kind, result) lists
-    # of its paths in the batch): what affects an owner is read from those lists, and from the
-    # effective policies of its other targets' paths when they are few (a moved route: none; its
-    # Service: the standalone path of a port no route reaches)
-    owners_seen: dict[Ref, tuple[set[Ref], dict[int, list]]] = {}
+    # owner -> what its paths in the batch had and have: [its targets with all their paths in the
+    # batch, the distinct (kind, result) lists of its paths in the batch, the old lists of effective
+    # policies those paths replaced, the distinct (kind, result) lists of the paths that changed].
+    # What affects an owner is read from those lists, and from the effective policies of its other
+    # targets' paths when they are few (a moved route: none; its Service: the standalone path of a
+    # port no route reaches)
+    owners: dict[Ref, tuple[set[Ref], dict[int, list], list[list[EffectivePolicy]], dict[int, list]]] = {}
     for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
         per_path = by.get(target)
         if per_path is None:
             per_path = by[target] = {}
-        replaced: list[EffectivePolicy] = []
-        brought: dict[int, list] = {}  # the distinct (kind, result) lists these paths now have
-        added = False
-        owner = target.object
         is_section = target[4] is not None
+        owner = target.object if is_section else target
         cid = id(context_of(target))
-        seen = owners_seen.get(owner)
-        if seen is None:
-            seen = owners_seen[owner] = (set(), {})
-        lists = seen[1]
+        rec = owners.get(owner)
+        if rec is None:
+            rec = owners[owner] = (set(), {}, [], {})
+        complete, lists, replaced, brought = rec
         if len(fresh_nodes) == len(paths.get(target, ())):
-            seen[0].add(target)  # every path of this target is in the batch
+            complete.add(target)  # every path of this target is in the batch
+        added = False
         for n in fresh_nodes:
             here = n.summary
             if here is None:
                 here = summary(n, shared)
             if not here.kinds:  # type: ignore[union-attr]
-                pairs: list = []
+                pairs: list = _NO_PAIRS
             else:
                 parent = n.parent
                 above = parent.summary  # type: ignore[union-attr]
@@ -679,20 +677,19 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
                     pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate(target, n) if res.leaves]
                 lists[id(pairs)] = pairs
             old = per_path.get(n)
-            if old is not None and len(old) == len(pairs):
-                for o, (_, r) in zip(old, pairs):
-                    if o.result is not r:
-                        break
-                else:  # the same results: a new list all the same (readers take an unchanged list by identity)
-                    per_path[n] = list(old)
-                    continue
-            eps = [EP(target, n, k, res) for k, res in pairs]
-            if old:
-                replaced.extend(old)
-            if eps:
+            if old is not None:
+                if len(old) == len(pairs):
+                    for o, (_, r) in zip(old, pairs):
+                        if o.result is not r:
+                            break
+                    else:  # the same results: a new list all the same (readers take an unchanged list by identity)
+                        per_path[n] = list(old)
+                        continue
+                replaced.append(old)
+            if pairs:
+                per_path[n] = [EP(target, n, k, res) for k, res in pairs]  # an existing path keeps its place
                 if old is None:
                     added = True
-                per_path[n] = eps  # an existing path keeps its place
                 brought[id(pairs)] = pairs
             elif old is not None:
                 del per_path[n]
@@ -701,28 +698,24 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
             by[target] = per_path = dict(sorted(per_path.items(), key=lambda kv: order.get(kv[0], 0)))
         if not per_path:
             by.pop(target, None)
-        # what these paths had and have, looked at once per owner below (the policies the owner's
-        # other paths bring stay)
-        if replaced:
-            gone.setdefault(owner, []).extend(replaced)
-        if brought:
-            got = gained.get(owner)
-            if got is None:
-                gained[owner] = brought
-            else:
-                got.update(brought)
     a._effective = None
     changed: set[Ref] = set()
     affected = a.affected  # computed from scratch the first time, then kept up to date here
     sections = a.topology.sections
-    for owner in gone.keys() | gained.keys():
+    of_lists = _PoliciesOfLists()
+    for owner in chain(lost, (o for o, rec in owners.items() if (rec[2] or rec[3]) and o not in lost)):
         secs = sections.get(owner)
-        seen = owners_seen.get(owner)
-        if seen is not None:
+        rec = owners.get(owner)  # type: ignore[assignment]
+        if rec is not None:
+            complete = rec[0]
             rest = [pp for t in (chain((owner,), map(owner.with_section, secs)) if secs else (owner,))
-                    if t not in seen[0] and (pp := by.get(t))]
+                    if t not in complete and (pp := by.get(t))]
+            if not rest:
+                if _set_affected(a, owner, of_lists(rec[1])):
+                    changed.add(owner)
+                continue
             if sum(map(len, rest)) <= _FEW_PATHS:
-                now = _policies_of_pairs(seen[1].values())
+                now = dict(of_lists(rec[1]))
                 for kk, refs in _policies_on(rest).items():
                     now[kk] = now[kk] | refs if kk in now else refs
                 if _set_affected(a, owner, now):
@@ -736,8 +729,9 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         before = affected.get(owner, {})
         # what the owner loses, it gets back from the new paths (a Service behind many routes, one
         # of them derived again): it keeps all it had, plus what they bring, and is not rescanned
-        lost_kinds = policies_by_kind(gone[owner]) if gone.get(owner) else {}
-        got = _policies_of_pairs(gained.get(owner, {}).values())
+        gone = chain(lost.get(owner, ()), chain.from_iterable(rec[2])) if rec is not None else lost.get(owner, ())
+        lost_kinds = policies_by_kind(gone)
+        got = of_lists(rec[3]) if rec is not None else {}
         if all(refs <= got.get(kk, set()) for kk, refs in lost_kinds.items()):
             now = {kk: before.get(kk, set()) | got.get(kk, set()) for kk in set(before) | set(got)}
             if now != before:
@@ -747,6 +741,48 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         if _refresh_affected(a, owner):
             changed.add(owner)
     return changed
+
+
+_NO_PAIRS: list = []
+
+
+class _PoliciesOfLists:
+    """`policies_by_kind` of the effective policies made from sets of (kind, result) lists (the
+    distinct lists an owner's paths have in one batch, by id): each list read once in the batch,
+    and each set of lists merged once (the owners with the same lists, a Service behind routes of
+    one namespace that no policy of their own sets apart, share one dict, as after a full analysis:
+    what affects an object is only read, and replaced as a whole). A kind's set is the result's own
+    (frozen) set where one result gives it all."""
+
+    def __init__(self) -> None:
+        self.of_list: dict[int, dict[KindKey, Any]] = {}
+        self.of_set: dict[tuple[int, ...], dict[KindKey, Any]] = {}
+
+    def __call__(self, lists: dict[int, list]) -> dict[KindKey, Any]:
+        key = tuple(lists)
+        now = self.of_set.get(key)
+        if now is not None:
+            return now
+        of_list = self.of_list
+        if len(lists) == 1:
+            (i, pairs), = lists.items()
+            now = of_list.get(i)
+            if now is None:
+                now = of_list[i] = _policies_of_pairs((pairs,))
+        else:
+            now = {}
+            for i, pairs in lists.items():
+                one = of_list.get(i)
+                if one is None:
+                    one = of_list[i] = _policies_of_pairs((pairs,))
+                for kk, pol in one.items():
+                    got = now.get(kk)
+                    if got is None:
+                        now[kk] = pol
+                    elif not pol <= got:
+                        now[kk] = got | pol
+        self.of_set[key] = now
+        return now
 
 
 #: an owner with no more paths than this (on itself and its sections) has what affects it gathered
