@@ -703,21 +703,35 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     affected = a.affected  # computed from scratch the first time, then kept up to date here
     sections = a.topology.sections
     of_lists = _PoliciesOfLists()
-    for owner in chain(lost, (o for o, rec in owners.items() if (rec[2] or rec[3]) and o not in lost)):
+    visit = list(lost)
+    visit.extend(o for o, rec in owners.items() if (rec[2] or rec[3]) and o not in lost)
+    for owner in visit:
         secs = sections.get(owner)
         rec = owners.get(owner)  # type: ignore[assignment]
         if rec is not None:
             complete = rec[0]
-            rest = [pp for t in (chain((owner,), map(owner.with_section, secs)) if secs else (owner,))
-                    if t not in complete and (pp := by.get(t))]
-            if not rest:
-                if _set_affected(a, owner, of_lists(rec[1])):
-                    changed.add(owner)
-                continue
-            if sum(map(len, rest)) <= _FEW_PATHS:
-                now = dict(of_lists(rec[1]))
-                for kk, refs in _policies_on(rest).items():
-                    now[kk] = now[kk] | refs if kk in now else refs
+            rest: list[dict[PathNode, list[EffectivePolicy]]] = []
+            many = 0
+            if owner not in complete:
+                pp = by.get(owner)
+                if pp:
+                    rest.append(pp)
+                    many = len(pp)
+            if secs:
+                for s in secs:
+                    t = owner.with_section(s)
+                    if t not in complete:
+                        pp = by.get(t)
+                        if pp:
+                            rest.append(pp)
+                            many += len(pp)
+            if many <= _FEW_PATHS:
+                now = of_lists(rec[1])
+                if rest:  # a few other paths (a Service's port no route reaches): theirs too
+                    now = dict(now)
+                    for kk, refs in _policies_on(rest).items():
+                        got = now.get(kk)
+                        now[kk] = refs if got is None else got | refs
                 if _set_affected(a, owner, now):
                     changed.add(owner)
                 continue
@@ -863,7 +877,7 @@ class RouteIndex:
             self.into.setdefault(ns, set()).add(ref)
 
     def routes_naming(self, ref: Ref) -> list[Ref]:
-        return sorted(self.naming.get(ref, ()), key=Ref.sort_key)
+        return sorted(self.naming.get(ref, ()))  # routes: namespaced, no section (compared as tuples, as by sort_key)
 
 
 def _untie(held: dict[Any, set[Ref]], keys: Any, ref: Ref) -> None:
@@ -1123,8 +1137,8 @@ class _Edit:
         self.spare.append(own)
 
     def settle(self) -> tuple[set[Ref], set[Ref], set[Ref]]:
-        """Apply it all: the objects to check, the targets whose paths changed, and the objects that
-        came into or went out of the hierarchy."""
+        """Apply it all: the objects to check, the objects with a target (the object or one of its
+        sections) whose paths changed, and the objects that came into or went out of the hierarchy."""
         a, topo = self.a, self.topo
         paths = topo.paths
         by = a._by_effective_target
@@ -1177,14 +1191,14 @@ class _Edit:
                     per_target.setdefault(n.level, []).append(n)  # type: ignore[arg-type]
         check = _recompute_nodes(a, per_target, lost)
         affected = a.affected
-        for t in changed:  # owners whose every path went away
-            owner = t.object
+        owners = {t if t[4] is None else t.object for t in changed}
+        for owner in owners:  # owners whose every path went away
             if owner not in paths and owner in affected:
                 del affected[owner]
                 check.add(owner)
         by_ref = a.index.by_ref
-        check |= {o for o in {t.object for t in changed} if o in by_ref}
-        return check, changed, moved
+        check.update(filter(by_ref.__contains__, owners))
+        return check, owners, moved
 
     def _prune(self, idx: dict[Ref, dict[PathNode, None]]) -> None:
         """Cut out of the tree every node left holding no path and no node below (interned nodes
@@ -1297,7 +1311,7 @@ def _finish(a: Analysis, edit: _Edit, obj: Ref, reresolve: set[Ref], policies: s
     that came into or went out of the hierarchy (their targets may have appeared or gone); the
     objects to check, among them the policies on every target whose paths changed (their status
     ancestors follow paths)."""
-    check, changed, moved = edit.settle()
+    check, owners, moved = edit.settle()
     check.add(obj)
     again = set(policies).union(*(a.policies_declaring(o) for o in reresolve | moved))
     for pref in sorted(again, key=Ref.sort_key):
@@ -1305,8 +1319,11 @@ def _finish(a: Analysis, edit: _Edit, obj: Ref, reresolve: set[Ref], policies: s
         if sub is None:
             return None
         check |= sub
-    for owner in {t.object for t in changed}:
-        check |= a.policies_declaring(owner)
+    declaring = a._declaring_index()
+    for owner in owners:
+        got = declaring.get(owner)
+        if got:
+            check |= got
     a._status = a._status_by_ref = a._affects = a._by_target = None
     a._effective = None
     return check
