@@ -627,7 +627,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     paths = a.topology.paths
     ev = a.evaluator
     context_of = ev.contexts()
-    summary, evaluate, kinds = ev.summary, ev.evaluate_node, ev.kinds
+    summary, evaluate, kinds, kinds_at = ev.summary, ev.evaluate_node, ev.kinds, ev.kinds_at
     # Results by context for this batch (nothing changes while it runs): summaries derived through
     # `shared` (`Evaluator.summary`), so that a node's summary and its parent's fix its level (a
     # level holding policies gets summaries of its own) and, with the target's context
@@ -659,7 +659,11 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         for n in fresh_nodes:
             here = n.summary
             if here is None:
-                here = summary(n, shared)
+                here = n.parent.summary  # type: ignore[union-attr]
+                if here is not None and not kinds_at.get(n.level):  # a level holding no policy: its parent's summary
+                    n.summary = here
+                else:
+                    here = summary(n, shared)
             if not here.kinds:  # type: ignore[union-attr]
                 pairs: list = _NO_PAIRS
             else:
