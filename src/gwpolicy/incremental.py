@@ -637,11 +637,11 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     EP = EffectivePolicy
     # owner -> what its paths in the batch had and have: [its targets with all their paths in the
     # batch, the distinct (kind, result) lists of its paths in the batch, the old lists of effective
-    # policies those paths replaced, the distinct (kind, result) lists of the paths that changed].
+    # policies those paths replaced, the (kind, result) lists of the paths that changed].
     # What affects an owner is read from those lists, and from the effective policies of its other
     # targets' paths when they are few (a moved route: none; its Service: the standalone path of a
     # port no route reaches)
-    owners: dict[Ref, tuple[set[Ref], dict[int, list], list[list[EffectivePolicy]], dict[int, list]]] = {}
+    owners: dict[Ref, tuple[set[Ref], list[list], list[list[EffectivePolicy]], list[list]]] = {}
     for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
         per_path = by.get(target)
         if per_path is None:
@@ -651,7 +651,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         cid = id(context_of(target))
         rec = owners.get(owner)
         if rec is None:
-            rec = owners[owner] = (set(), {}, [], {})
+            rec = owners[owner] = (set(), [], [], [])
         complete, lists, replaced, brought = rec
         if len(fresh_nodes) == len(paths.get(target, ())):
             complete.add(target)  # every path of this target is in the batch
@@ -679,7 +679,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
                 pairs = memo.get(key)  # type: ignore[assignment]
                 if pairs is None:
                     pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate(target, n) if res.leaves]
-                lists[id(pairs)] = pairs
+                lists.append(pairs)
             old = per_path.get(n)
             if old is not None:
                 if len(old) == len(pairs):
@@ -694,7 +694,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
                 per_path[n] = [EP(target, n, k, res) for k, res in pairs]  # an existing path keeps its place
                 if old is None:
                     added = True
-                brought[id(pairs)] = pairs
+                brought.append(pairs)
             elif old is not None:
                 del per_path[n]
         if added and in_order:  # paths that had no effective policy before: the order a full analysis gives
@@ -765,40 +765,43 @@ _NO_PAIRS: list = []
 
 
 class _PoliciesOfLists:
-    """`policies_by_kind` of the effective policies made from sets of (kind, result) lists (the
-    distinct lists an owner's paths have in one batch, by id): each list read once in the batch,
-    and each set of lists merged once (the owners with the same lists, a Service behind routes of
-    one namespace that no policy of their own sets apart, share one dict, as after a full analysis:
-    what affects an object is only read, and replaced as a whole). A kind's set is the result's own
-    (frozen) set where one result gives it all."""
+    """`policies_by_kind` of the effective policies made from lists of (kind, result) lists (those
+    an owner's paths have in one batch; the batch's memo keeps each alive, so its id names it):
+    each list read once in the batch, and each set of lists merged once (the owners with the same
+    lists, a Service behind routes of one namespace that no policy of their own sets apart, share
+    one dict, as after a full analysis: what affects an object is only read, and replaced as a
+    whole). A kind's set is the result's own (frozen) set where one result gives it all."""
 
     def __init__(self) -> None:
         self.of_list: dict[int, dict[KindKey, Any]] = {}
         self.of_set: dict[tuple[int, ...], dict[KindKey, Any]] = {}
 
-    def __call__(self, lists: dict[int, list]) -> dict[KindKey, Any]:
-        key = tuple(lists)
+    def __call__(self, lists: list[list]) -> dict[KindKey, Any]:
+        key = tuple(map(id, lists))
         now = self.of_set.get(key)
         if now is not None:
             return now
         of_list = self.of_list
-        if len(lists) == 1:
-            (i, pairs), = lists.items()
-            now = of_list.get(i)
-            if now is None:
-                now = of_list[i] = _policies_of_pairs((pairs,))
-        else:
-            now = {}
-            for i, pairs in lists.items():
-                one = of_list.get(i)
-                if one is None:
-                    one = of_list[i] = _policies_of_pairs((pairs,))
-                for kk, pol in one.items():
-                    got = now.get(kk)
-                    if got is None:
-                        now[kk] = pol
-                    elif not pol <= got:
-                        now[kk] = got | pol
+        now = {}
+        owned = False  # `now` a copy of our own, not one list's dict
+        for i, pairs in zip(key, lists):
+            one = of_list.get(i)
+            if one is None:
+                one = of_list[i] = _policies_of_pairs((pairs,))
+            if not one or one is now:
+                continue
+            if not now:
+                now = one
+                continue
+            if not owned:
+                now = dict(now)  # merged into a copy: the list's own dict stays as it is
+                owned = True
+            for kk, pol in one.items():
+                got = now.get(kk)
+                if got is None:
+                    now[kk] = pol
+                elif not pol <= got:
+                    now[kk] = got | pol
         self.of_set[key] = now
         return now
 
@@ -1180,10 +1183,14 @@ class _Edit:
                         lost.setdefault(t.object, []).extend(eps)
                 if not per_path:
                     del by[t]
-        for t, nodes in self.moved.items():  # paths moved in place: the same registrations, other paths
-            changed.add(t)
-            got = per_target.get(t)
-            per_target[t] = nodes if got is None else got + nodes
+        if not per_target:  # only paths moved in place: the same registrations, other paths
+            per_target = self.moved
+            changed.update(per_target)
+        else:
+            for t, nodes in self.moved.items():
+                changed.add(t)
+                got = per_target.get(t)
+                per_target[t] = nodes if got is None else got + nodes
         for n in fresh:  # the node index: new nodes, and the Namespace levels above them they brought
             _index_upward(idx, n)
         self._prune(idx)
