@@ -635,9 +635,10 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     memo: dict[tuple, list] = {}
     shared: dict = {}
     EP = EffectivePolicy
-    # owner -> what its paths in the batch had and have: [its targets with all their paths in the
-    # batch, the distinct (kind, result) lists of its paths in the batch, the old lists of effective
-    # policies those paths replaced, the (kind, result) lists of the paths that changed].
+    # owner -> what its paths in the batch had and have: (its targets with all their paths in the
+    # batch, the (kind, result) list of each of its paths in the batch, the old lists of effective
+    # policies those paths replaced, the (kind, result) lists of the paths that changed), lists
+    # appended as the nodes come (one list is shared by many nodes: `_PoliciesOfLists` reads each once).
     # What affects an owner is read from those lists, and from the effective policies of its other
     # targets' paths when they are few (a moved route: none; its Service: the standalone path of a
     # port no route reaches)
@@ -732,11 +733,19 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
             if many <= _FEW_PATHS:
                 now = of_lists(rec[1])
                 if rest:  # a few other paths (a Service's port no route reaches): theirs too
-                    now = dict(now)
+                    copied = False
                     for kk, refs in _policies_on(rest).items():
                         got = now.get(kk)
-                        now[kk] = refs if got is None else got | refs
-                if _set_affected(a, owner, now):
+                        if got is None or not refs <= got:
+                            if not copied:
+                                now = dict(now)  # a dict `of_lists` may give other owners too
+                                copied = True
+                            now[kk] = refs if got is None else got | refs
+                if now != affected.get(owner, _NO_POLICIES):  # `_set_affected`, inline: thousands of owners
+                    if now:
+                        affected[owner] = now
+                    else:
+                        affected.pop(owner, None)
                     changed.add(owner)
                 continue
         per_paths = [pp for pp in map(by.get, chain((owner,), map(owner.with_section, secs)) if secs else (owner,)) if pp]
@@ -762,6 +771,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
 
 
 _NO_PAIRS: list = []
+_NO_POLICIES: dict = {}
 
 
 class _PoliciesOfLists:
@@ -777,14 +787,15 @@ class _PoliciesOfLists:
         self.of_set: dict[tuple[int, ...], dict[KindKey, Any]] = {}
 
     def __call__(self, lists: list[list]) -> dict[KindKey, Any]:
-        key = tuple(map(id, lists))
+        distinct = {id(pairs): pairs for pairs in lists}  # one list is shared by many nodes
+        key = tuple(distinct)
         now = self.of_set.get(key)
         if now is not None:
             return now
         of_list = self.of_list
         now = {}
         owned = False  # `now` a copy of our own, not one list's dict
-        for i, pairs in zip(key, lists):
+        for i, pairs in distinct.items():
             one = of_list.get(i)
             if one is None:
                 one = of_list[i] = _policies_of_pairs((pairs,))
