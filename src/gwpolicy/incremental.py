@@ -1402,7 +1402,7 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
         before = {l["name"]: l for l in topo.listeners_of.get(ref, [])}
         after = {l["name"]: l for l in _listeners(Obj(raw, ref, "", ""))}
         changed = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
-        naming = [r for r in naming if _may_attach_to(a, r, ref, changed)]
+        naming = _may_attach_to(a, naming, ref, changed)
     for t in [ref] + [ref.with_section(s) for s in topo.sections.pop(ref, [])]:
         for n in list(topo.paths.get(t, ())):
             edit.remove(t, n)
@@ -1427,16 +1427,23 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
     return _finish(a, edit, ref, {ref})
 
 
-def _may_attach_to(a: Analysis, route: Ref, gw: Ref, listeners: set[str]) -> bool:
-    """Could one of these listeners of the Gateway be a parent of the route (a parentRef to the
-    Gateway without a sectionName, or naming one of them)?"""
-    obj = a.index.by_ref.get(route)
-    if obj is None:
-        return True
-    for pref in a.topology.route_parents.get(route, []):
-        if (pref.get("sectionName") is None or pref.get("sectionName") in listeners) and parent_gateway(obj, pref) == gw:
-            return True
-    return False
+def _may_attach_to(a: Analysis, routes: list[Ref], gw: Ref, listeners: set[str]) -> list[Ref]:
+    """The routes one of these listeners of the Gateway could be a parent of (a parentRef to the
+    Gateway without a sectionName, or naming one of them), in their order; a route no longer in
+    the index is kept (one loop: the thousands of routes naming a Gateway)."""
+    by_ref, route_parents = a.index.by_ref, a.topology.route_parents
+    out = []
+    for route in routes:
+        obj = by_ref.get(route)
+        if obj is None:
+            out.append(route)
+            continue
+        for pref in route_parents.get(route, ()):
+            section = pref.get("sectionName")
+            if (section is None or section in listeners) and parent_gateway(obj, pref) == gw:
+                out.append(route)
+                break
+    return out
 
 
 def _gateway_shape(raw: dict[str, Any]) -> Any:
