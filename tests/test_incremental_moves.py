@@ -282,3 +282,43 @@ def test_a_hostname_change_moves_every_route_of_the_listener_and_back(monkeypatc
         a, base = apply_and_compare(state, old, new, a, base)
         assert len(grafted) == moves
         assert {n[3].section for n in a.topology.paths[r1] if len(n) > 3} == r1_on
+
+
+def test_a_policy_on_a_service_port_is_checked_when_only_the_ports_paths_change() -> None:
+    """A route's backendRef moves from one port of its Service to the other: only the ports' paths
+    change (the Service's own path below the route stays), and the policy on the port the route now
+    reaches, whose ancestors are the Gateways on its paths (statusAncestor: Gateway), is among the
+    objects to check, as is the Service."""
+    objs = [
+        {"apiVersion": f"{GW}/v1", "kind": "GatewayClass", "metadata": meta("cls"), "spec": {"controllerName": "x/y"}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": meta("a")},
+        {"apiVersion": f"{GW}/v1", "kind": "Gateway", "metadata": meta("gw0", "a"),
+         "spec": {"gatewayClassName": "cls", "listeners": [listener("one", 80, None, {"from": "All"})]}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": meta("svc", "a"),
+         "spec": {"ports": [{"name": "http", "port": 80}, {"name": "metrics", "port": 90}]}},
+        {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "PolicyKind", "metadata": meta("atompolicy"),
+         "spec": {"group": "example.io", "kind": "AtomPolicy", "mergeStrategy": "Atomic", "statusAncestor": "Gateway"}},
+        {"apiVersion": "example.io/v1", "kind": "AtomPolicy", "metadata": meta("on-metrics", "a"),
+         "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": "svc", "sectionName": "metrics"}],
+                  "defaults": {"interval": "5s"}}},
+        {"apiVersion": f"{GW}/v1", "kind": "HTTPRoute", "metadata": meta("r", "a"),
+         "spec": {"parentRefs": [{"name": "gw0"}], "rules": [{"backendRefs": [{"name": "svc", "port": 80}]}]}},
+    ]
+    state = {key(o): o for o in objs}
+    a = analyse(copy.deepcopy(list(state.values())), now=NOW)
+    base = analyse(copy.deepcopy(list(state.values())), now=NOW)
+    route = state[(GW, "HTTPRoute", "a", "r")]
+    to_metrics = copy.deepcopy(route)
+    to_metrics["spec"]["rules"][0]["backendRefs"][0]["port"] = 90
+    policy = Ref("example.io", "AtomPolicy", "a", "on-metrics")
+    svc = Ref("", "Service", "a", "svc")
+    before = {t: set(ps) for t, ps in a.topology.paths.items() if t.object == svc}
+    result = apply_change(a, copy.deepcopy(route), copy.deepcopy(to_metrics))
+    assert result is not None
+    assert {t for t, ps in a.topology.paths.items() if t.object == svc and before.get(t) != set(ps)} == {
+        svc.with_section("http"), svc.with_section("metrics")}  # the Service's own path stays
+    state[key(to_metrics)] = to_metrics
+    full = analyse(copy.deepcopy(list(state.values())), now=NOW)
+    assert canonical(a) == canonical(full)
+    assert policy in moved_status(base, full)  # its ancestors now hold the Gateway
+    assert {policy, svc} <= result

@@ -627,7 +627,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     paths = a.topology.paths
     ev = a.evaluator
     context_of = ev.contexts()
-    summary, evaluate, kinds = ev.summary, ev.evaluate_node, ev.kinds
+    summary, evaluate, kinds, kinds_at = ev.summary, ev.evaluate_node, ev.kinds, ev.kinds_at
     # Results by context for this batch (nothing changes while it runs): summaries derived through
     # `shared` (`Evaluator.summary`), so that a node's summary and its parent's fix its level (a
     # level holding policies gets summaries of its own) and, with the target's context
@@ -635,35 +635,38 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     memo: dict[tuple, list] = {}
     shared: dict = {}
     EP = EffectivePolicy
-    gone: dict[Ref, list[EffectivePolicy]] = {o: list(eps) for o, eps in lost.items()}
-    gained: dict[Ref, dict[int, list]] = {}  # owner -> the distinct (kind, result) lists its new paths have
-    # owner -> (its targets with all their paths in the batch, the distinct (kind, result) lists
-    # of its paths in the batch): what affects an owner is read from those lists, and from the
-    # effective policies of its other targets' paths when they are few (a moved route: none; its
-    # Service: the standalone path of a port no route reaches)
-    owners_seen: dict[Ref, tuple[set[Ref], dict[int, list]]] = {}
+    # owner -> what its paths in the batch had and have: (its targets with all their paths in the
+    # batch, the (kind, result) list of each of its paths in the batch, the old lists of effective
+    # policies those paths replaced, the (kind, result) lists of the paths that changed), lists
+    # appended as the nodes come (one list is shared by many nodes: `_PoliciesOfLists` reads each once).
+    # What affects an owner is read from those lists, and from the effective policies of its other
+    # targets' paths when they are few (a moved route: none; its Service: the standalone path of a
+    # port no route reaches)
+    owners: dict[Ref, tuple[set[Ref], list[list], list[list[EffectivePolicy]], list[list]]] = {}
     for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
         per_path = by.get(target)
         if per_path is None:
             per_path = by[target] = {}
-        replaced: list[EffectivePolicy] = []
-        brought: dict[int, list] = {}  # the distinct (kind, result) lists these paths now have
-        added = False
-        owner = target.object
         is_section = target[4] is not None
+        owner = target.object if is_section else target
         cid = id(context_of(target))
-        seen = owners_seen.get(owner)
-        if seen is None:
-            seen = owners_seen[owner] = (set(), {})
-        lists = seen[1]
+        rec = owners.get(owner)
+        if rec is None:
+            rec = owners[owner] = (set(), [], [], [])
+        complete, lists, replaced, brought = rec
         if len(fresh_nodes) == len(paths.get(target, ())):
-            seen[0].add(target)  # every path of this target is in the batch
+            complete.add(target)  # every path of this target is in the batch
+        added = False
         for n in fresh_nodes:
             here = n.summary
             if here is None:
-                here = summary(n, shared)
+                here = n.parent.summary  # type: ignore[union-attr]
+                if here is not None and not kinds_at.get(n.level):  # a level holding no policy: its parent's summary
+                    n.summary = here
+                else:
+                    here = summary(n, shared)
             if not here.kinds:  # type: ignore[union-attr]
-                pairs: list = []
+                pairs: list = _NO_PAIRS
             else:
                 parent = n.parent
                 above = parent.summary  # type: ignore[union-attr]
@@ -677,23 +680,22 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
                 pairs = memo.get(key)  # type: ignore[assignment]
                 if pairs is None:
                     pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate(target, n) if res.leaves]
-                lists[id(pairs)] = pairs
+                lists.append(pairs)
             old = per_path.get(n)
-            if old is not None and len(old) == len(pairs):
-                for o, (_, r) in zip(old, pairs):
-                    if o.result is not r:
-                        break
-                else:  # the same results: a new list all the same (readers take an unchanged list by identity)
-                    per_path[n] = list(old)
-                    continue
-            eps = [EP(target, n, k, res) for k, res in pairs]
-            if old:
-                replaced.extend(old)
-            if eps:
+            if old is not None:
+                if len(old) == len(pairs):
+                    for o, (_, r) in zip(old, pairs):
+                        if o.result is not r:
+                            break
+                    else:  # the same results: a new list all the same (readers take an unchanged list by identity)
+                        per_path[n] = list(old)
+                        continue
+                replaced.append(old)
+            if pairs:
+                per_path[n] = [EP(target, n, k, res) for k, res in pairs]  # an existing path keeps its place
                 if old is None:
                     added = True
-                per_path[n] = eps  # an existing path keeps its place
-                brought[id(pairs)] = pairs
+                brought.append(pairs)
             elif old is not None:
                 del per_path[n]
         if added and in_order:  # paths that had no effective policy before: the order a full analysis gives
@@ -701,31 +703,49 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
             by[target] = per_path = dict(sorted(per_path.items(), key=lambda kv: order.get(kv[0], 0)))
         if not per_path:
             by.pop(target, None)
-        # what these paths had and have, looked at once per owner below (the policies the owner's
-        # other paths bring stay)
-        if replaced:
-            gone.setdefault(owner, []).extend(replaced)
-        if brought:
-            got = gained.get(owner)
-            if got is None:
-                gained[owner] = brought
-            else:
-                got.update(brought)
     a._effective = None
     changed: set[Ref] = set()
     affected = a.affected  # computed from scratch the first time, then kept up to date here
     sections = a.topology.sections
-    for owner in gone.keys() | gained.keys():
+    of_lists = _PoliciesOfLists()
+    visit = list(lost)
+    visit.extend(o for o, rec in owners.items() if (rec[2] or rec[3]) and o not in lost)
+    for owner in visit:
         secs = sections.get(owner)
-        seen = owners_seen.get(owner)
-        if seen is not None:
-            rest = [pp for t in (chain((owner,), map(owner.with_section, secs)) if secs else (owner,))
-                    if t not in seen[0] and (pp := by.get(t))]
-            if sum(map(len, rest)) <= _FEW_PATHS:
-                now = _policies_of_pairs(seen[1].values())
-                for kk, refs in _policies_on(rest).items():
-                    now[kk] = now[kk] | refs if kk in now else refs
-                if _set_affected(a, owner, now):
+        rec = owners.get(owner)  # type: ignore[assignment]
+        if rec is not None:
+            complete = rec[0]
+            rest: list[dict[PathNode, list[EffectivePolicy]]] = []
+            many = 0
+            if owner not in complete:
+                pp = by.get(owner)
+                if pp:
+                    rest.append(pp)
+                    many = len(pp)
+            if secs:
+                for s in secs:
+                    t = owner.with_section(s)
+                    if t not in complete:
+                        pp = by.get(t)
+                        if pp:
+                            rest.append(pp)
+                            many += len(pp)
+            if many <= _FEW_PATHS:
+                now = of_lists(rec[1])
+                if rest:  # a few other paths (a Service's port no route reaches): theirs too
+                    copied = False
+                    for kk, refs in _policies_on(rest).items():
+                        got = now.get(kk)
+                        if got is None or not refs <= got:
+                            if not copied:
+                                now = dict(now)  # a dict `of_lists` may give other owners too
+                                copied = True
+                            now[kk] = refs if got is None else got | refs
+                if now != affected.get(owner, _NO_POLICIES):  # `_set_affected`, inline: thousands of owners
+                    if now:
+                        affected[owner] = now
+                    else:
+                        affected.pop(owner, None)
                     changed.add(owner)
                 continue
         per_paths = [pp for pp in map(by.get, chain((owner,), map(owner.with_section, secs)) if secs else (owner,)) if pp]
@@ -736,8 +756,9 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         before = affected.get(owner, {})
         # what the owner loses, it gets back from the new paths (a Service behind many routes, one
         # of them derived again): it keeps all it had, plus what they bring, and is not rescanned
-        lost_kinds = policies_by_kind(gone[owner]) if gone.get(owner) else {}
-        got = _policies_of_pairs(gained.get(owner, {}).values())
+        gone = chain(lost.get(owner, ()), chain.from_iterable(rec[2])) if rec is not None else lost.get(owner, ())
+        lost_kinds = policies_by_kind(gone)
+        got = of_lists(rec[3]) if rec is not None else {}
         if all(refs <= got.get(kk, set()) for kk, refs in lost_kinds.items()):
             now = {kk: before.get(kk, set()) | got.get(kk, set()) for kk in set(before) | set(got)}
             if now != before:
@@ -747,6 +768,53 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         if _refresh_affected(a, owner):
             changed.add(owner)
     return changed
+
+
+_NO_PAIRS: list = []
+_NO_POLICIES: dict = {}
+
+
+class _PoliciesOfLists:
+    """`policies_by_kind` of the effective policies made from lists of (kind, result) lists (those
+    an owner's paths have in one batch; the batch's memo keeps each alive, so its id names it):
+    each list read once in the batch, and each set of lists merged once (the owners with the same
+    lists, a Service behind routes of one namespace that no policy of their own sets apart, share
+    one dict, as after a full analysis: what affects an object is only read, and replaced as a
+    whole). A kind's set is the result's own (frozen) set where one result gives it all."""
+
+    def __init__(self) -> None:
+        self.of_list: dict[int, dict[KindKey, Any]] = {}
+        self.of_set: dict[tuple[int, ...], dict[KindKey, Any]] = {}
+
+    def __call__(self, lists: list[list]) -> dict[KindKey, Any]:
+        distinct = {id(pairs): pairs for pairs in lists}  # one list is shared by many nodes
+        key = tuple(distinct)
+        now = self.of_set.get(key)
+        if now is not None:
+            return now
+        of_list = self.of_list
+        now = {}
+        owned = False  # `now` a copy of our own, not one list's dict
+        for i, pairs in distinct.items():
+            one = of_list.get(i)
+            if one is None:
+                one = of_list[i] = _policies_of_pairs((pairs,))
+            if not one or one is now:
+                continue
+            if not now:
+                now = one
+                continue
+            if not owned:
+                now = dict(now)  # merged into a copy: the list's own dict stays as it is
+                owned = True
+            for kk, pol in one.items():
+                got = now.get(kk)
+                if got is None:
+                    now[kk] = pol
+                elif not pol <= got:
+                    now[kk] = got | pol
+        self.of_set[key] = now
+        return now
 
 
 #: an owner with no more paths than this (on itself and its sections) has what affects it gathered
@@ -827,7 +895,7 @@ class RouteIndex:
             self.into.setdefault(ns, set()).add(ref)
 
     def routes_naming(self, ref: Ref) -> list[Ref]:
-        return sorted(self.naming.get(ref, ()), key=Ref.sort_key)
+        return sorted(self.naming.get(ref, ()))  # routes: namespaced, no section (compared as tuples, as by sort_key)
 
 
 def _untie(held: dict[Any, set[Ref]], keys: Any, ref: Ref) -> None:
@@ -1087,8 +1155,8 @@ class _Edit:
         self.spare.append(own)
 
     def settle(self) -> tuple[set[Ref], set[Ref], set[Ref]]:
-        """Apply it all: the objects to check, the targets whose paths changed, and the objects that
-        came into or went out of the hierarchy."""
+        """Apply it all: the objects to check, the objects with a target (the object or one of its
+        sections) whose paths changed, and the objects that came into or went out of the hierarchy."""
         a, topo = self.a, self.topo
         paths = topo.paths
         by = a._by_effective_target
@@ -1126,10 +1194,14 @@ class _Edit:
                         lost.setdefault(t.object, []).extend(eps)
                 if not per_path:
                     del by[t]
-        for t, nodes in self.moved.items():  # paths moved in place: the same registrations, other paths
-            changed.add(t)
-            got = per_target.get(t)
-            per_target[t] = nodes if got is None else got + nodes
+        if not per_target:  # only paths moved in place: the same registrations, other paths
+            per_target = self.moved
+            changed.update(per_target)
+        else:
+            for t, nodes in self.moved.items():
+                changed.add(t)
+                got = per_target.get(t)
+                per_target[t] = nodes if got is None else got + nodes
         for n in fresh:  # the node index: new nodes, and the Namespace levels above them they brought
             _index_upward(idx, n)
         self._prune(idx)
@@ -1141,14 +1213,14 @@ class _Edit:
                     per_target.setdefault(n.level, []).append(n)  # type: ignore[arg-type]
         check = _recompute_nodes(a, per_target, lost)
         affected = a.affected
-        for t in changed:  # owners whose every path went away
-            owner = t.object
+        owners = {t if t[4] is None else t.object for t in changed}
+        for owner in owners:  # owners whose every path went away
             if owner not in paths and owner in affected:
                 del affected[owner]
                 check.add(owner)
         by_ref = a.index.by_ref
-        check |= {o for o in {t.object for t in changed} if o in by_ref}
-        return check, changed, moved
+        check.update(filter(by_ref.__contains__, owners))
+        return check, owners, moved
 
     def _prune(self, idx: dict[Ref, dict[PathNode, None]]) -> None:
         """Cut out of the tree every node left holding no path and no node below (interned nodes
@@ -1261,7 +1333,7 @@ def _finish(a: Analysis, edit: _Edit, obj: Ref, reresolve: set[Ref], policies: s
     that came into or went out of the hierarchy (their targets may have appeared or gone); the
     objects to check, among them the policies on every target whose paths changed (their status
     ancestors follow paths)."""
-    check, changed, moved = edit.settle()
+    check, owners, moved = edit.settle()
     check.add(obj)
     again = set(policies).union(*(a.policies_declaring(o) for o in reresolve | moved))
     for pref in sorted(again, key=Ref.sort_key):
@@ -1269,8 +1341,11 @@ def _finish(a: Analysis, edit: _Edit, obj: Ref, reresolve: set[Ref], policies: s
         if sub is None:
             return None
         check |= sub
-    for owner in {t.object for t in changed}:
-        check |= a.policies_declaring(owner)
+    declaring = a._declaring_index()
+    for owner in owners:
+        got = declaring.get(owner)
+        if got:
+            check |= got
     a._status = a._status_by_ref = a._affects = a._by_target = None
     a._effective = None
     return check
@@ -1327,7 +1402,7 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
         before = {l["name"]: l for l in topo.listeners_of.get(ref, [])}
         after = {l["name"]: l for l in _listeners(Obj(raw, ref, "", ""))}
         changed = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
-        naming = [r for r in naming if _may_attach_to(a, r, ref, changed)]
+        naming = _may_attach_to(a, naming, ref, changed)
     for t in [ref] + [ref.with_section(s) for s in topo.sections.pop(ref, [])]:
         for n in list(topo.paths.get(t, ())):
             edit.remove(t, n)
@@ -1352,16 +1427,23 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
     return _finish(a, edit, ref, {ref})
 
 
-def _may_attach_to(a: Analysis, route: Ref, gw: Ref, listeners: set[str]) -> bool:
-    """Could one of these listeners of the Gateway be a parent of the route (a parentRef to the
-    Gateway without a sectionName, or naming one of them)?"""
-    obj = a.index.by_ref.get(route)
-    if obj is None:
-        return True
-    for pref in a.topology.route_parents.get(route, []):
-        if (pref.get("sectionName") is None or pref.get("sectionName") in listeners) and parent_gateway(obj, pref) == gw:
-            return True
-    return False
+def _may_attach_to(a: Analysis, routes: list[Ref], gw: Ref, listeners: set[str]) -> list[Ref]:
+    """The routes one of these listeners of the Gateway could be a parent of (a parentRef to the
+    Gateway without a sectionName, or naming one of them), in their order; a route no longer in
+    the index is kept (one loop: the thousands of routes naming a Gateway)."""
+    by_ref, route_parents = a.index.by_ref, a.topology.route_parents
+    out = []
+    for route in routes:
+        obj = by_ref.get(route)
+        if obj is None:
+            out.append(route)
+            continue
+        for pref in route_parents.get(route, ()):
+            section = pref.get("sectionName")
+            if (section is None or section in listeners) and parent_gateway(obj, pref) == gw:
+                out.append(route)
+                break
+    return out
 
 
 def _gateway_shape(raw: dict[str, Any]) -> Any:

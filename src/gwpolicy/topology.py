@@ -178,14 +178,20 @@ def _listeners(gw: Obj) -> list[dict[str, Any]]:
 
 def _admits(listener: dict[str, Any], gw: Obj, route: Obj, index: ObjectIndex) -> bool:
     """Does the listener's allowedRoutes admit the route's namespace and kind (S1.3)?"""
-    allowed = listener.get("allowedRoutes") if isinstance(listener.get("allowedRoutes"), dict) else {}
-    namespaces = allowed.get("namespaces") if isinstance(allowed.get("namespaces"), dict) else {}
+    allowed = listener.get("allowedRoutes")
+    if not isinstance(allowed, dict):
+        allowed = {}
+    namespaces = allowed.get("namespaces")
+    if not isinstance(namespaces, dict):
+        namespaces = {}
     frm = namespaces.get("from") or "Same"
-    if frm == "Same" and route.namespace != gw.namespace:
-        return False
-    if frm == "Selector" and not selector_matches(namespaces.get("selector"), index.namespace_labels(route.namespace or "")):
-        return False
-    if frm not in ("Same", "All", "Selector"):
+    if frm == "Same":
+        if route.namespace != gw.namespace:
+            return False
+    elif frm == "Selector":
+        if not selector_matches(namespaces.get("selector"), index.namespace_labels(route.namespace or "")):
+            return False
+    elif frm != "All":
         return False
     kinds = allowed.get("kinds")
     if kinds:
@@ -288,11 +294,13 @@ def parent_listeners(route: Obj, pref: dict[str, Any], gw: Obj, listeners: list[
                      index: ObjectIndex) -> tuple[list[dict[str, Any]], str | None]:
     """The listeners of `gw` a parentRef attaches the route to, and, when there are none, why: the
     first filter that left none (sectionName/port, then allowedRoutes, then hostnames)."""
-    spec = route.spec if isinstance(route.spec, dict) else {}
-    hostnames = spec.get("hostnames") if isinstance(spec.get("hostnames"), list) else []
+    spec = route.spec
+    hostnames = spec.get("hostnames") if isinstance(spec, dict) else None
+    if not isinstance(hostnames, list):
+        hostnames = []
+    section, port = pref.get("sectionName"), pref.get("port")
     named = [l for l in listeners
-             if (pref.get("sectionName") is None or pref.get("sectionName") == l["name"])
-             and (pref.get("port") is None or pref.get("port") == l.get("port"))]
+             if (section is None or section == l["name"]) and (port is None or port == l.get("port"))]
     if not named:
         return [], NO_MATCHING_PARENT
     admitting = [l for l in named if _admits(l, gw, route, index)]
@@ -307,8 +315,8 @@ def parent_listeners(route: Obj, pref: dict[str, Any], gw: Obj, listeners: list[
 def _route_paths(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[dict[str, Any]]],
                  topo: Topology) -> list[PathNode]:
     """One path per listener the route is attached to; `Namespace > route` when none (S4.3)."""
-    spec = route.spec if isinstance(route.spec, dict) else {}
-    parent_refs = [p for p in spec.get("parentRefs") or [] if isinstance(p, dict)]
+    spec = route.spec
+    parent_refs = [p for p in spec.get("parentRefs") or [] if isinstance(p, dict)] if isinstance(spec, dict) else []
     topo.route_parents[route.ref] = parent_refs
     paths: dict[PathNode, None] = {}
     for pref in parent_refs:
