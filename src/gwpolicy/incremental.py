@@ -312,7 +312,7 @@ def _nodes_at_of_full_analysis(topo: Topology) -> dict[Ref, dict[PathNode, None]
     places above an object, a Service above a port no route reaches). tests/test_nodes_at.py
     checks that it gives what the walk gives."""
     paths = topo.paths
-    idx = {level: dict(reg) for level, reg in paths.items() if reg}
+    idx = {level: reg.copy() for level, reg in paths.items() if reg}
     for reg in paths.values():
         for n in reg:
             m = n.parent
