@@ -132,6 +132,9 @@ class Evaluator:
         self.memos: dict[KindKey, dict[tuple, Result]] = {kk: {} for kk in kinds}
         self.memo_base: int | None = None  # memo size after the full analysis (incremental.py)
         self._object_values: dict[tuple[Ref, KindKey], tuple[Obj | None, Contribution | None]] = {}
+        # a kind's mapped values (scalars, each with its type) -> their contribution, one for every
+        # object that holds the same values: its contexts, and so its nodes' results, are shared
+        self._value_contributions: dict[tuple, Contribution | None] = {}
         self.kinds_at: dict[Ref, list[KindKey]] = {}
         self.entries_at: dict[Ref, dict[KindKey, LevelEntry]] = {}
         for (kk, ref), entry in entries.items():
@@ -395,19 +398,41 @@ class Evaluator:
             return known[1]
         contrib = None
         if obj is not None:
-            leaves: dict[LeafPath, tuple[Any, Ref | None]] = {}
+            mapped = []
+            parts: list[Any] | None = [kind.key, owner.group, owner.kind]
             for m in kind.field_mappings:
                 if (m.target_group, m.target_kind) != (owner.group, owner.kind):
                     continue
                 value = dig(obj.raw, m.field)
+                mapped.append((m, value))
+                if parts is not None:
+                    if type(value) in _SCALARS:
+                        parts += (type(value), value)
+                    else:
+                        parts = None  # a map or a list: a contribution of its own
+            shared_key = tuple(parts) if parts is not None else None
+            if shared_key is not None:
+                hit = self._value_contributions.get(shared_key, _UNSHARED)
+                if hit is not _UNSHARED:
+                    self._object_values[key] = (obj, hit)
+                    return hit  # type: ignore[return-value]
+            leaves: dict[LeafPath, tuple[Any, Ref | None]] = {}
+            for m, value in mapped:
                 if is_unset(value):
                     continue
                 for path, v in flatten(nest(m.setting, value), settings_schema(kind, DEFAULTS)).items():
                     leaves[path] = (v, None)
             if leaves:
                 contrib = Contribution(OBJECT, leaves)
+            if shared_key is not None:
+                self._value_contributions[shared_key] = contrib
         self._object_values[key] = (obj, contrib)
         return contrib
+
+
+#: the types of mapped values shared by value (`Evaluator.object_value`): hashable, and unchanged in place
+_SCALARS = frozenset((str, int, bool, type(None)))  # not float: -0.0 equals 0.0 but is written otherwise
+_UNSHARED = object()
 
 
 def settings_schema(kind: PolicyKind, stanza: str, spelling: str | None = None) -> dict[str, Any] | None:
