@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from operator import attrgetter
 from typing import Any, Callable, Iterable, Mapping
 
 from gwpolicy.attach import ACCEPTED, CONFLICTED, TargetOutcome, resolve_targets
@@ -352,8 +353,14 @@ def compute_status(a: Analysis) -> list[StatusChange]:
         current = raw.get("status")
         if status != (current if isinstance(current, dict) else {}) or annotations != _annotations(raw["metadata"]):
             out.append(StatusChange(ref, status, annotations))
-    out.sort(key=_change_order)
+    try:  # by the references themselves, compared in C (121k changes in a first analysis at 50k routes)
+        out.sort(key=_CHANGED_OBJECT)
+    except TypeError:  # a kind with namespaced and cluster-scoped objects: None and text do not compare
+        out.sort(key=_change_order)
     return out
+
+
+_CHANGED_OBJECT = attrgetter("object")
 
 
 def _change_order(ch: StatusChange) -> tuple[str, str, str, str, str]:

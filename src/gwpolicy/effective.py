@@ -347,15 +347,22 @@ class Evaluator:
         The interned contexts live as long as the function returned."""
         mapped_for = self.mapped_kinds()
         context = self.context
-        by_owner: dict[tuple[Ref, bool], tuple] = {}
+        of_object: dict[Ref, tuple] = {}  # an object -> its context
+        of_sections: dict[Ref, tuple] = {}  # an object -> the context of its sections
         interned: dict[tuple, tuple] = {}
 
         def of(target: Ref) -> tuple:
-            key = (target.object, target[4] is not None)
-            c = by_owner.get(key)
+            if target[4] is None:  # looked up by the target itself: no owner made, no key tuple hashed
+                c = of_object.get(target)
+                if c is None:
+                    c = context(target, mapped_for)
+                    c = of_object[target] = interned.setdefault(c, c)
+                return c
+            owner = _new_tuple(Ref, (target[0], target[1], target[2], target[3], None))
+            c = of_sections.get(owner)
             if c is None:
                 c = context(target, mapped_for)
-                c = by_owner[key] = interned.setdefault(c, c)
+                c = of_sections[owner] = interned.setdefault(c, c)
             return c
         return of
 
