@@ -180,28 +180,33 @@ class Evaluator:
 
         This is the hot loop of the engine: one call per path, with the summaries looked up once.
         """
-        here = self.summary(node)
+        here = node.summary  # a node's summary, once made, is kept on it: `summary` only when it is not
+        if here is None:
+            here = self.summary(node)
         if kks is None:
-            kks = here.kinds
+            kks = here.kinds  # type: ignore[union-attr]
         if not kks:
             return []
         memos = self.memos
+        kinds = self.kinds
         level = node.level
         parent = node.parent
         own_at = self.entries_at.get(level, _NO_ENTRIES)
         parent_at: dict[KindKey, LevelEntry] | None = None
-        is_section = target.section is not None
-        owner = target.object if is_section else target
-        above_node = self.summary(parent)  # used when D is the node itself
+        is_section = target[4] is not None
+        owner = _new_tuple(Ref, (target[0], target[1], target[2], target[3], None)) if is_section else target
+        above_node = parent.summary if parent is not None else None  # used when D is the node itself
+        if above_node is None:
+            above_node = self.summary(parent)
         above_owner: Summary | None = None  # used when D is the section's owner
         out: list[tuple[KindKey, Result]] = []
         for kk in kks:
-            kind = self.kinds[kk]
+            kind = kinds[kk]
             memo = memos.get(kk)
             if memo is None:
                 memo = memos[kk] = {}
             own = own_at.get(kk)
-            if is_section and not (own is not None and own.has_direct):
+            if is_section and not (own is not None and (own.direct or DIRECT in own.contributions)):  # has_direct
                 d_is_node = False
                 if parent_at is None:
                     parent_at = self.entries_at.get(parent.level, _NO_ENTRIES)
