@@ -8,7 +8,7 @@ are memoised by that sequence: thousands of routes under one Gateway share one c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from gwpolicy.merge.fieldmerge import DEFAULTS, DIRECT, OBJECT, OVERRIDES, Contribution, ladder
 from gwpolicy.merge.leaves import LeafPath, field_name, flatten, unflatten
@@ -262,15 +262,15 @@ class Evaluator:
             out.append((kk, res))
         return out
 
-    def effective_list(self, targets: list[Ref], paths: dict[Ref, dict[PathNode, None]],
+    def effective_list(self, targets: Iterable[Ref], paths: dict[Ref, dict[PathNode, None]],
                        by_target: dict[Ref, dict[PathNode, list[EffectivePolicy]]] | None = None,
                        results_of: dict[Ref, dict[Result, PolicyKind]] | None = None) -> list[EffectivePolicy]:
         """Every effective policy, by target (in the order given), path (the topology's order) and
         kind (sorted): what the full analysis computes. `by_target`, when given, receives them by
         target and path instead (`Analysis._by_effective_target`), as they are made, and the list
-        returned is empty; `results_of`, the
-        distinct results of each object and its sections (what `Analysis.affected` is made of),
-        read once per distinct context rather than once per item.
+        returned is empty; `results_of`, the distinct results of each object and its sections
+        (what `Analysis.affected` is made of), read once per distinct context rather than once per
+        item.
 
         A node whose own level holds no policy gets a result fixed by its own summary, its parent's
         summary, whether it is a section (and then its owner's level, when that holds policies)
