@@ -280,6 +280,7 @@ class Evaluator:
         evaluate nodes one by one)."""
         kinds = self.kinds
         entries_at = self.entries_at
+        kinds_at = self.kinds_at
         summary = self.summary
         evaluate_node = self.evaluate_node
         context_of = self.contexts()
@@ -304,14 +305,17 @@ class Evaluator:
             else:
                 context = id(context_of(target))
                 for node in paths[target]:
-                    here = node.summary
-                    if here is None:
-                        here = summary(node)
-                    if not here.kinds:  # type: ignore[union-attr]
-                        continue
                     above = node.parent.summary  # type: ignore[union-attr]
                     if above is None:
                         above = summary(node.parent)
+                    here = node.summary
+                    if here is None:  # made here when its level holds no policy (`summary`, inline: once per node)
+                        if kinds_at.get(node.level):
+                            here = summary(node)
+                        else:
+                            here = node.summary = above
+                    if not here.kinds:  # type: ignore[union-attr]
+                        continue
                     key = (here, above, context)
                     pairs = memo.get(key)
                     if pairs is None:
