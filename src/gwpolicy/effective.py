@@ -8,7 +8,7 @@ are memoised by that sequence: thousands of routes under one Gateway share one c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from gwpolicy.merge.fieldmerge import DEFAULTS, DIRECT, OBJECT, OVERRIDES, Contribution, ladder
 from gwpolicy.merge.leaves import LeafPath, field_name, flatten, unflatten
@@ -132,6 +132,9 @@ class Evaluator:
         self.memos: dict[KindKey, dict[tuple, Result]] = {kk: {} for kk in kinds}
         self.memo_base: int | None = None  # memo size after the full analysis (incremental.py)
         self._object_values: dict[tuple[Ref, KindKey], tuple[Obj | None, Contribution | None]] = {}
+        # a kind's mapped values (scalars, each with its type) -> their contribution, one for every
+        # object that holds the same values: its contexts, and so its nodes' results, are shared
+        self._value_contributions: dict[tuple, Contribution | None] = {}
         self.kinds_at: dict[Ref, list[KindKey]] = {}
         self.entries_at: dict[Ref, dict[KindKey, LevelEntry]] = {}
         for (kk, ref), entry in entries.items():
@@ -177,28 +180,33 @@ class Evaluator:
 
         This is the hot loop of the engine: one call per path, with the summaries looked up once.
         """
-        here = self.summary(node)
+        here = node.summary  # a node's summary, once made, is kept on it: `summary` only when it is not
+        if here is None:
+            here = self.summary(node)
         if kks is None:
-            kks = here.kinds
+            kks = here.kinds  # type: ignore[union-attr]
         if not kks:
             return []
         memos = self.memos
+        kinds = self.kinds
         level = node.level
         parent = node.parent
         own_at = self.entries_at.get(level, _NO_ENTRIES)
         parent_at: dict[KindKey, LevelEntry] | None = None
-        is_section = target.section is not None
-        owner = target.object if is_section else target
-        above_node = self.summary(parent)  # used when D is the node itself
+        is_section = target[4] is not None
+        owner = _new_tuple(Ref, (target[0], target[1], target[2], target[3], None)) if is_section else target
+        above_node = parent.summary if parent is not None else None  # used when D is the node itself
+        if above_node is None:
+            above_node = self.summary(parent)
         above_owner: Summary | None = None  # used when D is the section's owner
         out: list[tuple[KindKey, Result]] = []
         for kk in kks:
-            kind = self.kinds[kk]
+            kind = kinds[kk]
             memo = memos.get(kk)
             if memo is None:
                 memo = memos[kk] = {}
             own = own_at.get(kk)
-            if is_section and not (own is not None and own.has_direct):
+            if is_section and not (own is not None and (own.direct or DIRECT in own.contributions)):  # has_direct
                 d_is_node = False
                 if parent_at is None:
                     parent_at = self.entries_at.get(parent.level, _NO_ENTRIES)
@@ -254,14 +262,15 @@ class Evaluator:
             out.append((kk, res))
         return out
 
-    def effective_list(self, targets: list[Ref], paths: dict[Ref, dict[PathNode, None]],
+    def effective_list(self, targets: Iterable[Ref], paths: dict[Ref, dict[PathNode, None]],
                        by_target: dict[Ref, dict[PathNode, list[EffectivePolicy]]] | None = None,
                        results_of: dict[Ref, dict[Result, PolicyKind]] | None = None) -> list[EffectivePolicy]:
         """Every effective policy, by target (in the order given), path (the topology's order) and
         kind (sorted): what the full analysis computes. `by_target`, when given, receives them by
-        target and path too (`Analysis._by_effective_target`), as they are made; `results_of`, the
-        distinct results of each object and its sections (what `Analysis.affected` is made of),
-        read once per distinct context rather than once per item.
+        target and path instead (`Analysis._by_effective_target`), as they are made, and the list
+        returned is empty; `results_of`, the distinct results of each object and its sections
+        (what `Analysis.affected` is made of), read once per distinct context rather than once per
+        item.
 
         A node whose own level holds no policy gets a result fixed by its own summary, its parent's
         summary, whether it is a section (and then its owner's level, when that holds policies)
@@ -271,50 +280,57 @@ class Evaluator:
         evaluate nodes one by one)."""
         kinds = self.kinds
         entries_at = self.entries_at
+        kinds_at = self.kinds_at
         summary = self.summary
         evaluate_node = self.evaluate_node
         context_of = self.contexts()
         memo: dict[tuple, list[tuple[PolicyKind, Result]]] = {}
+        # the flat list only when it is asked for: the index by target is what the controller reads,
+        # and a list of 1.8M items at 50k routes is 14 MB and its own time to make and to free
         out: list[EffectivePolicy] = []
-        add = out.extend
+        add = out.extend if by_target is None else None
         EP = EffectivePolicy
         for target in targets:
             per_path: dict[PathNode, list[EffectivePolicy]] = {}
-            owner = target.object
             used: dict[int, list[tuple[PolicyKind, Result]]] = {}  # the distinct contexts' results, in order
             if target in entries_at:  # policies at the target itself: each node is a context of its own
                 for node in paths[target]:
                     pairs = [(kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
                     if pairs:
                         eps = [EP(target, node, k, r) for k, r in pairs]
-                        add(eps)
+                        if add is not None:
+                            add(eps)
                         per_path[node] = eps
                         used[id(pairs)] = pairs
             else:
                 context = id(context_of(target))
                 for node in paths[target]:
+                    above = node.parent.summary  # type: ignore[union-attr]
+                    if above is None:
+                        above = summary(node.parent)
                     here = node.summary
-                    if here is None:
-                        here = summary(node)
+                    if here is None:  # made here when its level holds no policy (`summary`, inline: once per node)
+                        if kinds_at.get(node.level):
+                            here = summary(node)
+                        else:
+                            here = node.summary = above
                     if not here.kinds:  # type: ignore[union-attr]
                         continue
-                    parent = node.parent
-                    above = parent.summary  # type: ignore[union-attr]
-                    if above is None:
-                        above = summary(parent)
                     key = (here, above, context)
                     pairs = memo.get(key)
                     if pairs is None:
                         pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
                     if pairs:
                         eps = [EP(target, node, k, r) for k, r in pairs]
-                        add(eps)
+                        if add is not None:
+                            add(eps)
                         per_path[node] = eps
                         used[id(pairs)] = pairs
             if per_path:
                 if by_target is not None:
                     by_target[target] = per_path
                 if results_of is not None:
+                    owner = target.object
                     seen = results_of.get(owner)
                     if seen is None:
                         seen = results_of[owner] = {}
@@ -340,15 +356,22 @@ class Evaluator:
         The interned contexts live as long as the function returned."""
         mapped_for = self.mapped_kinds()
         context = self.context
-        by_owner: dict[tuple[Ref, bool], tuple] = {}
+        of_object: dict[Ref, tuple] = {}  # an object -> its context
+        of_sections: dict[Ref, tuple] = {}  # an object -> the context of its sections
         interned: dict[tuple, tuple] = {}
 
         def of(target: Ref) -> tuple:
-            key = (target.object, target[4] is not None)
-            c = by_owner.get(key)
+            if target[4] is None:  # looked up by the target itself: no owner made, no key tuple hashed
+                c = of_object.get(target)
+                if c is None:
+                    c = context(target, mapped_for)
+                    c = of_object[target] = interned.setdefault(c, c)
+                return c
+            owner = _new_tuple(Ref, (target[0], target[1], target[2], target[3], None))
+            c = of_sections.get(owner)
             if c is None:
                 c = context(target, mapped_for)
-                c = by_owner[key] = interned.setdefault(c, c)
+                c = of_sections[owner] = interned.setdefault(c, c)
             return c
         return of
 
@@ -391,19 +414,41 @@ class Evaluator:
             return known[1]
         contrib = None
         if obj is not None:
-            leaves: dict[LeafPath, tuple[Any, Ref | None]] = {}
+            mapped = []
+            parts: list[Any] | None = [kind.key, owner.group, owner.kind]
             for m in kind.field_mappings:
                 if (m.target_group, m.target_kind) != (owner.group, owner.kind):
                     continue
                 value = dig(obj.raw, m.field)
+                mapped.append((m, value))
+                if parts is not None:
+                    if type(value) in _SCALARS:
+                        parts += (type(value), value)
+                    else:
+                        parts = None  # a map or a list: a contribution of its own
+            shared_key = tuple(parts) if parts is not None else None
+            if shared_key is not None:
+                hit = self._value_contributions.get(shared_key, _UNSHARED)
+                if hit is not _UNSHARED:
+                    self._object_values[key] = (obj, hit)
+                    return hit  # type: ignore[return-value]
+            leaves: dict[LeafPath, tuple[Any, Ref | None]] = {}
+            for m, value in mapped:
                 if is_unset(value):
                     continue
                 for path, v in flatten(nest(m.setting, value), settings_schema(kind, DEFAULTS)).items():
                     leaves[path] = (v, None)
             if leaves:
                 contrib = Contribution(OBJECT, leaves)
+            if shared_key is not None:
+                self._value_contributions[shared_key] = contrib
         self._object_values[key] = (obj, contrib)
         return contrib
+
+
+#: the types of mapped values shared by value (`Evaluator.object_value`): hashable, and unchanged in place
+_SCALARS = frozenset((str, int, bool, type(None)))  # not float: -0.0 equals 0.0 but is written otherwise
+_UNSHARED = object()
 
 
 def settings_schema(kind: PolicyKind, stanza: str, spelling: str | None = None) -> dict[str, Any] | None:

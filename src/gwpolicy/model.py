@@ -166,7 +166,7 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
             ns = default_namespace
         if not namespaced:
             ns = None
-        ref = Ref(group, kind, ns, meta["name"])
+        ref = _new_ref(Ref, (group, kind, ns, meta["name"], None))  # in C, not through the Python-level __new__
         stamp = meta.get("creationTimestamp")
         if type(stamp) is str:
             time = times.get(stamp)  # type: ignore[assignment]
@@ -222,6 +222,7 @@ def _declared_scope(group: str, kind: str, crd_scope: dict[tuple[str, str], bool
 
 
 _REF = attrgetter("ref")
+_new_ref = tuple.__new__
 
 
 def _ref_order(obj: Obj) -> tuple[str, str, str, str, str]:

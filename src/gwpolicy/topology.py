@@ -39,12 +39,18 @@ class PathNode:
     def child(self, level: Ref) -> "PathNode":
         """The path one level down. The namespaces a path holds follow from its levels alone, so an
         interned node is right however it was first reached (S4.2: a Namespace is placed once)."""
-        if self.children is None:
-            self.children = {}
-        node = self.children.get(level)
-        if node is None:
-            namespaces = self.namespaces | {level.name} if _is_namespace(level) else self.namespaces
-            node = self.children[level] = PathNode(level, self, namespaces)
+        children = self.children
+        if children is None:
+            children = self.children = {}
+        else:
+            node = children.get(level)
+            if node is not None:
+                return node
+        # a Namespace level (`_is_namespace`, inline: once per node of the tree)
+        if level[1] == "Namespace" and level[0] == CORE_GROUP and level[4] is None:
+            node = children[level] = PathNode(level, self, self.namespaces | {level[3]})
+        else:
+            node = children[level] = PathNode(level, self, self.namespaces)
         return node
 
     @property
@@ -78,6 +84,7 @@ class PathNode:
 
 
 Path = PathNode
+_new_ref = tuple.__new__
 
 
 @lru_cache(maxsize=4096)
@@ -255,23 +262,28 @@ def attach_route(topo: Topology, route: Obj, index: ObjectIndex, grants: Referen
     """Add a route, its named rules and its backends (and their ports) to the topology; the backends."""
     reached: set[Ref] = set()
     route_paths = _route_paths(route, index, topo.listeners_of, topo)
-    for p in route_paths:
-        topo.add_path(route.ref, p)
+    ref = route.ref
+    paths = topo.paths
+    if route_paths:  # setdefault, not get: an in-place update's paths may be a shadow whose `get` reads through
+        registry = paths.setdefault(ref, {})
+        for p in route_paths:
+            registry[p] = None
     rules = _rules(route)
-    topo.sections[route.ref] = [r["name"] for r in rules if isinstance(r.get("name"), str)]
+    topo.sections[ref] = [r["name"] for r in rules if isinstance(r.get("name"), str)]
+    ports_of = topo.ports_of
     for rule in rules:
-        rname = rule.get("name") if isinstance(rule.get("name"), str) else None
-        if rname:
-            rule_ref = route.ref.with_section(rname)
+        rname = rule.get("name")
+        if rname and isinstance(rname, str):
+            rule_ref = _new_ref(Ref, (ref[0], ref[1], ref[2], ref[3], rname))
             bases = [p.child(rule_ref) for p in route_paths]
-            registry = topo.paths.setdefault(rule_ref, {})
+            registry = paths.setdefault(rule_ref, {})
             for b in bases:
                 registry[b] = None
         else:
             bases = route_paths
         for bref in rule.get("backendRefs") or []:
             if isinstance(bref, dict):
-                _add_backend(route, bref, bases, index, grants, topo, reached, topo.ports_of)
+                _add_backend(route, bref, bases, index, grants, topo, reached, ports_of)
     return reached
 
 
@@ -342,15 +354,17 @@ def _service_ports(svc: Obj) -> list[dict[str, Any]]:
 def _add_backend(route: Obj, bref: dict[str, Any], bases: list[PathNode], index: ObjectIndex,
                  grants: ReferenceGrants, topo: Topology, services_reached: set[Ref],  # every backend reached
                  ports_of: dict[Ref, list[dict[str, Any]]]) -> None:
-    group = bref.get("group") or CORE_GROUP
-    kind = bref.get("kind") or "Service"
-    ns = bref.get("namespace") or route.namespace
-    name = bref.get("name")
+    get = bref.get
+    group = get("group") or CORE_GROUP
+    kind = get("kind") or "Service"
+    route_ns = route.ref[2]
+    ns = get("namespace") or route_ns
+    name = get("name")
     if not isinstance(name, str) or not isinstance(ns, str):
         return
-    if ns != route.namespace and not grants.allows(route.group, route.kind, route.namespace or "", group, kind, ns, name):
+    if ns != route_ns and not grants.allows(route.group, route.kind, route_ns or "", group, kind, ns, name):
         return  # S1.3: a cross-namespace backendRef needs a ReferenceGrant
-    ref = Ref(group, kind, ns, name)
+    ref = _new_ref(Ref, (group, kind, ns, name, None))  # not through the Python-level __new__: once per backendRef
     obj = index.by_ref.get(ref)
     if obj is None:
         if group == CORE_GROUP and kind == "Service":
@@ -358,14 +372,15 @@ def _add_backend(route: Obj, bref: dict[str, Any], bases: list[PathNode], index:
         topo.virtual.add(ref)
     services_reached.add(ref)
     # the ports this backendRef reaches, each with its registry of paths, found once for all bases
-    registry = topo.paths.setdefault(ref, {})
+    paths = topo.paths  # written with setdefault: an in-place update's may be a shadow whose `get` reads through
+    registry = paths.setdefault(ref, {})
     ports: list[tuple[Ref, dict[PathNode, None]]] = []
     if obj is not None and kind == "Service" and group == CORE_GROUP:
-        port = bref.get("port")
+        port = get("port")
         for p in ports_of[ref]:
             if port is None or p.get("port") == port:
-                pref = ref.with_section(p["name"])
-                ports.append((pref, topo.paths.setdefault(pref, {})))
+                pref = _new_ref(Ref, (group, kind, ns, name, p["name"]))
+                ports.append((pref, paths.setdefault(pref, {})))
     for base in bases:
         bpath = extend(base, ref)
         registry[bpath] = None
