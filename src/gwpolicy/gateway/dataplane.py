@@ -632,11 +632,8 @@ class _Builder:
             for bi, b in enumerate(_list(rule.get("backendRefs"))):
                 if not isinstance(b, dict):
                     continue
-                weight = b.get("weight", 1)
-                weight = weight if isinstance(weight, int) and not isinstance(weight, bool) and weight >= 0 else 1
-                group, kind = b.get("group") or CORE_GROUP, b.get("kind") or "Service"
-                ns, name, port = b.get("namespace") or route.namespace, str(b.get("name", "")), b.get("port")
-                ref = Ref(group, kind, ns, name)
+                weight, ref, port = _backend_ref(b, route)
+                group, kind, ns, name = ref.group, ref.kind, ref.namespace, ref.name
                 pb = PassthroughBackend(ref, weight, None)
                 where = f"TLSRoute {route.namespace}/{route.name} spec.rules[{ri}].backendRefs[{bi}]"
                 svc = self.index.by_ref.get(ref) if (group, kind) == (CORE_GROUP, "Service") else None
@@ -807,12 +804,8 @@ class _Builder:
         for bi, b in enumerate(_list(rule.get("backendRefs"))):
             if not isinstance(b, dict):
                 continue
-            weight = b.get("weight", 1)
-            weight = weight if isinstance(weight, int) and not isinstance(weight, bool) and weight >= 0 else 1
-            group, kind = b.get("group") or CORE_GROUP, b.get("kind") or "Service"
-            ns = b.get("namespace") or route.namespace
-            name = str(b.get("name", ""))
-            ref = Ref(group, kind, ns, name)
+            weight, ref, port = _backend_ref(b, route)
+            group, kind, ns, name = ref.group, ref.kind, ref.namespace, ref.name
             filters = tuple(f for f in _list(b.get("filters")) if isinstance(f, dict))
             backend = Backend(ref, weight, None, filters=filters)
             if (group, kind) != (CORE_GROUP, "Service"):
@@ -821,7 +814,6 @@ class _Builder:
                 backend.error, backend.message = REF_NOT_PERMITTED, f"backendRefs[{bi}] of rule {ri}: Service {ns}/{name} is in another namespace and no ReferenceGrant allows the reference"
             else:
                 svc = self.index.by_ref.get(ref)
-                port = b.get("port")
                 sport = _service_port(svc, port) if svc is not None else None
                 if svc is None:
                     backend.error, backend.message = BACKEND_NOT_FOUND, f"backendRefs[{bi}] of rule {ri}: Service {ns}/{name} does not exist"
@@ -990,6 +982,16 @@ def _conditions(items: Any, *, lower: bool) -> tuple[tuple[str, str, str], ...]:
         out.append((str(h.get("type") or "Exact"), name, str(h.get("value", ""))))
     return tuple(out)
 
+
+
+def _backend_ref(b: dict[str, Any], route: Any) -> tuple[int, Ref, Any]:
+    """(weight, the object referred to, port) of a route's backendRef, with the API's defaults: weight
+    1 (also for a weight that is not a non-negative integer), core Service, the route's namespace."""
+    weight = b.get("weight", 1)
+    weight = weight if isinstance(weight, int) and not isinstance(weight, bool) and weight >= 0 else 1
+    ref = Ref(b.get("group") or CORE_GROUP, b.get("kind") or "Service", b.get("namespace") or route.namespace,
+              str(b.get("name", "")))
+    return weight, ref, b.get("port")
 
 def _service_port(svc: Any, port: Any) -> dict[str, Any] | None:
     for p in _list(_dict(svc.spec).get("ports")):

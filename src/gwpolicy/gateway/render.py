@@ -228,15 +228,7 @@ def _tls_target(route: Any, splits: dict[str, str]) -> str:
         return TLS_CLOSED
     if len({t for _, t in targets}) == 1:
         return targets[0][1]
-    total = sum(w for w, _ in targets)
-    entries: list[tuple[str, str]] = []
-    for i, (w, name) in enumerate(targets):
-        if i == len(targets) - 1:
-            entries.append(("*", name))
-        else:
-            pct = int(w * 10000 // total) / 100
-            if pct > 0:
-                entries.append((f"{pct:.2f}%", name))
+    entries = _split_entries(targets)
     var = "$gw_tls_pick_" + hashlib.sha1(repr(entries).encode()).hexdigest()[:12]
     splits[var] = (f'split_clients "${{remote_addr}}${{remote_port}}${{msec}}" {var} {{\n'
                    + "".join(f"    {p} {t};\n" for p, t in entries) + "}\n")
@@ -609,8 +601,10 @@ def _dispatch(s: Server, live: list[Backend], lines: list[str], rewrite: list[di
         [f"error_page 418 = {proxy};", "return 418;"]
 
 
-def _pick(targets: list[list[Any]], st: _State) -> list[str]:
-    """Weighted backends that need different locations: split_clients picks the named location."""
+
+def _split_entries(targets: list) -> list[tuple[str, str]]:
+    """split_clients entries for weighted (weight, target) pairs: each share in hundredths of a
+    percent, rounded down (a share that rounds to nothing is left out), the last one `*`."""
     total = sum(w for w, _ in targets)
     entries: list[tuple[str, str]] = []
     for i, (w, name) in enumerate(targets):
@@ -620,6 +614,11 @@ def _pick(targets: list[list[Any]], st: _State) -> list[str]:
             pct = int(w * 10000 // total) / 100
             if pct > 0:
                 entries.append((f"{pct:.2f}%", name))
+    return entries
+
+def _pick(targets: list[list[Any]], st: _State) -> list[str]:
+    """Weighted backends that need different locations: split_clients picks the named location."""
+    entries = _split_entries(targets)
     var = "$gw_pick_" + hashlib.sha1(repr(entries).encode()).hexdigest()[:12]
     st.splits[var] = f"split_clients $request_id {var} {{\n" + "".join(f"    {p} {t};\n" for p, t in entries) + "}\n"
     return [f"error_page 418 = {var};", "return 418;"]
