@@ -616,15 +616,14 @@ def _resummarise(ev: Evaluator, n: PathNode, kk: KindKey) -> None:
     n.summary = Summary(trails, kinds)
 
 
-def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: dict[Ref, list[EffectivePolicy]],
-                     in_order: bool = False) -> set[Ref]:
+def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: dict[Ref, list[EffectivePolicy]]) -> set[Ref]:
     """New summaries and effective policies (every kind) for these paths of each target (each node
     listed once, parents before children or not: summaries are derived on demand); objects whose
     affecting policies changed. `lost`: the effective policies of paths the caller took away, by
     owner (when the new paths bring at least their policies, the owner is not rescanned: what it
-    had, plus what they bring); `in_order`: keep a target's paths in the order a full analysis
-    lists them (a route change lists a backend's paths as routes reach it in any case: sorting its
-    thousands of paths would buy nothing)."""
+    had, plus what they bring). A path new to a target is listed after its others, not in the
+    order a full analysis lists them (what shows them sorts them: an EffectivePolicy object's
+    `paths`; sorting a backend's thousands of paths on every route change would buy nothing)."""
     for nodes in per_target.values():
         for n in nodes:
             n.summary = None
@@ -662,7 +661,6 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         complete, lists, replaced, brought = rec
         if len(fresh_nodes) == len(paths.get(target, ())):
             complete.add(target)  # every path of this target is in the batch
-        added = False
         for n in fresh_nodes:
             here = n.summary
             if here is None:
@@ -699,14 +697,9 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
                 replaced.append(old)
             if pairs:
                 per_path[n] = [EP(target, n, k, res) for k, res in pairs]  # an existing path keeps its place
-                if old is None:
-                    added = True
                 brought.append(pairs)
             elif old is not None:
                 del per_path[n]
-        if added and in_order:  # paths that had no effective policy before: the order a full analysis gives
-            order = {node: i for i, node in enumerate(paths[target])}
-            by[target] = per_path = dict(sorted(per_path.items(), key=lambda kv: order.get(kv[0], 0)))
         if not per_path:
             by.pop(target, None)
     a._effective = None
