@@ -293,18 +293,13 @@ class Evaluator:
         for target in targets:
             per_path: dict[PathNode, list[EffectivePolicy]] = {}
             used: dict[int, list[tuple[PolicyKind, Result]]] = {}  # the distinct contexts' results, in order
-            if target in entries_at:  # policies at the target itself: each node is a context of its own
-                for node in paths[target]:
+            # policies at the target itself: each node is a context of its own, evaluated unshared
+            own = target in entries_at
+            context = None if own else id(context_of(target))
+            for node in paths[target]:
+                if own:
                     pairs = [(kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
-                    if pairs:
-                        eps = [EP(target, node, k, r) for k, r in pairs]
-                        if add is not None:
-                            add(eps)
-                        per_path[node] = eps
-                        used[id(pairs)] = pairs
-            else:
-                context = id(context_of(target))
-                for node in paths[target]:
+                else:
                     above = node.parent.summary  # type: ignore[union-attr]
                     if above is None:
                         above = summary(node.parent)
@@ -320,12 +315,12 @@ class Evaluator:
                     pairs = memo.get(key)
                     if pairs is None:
                         pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate_node(target, node) if res.leaves]
-                    if pairs:
-                        eps = [EP(target, node, k, r) for k, r in pairs]
-                        if add is not None:
-                            add(eps)
-                        per_path[node] = eps
-                        used[id(pairs)] = pairs
+                if pairs:
+                    eps = [EP(target, node, k, r) for k, r in pairs]
+                    if add is not None:
+                        add(eps)
+                    per_path[node] = eps
+                    used[id(pairs)] = pairs
             if per_path:
                 if by_target is not None:
                     by_target[target] = per_path
