@@ -517,24 +517,13 @@ def _policies_on(per_paths: list[dict[PathNode, list[EffectivePolicy]]]) -> dict
     after a Gateway edit): each distinct result read once, kinds in the order they first appear.
     A kind's set is the result's own (frozen) set where one result gives it all: no copy per
     owner (what affects an object is only read, and replaced as a whole)."""
-    now: dict[KindKey, Any] = {}
-    seen: set[Result] = set()
+    distinct: dict[Result, PolicyKind] = {}  # each result once, however many paths share it
     for per_path in per_paths:
         for eps in per_path.values():
             for ep in eps:
-                res = ep.result
-                if res in seen:
-                    continue
-                seen.add(res)
-                pol = res.policies
-                if pol:
-                    kk = ep.kind.key
-                    got = now.get(kk)
-                    if got is None:
-                        now[kk] = pol
-                    elif not pol <= got:
-                        now[kk] = got | pol
-    return now
+                if ep.result not in distinct:
+                    distinct[ep.result] = ep.kind
+    return _policies_of_pairs([[(k, r) for r, k in distinct.items()]])
 
 
 def _policies_of_pairs(lists: Any) -> dict[KindKey, set[Ref]]:
@@ -544,15 +533,19 @@ def _policies_of_pairs(lists: Any) -> dict[KindKey, set[Ref]]:
     now: dict[KindKey, Any] = {}
     for pairs in lists:
         for kind, res in pairs:
-            pol = res.policies
-            if pol:
-                kk = kind.key
-                got = now.get(kk)
-                if got is None:
-                    now[kk] = pol
-                elif not pol <= got:
-                    now[kk] = got | pol
+            if res.policies:
+                _fold(now, kind.key, res.policies)
     return now
+
+
+def _fold(now: dict[KindKey, Any], kk: KindKey, pol: Any) -> None:
+    """Add the policies `pol` of kind `kk` to `now`, keeping the set already there when it holds
+    them all (the first result's own frozen set stays shared until another adds to it)."""
+    got = now.get(kk)
+    if got is None:
+        now[kk] = pol
+    elif not pol <= got:
+        now[kk] = got | pol
 
 
 def _set_affected(a: Analysis, owner: Ref, now: dict[KindKey, set[Ref]]) -> bool:
@@ -807,11 +800,7 @@ class _PoliciesOfLists:
                 now = dict(now)  # merged into a copy: the list's own dict stays as it is
                 owned = True
             for kk, pol in one.items():
-                got = now.get(kk)
-                if got is None:
-                    now[kk] = pol
-                elif not pol <= got:
-                    now[kk] = got | pol
+                _fold(now, kk, pol)
         self.of_set[key] = now
         return now
 
