@@ -20,6 +20,16 @@ CONFORMANCE = SHARED / "conformance"
 GATEWAY_API = SHARED / "gateway-api"
 NOW = "2026-01-01T00:00:00Z"
 
+#: a namespaced custom resource with a status subresource, for the sandbox store's own tests
+WIDGET_CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+       "metadata": {"name": "widgets.example.io"},
+       "spec": {"group": "example.io", "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                "versions": [{"name": "v1", "served": True, "storage": True,
+                              "subresources": {"status": {}},
+                              "schema": {"openAPIV3Schema": {"type": "object",
+                                                             "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
 
 @dataclass
 class Run:

@@ -11,15 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from gwpolicy.sandbox.admission import Admission
 from gwpolicy.sandbox.store import Store
-
-CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-       "metadata": {"name": "widgets.example.io"},
-       "spec": {"group": "example.io", "scope": "Namespaced",
-                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-                "versions": [{"name": "v1", "served": True, "storage": True,
-                              "subresources": {"status": {}},
-                              "schema": {"openAPIV3Schema": {"type": "object",
-                                                             "x-kubernetes-preserve-unknown-fields": True}}}]}}
+from helpers import WIDGET_CRD
 
 
 class CountingScans:
@@ -63,7 +55,7 @@ def _store_with_config_maps(n: int) -> Store:
 
 def test_a_write_a_list_and_the_admission_check_walk_no_other_objects():
     store = _store_with_config_maps(300)
-    store.create(store.registry.by_plural[("apiextensions.k8s.io", "customresourcedefinitions")], "", CRD)
+    store.create(store.registry.by_plural[("apiextensions.k8s.io", "customresourcedefinitions")], "", WIDGET_CRD)
     widgets = store.registry.by_plural[("example.io", "widgets")]
     store.create(widgets, "default", {"apiVersion": "example.io/v1", "kind": "Widget", "metadata": {"name": "w"}})
     scans = CountingScans(store)
@@ -109,12 +101,12 @@ def test_the_index_says_what_a_scan_of_every_object_says(ops):
                 with store.dry_run():
                     store.create(reg[("", "configmaps")], ns, {"metadata": {"name": f"dry{i}"}})
             elif op == "crd":
-                store.create(reg[("apiextensions.k8s.io", "customresourcedefinitions")], "", CRD)
+                store.create(reg[("apiextensions.k8s.io", "customresourcedefinitions")], "", WIDGET_CRD)
             elif op == "widget" and ("example.io", "widgets") in reg:
                 store.create(reg[("example.io", "widgets")], ns,
                              {"apiVersion": "example.io/v1", "kind": "Widget", "metadata": {"name": f"w{i}"}})
             elif op == "delete-crd":
-                store.delete(reg[("apiextensions.k8s.io", "customresourcedefinitions")], "", CRD["metadata"]["name"])
+                store.delete(reg[("apiextensions.k8s.io", "customresourcedefinitions")], "", WIDGET_CRD["metadata"]["name"])
         except Exception as exc:  # noqa: BLE001 - conflicts, not found, a namespace being deleted
             assert type(exc).__name__ == "ApiFailure", exc
         scanned: dict[tuple[str, str], set] = {}

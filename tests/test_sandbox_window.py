@@ -14,20 +14,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gwpolicy.sandbox.store import ApiFailure, Store
-
-CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-       "metadata": {"name": "widgets.example.io"},
-       "spec": {"group": "example.io", "scope": "Namespaced",
-                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
-                "versions": [{"name": "v1", "served": True, "storage": True,
-                              "subresources": {"status": {}},
-                              "schema": {"openAPIV3Schema": {"type": "object",
-                                                             "x-kubernetes-preserve-unknown-fields": True}}}]}}
+from helpers import WIDGET_CRD
 
 
 def _store(window: int = 100_000) -> tuple[Store, Any]:
     store = Store(window=window)
-    store.create(store.registry.by_plural[("apiextensions.k8s.io", "customresourcedefinitions")], "", CRD)
+    store.create(store.registry.by_plural[("apiextensions.k8s.io", "customresourcedefinitions")], "", WIDGET_CRD)
     return store, store.registry.by_plural[("example.io", "widgets")]
 
 
