@@ -34,6 +34,20 @@ settings = st.recursive(
 )
 
 
+def route_and_service_targets(routes: list[tuple[str, str, Any]],
+                              services: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The targetRefs a policy may draw among these routes ((namespace, name, rule names)) and
+    Services ((namespace, name), port `http`): each object, and each of its sections."""
+    out: list[dict[str, Any]] = []
+    for ns, name, rules in routes:
+        out.append({"group": GW, "kind": "HTTPRoute", "name": name, "namespace": ns})
+        out += [{"group": GW, "kind": "HTTPRoute", "name": name, "namespace": ns, "sectionName": r} for r in rules]
+    for ns, name in services:
+        out.append({"group": "", "kind": "Service", "name": name, "namespace": ns})
+        out.append({"group": "", "kind": "Service", "name": name, "namespace": ns, "sectionName": "http"})
+    return out
+
+
 @st.composite
 def cluster(draw: st.DrawFn) -> list[dict[str, Any]]:
     objs: list[dict[str, Any]] = [
@@ -91,12 +105,7 @@ def cluster(draw: st.DrawFn) -> list[dict[str, Any]]:
     for ns, name, listeners in gateways:
         targets.append({"group": GW, "kind": "Gateway", "name": name, "namespace": ns})
         targets += [{"group": GW, "kind": "Gateway", "name": name, "namespace": ns, "sectionName": l} for l in listeners + ("nosuch",)]
-    for ns, name, rules in routes:
-        targets.append({"group": GW, "kind": "HTTPRoute", "name": name, "namespace": ns})
-        targets += [{"group": GW, "kind": "HTTPRoute", "name": name, "namespace": ns, "sectionName": r} for r in rules]
-    for ns, name in services:
-        targets.append({"group": "", "kind": "Service", "name": name, "namespace": ns})
-        targets.append({"group": "", "kind": "Service", "name": name, "namespace": ns, "sectionName": "http"})
+    targets += route_and_service_targets(routes, services)
     targets.append({"group": GW, "kind": "HTTPRoute", "name": "missing"})
     for i in range(draw(st.integers(2, 10))):
         kind = draw(st.sampled_from(["FieldPolicy"] * 4 + ["DirectPolicy", "AtomPolicy", "PatchPolicy", "SoloPolicy"]))

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gwpolicy.incremental as incremental
-from gen import GW, meta, settings as settings_strategy
+from gen import GW, meta, route_and_service_targets, settings as settings_strategy
 from gwpolicy.analysis import analyse
 from gwpolicy.incremental import apply_change, policy_ref
 from gwpolicy.refs import Ref
@@ -95,12 +95,7 @@ def moving_cluster(draw: st.DrawFn) -> list[dict[str, Any]]:
     for (ns, name), ls in listeners.items():
         targets.append({"group": GW, "kind": "Gateway", "name": name, "namespace": ns})
         targets += [{"group": GW, "kind": "Gateway", "name": name, "namespace": ns, "sectionName": l} for l in ls]
-    for ns, name, rules in routes:
-        targets.append({"group": GW, "kind": "HTTPRoute", "name": name, "namespace": ns})
-        targets += [{"group": GW, "kind": "HTTPRoute", "name": name, "namespace": ns, "sectionName": r} for r in rules]
-    for ns, name in services:
-        targets.append({"group": "", "kind": "Service", "name": name, "namespace": ns})
-        targets.append({"group": "", "kind": "Service", "name": name, "namespace": ns, "sectionName": "http"})
+    targets += route_and_service_targets(routes, services)
     # a policy on every listener and namespace: a route that moves leaves some and meets others
     for (ns, name), ls in listeners.items():
         for l in ls:
