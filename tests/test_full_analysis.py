@@ -52,7 +52,7 @@ def test_every_path_gets_what_its_own_evaluation_gives(objs) -> None:
         for node in nodes:
             got = by.get(target, {}).get(node, [])
             want = _plain(a, target, node)
-            assert [(ep.kind.key, ep.result.leaves) for ep in got] == [(ep.kind.key, ep.result.leaves) for ep in want], \
+            assert [(k.key, res.leaves) for k, res in got] == [(ep.kind.key, ep.result.leaves) for ep in want], \
                 f"{target} on {node}"
     # and nothing is listed for a path or target that has none
     assert all(eps for per_path in by.values() for eps in per_path.values())

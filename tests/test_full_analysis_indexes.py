@@ -17,8 +17,7 @@ from helpers import NOW
 
 def _indexes(a):
     by = a._effective_by_target()
-    per_path = [(t, [(n, [(ep.target, ep.path, ep.kind.key, id(ep.result)) for ep in eps]) for n, eps in pp.items()])
-                for t, pp in by.items()]
+    per_path = [(t, [(n, [(k.key, id(r)) for k, r in pairs]) for n, pairs in pp.items()]) for t, pp in by.items()]
     affected = [(o, list(kinds.items())) for o, kinds in a.affected.items()]
     return per_path, affected
 

@@ -133,7 +133,7 @@ def _expected(a: Any) -> dict[tuple[str, str, int], set[str]]:
     for target, per_path in a._effective_by_target().items():
         if target.kind != "Service" or target.section != "http":
             continue
-        for node, eps in per_path.items():
+        for node, pairs in per_path.items():
             levels = list(node.levels)
             listener = next((l.section for l in levels if l.kind == "Gateway" and l.section), None)
             route = next((l for l in levels if l.kind == "HTTPRoute"), None)
@@ -141,7 +141,7 @@ def _expected(a: Any) -> dict[tuple[str, str, int], set[str]]:
                 continue
             rule_names = [r["name"] for r in routes[route.name].spec["rules"]]
             rule = next((l.section for l in levels if l.kind == "HTTPRoute" and l.section), None)
-            eff = {ep.kind.kind: ep.result.spec for ep in eps if ep.kind.group == pc.GROUP}
+            eff = {k.kind: res.spec for k, res in pairs if k.group == pc.GROUP}
             lines = {l for l in pc.location_directives(eff).lines if POLICY_LINE.match(l)}
             for k, name in enumerate(rule_names):
                 if rule is None or rule == name:

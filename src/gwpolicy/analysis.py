@@ -13,7 +13,7 @@ from operator import attrgetter
 from typing import Any, Callable, Iterable, Mapping
 
 from gwpolicy.attach import ACCEPTED, CONFLICTED, TargetOutcome, resolve_targets
-from gwpolicy.effective import EffectivePolicy, Evaluator, KindKey, LevelEntry, Result, settings_schema
+from gwpolicy.effective import EffectivePolicy, Evaluator, KindKey, LevelEntry, Pairs, Result, effective_policies, settings_schema
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.merge.fieldmerge import Candidate, settle_conflicts
 from gwpolicy.merge.leaves import flatten
@@ -27,16 +27,6 @@ from gwpolicy.topology import PathNode, Topology, build_topology
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def policies_by_kind(eps: Iterable[EffectivePolicy]) -> dict[KindKey, set[Ref]]:
-    """Policy kind -> the policies that supply a leaf to these effective policies (S8.4). Results are
-    shared by many paths (a Service behind a thousand routes has thousands of items and a handful of
-    results): each distinct result is read once."""
-    distinct: dict[Result, PolicyKind] = {}
-    for ep in eps:
-        distinct[ep.result] = ep.kind
-    return _by_kind(distinct)
 
 
 def _by_kind(distinct: dict[Result, PolicyKind]) -> dict[KindKey, set[Ref]]:
@@ -97,16 +87,19 @@ class Analysis:
     _declaring: dict[Ref, set[Ref]] | None = None  # object -> policies declaring it or a section of it
     _affects: dict[Ref, set[Ref]] | None = None
     _status_by_ref: dict[Ref, StatusChange] | None = None
-    # target -> path -> its effective policies (in the topology's path order, kinds sorted): an
-    # incremental update replaces one path's items without walking a target's other paths
-    _by_effective_target: dict[Ref, dict[PathNode, list[EffectivePolicy]]] | None = None
+    # target -> path -> its effective policies as `Pairs` (in the topology's path order, kinds
+    # sorted; one list shared by the paths with the same results): an incremental update replaces
+    # one path's list without walking a target's other paths
+    _by_effective_target: dict[Ref, dict[PathNode, Pairs]] | None = None
 
     @property
     def effective(self) -> list[EffectivePolicy]:
         """Every effective policy, by target (sorted), path and kind."""
         if self._effective is None:
             by = self._by_effective_target or {}
-            self._effective = [ep for t in sorted(by, key=Ref.sort_key) for eps in by[t].values() for ep in eps]
+            EP = EffectivePolicy
+            self._effective = [EP(t, n, k, r) for t in sorted(by, key=Ref.sort_key) for n, pairs in by[t].items()
+                               for k, r in pairs]
         return self._effective
 
     @property
@@ -119,28 +112,31 @@ class Analysis:
                 seen = distinct.get(owner)
                 if seen is None:
                     seen = distinct[owner] = {}
-                for eps in per_path.values():
-                    for ep in eps:  # a plain loop: at 50k routes it beats dict.update(map(attrgetter))
-                        seen[ep.result] = ep.kind
+                for pairs in per_path.values():
+                    for k, r in pairs:  # a plain loop: at 50k routes it beats dict.update
+                        seen[r] = k
             self._affected = _affected_of(distinct)
         return self._affected
 
     def effective_of(self, target: Ref) -> list[EffectivePolicy]:
         """Effective policies of one object or section, every path and kind."""
-        return [ep for eps in self._effective_by_target().get(target, {}).values() for ep in eps]
+        return [ep for n, pairs in self._effective_by_target().get(target, {}).items()
+                for ep in effective_policies(target, n, pairs)]
 
-    def _effective_by_target(self) -> dict[Ref, dict[PathNode, list[EffectivePolicy]]]:
+    def _effective_by_target(self) -> dict[Ref, dict[PathNode, Pairs]]:
+        """Target -> path -> its `Pairs` (made from the list on first use when the analysis was not
+        run `by_target`)."""
         if self._by_effective_target is None:
-            by: dict[Ref, dict[PathNode, list[EffectivePolicy]]] = {}
+            by: dict[Ref, dict[PathNode, Pairs]] = {}
             for ep in self.effective:
                 per_path = by.get(ep.target)
                 if per_path is None:
                     per_path = by[ep.target] = {}
-                eps = per_path.get(ep.path)
-                if eps is None:
-                    per_path[ep.path] = [ep]
+                pairs = per_path.get(ep.path)
+                if pairs is None:
+                    per_path[ep.path] = [(ep.kind, ep.result)]
                 else:
-                    eps.append(ep)
+                    pairs.append((ep.kind, ep.result))
             self._by_effective_target = by
         return self._by_effective_target
 
@@ -237,7 +233,7 @@ def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None
     entries = {key: _level_entry(kinds[key[0]], ps, outcomes, key[1]) for key, ps in attached.items()}
     clock.lap("attachment")
     evaluator = Evaluator(kinds, entries, index)
-    per_target: dict[Ref, dict[PathNode, list[EffectivePolicy]]] | None = {} if by_target else None
+    per_target: dict[Ref, dict[PathNode, Pairs]] | None = {} if by_target else None
     results_of: dict[Ref, dict[Result, PolicyKind]] | None = {} if by_target else None
     # the list in target order is what `effective` prints; the index needs no order of targets (the
     # list is then made from it on first use, sorted), and sorting 300k targets at 50k routes is 0.3 s

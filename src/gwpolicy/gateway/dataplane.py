@@ -851,9 +851,9 @@ class _Builder:
         return got
 
     def _effective_at(self, target: Ref, node: PathNode) -> dict[str, dict[str, Any]]:
-        eps = self._effective.get(target, {}).get(node, ())
-        return {(ep.kind.kind if ep.kind.group == POLICY_GROUP else f"{ep.kind.group}/{ep.kind.kind}"): self._spec_of(ep.result)
-                for ep in eps if ep.result.leaves}
+        pairs = self._effective.get(target, {}).get(node, ())
+        return {(k.kind if k.group == POLICY_GROUP else f"{k.group}/{k.kind}"): self._spec_of(res)
+                for k, res in pairs if res.leaves}
 
     def _spec_of(self, result: Any) -> Any:
         """policyconf.Effective of an engine Result (knows its overrides and sources), one per Result:
@@ -867,8 +867,8 @@ class _Builder:
         """The BackendTLSPolicy of this backend path (POL's backendtls), from the engine's Result."""
         if node is None:
             return None
-        eps = self._effective.get(node.levels[-1], {}).get(node, ())
-        results = {ep.kind.key: ep.result for ep in eps if ep.kind.key == backendtls.KIND and ep.result.leaves}
+        pairs = self._effective.get(node.levels[-1], {}).get(node, ())
+        results = {k.key: res for k, res in pairs if k.key == backendtls.KIND and res.leaves}
         if not results:
             return None
         tls = backendtls.for_backend(results, self.index)

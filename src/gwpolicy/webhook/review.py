@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from gwpolicy.analysis import Analysis, analyse
 from gwpolicy.attach import ACCEPTED, CONFLICTED, TargetOutcome
-from gwpolicy.effective import EffectivePolicy
+from gwpolicy.effective import EffectivePolicy, effective_policies
 from gwpolicy.incremental import _subtree, apply_change, nodes_at, policy_ref
 from gwpolicy.kinds import split_api_version
 from gwpolicy.merge.leaves import field_name
@@ -191,7 +191,7 @@ def items_below(a: Analysis, levels: Iterable[Ref]) -> Iterator[EffectivePolicy]
                 if id(m) in seen or m.level is None:
                     continue
                 seen.add(id(m))
-                yield from by_target.get(m.level, {}).get(m, ())
+                yield from effective_policies(m.level, m, by_target.get(m.level, {}).get(m, ()))
 
 
 def beaten(a: Analysis, pref: Ref) -> tuple[int, int, dict[str, set[Ref | None]]]:
