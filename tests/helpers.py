@@ -67,3 +67,15 @@ def write_manifests(tmp_path: Path, objects: list[dict[str, Any]], name: str = "
 
 def scenario_files() -> list[Path]:
     return sorted(CONFORMANCE.glob("**/*.yaml"))
+
+
+def path_lists(a: Any) -> list[tuple[list, tuple]]:
+    """Every path's (kind, result) list of the analysis, held, with a copy of what it holds now: an
+    in-place update must give a path another list, never change one (the gateway's build cache
+    takes an unchanged list, by identity, for an unchanged path; and lists are shared by paths)."""
+    return [(pairs, tuple(pairs)) for per_path in a._effective_by_target().values() for pairs in per_path.values()]
+
+
+def assert_lists_unchanged(held: list[tuple[list, tuple]]) -> None:
+    changed = [was for pairs, was in held if tuple(pairs) != was]
+    assert not changed, f"{len(changed)} path lists changed in place, e.g. {changed[0]}"

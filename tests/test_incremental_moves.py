@@ -20,7 +20,7 @@ from gen import GW, meta, route_and_service_targets, settings as settings_strate
 from gwpolicy.analysis import analyse
 from gwpolicy.incremental import apply_change, policy_ref
 from gwpolicy.refs import Ref
-from helpers import NOW
+from helpers import NOW, assert_lists_unchanged, path_lists
 from test_incremental_topology import assert_node_index, canonical, draw_change, index_view, key, moved_status
 
 NAMESPACES = ["a", "b", "c"]
@@ -187,7 +187,9 @@ def apply_and_compare(state: dict, old: dict | None, new: dict | None, a: Any, b
         del state[key(old)]  # type: ignore[arg-type]
     else:
         state[key(new)] = new
+    held = path_lists(a)
     result = apply_change(a, copy.deepcopy(raw), copy.deepcopy(new))
+    assert_lists_unchanged(held)
     full = analyse(copy.deepcopy(list(state.values())), now=NOW)
     if result is None:
         return analyse(copy.deepcopy(list(state.values())), now=NOW), full

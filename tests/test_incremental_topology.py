@@ -16,7 +16,7 @@ from gwpolicy.analysis import Analysis, analyse
 from gwpolicy.incremental import apply_change, nodes_at, policy_ref
 from gwpolicy.output import effective_list, encode, status_list
 from gwpolicy.refs import Ref
-from helpers import NOW
+from helpers import NOW, assert_lists_unchanged, path_lists
 
 Key = tuple[str, str, str, str]
 
@@ -234,7 +234,9 @@ def test_a_sequence_of_changes_in_place_equals_a_full_analysis(objs, rnd: random
             del state[key(old)]
         else:
             state[key(new)] = new
+        held = path_lists(a)
         result = apply_change(a, copy.deepcopy(raw), copy.deepcopy(new))
+        assert_lists_unchanged(held)
         if result is None:
             a = analyse(copy.deepcopy(list(state.values())), now=NOW)  # what the controller does then
             base = analyse(copy.deepcopy(list(state.values())), now=NOW)

@@ -17,7 +17,7 @@ from gwpolicy.analysis import analyse
 from gwpolicy.incremental import apply_change, policy_ref
 from gwpolicy.output import effective_list, encode, status_list
 from gwpolicy.refs import Ref
-from helpers import NOW
+from helpers import NOW, assert_lists_unchanged, path_lists
 
 
 def canonical(a):
@@ -87,7 +87,9 @@ def test_value_edits_then_other_edits_equal_a_full_analysis(objs, rnd: random.Ra
             del current[_key(old)]
         else:
             current[_key(new)] = new
+        held = path_lists(a)
         result = apply_change(a, copy.deepcopy(old), copy.deepcopy(new) if new is not None else None)
+        assert_lists_unchanged(held)
         if result is None:
             a = analyse(copy.deepcopy(list(current.values())), now=NOW)  # what the controller does
             continue
