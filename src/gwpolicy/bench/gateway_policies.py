@@ -92,7 +92,7 @@ def measure(routes: int, workdir: Path, port_offset: int, traffic: bool) -> dict
 
         def build(objs: list[dict[str, Any]]) -> tuple[Any, dict[str, bytes], float, float]:
             t0 = time.perf_counter()
-            a = analyse(objs, kind_checks=checks)
+            a = analyse(objs, kind_checks=checks, by_target=True)  # indexed as the gateway has it
             t1 = time.perf_counter()
             dp = build_dataplane(a, config)
             files = render(dp)

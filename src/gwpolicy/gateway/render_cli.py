@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         loaded = load_paths(args.filename)
-        analysis = analyse(loaded.objects, loaded.origins, kind_checks=policyconf.kind_checks())
+        analysis = analyse(loaded.objects, loaded.origins, kind_checks=policyconf.kind_checks(), by_target=True)
         config = DataPlaneConfig(controller_name=None if args.controller_name == "*" else args.controller_name,
                                  address_pool=args.address_pool)
         files = render(build_dataplane(analysis, config))

@@ -117,9 +117,9 @@ class GatewayState:
             for raw in view:
                 if raw.get("kind") in _VIEWED:
                     self.views[key_ref(object_key(raw))] = raw
-            self.analysis = analyse(view, controller=self.controller, kind_checks=self.kind_checks)
+            # indexed by target and path as it is made: the data plane and the in-place updates read that
+            self.analysis = analyse(view, controller=self.controller, kind_checks=self.kind_checks, by_target=True)
             prepare(self.analysis)
-            self.analysis._effective_by_target()  # the data plane reads it
         finally:
             if was:
                 gc.enable()
