@@ -811,8 +811,8 @@ class _PoliciesOfLists:
         owned = False  # `now` a copy of our own, not one list's dict
         for i, pairs in distinct.items():
             one = of_list.get(i)
-            if one is None:
-                one = of_list[i] = _policies_of_pairs((pairs,))
+            if one is None:  # one list holds one result per kind: nothing to fold
+                one = of_list[i] = {k.key: pol for k, r in pairs if (pol := r.policies)}
             if not one or one is now:
                 continue
             if not now:
