@@ -335,8 +335,9 @@ class Evaluator:
                 if pairs:
                     if add is not None:
                         add([EP(target, node, k, r) for k, r in pairs])
-                    per_path[node] = pairs  # shared by every node of the context: never changed in place
-                    used[id(pairs)] = pairs
+                    else:
+                        per_path[node] = pairs  # shared by every node of the context: never changed in place
+                        used[id(pairs)] = pairs
             if per_path:
                 if by_target is not None:
                     by_target[target] = per_path
