@@ -285,9 +285,9 @@ class Evaluator:
         """Every effective policy, by target (in the order given), path (the topology's order) and
         kind (sorted): what the full analysis computes. `by_target`, when given, receives them by
         target and path instead, as each path's `Pairs` (`Analysis._by_effective_target`: no
-        `EffectivePolicy` made), and the list returned is empty; `results_of`, the distinct results of each object and its sections
-        (what `Analysis.affected` is made of), read once per distinct context rather than once per
-        item.
+        `EffectivePolicy` made), and the list returned is empty; `results_of`, the distinct results
+        of each object and its sections (what `Analysis.affected` is made of), read once per
+        distinct context rather than once per item.
 
         A node whose own level holds no policy gets a result fixed by its own summary, its parent's
         summary, whether it is a section (and then its owner's level, when that holds policies)

@@ -789,8 +789,8 @@ _NO_POLICIES: dict = {}
 
 
 class _PoliciesOfLists:
-    """`_policies_of_pairs` of lists of (kind, result) lists (those
-    an owner's paths have in one batch; the batch's memo keeps each alive, so its id names it):
+    """`_policies_of_pairs` of lists of (kind, result) lists (those an owner's paths have in one
+    batch; the batch's memo keeps each alive, so its id names it):
     each list read once in the batch, and each set of lists merged once (the owners with the same
     lists, a Service behind routes of one namespace that no policy of their own sets apart, share
     one dict, as after a full analysis: what affects an object is only read, and replaced as a
