@@ -27,7 +27,11 @@ def _model() -> ClusterModel:
 
 
 def _route(m: ClusterModel, name: str) -> dict:
-    return copy.deepcopy(next(o for k, o in m.objects.items() if k[1] == "HTTPRoute" and k[3] == name))
+    """A copy of the route to change and feed back, with the new resourceVersion the API server
+    would give the change."""
+    raw = copy.deepcopy(next(o for k, o in m.objects.items() if k[1] == "HTTPRoute" and k[3] == name))
+    raw["metadata"]["resourceVersion"] = str(int(raw["metadata"].get("resourceVersion") or 0) + 1)
+    return raw
 
 
 def _skipped(warnings: list[str]) -> list[str]:

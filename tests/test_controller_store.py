@@ -239,3 +239,39 @@ def test_a_status_echo_shares_the_spec_the_analysis_holds() -> None:
     assert now["status"] == {"parents": []} and now["metadata"]["resourceVersion"] == "2"
     assert now["spec"] is held["spec"]
     assert not m.stale
+
+
+def test_a_version_already_held_is_taken_as_it_is(monkeypatch) -> None:
+    """The echo of our own write (its answer already taken) or a relist brings a resourceVersion the
+    model holds: one version is one content, so it is neither kept again nor compared; a new
+    version is kept and its status checked again (no new analysis while the spec stays); an object
+    without a resourceVersion is always compared."""
+    route = {"apiVersion": f"{GW}/v1", "kind": "HTTPRoute", "metadata": {"name": "r", "namespace": "a", "resourceVersion": "7"},
+             "spec": {"parentRefs": [{"name": "g"}], "rules": [{"matches": [{"path": {"value": "/"}}]}]}}
+    m = ClusterModel(DEFAULT_CONTROLLER)
+    m.event("ADDED", copy.deepcopy(route))
+    m.reconcile()
+    held = m.objects[(GW, "HTTPRoute", "a", "r")]
+    calls: list[Any] = []
+    real = model_module.kept
+    monkeypatch.setattr(model_module, "kept", lambda raw: calls.append(raw) or real(raw))
+    m.event("MODIFIED", copy.deepcopy(route))  # the same version again
+    assert calls == [] and m.objects[(GW, "HTTPRoute", "a", "r")] is held and not m.touched and not m.stale
+    again = copy.deepcopy(route)
+    again["metadata"]["resourceVersion"] = "8"  # an update that changed nothing but the version
+    m.event("MODIFIED", again)
+    assert len(calls) == 1 and m.touched == {Ref(GW, "HTTPRoute", "a", "r")} and not m.stale
+    assert m.objects[(GW, "HTTPRoute", "a", "r")]["metadata"]["resourceVersion"] == "8"
+    m.reconcile()
+    echo = copy.deepcopy(again)
+    echo["metadata"]["resourceVersion"] = "9"
+    echo["status"] = {"parents": []}
+    m.event("MODIFIED", echo)
+    assert m.objects[(GW, "HTTPRoute", "a", "r")]["status"] == {"parents": []}
+    assert m.touched == {Ref(GW, "HTTPRoute", "a", "r")} and not m.stale
+    unversioned = copy.deepcopy(echo)
+    del unversioned["metadata"]["resourceVersion"]
+    unversioned["spec"]["parentRefs"] = [{"name": "other"}]
+    m.event("MODIFIED", unversioned)
+    assert m.objects[(GW, "HTTPRoute", "a", "r")]["spec"]["parentRefs"] == [{"name": "other"}]
+    assert len(calls) == 3

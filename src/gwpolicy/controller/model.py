@@ -27,6 +27,13 @@ _VOLATILE_META = ("resourceVersion", "managedFields", "generation")
 FREEZE_EVERY = 5000  # events
 
 
+def _same_version(old: dict[str, Any], raw: dict[str, Any]) -> bool:
+    """Both copies carry one resourceVersion (the API server gives every write of an object a new
+    one, so they hold the same object); False when either has none."""
+    rv = raw.get("metadata", {}).get("resourceVersion") if type(raw.get("metadata")) is dict else None
+    return bool(rv) and type(rv) is str and old.get("metadata", {}).get("resourceVersion") == rv
+
+
 def _essence(raw: dict[str, Any]) -> dict[str, Any]:
     """What the analysis reads of an object: everything but status, bookkeeping and our annotation."""
     meta = {k: v for k, v in (raw.get("metadata") or {}).items() if k not in _VOLATILE_META}
@@ -104,11 +111,16 @@ class ClusterModel:
                 self._checked.forget(gone)
                 self._changed(gone, None)  # the last copy known (an informer's relist reports only the key)
             return
-        new = kept(raw)
         old = self.objects.get(key)
+        if old is not None and _same_version(old, raw):
+            # the echo of our own write (already taken from the write's answer), or a relist: one
+            # resourceVersion is one content, so nothing is copied or compared (at 50k routes the
+            # echoes of a first status are 121k objects, about 55 us each to keep and compare)
+            return
+        new = kept(raw)
         if old is not None:
             if old == new:
-                return  # the echo of our own write (already taken from the write's answer): nothing to check
+                return  # the same content under another version (an update that changed nothing)
             share_unchanged(old, new)
         # its shape judged once, now, not by every full analysis (shapes.CheckedSpecs.check): at 50k
         # routes carrying status that was 2 s of each, and the events arrive spread out
