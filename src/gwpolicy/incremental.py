@@ -408,8 +408,8 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
             continue  # a Namespace level inside a path is no target's path (a node with effective policies is one)
         at = -1
         if eps:
-            for i, pair in enumerate(eps):
-                if pair[0] is kind:
+            for i, item in enumerate(eps):
+                if item[0] is kind:
                     at = i
                     break
         res = _UNSEEN

@@ -191,7 +191,9 @@ def items_below(a: Analysis, levels: Iterable[Ref]) -> Iterator[EffectivePolicy]
                 if id(m) in seen or m.level is None:
                     continue
                 seen.add(id(m))
-                yield from effective_policies(m.level, m, by_target.get(m.level, {}).get(m, ()))
+                pairs = by_target.get(m.level, {}).get(m)
+                if pairs:
+                    yield from effective_policies(m.level, m, pairs)
 
 
 def beaten(a: Analysis, pref: Ref) -> tuple[int, int, dict[str, set[Ref | None]]]:
