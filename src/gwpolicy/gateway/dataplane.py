@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gwpolicy.gateway import backendtls, frontendtls, policyconf
+from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
@@ -47,8 +48,6 @@ BACKEND_TLS_INVALID = "BackendTLSPolicyInvalid"  # the BackendTLSPolicy cannot b
 UNSUPPORTED_VALUE = "UnsupportedValue"
 INVALID_CERTIFICATE_REF = "InvalidCertificateRef"
 UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
-PROTOCOL_CONFLICT = "ProtocolConflict"
-HOSTNAME_CONFLICT = "HostnameConflict"
 PORT_UNAVAILABLE = "PortUnavailable"
 
 SUPPORTED_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite", "CORS")
@@ -504,46 +503,27 @@ class _Builder:
 
     def _gateway_servers(self, gw: Any, address: str) -> list[Server]:
         listeners = [l for l in _list(_dict(gw.spec).get("listeners")) if isinstance(l, dict) and isinstance(l.get("name"), str)]
-        protocols: dict[int, set[str]] = {}
+        valid = []
         for l in listeners:
-            if isinstance(l.get("port"), int):
-                protocols.setdefault(l["port"], set()).add(str(l.get("protocol")))
-        seen: dict[tuple[int, str], int] = {}
-        for l in listeners:
-            key = (l.get("port"), (l.get("hostname") or "").lower())
-            seen[key] = seen.get(key, 0) + 1
+            problem = self._listener_problem(l)
+            if problem is not None:
+                self.listener_facts[gw.ref.with_section(l["name"])] = problem
+            else:
+                valid.append(l)
+        # every listener of a conflict is refused, as status says (gateway/listeners.py)
+        conflicted = listener_conflicts(Candidate(l["name"], l["port"], l["protocol"], (l.get("hostname") or "").lower()) for l in valid)
         out = []
-        for l in listeners:
+        for l in valid:
             lref = gw.ref.with_section(l["name"])
-            port, protocol, hostname = l.get("port"), l.get("protocol"), (l.get("hostname") or "").lower()
-            if protocol not in ("HTTP", "HTTPS", "TLS"):
+            port, protocol, hostname = l["port"], l["protocol"], (l.get("hostname") or "").lower()
+            if l["name"] in conflicted:
+                conflict = conflicted[l["name"]]
+                self.listener_facts[lref] = ListenerFact(False, conflict.reason, conflict.message)
+                continue
+            if protocol == "TLS" and self.config.stream_module is None:
                 self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_PROTOCOL,
-                                                         f"protocol {protocol!r} is not served by this data plane (HTTP, HTTPS and TLS are)")
-                continue
-            if protocol == "TLS":
-                mode = _dict(l.get("tls")).get("mode") or "Terminate"
-                if mode != "Passthrough":
-                    self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_VALUE,
-                                                             f"tls.mode {mode!r} on a TLS listener is not supported (Passthrough is)")
-                    continue
-                if self.config.stream_module is None:
-                    self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_PROTOCOL,
-                                                             f"TLS passthrough needs NGINX's stream module ({STREAM_MODULE}, "
-                                                             "Debian package libnginx-mod-stream), which is not installed")
-                    continue
-            if hostname and not HOSTNAME.fullmatch(hostname):
-                self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_VALUE, f"hostname {hostname!r} is not a hostname")
-                continue
-            if not isinstance(port, int) or not 1 <= port <= 65535:
-                self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_VALUE, f"port {port!r} is not a port number")
-                continue
-            if len(protocols[port]) > 1 and protocols[port] != {"HTTPS", "TLS"}:  # those two share one (the stream server)
-                self.listener_facts[lref] = ListenerFact(False, PROTOCOL_CONFLICT,
-                                                         f"port {port} is used with protocols {', '.join(sorted(protocols[port]))}")
-                continue
-            if seen[(port, hostname)] > 1:
-                self.listener_facts[lref] = ListenerFact(False, HOSTNAME_CONFLICT,
-                                                         f"another listener on port {port} has hostname {hostname or '(none)'}")
+                                                         f"TLS passthrough needs NGINX's stream module ({STREAM_MODULE}, "
+                                                         "Debian package libnginx-mod-stream), which is not installed")
                 continue
             cert = None
             if protocol == "HTTPS":
@@ -567,6 +547,24 @@ class _Builder:
                               client_ca=client_ca, client_mode=client_mode))
             self.listener_facts[lref] = ListenerFact(True)
         return out
+
+    @staticmethod
+    def _listener_problem(l: dict[str, Any]) -> ListenerFact | None:
+        """Why a listener cannot be served on its own, whatever the others are; None when it can.
+        Only listeners without one take part in conflicts, as in status."""
+        port, protocol, hostname = l.get("port"), l.get("protocol"), (l.get("hostname") or "").lower()
+        if protocol not in ("HTTP", "HTTPS", "TLS"):
+            return ListenerFact(False, UNSUPPORTED_PROTOCOL, f"protocol {protocol!r} is not served by this data plane (HTTP, HTTPS and TLS are)")
+        mode = _dict(l.get("tls")).get("mode") or "Terminate"
+        if protocol == "TLS" and mode != "Passthrough":
+            return ListenerFact(False, UNSUPPORTED_VALUE, f"tls.mode {mode!r} on a TLS listener is not supported (Passthrough is)")
+        if protocol == "HTTPS" and mode != "Terminate":
+            return ListenerFact(False, UNSUPPORTED_VALUE, f"tls.mode {mode!r} on an HTTPS listener is not supported (Terminate is)")
+        if hostname and not HOSTNAME.fullmatch(hostname):
+            return ListenerFact(False, UNSUPPORTED_VALUE, f"hostname {hostname!r} is not a hostname")
+        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+            return ListenerFact(False, UNSUPPORTED_VALUE, f"port {port!r} is not a port number")
+        return None
 
     def _certificate(self, gw: Any, listener: dict[str, Any]) -> tuple[str | None, tuple[str, str]]:
         tls = _dict(listener.get("tls"))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gwpolicy.gateway import frontendtls
+from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
@@ -261,9 +262,11 @@ def _gateway(gw: Obj, gc_ref: Ref, index: ObjectIndex, grants: ReferenceGrants) 
                         f"spec.addresses: {a.get('type') or 'IPAddress'} {a.get('value')!r} is not a loopback IP address "
                         "(this gateway serves on 127.0.0.0/8 only)")
     elif raw_listeners and len(invalid) == len(raw_listeners):
-        accepted = Cond("Accepted", False, "ListenersNotValid", f"No listener is valid: {', '.join(invalid)}.")
-    elif invalid:
-        accepted = Cond("Accepted", True, "ListenersNotValid", f"Some listeners are not valid: {', '.join(invalid)}.")
+        accepted = Cond("Accepted", False, "ListenersNotValid", f"No listener is valid: {_named(invalid, listeners)}.")
+    elif invalid:  # the CRD: say which listeners are conflicted (not valid) and which are accepted
+        valid = [n for n in listeners if n not in invalid]
+        accepted = Cond("Accepted", True, "ListenersNotValid", f"Some listeners are not valid: {_named(invalid, listeners)}; "
+                                                              f"accepted: {', '.join(valid)}.")
 
     resolved = None
     backend = _dict(_dict(spec.get("tls")).get("backend"))
@@ -277,6 +280,11 @@ def _gateway(gw: Obj, gc_ref: Ref, index: ObjectIndex, grants: ReferenceGrants) 
             reason = "RefNotPermitted" if problem[0] == "RefNotPermitted" else "InvalidClientCertificateRef"
             resolved = Cond("ResolvedRefs", False, reason, problem[1])
     return GatewayFacts(gw.ref, gw, gc_ref, listeners, accepted, resolved, addresses)
+
+
+def _named(names: list[str], listeners: dict[str, ListenerFacts]) -> str:
+    """Listener names, each with the reason it is not accepted."""
+    return ", ".join(f"{n} ({listeners[n].accepted.reason})" for n in names)
 
 
 def _is_loopback(value: Any) -> bool:
@@ -388,27 +396,14 @@ def _pem(value: Any) -> str:
 
 
 def _conflicts(raw: list[dict[str, Any]], listeners: dict[str, ListenerFacts]) -> None:
-    """Listeners on one port: HTTP cannot share it with HTTPS or TLS (ProtocolConflict; HTTPS and
-    TLS passthrough can, behind the stream server); two with the same hostname cannot either
-    (HostnameConflict). The later listener of a pair is the conflicted one."""
-    seen: dict[int, list[ListenerFacts]] = {}
-    for l in raw:
-        lf = listeners[l["name"]]
-        if not lf.accepted.status or lf.port is None:
-            continue
-        for other in seen.get(lf.port, []):
-            if other.protocol != lf.protocol and {other.protocol, lf.protocol} != {"HTTPS", "TLS"}:  # those share
-                lf.conflicted = Cond("Conflicted", True, "ProtocolConflict",
-                                     f"Port {lf.port} is also used by listener {other.name} with protocol {other.protocol}.")
-                break
-            if (other.hostname or "") == (lf.hostname or ""):
-                lf.conflicted = Cond("Conflicted", True, "HostnameConflict",
-                                     f"Listener {other.name} has the same port and hostname.")
-                break
-        seen.setdefault(lf.port, []).append(lf)
-    for lf in listeners.values():
-        if lf.conflicted.status:
-            lf.accepted = Cond("Accepted", False, lf.conflicted.reason, lf.conflicted.message)
+    """Conflicted listeners (gateway/listeners.py, the data plane's rule too): every listener of a
+    conflict, none picked as the winner, is Conflicted and not Accepted."""
+    found = listener_conflicts(Candidate(lf.name, lf.port, lf.protocol, lf.hostname or "")
+                               for lf in (listeners[l["name"]] for l in raw) if lf.accepted.status and lf.port is not None)
+    for name, conflict in found.items():
+        lf = listeners[name]
+        lf.conflicted = Cond("Conflicted", True, conflict.reason, conflict.message)
+        lf.accepted = Cond("Accepted", False, conflict.reason, conflict.message)
 
 
 def _route(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGrants) -> RouteFacts | None:
@@ -620,9 +615,10 @@ def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Progra
     listeners = []
     for lf in gf.listeners.values():
         lprev = (old_listeners.get(lf.name) or {}).get("conditions")
-        if not lf.servable:
-            why = next(c for c in (lf.accepted, lf.resolved_refs) if not c.status) if not (
-                lf.accepted.status and lf.resolved_refs.status) else lf.conflicted
+        if lf.conflicted.status:  # the conflict's reason, as the upstream suite's conflict tests expect
+            lprog = Cond("Programmed", False, lf.conflicted.reason, f"The listener is not programmed: {lf.conflicted.message}")
+        elif not lf.servable:
+            why = next(c for c in (lf.accepted, lf.resolved_refs) if not c.status)
             lprog = Cond("Programmed", False, "Invalid", f"The listener is not programmed: {why.message}")
         elif not programming.listeners.get(gf.ref.with_section(lf.name), (True, "", ""))[0]:
             _, reason, message = programming.listeners[gf.ref.with_section(lf.name)]
