@@ -296,7 +296,7 @@ def _behind_stream(address: str, port: int) -> list[str]:
 
 def _server(s: Server, dp: DataPlane, st: _State, cache: RenderCache | None = None) -> str:
     hostless = s.hostname == ""
-    lines = [f"server {{", f"    # Gateway {s.gateway.namespace}/{s.gateway.name} listener {s.listener.section}",
+    lines = ["server {", f"    # Gateway {s.gateway.namespace}/{s.gateway.name} listener {s.listener.section}",
              f"    listen {_listen(s.address, s.port, s.socket)}{' default_server' if hostless else ''}"
              f"{' ssl' if s.protocol == 'HTTPS' else ''}{' proxy_protocol' if s.socket else ''};",
              f"    server_name {s.hostname or EMPTY};"]
