@@ -50,7 +50,8 @@ INVALID_CERTIFICATE_REF = "InvalidCertificateRef"
 UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
 PORT_UNAVAILABLE = "PortUnavailable"
 
-SUPPORTED_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite", "CORS")
+SUPPORTED_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite", "CORS",
+                     "RequestMirror")
 
 
 class DataPlaneError(ValueError):
@@ -122,6 +123,20 @@ class Backend:
 
 
 @dataclass
+class Mirror:
+    """One RequestMirror filter of a rule: a copy of each request (or of `share` of them) goes to
+    `upstream`, whose answer is thrown away. A mirror that cannot be sent (`error`) is left out;
+    the request itself is served as if it were not there (Gateway API: the backend is dropped)."""
+
+    ref: Ref
+    port: int | None
+    share: float  # 0 < share <= 1
+    upstream: str | None
+    error: str | None = None
+    message: str = ""
+
+
+@dataclass
 class Action:
     """What one match of one rule does through one listener: filters, backends, policy."""
 
@@ -139,6 +154,7 @@ class Action:
     effective: dict[str, dict[str, Any]]  # of the rule's (or route's) path: when no backend carries one
     path: tuple[Ref, ...]
     error: str | None = None  # a rule NGINX cannot carry out (unsupported filter): 500
+    mirrors: tuple[Mirror, ...] = ()  # RequestMirror filters, in filter order
 
 
 @dataclass
@@ -696,7 +712,7 @@ class _Builder:
                     rules_of.setdefault(key, []).extend(matches)
             if entry is None and self.cache is not None:
                 actions = self._new_actions
-                used = {b.upstream for a in actions.values() for b in a.backends if b.upstream is not None}
+                used = {b.upstream for a in actions.values() for b in (*a.backends, *a.mirrors) if b.upstream is not None}
                 self.cache.routes[route.ref] = _RouteEntry(
                     inputs if inputs is not None else self._inputs(route, nodes, servers),
                     [_server_key(sv) for sv in servers], built,
@@ -768,6 +784,7 @@ class _Builder:
                                     backends, policyconf.with_route_fields(self.effective_at(rule_node.levels[-1], rule_node), rule),
                                     tuple(rule_node.levels))
                     self._check_action(action, fact)
+                    action.mirrors = self._mirrors(route, rule, ri, fact)
                     self.actions[aid] = self._new_actions[aid] = action
                 if ptype not in ("Exact", "PathPrefix") or not pvalue.startswith("/"):
                     msg = f"rule {ri} match {mi}: path type {ptype!r} value {pvalue!r} is not supported (Exact and PathPrefix are)"
@@ -794,6 +811,56 @@ class _Builder:
                 if p.get("type") == "ReplacePrefixMatch" and action.path_type != "PathPrefix":
                     action.error = "ReplacePrefixMatch needs a PathPrefix match"
                     fact.unsupported.append((action.rule, action.error))
+
+    def _mirrors(self, route: Any, rule: dict[str, Any], ri: int, fact: RouteFact) -> tuple[Mirror, ...]:
+        """The rule's RequestMirror filters as NGINX sends them (see Mirror). The engine's paths do
+        not include mirror targets, so no policy applies to the copies; a Service with a
+        BackendTLSPolicy gets no copy rather than one in plain HTTP (fail closed)."""
+        out = []
+        for fi, f in enumerate(_list(rule.get("filters"))):
+            if not isinstance(f, dict) or f.get("type") != "RequestMirror":
+                continue
+            conf = _dict(f.get("requestMirror"))
+            share = _mirror_share(conf)
+            b = _dict(conf.get("backendRef"))
+            _, ref, port = _backend_ref(b, route)
+            m = Mirror(ref, port if isinstance(port, int) else None, share, None)
+            where = f"rule {ri} filters[{fi}] requestMirror.backendRef"
+            if share <= 0:
+                m.error, m.message = UNSUPPORTED_VALUE, f"{where}: percent or fraction of 0 mirrors nothing"
+            elif (ref.group, ref.kind) != (CORE_GROUP, "Service"):
+                m.error, m.message = INVALID_KIND, f"{where}: kind {ref.group or 'core'}/{ref.kind} is not supported (Service is)"
+            elif ref.namespace != route.namespace and not self.grants.allows(route.group, route.kind, route.namespace or "", CORE_GROUP,
+                                                                             "Service", ref.namespace, ref.name):
+                m.error, m.message = REF_NOT_PERMITTED, f"{where}: Service {ref.namespace}/{ref.name} is in another namespace and no ReferenceGrant allows the reference"
+            else:
+                svc = self.index.by_ref.get(ref)
+                sport = _service_port(svc, port) if svc is not None else None
+                if svc is None or sport is None:
+                    m.error, m.message = BACKEND_NOT_FOUND, f"{where}: Service {ref.namespace}/{ref.name} port {port!r} does not exist"
+                elif self._backend_tls_targets(ref):
+                    m.error, m.message = BACKEND_TLS_INVALID, (f"{where}: Service {ref.namespace}/{ref.name} has a BackendTLSPolicy, "
+                                                               "which this data plane does not apply to mirrored requests: none is sent")
+                else:
+                    endpoints = self._endpoints(svc, sport)
+                    if not endpoints:
+                        m.error, m.message = NO_ENDPOINTS, f"{where}: Service {ref.namespace}/{ref.name} port {port} has no ready endpoints"
+                    else:
+                        m.upstream = self._upstream(ref, int(port), endpoints, {})
+            if m.error is not None and m.error != NO_ENDPOINTS and (ri, m.message) not in fact.unsupported:
+                fact.unsupported.append((ri, m.message))
+            out.append(m)
+        return tuple(out)
+
+    def _backend_tls_targets(self, svc: Ref) -> bool:
+        """Does a BackendTLSPolicy target this Service (any port)?"""
+        group, kind = backendtls.KIND
+        for p in self.index.of_kind(group, kind):
+            for t in _list(_dict(p.spec).get("targetRefs")):
+                if (isinstance(t, dict) and (t.get("group") or CORE_GROUP) == CORE_GROUP and (t.get("kind") or "Service") == "Service"
+                        and p.namespace == svc.namespace and t.get("name") == svc.name):
+                    return True
+        return False
 
     def _backends(self, route: Any, rule: dict[str, Any], ri: int, rule_node: PathNode, fact: RouteFact,
                   server: Server) -> list[Backend]:
@@ -980,6 +1047,18 @@ def _conditions(items: Any, *, lower: bool) -> tuple[tuple[str, str, str], ...]:
         out.append((str(h.get("type") or "Exact"), name, str(h.get("value", ""))))
     return tuple(out)
 
+
+
+def _mirror_share(conf: dict[str, Any]) -> float:
+    """The share of requests a RequestMirror copies: `percent`, else `fraction`, else all."""
+    percent = conf.get("percent")
+    if isinstance(percent, int) and not isinstance(percent, bool):
+        return max(0.0, min(1.0, percent / 100))
+    fraction = _dict(conf.get("fraction"))
+    num, den = fraction.get("numerator"), fraction.get("denominator", 100)
+    if isinstance(num, int) and isinstance(den, int) and den > 0:
+        return max(0.0, min(1.0, num / den))
+    return 1.0
 
 
 def _backend_ref(b: dict[str, Any], route: Any) -> tuple[int, Ref, Any]:

@@ -443,12 +443,13 @@ def _route(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGrants
         else:
             names = ", ".join(l["name"] for l in attached)
             accepted = Cond("Accepted", True, "Accepted",
-                            f"Accepted by listener{'s' if len(attached) > 1 else ''} {names}.{_route_notes(spec)}")
+                            f"Accepted by listener{'s' if len(attached) > 1 else ''} {names}.{_route_notes(spec)}"
+                            f"{_mirror_notes(route, spec, index)}")
         parents.append(ParentFacts(full, gw_ref, [l["name"] for l in attached], accepted))
     if not parents:
         return None
     backends = _backends(route, spec, index, grants)
-    problems = [b.problem for b in backends if b.problem is not None]
+    problems = [b.problem for b in backends if b.problem is not None] + _mirror_problems(route, spec, index, grants)
     resolved = problems[0] if problems else Cond("ResolvedRefs", True, "ResolvedRefs", "All references are resolved.")
     return RouteFacts(route.ref, route, parents, backends, resolved, unsupported)
 
@@ -500,14 +501,47 @@ def _backends(route: Obj, spec: dict[str, Any], index: ObjectIndex, grants: Refe
     return out
 
 
-def _backend(route: Obj, ri: int, bi: int, b: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants) -> BackendFacts:
+def _mirror_problems(route: Obj, spec: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants) -> list[Cond]:
+    """ResolvedRefs problems of RequestMirror backendRefs (Gateway API: such a mirror is dropped and
+    the route says ResolvedRefs=False; the requests themselves are still served)."""
+    out = []
+    for ri, rule in enumerate(r for r in spec.get("rules") or [] if isinstance(r, dict)):
+        for fi, f in enumerate(rule.get("filters") or []):
+            if isinstance(f, dict) and f.get("type") == "RequestMirror":
+                b = _dict(_dict(f.get("requestMirror")).get("backendRef"))
+                got = _backend(route, ri, fi, b, index, grants, f"spec.rules[{ri}].filters[{fi}].requestMirror.backendRef")
+                if got.problem is not None:
+                    out.append(got.problem)
+    return out
+
+
+def _mirror_notes(route: Obj, spec: dict[str, Any], index: ObjectIndex) -> str:
+    """Mirrors the data plane does not send although they resolve (said in Accepted, which stays
+    True): to a Service with a BackendTLSPolicy (no policy applies to mirrored copies, and a
+    copy in plain HTTP to a TLS backend would be wrong)."""
+    tls_services = {(p.namespace, t.get("name")) for p in index.of_kind(GATEWAY_GROUP, "BackendTLSPolicy")
+                    for t in _dict(p.spec).get("targetRefs") or [] if isinstance(t, dict)
+                    and (t.get("group") or CORE_GROUP) == CORE_GROUP and (t.get("kind") or "Service") == "Service"}
+    notes = []
+    for ri, rule in enumerate(r for r in spec.get("rules") or [] if isinstance(r, dict)):
+        for fi, f in enumerate(rule.get("filters") or []):
+            if isinstance(f, dict) and f.get("type") == "RequestMirror":
+                b = _dict(_dict(f.get("requestMirror")).get("backendRef"))
+                if (b.get("namespace") or route.namespace, b.get("name")) in tls_services:
+                    notes.append(f"spec.rules[{ri}].filters[{fi}]: no request is mirrored to Service {b.get('name')}: it has a "
+                                 "BackendTLSPolicy, which this data plane does not apply to mirrored requests")
+    return (" " + "; ".join(notes) + ".") if notes else ""
+
+
+def _backend(route: Obj, ri: int, bi: int, b: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants,
+             where: str = "") -> BackendFacts:
     group = b.get("group") or CORE_GROUP
     kind = b.get("kind") or "Service"
     ns = b.get("namespace") or route.namespace or ""
     name = str(b.get("name", ""))
     port = b.get("port") if isinstance(b.get("port"), int) else None
     weight = b.get("weight") if isinstance(b.get("weight"), int) else 1
-    where = f"spec.rules[{ri}].backendRefs[{bi}]"
+    where = where or f"spec.rules[{ri}].backendRefs[{bi}]"
     ref = Ref(group, kind, ns, name)
     if group != CORE_GROUP or kind != "Service":
         return BackendFacts(ri, bi, None, port, weight, Cond("ResolvedRefs", False, "InvalidKind",
