@@ -519,17 +519,17 @@ def _mirror_notes(route: Obj, spec: dict[str, Any], index: ObjectIndex) -> str:
     """Mirrors the data plane does not send although they resolve (said in Accepted, which stays
     True): to a Service with a BackendTLSPolicy (no policy applies to mirrored copies, and a
     copy in plain HTTP to a TLS backend would be wrong)."""
+    mirrors = [(ri, fi, _dict(_dict(f.get("requestMirror")).get("backendRef")))
+               for ri, rule in enumerate(r for r in spec.get("rules") or [] if isinstance(r, dict))
+               for fi, f in enumerate(rule.get("filters") or []) if isinstance(f, dict) and f.get("type") == "RequestMirror"]
+    if not mirrors:  # the common case: no look at the policies
+        return ""
     tls_services = {(p.namespace, t.get("name")) for p in index.of_kind(GATEWAY_GROUP, "BackendTLSPolicy")
                     for t in _dict(p.spec).get("targetRefs") or [] if isinstance(t, dict)
                     and (t.get("group") or CORE_GROUP) == CORE_GROUP and (t.get("kind") or "Service") == "Service"}
-    notes = []
-    for ri, rule in enumerate(r for r in spec.get("rules") or [] if isinstance(r, dict)):
-        for fi, f in enumerate(rule.get("filters") or []):
-            if isinstance(f, dict) and f.get("type") == "RequestMirror":
-                b = _dict(_dict(f.get("requestMirror")).get("backendRef"))
-                if (b.get("namespace") or route.namespace, b.get("name")) in tls_services:
-                    notes.append(f"spec.rules[{ri}].filters[{fi}]: no request is mirrored to Service {b.get('name')}: it has a "
-                                 "BackendTLSPolicy, which this data plane does not apply to mirrored requests")
+    notes = [f"spec.rules[{ri}].filters[{fi}]: no request is mirrored to Service {b.get('name')}: it has a "
+             "BackendTLSPolicy, which this data plane does not apply to mirrored requests"
+             for ri, fi, b in mirrors if (b.get("namespace") or route.namespace, b.get("name")) in tls_services]
     return (" " + "; ".join(notes) + ".") if notes else ""
 
 
