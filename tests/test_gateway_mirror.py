@@ -18,7 +18,9 @@ from gateway_kit import (Echoes, Served, backend, eventually, free_port, gateway
                          request, route)
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 from gwpolicy.analysis import analyse
+from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.render import render
+from gwpolicy.gateway.state import GatewayState, object_key
 from gwpolicy.gateway.status import Programming, all_desired, gateway_facts
 from gwpolicy.model import build_index
 from gwpolicy.refs import Ref
@@ -136,13 +138,17 @@ def test_a_mirror_that_cannot_be_sent_is_dropped_and_the_route_says_so(world):
     assert "spec.rules[5].filters[0].requestMirror.backendRef" in conds["ResolvedRefs"]["message"]
 
 
-def test_a_mirror_to_a_service_with_a_backend_tls_policy_is_not_sent_in_plain_http():
-    objs = [gatewayclass(), gateway("gw", "infra", listener("http", 8080)),
+def _tls_mirror_objects() -> list[dict]:
+    return [gatewayclass(), gateway("gw", "infra", listener("http", 8080)),
             route("r", "infra", [rule("/", mirror("secure"))], hostnames=["mirror.test"]),
             {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "v1", "namespace": "infra"},
              "spec": {"ports": [{"name": "http", "port": 8080}]}},
             {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "secure", "namespace": "infra"},
              "spec": {"ports": [{"name": "http", "port": 8080}]}},
+            {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+             "metadata": {"name": "v1-1", "namespace": "infra", "labels": {"kubernetes.io/service-name": "v1"}},
+             "addressType": "IPv4", "ports": [{"name": "http", "port": 9080}],
+             "endpoints": [{"addresses": ["127.0.12.8"], "conditions": {"ready": True}}]},
             {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
              "metadata": {"name": "secure-1", "namespace": "infra", "labels": {"kubernetes.io/service-name": "secure"}},
              "addressType": "IPv4", "ports": [{"name": "http", "port": 9443}],
@@ -151,11 +157,34 @@ def test_a_mirror_to_a_service_with_a_backend_tls_policy_is_not_sent_in_plain_ht
              "metadata": {"name": "tls", "namespace": "infra"},
              "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": "secure"}],
                       "validation": {"hostname": "secure.test", "wellKnownCACertificates": "System"}}}]
+
+
+def _accepted(index, facts) -> dict:
+    status = all_desired(index, facts, Programming({GW_REF: 1}, addresses={GW_REF: [ADDR]}), "2026-12-01T00:00:00Z")
+    return next(c for c in status[Ref("gateway.networking.k8s.io", "HTTPRoute", "infra", "r")]["parents"][0]["conditions"]
+                if c["type"] == "Accepted")
+
+
+def test_a_mirror_to_a_service_with_a_backend_tls_policy_is_not_sent_in_plain_http():
+    objs = _tls_mirror_objects()
     dp = build_dataplane(analyse(objs), DataPlaneConfig(addresses={GW_REF: ADDR}))
     assert "mirror " not in render(dp)["servers.conf"].decode()
     index = build_index(objs)
-    facts = gateway_facts(index)
-    status = all_desired(index, facts, Programming({GW_REF: 1}, addresses={GW_REF: [ADDR]}), "2026-12-01T00:00:00Z")
-    accepted = next(c for c in status[Ref("gateway.networking.k8s.io", "HTTPRoute", "infra", "r")]["parents"][0]["conditions"]
-                    if c["type"] == "Accepted")
+    accepted = _accepted(index, gateway_facts(index))
     assert accepted["status"] == "True" and "BackendTLSPolicy" in accepted["message"] and "secure" in accepted["message"]
+
+
+def test_a_backend_tls_policy_added_later_stops_the_mirror_and_status_says_so():
+    """The controller's in-place path: a policy change normally leaves the route facts alone."""
+    objs = _tls_mirror_objects()
+    policy = objs.pop()
+    state = GatewayState({object_key(o): o for o in objs}, "gwpolicy.io/gateway-controller", policyconf.kind_checks())
+    state.refresh()
+    config = DataPlaneConfig(addresses={GW_REF: ADDR})
+    assert "mirror " in render(build_dataplane(state.analysis, config))["servers.conf"].decode()
+    assert "BackendTLSPolicy" not in _accepted(state.index, state.facts)["message"]
+    state.objects[object_key(policy)] = policy
+    state.changed(None, policy)
+    state.refresh()
+    assert "mirror " not in render(build_dataplane(state.analysis, config))["servers.conf"].decode()
+    assert "BackendTLSPolicy" in _accepted(state.index, state.facts)["message"]
