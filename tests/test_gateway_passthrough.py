@@ -204,15 +204,22 @@ def test_status_of_passthrough_listeners_and_routes():
     assert _conds(st[("HTTPRoute", "web")]["parents"][0]["conditions"])["Accepted"] == ("False", "NotAllowedByListeners")
     assert _conds(st[("TLSRoute", "elsewhere")]["parents"][0]["conditions"])["Accepted"] == (
         "False", "NoMatchingListenerHostname")  # hostnames intersected with the listener's, as for HTTPRoute
-    # HTTPS and TLS passthrough share a port; HTTP does not share one with TLS; one name cannot be both
+    # HTTPS and TLS passthrough share a port; one name cannot be both: neither of the pair is served
     objs[1]["spec"]["listeners"] += [listener("https", 443, "HTTPS", "web.test", tls={"certificateRefs": [{"name": "c"}]}),
-                                     listener("same", 443, "HTTPS", "exact.test", tls={"certificateRefs": [{"name": "c"}]}),
-                                     listener("http", 443, "HTTP")]
+                                     listener("same", 443, "HTTPS", "exact.test", tls={"certificateRefs": [{"name": "c"}]})]
     gw = {l["name"]: l for l in _status(objs)[("Gateway", "gw")]["listeners"]}
     assert _conds(gw["pass"]["conditions"])["Conflicted"] == ("False", "NoConflicts")
     assert _conds(gw["https"]["conditions"])["Conflicted"] == ("False", "NoConflicts")
-    assert _conds(gw["same"]["conditions"])["Conflicted"] == ("True", "HostnameConflict")
-    assert _conds(gw["http"]["conditions"])["Conflicted"] == ("True", "ProtocolConflict")
+    for name in ("same", "exact"):
+        assert _conds(gw[name]["conditions"])["Conflicted"] == ("True", "HostnameConflict"), name
+        assert _conds(gw[name]["conditions"])["Accepted"] == ("False", "HostnameConflict"), name
+    # HTTP does not share a port with HTTPS or TLS: every listener of that port is conflicted
+    objs[1]["spec"]["listeners"].append(listener("http", 443, "HTTP"))
+    gw = {l["name"]: l for l in _status(objs)[("Gateway", "gw")]["listeners"]}
+    for name in ("pass", "exact", "https", "same", "http"):
+        assert _conds(gw[name]["conditions"])["Conflicted"] == ("True", "ProtocolConflict"), name
+        assert _conds(gw[name]["conditions"])["Programmed"] == ("False", "ProtocolConflict"), name
+    assert _conds(gw["terminate"]["conditions"])["Conflicted"] == ("False", "NoConflicts")  # on 8443, and not valid
 
 
 def test_without_the_stream_module_passthrough_listeners_say_so_and_the_rest_is_served():

@@ -12,7 +12,6 @@ import copy
 import http.client
 import itertools
 import json
-import ssl
 import time
 import uuid
 from collections.abc import Iterator

@@ -301,6 +301,11 @@ FILTER = st.fixed_dictionaries({"type": _maybe(st.sampled_from(list(("RequestHea
                                              "statusCode": JUNK, "port": JUNK, "scheme": JUNK, "hostname": JUNK,
                                              "path": _maybe(st.fixed_dictionaries({"type": _maybe(st.sampled_from(["ReplaceFullPath", "ReplacePrefixMatch"]))}))})),
                                          "urlRewrite": _maybe(st.fixed_dictionaries({}, optional={"hostname": JUNK, "path": JUNK})),
+                                         "requestMirror": _maybe(st.fixed_dictionaries({}, optional={
+                                             "backendRef": _maybe(st.fixed_dictionaries({"name": st.sampled_from(["v1", "nosuch"])},
+                                                                                        optional={"port": _maybe(st.just(8080))})),
+                                             "percent": JUNK, "fraction": _maybe(st.fixed_dictionaries({}, optional={
+                                                 "numerator": JUNK, "denominator": JUNK}))})),
                                          "cors": _maybe(st.fixed_dictionaries({}, optional={"allowOrigins": _maybe(st.lists(JUNK, max_size=2)),
                                                                                             "allowMethods": _maybe(st.lists(JUNK, max_size=2)),
                                                                                             "maxAge": JUNK}))})

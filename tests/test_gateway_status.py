@@ -306,18 +306,18 @@ def test_our_entry_goes_when_a_route_no_longer_names_our_gateway():
 def test_the_data_plane_gets_only_what_status_accepts():
     """A parentRef status rejects is not given to the data plane (it would serve the route anyway)."""
     bad_filter = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-                  "metadata": {"name": "mirror", "namespace": "gateway-conformance-infra"},
+                  "metadata": {"name": "extension", "namespace": "gateway-conformance-infra"},
                   "spec": {"parentRefs": [{"name": "same-namespace"}, {"name": "someone-elses"}],
-                           "rules": [{"filters": [{"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "x", "port": 1}}}],
+                           "rules": [{"filters": [{"type": "ExtensionRef", "extensionRef": {"group": "example.com", "kind": "Thing", "name": "x"}}],
                                       "backendRefs": [{"name": "infra-backend-v1", "port": 8080}]}]}}
     world = _world_with_route()
     world.put(bad_filter)
     world.reconcile()
-    parent = world.find("HTTPRoute", "gateway-conformance-infra", "mirror")["status"]["parents"][0]
+    parent = world.find("HTTPRoute", "gateway-conformance-infra", "extension")["status"]["parents"][0]
     assert {c["type"]: c["reason"] for c in parent["conditions"]}["Accepted"] == "UnsupportedValue"
     index = build_index(list(world.objects.values()))
     objs = {(o["kind"], o["metadata"]["name"]): o for o in dataplane_objects(list(world.objects.values()), gateway_facts(index))}
-    assert objs[("HTTPRoute", "mirror")]["spec"]["parentRefs"] == [{"name": "someone-elses"}]  # not ours: left alone
+    assert objs[("HTTPRoute", "extension")]["spec"]["parentRefs"] == [{"name": "someone-elses"}]  # not ours: left alone
     assert objs[("HTTPRoute", "r")]["spec"]["parentRefs"] == [{"name": "same-namespace"}, {"name": "someone-elses"}]
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gwpolicy.gateway import backendtls, frontendtls, policyconf
+from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
@@ -47,11 +48,10 @@ BACKEND_TLS_INVALID = "BackendTLSPolicyInvalid"  # the BackendTLSPolicy cannot b
 UNSUPPORTED_VALUE = "UnsupportedValue"
 INVALID_CERTIFICATE_REF = "InvalidCertificateRef"
 UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
-PROTOCOL_CONFLICT = "ProtocolConflict"
-HOSTNAME_CONFLICT = "HostnameConflict"
 PORT_UNAVAILABLE = "PortUnavailable"
 
-SUPPORTED_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite", "CORS")
+SUPPORTED_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite", "CORS",
+                     "RequestMirror")
 
 
 class DataPlaneError(ValueError):
@@ -123,6 +123,20 @@ class Backend:
 
 
 @dataclass
+class Mirror:
+    """One RequestMirror filter of a rule: a copy of each request (or of `share` of them) goes to
+    `upstream`, whose answer is thrown away. A mirror that cannot be sent (`error`) is left out;
+    the request itself is served as if it were not there (Gateway API: the backend is dropped)."""
+
+    ref: Ref
+    port: int | None
+    share: float  # 0 < share <= 1
+    upstream: str | None
+    error: str | None = None
+    message: str = ""
+
+
+@dataclass
 class Action:
     """What one match of one rule does through one listener: filters, backends, policy."""
 
@@ -140,6 +154,7 @@ class Action:
     effective: dict[str, dict[str, Any]]  # of the rule's (or route's) path: when no backend carries one
     path: tuple[Ref, ...]
     error: str | None = None  # a rule NGINX cannot carry out (unsupported filter): 500
+    mirrors: tuple[Mirror, ...] = ()  # RequestMirror filters, in filter order
 
 
 @dataclass
@@ -504,46 +519,27 @@ class _Builder:
 
     def _gateway_servers(self, gw: Any, address: str) -> list[Server]:
         listeners = [l for l in _list(_dict(gw.spec).get("listeners")) if isinstance(l, dict) and isinstance(l.get("name"), str)]
-        protocols: dict[int, set[str]] = {}
+        valid = []
         for l in listeners:
-            if isinstance(l.get("port"), int):
-                protocols.setdefault(l["port"], set()).add(str(l.get("protocol")))
-        seen: dict[tuple[int, str], int] = {}
-        for l in listeners:
-            key = (l.get("port"), (l.get("hostname") or "").lower())
-            seen[key] = seen.get(key, 0) + 1
+            problem = self._listener_problem(l)
+            if problem is not None:
+                self.listener_facts[gw.ref.with_section(l["name"])] = problem
+            else:
+                valid.append(l)
+        # every listener of a conflict is refused, as status says (gateway/listeners.py)
+        conflicted = listener_conflicts(Candidate(l["name"], l["port"], l["protocol"], (l.get("hostname") or "").lower()) for l in valid)
         out = []
-        for l in listeners:
+        for l in valid:
             lref = gw.ref.with_section(l["name"])
-            port, protocol, hostname = l.get("port"), l.get("protocol"), (l.get("hostname") or "").lower()
-            if protocol not in ("HTTP", "HTTPS", "TLS"):
+            port, protocol, hostname = l["port"], l["protocol"], (l.get("hostname") or "").lower()
+            if l["name"] in conflicted:
+                conflict = conflicted[l["name"]]
+                self.listener_facts[lref] = ListenerFact(False, conflict.reason, conflict.message)
+                continue
+            if protocol == "TLS" and self.config.stream_module is None:
                 self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_PROTOCOL,
-                                                         f"protocol {protocol!r} is not served by this data plane (HTTP, HTTPS and TLS are)")
-                continue
-            if protocol == "TLS":
-                mode = _dict(l.get("tls")).get("mode") or "Terminate"
-                if mode != "Passthrough":
-                    self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_VALUE,
-                                                             f"tls.mode {mode!r} on a TLS listener is not supported (Passthrough is)")
-                    continue
-                if self.config.stream_module is None:
-                    self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_PROTOCOL,
-                                                             f"TLS passthrough needs NGINX's stream module ({STREAM_MODULE}, "
-                                                             "Debian package libnginx-mod-stream), which is not installed")
-                    continue
-            if hostname and not HOSTNAME.fullmatch(hostname):
-                self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_VALUE, f"hostname {hostname!r} is not a hostname")
-                continue
-            if not isinstance(port, int) or not 1 <= port <= 65535:
-                self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_VALUE, f"port {port!r} is not a port number")
-                continue
-            if len(protocols[port]) > 1 and protocols[port] != {"HTTPS", "TLS"}:  # those two share one (the stream server)
-                self.listener_facts[lref] = ListenerFact(False, PROTOCOL_CONFLICT,
-                                                         f"port {port} is used with protocols {', '.join(sorted(protocols[port]))}")
-                continue
-            if seen[(port, hostname)] > 1:
-                self.listener_facts[lref] = ListenerFact(False, HOSTNAME_CONFLICT,
-                                                         f"another listener on port {port} has hostname {hostname or '(none)'}")
+                                                         f"TLS passthrough needs NGINX's stream module ({STREAM_MODULE}, "
+                                                         "Debian package libnginx-mod-stream), which is not installed")
                 continue
             cert = None
             if protocol == "HTTPS":
@@ -567,6 +563,24 @@ class _Builder:
                               client_ca=client_ca, client_mode=client_mode))
             self.listener_facts[lref] = ListenerFact(True)
         return out
+
+    @staticmethod
+    def _listener_problem(l: dict[str, Any]) -> ListenerFact | None:
+        """Why a listener cannot be served on its own, whatever the others are; None when it can.
+        Only listeners without one take part in conflicts, as in status."""
+        port, protocol, hostname = l.get("port"), l.get("protocol"), (l.get("hostname") or "").lower()
+        if protocol not in ("HTTP", "HTTPS", "TLS"):
+            return ListenerFact(False, UNSUPPORTED_PROTOCOL, f"protocol {protocol!r} is not served by this data plane (HTTP, HTTPS and TLS are)")
+        mode = _dict(l.get("tls")).get("mode") or "Terminate"
+        if protocol == "TLS" and mode != "Passthrough":
+            return ListenerFact(False, UNSUPPORTED_VALUE, f"tls.mode {mode!r} on a TLS listener is not supported (Passthrough is)")
+        if protocol == "HTTPS" and mode != "Terminate":
+            return ListenerFact(False, UNSUPPORTED_VALUE, f"tls.mode {mode!r} on an HTTPS listener is not supported (Terminate is)")
+        if hostname and not HOSTNAME.fullmatch(hostname):
+            return ListenerFact(False, UNSUPPORTED_VALUE, f"hostname {hostname!r} is not a hostname")
+        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+            return ListenerFact(False, UNSUPPORTED_VALUE, f"port {port!r} is not a port number")
+        return None
 
     def _certificate(self, gw: Any, listener: dict[str, Any]) -> tuple[str | None, tuple[str, str]]:
         tls = _dict(listener.get("tls"))
@@ -698,7 +712,7 @@ class _Builder:
                     rules_of.setdefault(key, []).extend(matches)
             if entry is None and self.cache is not None:
                 actions = self._new_actions
-                used = {b.upstream for a in actions.values() for b in a.backends if b.upstream is not None}
+                used = {b.upstream for a in actions.values() for b in (*a.backends, *a.mirrors) if b.upstream is not None}
                 self.cache.routes[route.ref] = _RouteEntry(
                     inputs if inputs is not None else self._inputs(route, nodes, servers),
                     [_server_key(sv) for sv in servers], built,
@@ -770,6 +784,7 @@ class _Builder:
                                     backends, policyconf.with_route_fields(self.effective_at(rule_node.levels[-1], rule_node), rule),
                                     tuple(rule_node.levels))
                     self._check_action(action, fact)
+                    action.mirrors = self._mirrors(route, rule, ri, fact)
                     self.actions[aid] = self._new_actions[aid] = action
                 if ptype not in ("Exact", "PathPrefix") or not pvalue.startswith("/"):
                     msg = f"rule {ri} match {mi}: path type {ptype!r} value {pvalue!r} is not supported (Exact and PathPrefix are)"
@@ -796,6 +811,56 @@ class _Builder:
                 if p.get("type") == "ReplacePrefixMatch" and action.path_type != "PathPrefix":
                     action.error = "ReplacePrefixMatch needs a PathPrefix match"
                     fact.unsupported.append((action.rule, action.error))
+
+    def _mirrors(self, route: Any, rule: dict[str, Any], ri: int, fact: RouteFact) -> tuple[Mirror, ...]:
+        """The rule's RequestMirror filters as NGINX sends them (see Mirror). The engine's paths do
+        not include mirror targets, so no policy applies to the copies; a Service with a
+        BackendTLSPolicy gets no copy rather than one in plain HTTP (fail closed)."""
+        out = []
+        for fi, f in enumerate(_list(rule.get("filters"))):
+            if not isinstance(f, dict) or f.get("type") != "RequestMirror":
+                continue
+            conf = _dict(f.get("requestMirror"))
+            share = _mirror_share(conf)
+            b = _dict(conf.get("backendRef"))
+            _, ref, port = _backend_ref(b, route)
+            m = Mirror(ref, port if isinstance(port, int) else None, share, None)
+            where = f"rule {ri} filters[{fi}] requestMirror.backendRef"
+            if share <= 0:
+                m.error, m.message = UNSUPPORTED_VALUE, f"{where}: percent or fraction of 0 mirrors nothing"
+            elif (ref.group, ref.kind) != (CORE_GROUP, "Service"):
+                m.error, m.message = INVALID_KIND, f"{where}: kind {ref.group or 'core'}/{ref.kind} is not supported (Service is)"
+            elif ref.namespace != route.namespace and not self.grants.allows(route.group, route.kind, route.namespace or "", CORE_GROUP,
+                                                                             "Service", ref.namespace, ref.name):
+                m.error, m.message = REF_NOT_PERMITTED, f"{where}: Service {ref.namespace}/{ref.name} is in another namespace and no ReferenceGrant allows the reference"
+            else:
+                svc = self.index.by_ref.get(ref)
+                sport = _service_port(svc, port) if svc is not None else None
+                if svc is None or sport is None:
+                    m.error, m.message = BACKEND_NOT_FOUND, f"{where}: Service {ref.namespace}/{ref.name} port {port!r} does not exist"
+                elif self._backend_tls_targets(ref):
+                    m.error, m.message = BACKEND_TLS_INVALID, (f"{where}: Service {ref.namespace}/{ref.name} has a BackendTLSPolicy, "
+                                                               "which this data plane does not apply to mirrored requests: none is sent")
+                else:
+                    endpoints = self._endpoints(svc, sport)
+                    if not endpoints:
+                        m.error, m.message = NO_ENDPOINTS, f"{where}: Service {ref.namespace}/{ref.name} port {port} has no ready endpoints"
+                    else:
+                        m.upstream = self._upstream(ref, int(port), endpoints, {})
+            if m.error is not None and m.error != NO_ENDPOINTS and (ri, m.message) not in fact.unsupported:
+                fact.unsupported.append((ri, m.message))
+            out.append(m)
+        return tuple(out)
+
+    def _backend_tls_targets(self, svc: Ref) -> bool:
+        """Does a BackendTLSPolicy target this Service (any port)?"""
+        group, kind = backendtls.KIND
+        for p in self.index.of_kind(group, kind):
+            for t in _list(_dict(p.spec).get("targetRefs")):
+                if (isinstance(t, dict) and (t.get("group") or CORE_GROUP) == CORE_GROUP and (t.get("kind") or "Service") == "Service"
+                        and p.namespace == svc.namespace and t.get("name") == svc.name):
+                    return True
+        return False
 
     def _backends(self, route: Any, rule: dict[str, Any], ri: int, rule_node: PathNode, fact: RouteFact,
                   server: Server) -> list[Backend]:
@@ -982,6 +1047,18 @@ def _conditions(items: Any, *, lower: bool) -> tuple[tuple[str, str, str], ...]:
         out.append((str(h.get("type") or "Exact"), name, str(h.get("value", ""))))
     return tuple(out)
 
+
+
+def _mirror_share(conf: dict[str, Any]) -> float:
+    """The share of requests a RequestMirror copies: `percent`, else `fraction`, else all."""
+    percent = conf.get("percent")
+    if isinstance(percent, int) and not isinstance(percent, bool):
+        return max(0.0, min(1.0, percent / 100))
+    fraction = _dict(conf.get("fraction"))
+    num, den = fraction.get("numerator"), fraction.get("denominator", 100)
+    if isinstance(num, int) and isinstance(den, int) and den > 0:
+        return max(0.0, min(1.0, num / den))
+    return 1.0
 
 
 def _backend_ref(b: dict[str, Any], route: Any) -> tuple[int, Ref, Any]:

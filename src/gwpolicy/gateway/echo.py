@@ -20,6 +20,7 @@ import signal
 import ssl
 import threading
 import time
+from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -73,7 +74,7 @@ class _Handler(BaseHTTPRequestHandler):
             body["tls"] = {"version": self.connection.version() or "", "serverName": getattr(self.connection, "gw_sni", "") or "",
                            "negotiatedProtocol": self.connection.selected_alpn_protocol() or "",
                            "cipherSuite": (self.connection.cipher() or ("",))[0], "peerCertificates": []}
-        echo.count(self)
+        echo.count(self, body)
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -121,6 +122,9 @@ class EchoServer:
         self.connections: set[tuple[str, int]] = set()
         self.accepted = 0  # TCP connections accepted
         self.attempts: dict[str, int] = {}  # request id (?id=) -> requests seen with it
+        #: the echo bodies of the last requests, oldest first: what a mirror backend received (the
+        #: upstream suite reads echo-basic's log for that)
+        self.seen: deque[dict[str, Any]] = deque(maxlen=1000)
         self._lock = threading.Lock()
         self._httpd = _Server((address, port), _Handler)
         self._httpd.echo = self
@@ -153,10 +157,12 @@ class EchoServer:
                 return int(code) if re.fullmatch(r"[1-5][0-9][0-9]", code) else 503
         return status
 
-    def count(self, handler: BaseHTTPRequestHandler) -> None:
+    def count(self, handler: BaseHTTPRequestHandler, body: dict[str, Any] | None = None) -> None:
         with self._lock:
             self.requests += 1
             self.connections.add(handler.client_address[:2])
+            if body is not None:
+                self.seen.append(body)
 
     def start(self) -> "EchoServer":
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1},

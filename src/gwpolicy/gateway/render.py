@@ -296,7 +296,7 @@ def _behind_stream(address: str, port: int) -> list[str]:
 
 def _server(s: Server, dp: DataPlane, st: _State, cache: RenderCache | None = None) -> str:
     hostless = s.hostname == ""
-    lines = [f"server {{", f"    # Gateway {s.gateway.namespace}/{s.gateway.name} listener {s.listener.section}",
+    lines = ["server {", f"    # Gateway {s.gateway.namespace}/{s.gateway.name} listener {s.listener.section}",
              f"    listen {_listen(s.address, s.port, s.socket)}{' default_server' if hostless else ''}"
              f"{' ssl' if s.protocol == 'HTTPS' else ''}{' proxy_protocol' if s.socket else ''};",
              f"    server_name {s.hostname or EMPTY};"]
@@ -595,11 +595,44 @@ def _dispatch(s: Server, live: list[Backend], lines: list[str], rewrite: list[di
             out += [f"if ({target} = gw_invalid) {{", "    return 500;", "}"]
     rewritten = any(isinstance(r.get("path"), dict) for r in rewrite)
     scheme = "https" if live[0].tls is not None else "http"  # backends sharing one location share its TLS
-    proxy = _shared(s, lines + [f"proxy_pass {scheme}://$gw_up{'' if rewritten else '$request_uri'};"],
+    mirrors = _mirror_lines(s, a, prefix, st, named_done)
+    proxy = _shared(s, lines + mirrors + [f"proxy_pass {scheme}://$gw_up{'' if rewritten else '$request_uri'};"],
                     _who(a), st, named_done, kind="p")
     return [f"set $gw_up {target};"] + out + _rewrite_lines(rewrite, a, prefix, flag="") + \
         [f"error_page 418 = {proxy};", "return 418;"]
 
+
+
+def _mirror_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set[str]) -> list[str]:
+    """RequestMirror: NGINX's `mirror` sends a background subrequest per mirror, whose answer it
+    discards, from the location that proxies. A subrequest starts again at the server's rewrite,
+    so `/_gw_mirror_<key>` arrives as `<prefix>/_gw_mirror_<key>/` (prefix: the virtual host's,
+    the same as the request's): one internal location per virtual host and mirror there proxies
+    the original URI (`$request_uri`) to the mirror's upstream, with the rule's request header
+    modifications (its answer is discarded, so response ones do not matter). A share below 100% is a
+    split_clients over $request_id; the copies it leaves out end at once (204, never sent)."""
+    out: list[str] = []
+    headers = [l for l in _header_lines(a.filters, [], st) if l.startswith("proxy_set_header ")] if a.mirrors else []
+    for m in a.mirrors:
+        pct = int(m.share * 10000) / 100
+        if m.upstream is None or pct <= 0:
+            continue
+        key = hashlib.sha1("\n".join([m.upstream, f"{pct:.2f}", *headers]).encode()).hexdigest()[:12]
+        out.append(f"mirror /_gw_mirror_{key};")
+        where = f"{prefix}/_gw_mirror_{key}/"
+        if where in named_done:
+            continue
+        named_done.add(where)
+        body = ["internal;"]
+        if pct < 100:
+            var = f"$gw_mirror_{key}"
+            st.splits[var] = f"split_clients $request_id {var} {{\n    {pct:.2f}% 1;\n    * \"\";\n}}\n"
+            body += [f"if ({var} = \"\") {{", "    return 204;", "}"]
+        body += headers + [f"proxy_pass http://{m.upstream}$request_uri;"]
+        st.named[s.id].append("\n".join([f"    location {where} {{",
+                                         f"        # RequestMirror of {_who(a)} to Service {m.ref.namespace}/{m.ref.name}"
+                                         f" ({pct:g}% of requests)"] + [f"        {l}" for l in body] + ["    }"]))
+    return out
 
 
 def _split_entries(targets: list) -> list[tuple[str, str]]:

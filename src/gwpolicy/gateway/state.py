@@ -127,6 +127,13 @@ class GatewayState:
         self.full_passes += 1
         self.epoch += 1
 
+    def _mirrors(self) -> bool:
+        """Does any route of ours have a RequestMirror filter?"""
+        assert self.facts is not None
+        return any(isinstance(f, dict) and f.get("type") == "RequestMirror"
+                   for rf in self.facts.routes.values() for rule in (rf.obj.spec or {}).get("rules") or []
+                   if isinstance(rule, dict) for f in rule.get("filters") or [])
+
     # ---------- one change in place ----------
     def _apply(self, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
         a, index, facts = self.analysis, self.index, self.facts
@@ -134,6 +141,8 @@ class GatewayState:
         key = object_key(raw)
         ref = key_ref(key)
         if (ref.group, ref.kind) in a.kinds:  # a policy: facts and view are untouched by it
+            if ref.kind == "BackendTLSPolicy" and self._mirrors():
+                return None  # except a route's mirror facts (a mirror to a TLS Service is not sent): rare, do it all
             got = apply_change(a, raw, new)
             if got is not None:
                 replace_object(index, ref, new)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gwpolicy.gateway import frontendtls
+from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
@@ -261,9 +262,11 @@ def _gateway(gw: Obj, gc_ref: Ref, index: ObjectIndex, grants: ReferenceGrants) 
                         f"spec.addresses: {a.get('type') or 'IPAddress'} {a.get('value')!r} is not a loopback IP address "
                         "(this gateway serves on 127.0.0.0/8 only)")
     elif raw_listeners and len(invalid) == len(raw_listeners):
-        accepted = Cond("Accepted", False, "ListenersNotValid", f"No listener is valid: {', '.join(invalid)}.")
-    elif invalid:
-        accepted = Cond("Accepted", True, "ListenersNotValid", f"Some listeners are not valid: {', '.join(invalid)}.")
+        accepted = Cond("Accepted", False, "ListenersNotValid", f"No listener is valid: {_named(invalid, listeners)}.")
+    elif invalid:  # the CRD: say which listeners are conflicted (not valid) and which are accepted
+        valid = [n for n in listeners if n not in invalid]
+        accepted = Cond("Accepted", True, "ListenersNotValid", f"Some listeners are not valid: {_named(invalid, listeners)}; "
+                                                              f"accepted: {', '.join(valid)}.")
 
     resolved = None
     backend = _dict(_dict(spec.get("tls")).get("backend"))
@@ -277,6 +280,11 @@ def _gateway(gw: Obj, gc_ref: Ref, index: ObjectIndex, grants: ReferenceGrants) 
             reason = "RefNotPermitted" if problem[0] == "RefNotPermitted" else "InvalidClientCertificateRef"
             resolved = Cond("ResolvedRefs", False, reason, problem[1])
     return GatewayFacts(gw.ref, gw, gc_ref, listeners, accepted, resolved, addresses)
+
+
+def _named(names: list[str], listeners: dict[str, ListenerFacts]) -> str:
+    """Listener names, each with the reason it is not accepted."""
+    return ", ".join(f"{n} ({listeners[n].accepted.reason})" for n in names)
 
 
 def _is_loopback(value: Any) -> bool:
@@ -388,27 +396,14 @@ def _pem(value: Any) -> str:
 
 
 def _conflicts(raw: list[dict[str, Any]], listeners: dict[str, ListenerFacts]) -> None:
-    """Listeners on one port: HTTP cannot share it with HTTPS or TLS (ProtocolConflict; HTTPS and
-    TLS passthrough can, behind the stream server); two with the same hostname cannot either
-    (HostnameConflict). The later listener of a pair is the conflicted one."""
-    seen: dict[int, list[ListenerFacts]] = {}
-    for l in raw:
-        lf = listeners[l["name"]]
-        if not lf.accepted.status or lf.port is None:
-            continue
-        for other in seen.get(lf.port, []):
-            if other.protocol != lf.protocol and {other.protocol, lf.protocol} != {"HTTPS", "TLS"}:  # those share
-                lf.conflicted = Cond("Conflicted", True, "ProtocolConflict",
-                                     f"Port {lf.port} is also used by listener {other.name} with protocol {other.protocol}.")
-                break
-            if (other.hostname or "") == (lf.hostname or ""):
-                lf.conflicted = Cond("Conflicted", True, "HostnameConflict",
-                                     f"Listener {other.name} has the same port and hostname.")
-                break
-        seen.setdefault(lf.port, []).append(lf)
-    for lf in listeners.values():
-        if lf.conflicted.status:
-            lf.accepted = Cond("Accepted", False, lf.conflicted.reason, lf.conflicted.message)
+    """Conflicted listeners (gateway/listeners.py, the data plane's rule too): every listener of a
+    conflict, none picked as the winner, is Conflicted and not Accepted."""
+    found = listener_conflicts(Candidate(lf.name, lf.port, lf.protocol, lf.hostname or "")
+                               for lf in (listeners[l["name"]] for l in raw) if lf.accepted.status and lf.port is not None)
+    for name, conflict in found.items():
+        lf = listeners[name]
+        lf.conflicted = Cond("Conflicted", True, conflict.reason, conflict.message)
+        lf.accepted = Cond("Accepted", False, conflict.reason, conflict.message)
 
 
 def _route(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGrants) -> RouteFacts | None:
@@ -448,12 +443,13 @@ def _route(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGrants
         else:
             names = ", ".join(l["name"] for l in attached)
             accepted = Cond("Accepted", True, "Accepted",
-                            f"Accepted by listener{'s' if len(attached) > 1 else ''} {names}.{_route_notes(spec)}")
+                            f"Accepted by listener{'s' if len(attached) > 1 else ''} {names}.{_route_notes(spec)}"
+                            f"{_mirror_notes(route, spec, index)}")
         parents.append(ParentFacts(full, gw_ref, [l["name"] for l in attached], accepted))
     if not parents:
         return None
     backends = _backends(route, spec, index, grants)
-    problems = [b.problem for b in backends if b.problem is not None]
+    problems = [b.problem for b in backends if b.problem is not None] + _mirror_problems(route, spec, index, grants)
     resolved = problems[0] if problems else Cond("ResolvedRefs", True, "ResolvedRefs", "All references are resolved.")
     return RouteFacts(route.ref, route, parents, backends, resolved, unsupported)
 
@@ -505,14 +501,47 @@ def _backends(route: Obj, spec: dict[str, Any], index: ObjectIndex, grants: Refe
     return out
 
 
-def _backend(route: Obj, ri: int, bi: int, b: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants) -> BackendFacts:
+def _mirror_problems(route: Obj, spec: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants) -> list[Cond]:
+    """ResolvedRefs problems of RequestMirror backendRefs (Gateway API: such a mirror is dropped and
+    the route says ResolvedRefs=False; the requests themselves are still served)."""
+    out = []
+    for ri, rule in enumerate(r for r in spec.get("rules") or [] if isinstance(r, dict)):
+        for fi, f in enumerate(rule.get("filters") or []):
+            if isinstance(f, dict) and f.get("type") == "RequestMirror":
+                b = _dict(_dict(f.get("requestMirror")).get("backendRef"))
+                got = _backend(route, ri, fi, b, index, grants, f"spec.rules[{ri}].filters[{fi}].requestMirror.backendRef")
+                if got.problem is not None:
+                    out.append(got.problem)
+    return out
+
+
+def _mirror_notes(route: Obj, spec: dict[str, Any], index: ObjectIndex) -> str:
+    """Mirrors the data plane does not send although they resolve (said in Accepted, which stays
+    True): to a Service with a BackendTLSPolicy (no policy applies to mirrored copies, and a
+    copy in plain HTTP to a TLS backend would be wrong)."""
+    mirrors = [(ri, fi, _dict(_dict(f.get("requestMirror")).get("backendRef")))
+               for ri, rule in enumerate(r for r in spec.get("rules") or [] if isinstance(r, dict))
+               for fi, f in enumerate(rule.get("filters") or []) if isinstance(f, dict) and f.get("type") == "RequestMirror"]
+    if not mirrors:  # the common case: no look at the policies
+        return ""
+    tls_services = {(p.namespace, t.get("name")) for p in index.of_kind(GATEWAY_GROUP, "BackendTLSPolicy")
+                    for t in _dict(p.spec).get("targetRefs") or [] if isinstance(t, dict)
+                    and (t.get("group") or CORE_GROUP) == CORE_GROUP and (t.get("kind") or "Service") == "Service"}
+    notes = [f"spec.rules[{ri}].filters[{fi}]: no request is mirrored to Service {b.get('name')}: it has a "
+             "BackendTLSPolicy, which this data plane does not apply to mirrored requests"
+             for ri, fi, b in mirrors if (b.get("namespace") or route.namespace, b.get("name")) in tls_services]
+    return (" " + "; ".join(notes) + ".") if notes else ""
+
+
+def _backend(route: Obj, ri: int, bi: int, b: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants,
+             where: str = "") -> BackendFacts:
     group = b.get("group") or CORE_GROUP
     kind = b.get("kind") or "Service"
     ns = b.get("namespace") or route.namespace or ""
     name = str(b.get("name", ""))
     port = b.get("port") if isinstance(b.get("port"), int) else None
     weight = b.get("weight") if isinstance(b.get("weight"), int) else 1
-    where = f"spec.rules[{ri}].backendRefs[{bi}]"
+    where = where or f"spec.rules[{ri}].backendRefs[{bi}]"
     ref = Ref(group, kind, ns, name)
     if group != CORE_GROUP or kind != "Service":
         return BackendFacts(ri, bi, None, port, weight, Cond("ResolvedRefs", False, "InvalidKind",
@@ -620,9 +649,10 @@ def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Progra
     listeners = []
     for lf in gf.listeners.values():
         lprev = (old_listeners.get(lf.name) or {}).get("conditions")
-        if not lf.servable:
-            why = next(c for c in (lf.accepted, lf.resolved_refs) if not c.status) if not (
-                lf.accepted.status and lf.resolved_refs.status) else lf.conflicted
+        if lf.conflicted.status:  # the conflict's reason, as the upstream suite's conflict tests expect
+            lprog = Cond("Programmed", False, lf.conflicted.reason, f"The listener is not programmed: {lf.conflicted.message}")
+        elif not lf.servable:
+            why = next(c for c in (lf.accepted, lf.resolved_refs) if not c.status)
             lprog = Cond("Programmed", False, "Invalid", f"The listener is not programmed: {why.message}")
         elif not programming.listeners.get(gf.ref.with_section(lf.name), (True, "", ""))[0]:
             _, reason, message = programming.listeners[gf.ref.with_section(lf.name)]

@@ -139,15 +139,15 @@ def validate_metadata(r: Resource, obj: dict[str, Any]) -> None:
     errors = kind.name("metadata.name", name) if kind is not None else builtin.dns1123_subdomain("metadata.name", name)
     if errors:
         raise invalid_fields(r, name, errors)
-    for field in ("labels", "annotations"):
-        value = meta.get(field)
+    for part in ("labels", "annotations"):
+        value = meta.get(part)
         if value is None:
             continue
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-            raise invalid(r, name, f"metadata.{field}", value, "must be a map of strings to strings")
-        errors = builtin.labels_map("metadata.labels", value) if field == "labels" else \
+            raise invalid(r, name, f"metadata.{part}", value, "must be a map of strings to strings")
+        errors = builtin.labels_map("metadata.labels", value) if part == "labels" else \
             [e for k in value for e in builtin.qualified_name("metadata.annotations", k)]
-        if field == "annotations" and sum(len(k) + len(v) for k, v in value.items()) > MAX_ANNOTATION_BYTES:
+        if part == "annotations" and sum(len(k) + len(v) for k, v in value.items()) > MAX_ANNOTATION_BYTES:
             errors.append(builtin.too_long("metadata.annotations", MAX_ANNOTATION_BYTES))
         if errors:
             raise invalid_fields(r, name, errors)
