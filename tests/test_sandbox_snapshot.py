@@ -358,8 +358,8 @@ def test_kubectl_get_in_chunks_of_one_shows_the_list_at_its_first_chunks_version
     out = json.loads(inproc.kubectl("get", "configmaps", "-A", "--chunk-size=1", "-o", "json"))
     got = [(o["metadata"]["namespace"], o["metadata"]["name"], o["data"]["v"], o["metadata"]["resourceVersion"])
            for o in out["items"]]
-    assert len(served) >= len(want) and set(served) == {1}, "kubectl asked one object at a time"
     assert got == want
+    assert len(served) >= len(want) and set(served) == {1}, "kubectl asked one object at a time"
     assert [(o[0], o[1], o[2]) for o in want] != [
         (o["metadata"]["namespace"], o["metadata"]["name"], o["data"]["v"]) for o in store.list(cms, None)]
 
