@@ -11,6 +11,7 @@ import itertools
 import json
 import os
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable
@@ -263,6 +264,76 @@ def test_a_version_is_served_while_the_window_holds_every_event_after_it_and_410
     with pytest.raises(ApiFailure) as gone:
         store.list(cms, None, at=at)
     assert gone.value.code == 410 and gone.value.message == LIST_EXPIRED
+
+
+_STORE_STEP = st.one_of(
+    st.tuples(st.just("create"), st.sampled_from("ab"), st.integers(0, 5), st.integers(0, 3)),
+    st.tuples(st.just("update"), st.sampled_from("ab"), st.integers(0, 5), st.integers(0, 3)),
+    st.tuples(st.just("delete"), st.sampled_from("ab"), st.integers(0, 5), st.just(0)),
+    st.tuples(st.just("drop-namespace"), st.sampled_from("ab"), st.just(0), st.just(0)),
+    st.tuples(st.just("start"), st.sampled_from(["a", "b", "*"]), st.integers(1, 3), st.integers(0, 1)),
+    st.tuples(st.just("next"), st.just(""), st.integers(0, 30), st.just(0)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps=st.lists(_STORE_STEP, max_size=60), window=st.sampled_from([8, 30, 100_000]))
+def test_the_store_pages_every_list_at_its_version_or_says_410(steps, window):
+    """The store alone, many more interleavings: namespaces deleted with their objects and made
+    again, more lists open at once than it keeps versions for (THEN_KEPT), and windows small enough
+    to wrap. Every chunk is the list at its version, or 410 when the window no longer reaches it."""
+    store = Store(window=window)
+    store.THEN_KEPT = 3  # fewer than the lists open: a version forgotten is built again
+    cms, nss = store.registry.by_plural[("", "configmaps")], store.registry.by_plural[("", "namespaces")]
+    lists: list[dict[str, Any]] = []
+
+    def dumped(objs: list[dict[str, Any]]) -> list[bytes]:
+        return [orjson.dumps(o, option=orjson.OPT_SORT_KEYS) for o in objs]
+
+    def scope(ns: str) -> str | None:
+        return None if ns == "*" else ns
+
+    for op, ns, i, v in steps:
+        try:
+            if op == "create":
+                if ("", "namespaces", "", ns) not in store.objects:
+                    store.create(nss, "", {"metadata": {"name": ns}})
+                store.create(cms, ns, configmap(f"cm-{i}", v))
+            elif op == "update":
+                store.patch(cms, ns, f"cm-{i}", "application/merge-patch+json", configmap(f"cm-{i}", v + 10))
+            elif op == "delete":
+                store.delete(cms, ns, f"cm-{i}")
+            elif op == "drop-namespace":
+                store.delete(nss, "", ns)
+            elif op == "start":
+                labels = "odd=1" if v else None
+                lst = {"ns": scope(ns), "labels": labels, "limit": i, "rv": store.rv, "got": [], "after": None,
+                       "want": dumped(store.list(cms, scope(ns), labels)), "more": True}
+                lists.append(lst)
+            elif lists:
+                lst = lists[i % len(lists)]
+                if not lst["more"]:
+                    continue
+                try:
+                    page, lst["more"] = store.page(cms, lst["ns"], lst["labels"], None, lst["limit"], lst["after"],
+                                                   None if lst["rv"] == store.rv else lst["rv"])
+                except ApiFailure as exc:
+                    assert exc.code == 410 and not store.reaches(lst["rv"])
+                    lists.remove(lst)
+                    continue
+                assert store.reaches(lst["rv"])
+                lst["got"] += dumped(page)
+                if page:
+                    lst["after"] = (page[-1]["metadata"]["namespace"], page[-1]["metadata"]["name"])
+                if not lst["more"]:
+                    assert lst["got"] == lst["want"]
+        except ApiFailure as exc:
+            assert exc.code in (404, 409)
+    for lst in lists:  # what the window still reaches reads to the end as it was
+        if store.reaches(lst["rv"]):
+            page, _ = store.page(cms, lst["ns"], lst["labels"], None, sys.maxsize, lst["after"],
+                                 None if lst["rv"] == store.rv else lst["rv"])
+            assert lst["got"] + dumped(page) == lst["want"]
 
 
 def test_a_deleted_objects_event_shares_its_parts_with_the_last_version():
