@@ -23,7 +23,7 @@ from gwpolicy.sandbox.admission import Admission, Call, warning_header
 from gwpolicy.sandbox.persist import DataDirError
 from gwpolicy.sandbox.protobuf import ProtobufError
 from gwpolicy.sandbox.resources import Resource
-from gwpolicy.sandbox.store import ApiFailure, Event, FaultRule, Store, field_matcher, label_matcher
+from gwpolicy.sandbox.store import LIST_EXPIRED, ApiFailure, Event, FaultRule, Store, field_matcher, label_matcher
 from gwpolicy.sandbox.table import table
 
 log = logging.getLogger("gwpolicy.sandbox")
@@ -57,14 +57,54 @@ def _continue_token(rv: int, after: tuple[str, str]) -> str:
     return base64.urlsafe_b64encode(orjson.dumps({"v": "sandbox/1", "rv": rv, "start": list(after)})).decode()
 
 
+#: what kube-apiserver (storage/etcd3) answers, with 410 Expired, to a continue token whose
+#: resourceVersion is compacted away (an exact list's: store.LIST_EXPIRED)
+CONTINUE_EXPIRED = ("The provided continue parameter is too old to display a consistent list result. You can start a "
+                    "new list without the continue parameter, or use the continue token in this response to retrieve "
+                    "the remainder of the results. Continuing with the provided token results in an inconsistent list "
+                    "- objects that were created, modified, or deleted between the time the first chunk was returned "
+                    "and now may show up in the list.")
+LATEST = -1  # a token's resourceVersion that continues at the latest version (the one a 410 hands out)
+
+
 def _continue_key(token: str) -> tuple[int, tuple[str, str]]:
-    """What a continue token holds: the list's resourceVersion and the last (namespace, name) served."""
+    """What a continue token holds: the list's resourceVersion (LATEST: none, read now) and the last
+    (namespace, name) served."""
     try:
         data = orjson.loads(base64.urlsafe_b64decode(token.encode()))
         ns, name = data["start"]
-        return int(data["rv"]), (str(ns), str(name))
+        rv = int(data["rv"])
     except (ValueError, TypeError, KeyError, orjson.JSONDecodeError) as exc:
-        raise ApiFailure(400, "BadRequest", f"continue key is not valid: {exc}") from None
+        raise ApiFailure(400, "BadRequest", f"invalid continue token: continue key is not valid: {exc}") from None
+    if rv == 0 or rv < LATEST:
+        raise ApiFailure(400, "BadRequest", "invalid continue token: continue key is not valid: incorrect encoded "
+                         "start resourceVersion (version meta.k8s.io/v1)")
+    return rv, (str(ns), str(name))
+
+
+def _check_list_options(q: Any) -> None:
+    """ListOptions as kube-apiserver validates them before a list: 422 on ListOptions.meta.k8s.io."""
+    match, rv = q.get("resourceVersionMatch") or "", q.get("resourceVersion") or ""
+    errors: list[tuple[str, str]] = []
+    if match:
+        if not rv:
+            errors.append(("FieldValueForbidden", "Forbidden: resourceVersionMatch is forbidden unless resourceVersion "
+                           "is provided"))
+        if q.get("continue"):
+            errors.append(("FieldValueForbidden", "Forbidden: resourceVersionMatch is forbidden when continue is provided"))
+        if match not in ("Exact", "NotOlderThan"):
+            errors.append(("FieldValueNotSupported", f'Unsupported value: "{match}": supported values: "Exact", '
+                           '"NotOlderThan", ""'))
+        if match == "Exact" and rv == "0":
+            errors.append(("FieldValueForbidden", 'Forbidden: resourceVersionMatch "exact" is forbidden for '
+                           'resourceVersion "0"'))
+    if errors:
+        shown = [f"resourceVersionMatch: {body}" for _, body in errors]
+        text = shown[0] if len(shown) == 1 else "[" + ", ".join(shown) + "]"
+        raise ApiFailure(422, "Invalid", f'ListOptions.meta.k8s.io "" is invalid: {text}',
+                         {"name": "", "group": "meta.k8s.io", "kind": "ListOptions",
+                          "causes": [{"reason": reason, "message": body, "field": "resourceVersionMatch"}
+                                     for reason, body in errors]})
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -272,18 +312,11 @@ class Sandbox:
                     store.faults.check("watch", r.plural)
                     return await self.watch(request, r, ns)
                 store.faults.check("list", r.plural)
-                await self.wait_for_version(q.get("resourceVersion"))
-                self._bind(request)
-                list_meta: dict[str, Any] = {"resourceVersion": str(store.rv)}
-                limit = _limit(q.get("limit"))
-                if limit or q.get("continue"):
-                    objs, list_meta = self._chunk(r, ns, q, limit)
-                else:
-                    objs = store.list(r, ns, q.get("labelSelector"), q.get("fieldSelector"))
+                objs, list_meta = await self.list_objects(request, r, ns)
                 for o in objs:
                     o["apiVersion"] = r.api_version(version)
                 if _wants_table(request):
-                    return _json(table(r, objs, list_meta["resourceVersion"]))
+                    return _json(table(r, objs, list_meta))
                 return _json({"kind": r.list_kind, "apiVersion": r.api_version(version),
                               "metadata": list_meta, "items": objs})
             if method == "POST":
@@ -301,7 +334,7 @@ class Sandbox:
             obj = store.get(r, ns, name)
             obj["apiVersion"] = r.api_version(version)
             if _wants_table(request):
-                return _json(table(r, [obj], obj["metadata"]["resourceVersion"]))
+                return _json(table(r, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]}))
             return _json(obj)
         if method == "PUT":
             body = await self._body(request)
@@ -353,27 +386,47 @@ class Sandbox:
                               "retryAfterSeconds": 1})
         return wanted
 
-    def _chunk(self, r: Resource, ns: str | None, q: Any, limit: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """A list in chunks, as kube-apiserver serves `?limit=N` (client-go's reflector asks for 500):
-        every chunk carries the first chunk's resourceVersion, and `continue` says where the next
-        starts. kube-apiserver reads every chunk from that version's snapshot; the sandbox keeps no
-        snapshots and reads each chunk from the objects as they are now, so an object changed between
-        chunks can come newer than the version. A watch from the version replays that change, so an
-        informer still ends up right. A token whose version the watch history no longer holds is
-        410 Expired, as there."""
-        store = self.store
-        rv, after = store.rv, None
+    async def list_objects(self, request: web.Request, r: Resource, ns: str | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """A list, whole or in chunks (`?limit=N`, then `?continue=`: client-go's reflector asks for
+        500 at a time, `kubectl get` for --chunk-size), with its ListMeta, as kube-apiserver serves it:
+
+        - the version read: now; or exactly `resourceVersion` with `resourceVersionMatch=Exact`, or
+          with a limit and no match (the legacy rule); `NotOlderThan` and a version without a limit
+          are read now, once the sandbox has reached it;
+        - every chunk is read at the first chunk's version and carries it, so an object created,
+          changed or deleted between two chunks shows in the later chunks as it was then; the store
+          rebuilds that version from the objects now and the watch window's events since;
+        - a version the window no longer reaches is 410 Expired in etcd3's words; an expired
+          continue token gets a token that continues at the latest version (inconsistently), as there."""
+        store, q = self.store, request.query
+        _check_list_options(q)
+        limit = _limit(q.get("limit"))
         token = q.get("continue")
+        after: tuple[str, str] | None = None
         if token:
-            rv, after = _continue_key(token)
-            if rv < store.compacted - 1:
-                raise ApiFailure(410, "Expired", "The provided continue parameter is too old to display a consistent "
-                                 "list result. You can start a new list without the continue parameter.")
-        objs, more = store.page(r, ns, q.get("labelSelector"), q.get("fieldSelector"), limit or 500, after)
-        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+            if q.get("resourceVersion") not in (None, "", "0"):
+                raise ApiFailure(400, "BadRequest", "specifying resource version is not allowed when using continue")
+            at, after = _continue_key(token)
+            if at == LATEST:
+                at = store.rv
+            elif at > store.rv:
+                raise ApiFailure(400, "BadRequest", "invalid continue token: its resourceVersion is in the future")
+            elif not store.reaches(at):
+                raise ApiFailure(410, "Expired", CONTINUE_EXPIRED, list_meta={"continue": _continue_token(LATEST, after)})
+        else:
+            wanted = await self.wait_for_version(q.get("resourceVersion"))
+            self._bind(request)
+            match = q.get("resourceVersionMatch") or ""
+            exact = wanted > 0 and (match == "Exact" or (not match and limit > 0))
+            at = wanted if exact else store.rv
+            if not store.reaches(at):
+                raise ApiFailure(410, "Expired", LIST_EXPIRED)
+        objs, more = store.page(r, ns, q.get("labelSelector"), q.get("fieldSelector"), limit or sys.maxsize, after,
+                                None if at == store.rv else at)
+        meta: dict[str, Any] = {"resourceVersion": str(at)}
         if more and objs:
             last = objs[-1]["metadata"]
-            meta["continue"] = _continue_token(rv, (last.get("namespace") or "", last["name"]))
+            meta["continue"] = _continue_token(at, (last.get("namespace") or "", last["name"]))
         return objs, meta
 
     def _bind(self, request: web.Request) -> None:
@@ -464,15 +517,15 @@ class Sandbox:
         async def send(etype: str, obj: dict[str, Any]) -> None:
             obj = dict(obj, apiVersion=r.api_version(version)) if etype != "ERROR" else obj
             if as_table and etype != "ERROR" and etype != "BOOKMARK":
-                obj = table(r, [obj], obj["metadata"]["resourceVersion"])
+                obj = table(r, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]})
             await resp.write(_encode({"type": etype, "object": obj}) + b"\n")
 
         try:
             last = 0
             if rv_text in ("", "0"):
+                last = self.store.rv  # the list's version: a write while it is sent comes after it, from the queue
                 for obj in self.store.list(r, ns, q.get("labelSelector"), q.get("fieldSelector")):
                     await send("ADDED", obj)
-                last = self.store.rv
             else:
                 try:
                     history = self.store.events_since(await self.wait_for_version(rv_text))

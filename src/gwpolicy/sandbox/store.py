@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import bisect
 import copy
-import itertools
 import re
+import heapq
 import sys
-from collections import deque
 import uuid
+from collections import OrderedDict, deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -96,13 +96,15 @@ class Objects(dict[Key, dict[str, Any]]):
 class ApiFailure(Exception):
     """An error the server answers with a Kubernetes Status body."""
 
-    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None,
+                 list_meta: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code, self.reason, self.message, self.details = code, reason, message, details or {}
+        self.list_meta = list_meta or {}  # the Status's metadata (a continue token, for an expired one)
 
     def status(self) -> dict[str, Any]:
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": self.message,
-                "reason": self.reason, "details": self.details, "code": self.code}
+        return {"kind": "Status", "apiVersion": "v1", "metadata": dict(self.list_meta), "status": "Failure",
+                "message": self.message, "reason": self.reason, "details": self.details, "code": self.code}
 
 
 def qualified_kind(r: Resource) -> str:
@@ -215,14 +217,33 @@ def now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
+    """One write in the watch history. `obj` is the object as stored by it; `prev` the object as
+    stored before it (None for ADDED), which a list at an older resourceVersion serves instead
+    (kube-apiserver's watch cache keeps the previous object in each event too)."""
+
     rv: int
     type: str
     group: str
     plural: str
     namespace: str
     obj: dict[str, Any]
+    prev: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class _Then:
+    """One resource at an older resourceVersion, as its difference from the objects now: (namespace,
+    name) -> the object as it was at `rv`, or None where there was none; every other key was then
+    as it is now. Built from the window's events newer than `rv` (the first event of a key after
+    `rv` holds, as `prev`, what the key was at `rv`), and extended by the events after `upto` when
+    it is read again, so the chunks of one list read each event once."""
+
+    rv: int
+    upto: int  # the newest resourceVersion whose event is in `was`
+    was: dict[tuple[str, str], dict[str, Any] | None]
+    present: list[tuple[str, str]] | None = None  # the keys of `was` that existed at `rv`, sorted (None: to sort)
 
 
 # ---------- selectors ----------
@@ -455,6 +476,9 @@ def _storable(obj: dict[str, Any]) -> None:
         raise ApiFailure(413, "RequestEntityTooLarge", "etcdserver: request is too large")
 
 
+#: kube-apiserver's words (storage/etcd3) for a list at a resourceVersion compacted away: 410 Expired
+LIST_EXPIRED = "The resourceVersion for the provided list is too old."
+
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")  # what a new cluster has
 
 
@@ -467,6 +491,9 @@ class Store:
         self.events: deque[Event] = deque()  # the watch history: the last `window` events
         self.window = window
         self.compacted = 0  # watches from a resourceVersion below this get 410 Gone
+        #: resources at older versions, for the chunks of a list and `resourceVersionMatch=Exact`
+        #: (see `_then`), the last few read; rebuilt from the window when one is needed again
+        self._then_cache: OrderedDict[tuple[str, str, int], _Then] = OrderedDict()
         self.keep_creation_timestamp = keep_creation_timestamp
         self.faults = Faults()
         self.listeners: list[Callable[[Event], None]] = []
@@ -524,19 +551,22 @@ class Store:
             raise ApiFailure(404, "NotFound", f"the server could not find the requested resource ({plural}.{group})")
         return r
 
-    def _emit(self, etype: str, r: Resource, ns: str, obj: dict[str, Any]) -> None:
+    def _emit(self, etype: str, r: Resource, ns: str, obj: dict[str, Any], prev: dict[str, Any] | None = None) -> None:
         """Record a write in the watch history. The event holds the object as stored, not a copy:
         stored objects (and every dict and list inside them) are never changed in place, so the
-        event keeps the version it was made of, and the window costs no second copy of the store."""
+        event keeps the version it was made of, and the window costs no second copy of the store.
+        `prev`, the version it replaced, is held the same way (no copy either)."""
         if self._dry:
             return
-        ev = Event(self.rv, etype, r.group, r.plural, ns, obj)
+        ev = Event(self.rv, etype, r.group, r.plural, ns, obj, prev)
         if self.persist is not None:
             self.persist.write(self.rv, (r.group, r.plural, ns, obj["metadata"]["name"]),
                                None if etype == "DELETED" else ev.obj)
         self.events.append(ev)
-        while len(self.events) > self.window:  # one out at the front (a list's del [:1] moved the whole window)
-            self.compacted = self.events.popleft().rv + 1
+        if len(self.events) > self.window:
+            while len(self.events) > self.window:  # one out at the front (a list's del [:1] moved the whole window)
+                self.compacted = self.events.popleft().rv + 1
+            self._forget_expired()
         for listener in list(self.listeners):
             listener(ev)
 
@@ -544,6 +574,45 @@ class Store:
         """Forget the watch history: every watch from an older resourceVersion gets 410 Gone."""
         self.compacted = self.rv + 1
         self.events.clear()
+        self._forget_expired()
+
+    def reaches(self, rv: int) -> bool:
+        """Whether the watch history holds every event after `rv`: a watch, the next chunk of a list
+        or an exact list at `rv` can be served (below it: 410)."""
+        return rv >= self.compacted - 1
+
+    def _forget_expired(self) -> None:
+        for key in [k for k, then in self._then_cache.items() if not self.reaches(then.rv)]:
+            del self._then_cache[key]
+
+    THEN_KEPT = 16  # resources at an older version kept between two reads (each holds only what changed since)
+
+    def _then(self, group: str, plural: str, rv: int) -> _Then:
+        """One resource as it was at `rv` (which the window reaches): the objects since changed,
+        created or deleted, as they were then. Kept for the next chunk of the same list, which then
+        reads only the events written since this one."""
+        key = (group, plural, rv)
+        then = self._then_cache.get(key)
+        if then is None:
+            then = self._then_cache[key] = _Then(rv, rv, {})
+            while len(self._then_cache) > self.THEN_KEPT:
+                self._then_cache.popitem(last=False)
+        else:
+            self._then_cache.move_to_end(key)
+        if then.upto < self.rv:
+            newer: dict[tuple[str, str], dict[str, Any] | None] = {}
+            for ev in reversed(self.events):  # newest first: a key's earliest event after `upto` is written last
+                if ev.rv <= then.upto:
+                    break
+                if ev.plural == plural and ev.group == group:
+                    newer[(ev.namespace, ev.obj["metadata"]["name"])] = ev.prev
+            was = then.was
+            for k, obj in newer.items():
+                if k not in was:  # an event before `upto` already said what the key was at `rv`
+                    was[k] = obj
+                    then.present = None
+            then.upto = self.rv
+        return then
 
     def _bump(self, obj: dict[str, Any]) -> None:
         self.rv += 1
@@ -618,23 +687,47 @@ class Store:
             raise not_found(r, name)
         return clone(obj)
 
-    def list(self, r: Resource, ns: str | None, labels: str | None = None, fields: str | None = None) -> list[dict[str, Any]]:
+    def list(self, r: Resource, ns: str | None, labels: str | None = None, fields: str | None = None,
+             at: int | None = None) -> list[dict[str, Any]]:
         """Every matching object, in (namespace, name) order: `page` without a limit."""
-        return self.page(r, ns, labels, fields, sys.maxsize, None)[0]
+        return self.page(r, ns, labels, fields, sys.maxsize, None, at)[0]
 
     def page(self, r: Resource, ns: str | None, labels: str | None, fields: str | None, limit: int,
-             after: tuple[str, str] | None) -> tuple[list[dict[str, Any]], bool]:
+             after: tuple[str, str] | None, at: int | None = None) -> tuple[list[dict[str, Any]], bool]:
         """One chunk of a list (`?limit=` and `?continue=`): the first `limit` matching objects in
-        (namespace, name) order after `after`, and whether more match. Only the chunk is copied."""
+        (namespace, name) order after `after`, and whether more match, as they are now or, with `at`,
+        as they were at that resourceVersion (every chunk of one list is read at the first chunk's
+        version, as kube-apiserver reads them from one snapshot). Only the chunk is copied."""
+        if at is not None and at > self.rv:
+            raise ValueError(f"resourceVersion {at} is in the future (now {self.rv})")
+        if at is not None and not self.reaches(at):
+            raise ApiFailure(410, "Expired", LIST_EXPIRED)
         lm, fm = label_matcher(labels), field_matcher(fields)
         objects, g, p = self.objects, r.group, r.plural
         order = objects.in_order(g, p)
+        scoped = ns is not None and r.namespaced
         start = bisect.bisect_right(order, after) if after is not None else 0
+        if scoped:
+            start = max(start, bisect.bisect_left(order, (ns, "")))
+        keys: Iterator[tuple[str, str]] = (order[i] for i in range(start, len(order)))
+        was: dict[tuple[str, str], dict[str, Any] | None] = {}
+        if at is not None and at < self.rv:
+            then = self._then(g, p, at)
+            was = then.was
+            if was:
+                if then.present is None:
+                    then.present = sorted(k for k, obj in was.items() if obj is not None)
+                present = then.present
+                lo = bisect.bisect_right(present, after) if after is not None else 0
+                if scoped:
+                    lo = max(lo, bisect.bisect_left(present, (ns, "")))
+                keys = heapq.merge((k for k in keys if k not in was), (present[i] for i in range(lo, len(present))))
         out: list[dict[str, Any]] = []
-        for ons, name in itertools.islice(order, start, None):
-            if ns is not None and r.namespaced and ons != ns:
-                continue
-            obj = objects[(g, p, ons, name)]
+        for k in keys:
+            if scoped and k[0] != ns:
+                break  # sorted: the namespace's keys are behind
+            obj = was.get(k) if was and k in was else objects[(g, p, k[0], k[1])]
+            assert obj is not None
             if lm(obj["metadata"].get("labels") or {}) and fm(obj):
                 if len(out) == limit:
                     return out, True
@@ -777,11 +870,11 @@ class Store:
         if result["metadata"].get("deletionTimestamp") and not result["metadata"].get("finalizers"):
             del self.objects[key]
             self._after_write(r, result, deleted=True)
-            self._emit("DELETED", r, key[2], result)
+            self._emit("DELETED", r, key[2], result, live)
             return clone(result)
         self.objects[key] = result
         self._after_write(r, result)
-        self._emit("MODIFIED", r, key[2], result)
+        self._emit("MODIFIED", r, key[2], result, live)
         return clone(result)
 
     @staticmethod
@@ -936,10 +1029,10 @@ class Store:
                 if kr is not None:
                     self.delete(kr, k[2], k[3])
         del self.objects[key]
-        result = clone(live)
+        result = _deleted_version(live)
         self._bump(result)
         self._after_write(r, result, deleted=True)
-        self._emit("DELETED", r, key[2], result)
+        self._emit("DELETED", r, key[2], result, live)
         return clone(result)  # the event holds `result`: the caller gets its own copy
 
     def _drop_custom_resources(self, crd: dict[str, Any]) -> None:
@@ -950,14 +1043,21 @@ class Store:
         if cr is None:
             return
         for key in sorted(self.objects.keys_of(*gp)):
-            gone = clone(self.objects.pop(key))
+            live = self.objects.pop(key)
+            gone = _deleted_version(live)
             self._bump(gone)
-            self._emit("DELETED", cr, key[2], gone)
+            self._emit("DELETED", cr, key[2], gone, live)
 
     def events_since(self, rv: int) -> list[Event]:
         if rv < self.compacted - 1:
             raise ApiFailure(410, "Expired", f"too old resource version: {rv} ({self.compacted - 1})")
         return [e for e in self.events if e.rv > rv]
+
+
+def _deleted_version(live: dict[str, Any]) -> dict[str, Any]:
+    """What a DELETED event holds: the last version with a new resourceVersion (written next into
+    its own metadata); everything else shared with it, as stored objects are never changed in place."""
+    return dict(live, metadata=dict(live["metadata"]))
 
 
 def _set(obj: dict[str, Any], path: FieldPath, value: Any) -> None:

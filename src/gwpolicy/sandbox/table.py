@@ -83,7 +83,9 @@ def _cell(column: dict[str, Any], values: list[Any]) -> Any:
 _COMPILED: dict[str, Callable[[Any], list[Any]]] = {}
 
 
-def table(r: Resource, objs: list[dict[str, Any]], rv: str) -> dict[str, Any]:
+def table(r: Resource, objs: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """A Table (`Accept: ...;as=Table`, what `kubectl get` asks for) of `objs`, with the list's metadata:
+    its resourceVersion, and the continue token of a chunk (kubectl asks for the next chunk with it)."""
     columns = list(r.printer_columns) or list(DEFAULT_COLUMNS)
     defs = [{"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a "
              "namespace.", "priority": 0}]
@@ -101,5 +103,5 @@ def table(r: Resource, objs: list[dict[str, Any]], rv: str) -> dict[str, Any]:
     rows = [{"cells": [o["metadata"]["name"], *(_cell(c, sel(o)) for c, sel in zip(columns, selectors))],
              "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}}
             for o in objs]
-    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv},
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": dict(meta),
             "columnDefinitions": defs, "rows": rows}
