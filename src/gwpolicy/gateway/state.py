@@ -10,6 +10,10 @@ one object is applied in place instead where that gives the same result:
 - a route (HTTPRoute, TLSRoute): its own facts are computed again (nothing else's facts read a route, except the
   `attachedRoutes` counts of the listeners it was or is attached to), and its new view goes to
   `apply_change`;
+- an EndpointSlice: nothing status says reads one and the view passes it through, so it goes to
+  `apply_change` (which puts it in the analysis' index) and into our index, and nothing else is
+  recomputed; `epoch` stays, since the data plane's BuildCache finds the routes that read its
+  Service by itself;
 - any other kind goes to `apply_change` too; when the engine takes it in place, the facts are
   computed again from a fresh index and every Gateway and route whose view changed goes to
   `apply_change` as well.
@@ -46,6 +50,7 @@ def key_ref(key: Key) -> Ref:
 
 
 _VIEWED = ("Gateway", *ROUTE_KINDS)  # the kinds dataplane_objects may change
+ENDPOINT_SLICE = ("discovery.k8s.io", "EndpointSlice")
 
 
 class GatewayState:
@@ -67,8 +72,9 @@ class GatewayState:
         self.stale = True
         self.full_passes = 0
         self.in_place = 0  # changes applied in place
-        #: bumped whenever something other than a policy or a route changed: the data plane's
-        #: caches (dataplane.BuildCache, render.RenderCache) key on routes, policies and paths only
+        #: bumped whenever something other than a policy, a route or an EndpointSlice changed: the
+        #: data plane's caches (dataplane.BuildCache, render.RenderCache) key on routes, policies,
+        #: paths, Services and EndpointSlices only
         self.epoch = 0
         self.last_fallback: str | None = None  # the change that needed the full pass, for the log
 
@@ -149,6 +155,8 @@ class GatewayState:
             return got
         if ref.group == GATEWAY_GROUP and ref.kind in ROUTE_KINDS:
             return self._route(ref, raw, new)
+        if (ref.group, ref.kind) == ENDPOINT_SLICE:
+            return self._endpoint_slice(ref, raw, new)
         if ref.group == GATEWAY_GROUP and ref.kind in _VIEWED:  # a Gateway: its view needs the new facts
             self._rebuild_facts()
             old_view = self.views.get(ref, raw)
@@ -188,6 +196,17 @@ class GatewayState:
             return None
         backends = {b.ref for f in (before, rf) if f is not None for b in f.backends if b.ref is not None}
         return got | {ref} | gateways | backends  # the policies on its backends may reach other Gateways now
+
+    def _endpoint_slice(self, ref: Ref, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
+        """An EndpointSlice (pods coming and going: the change a gateway sees most). The facts
+        (status.gateway_facts) read none and the view passes it as it is, so the engine's index and
+        ours take the new copy and nothing is computed again; no status changes (a Service without
+        ready endpoints is answered 500, ResolvedRefs stays True)."""
+        got = apply_change(self.analysis, raw, new)  # type: ignore[arg-type]
+        if got is None:
+            return None
+        replace_object(self.index, ref, new)  # type: ignore[arg-type]
+        return got
 
     def _set_view(self, ref: Ref, new: dict[str, Any] | None) -> dict[str, Any] | None:
         """The data plane's view of a Gateway or route's new copy (None: deleted), recorded as the
