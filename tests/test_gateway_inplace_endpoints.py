@@ -1,11 +1,12 @@
-"""EndpointSlice changes are taken in place and rebuild only the routes that read them.
+"""EndpointSlice and Service changes are taken in place and rebuild only the routes that read them.
 
 An EndpointSlice created, changed, relabelled or deleted goes into the indexes without new facts
-and without emptying the data plane's caches (GatewayState keeps `epoch`); the BuildCache finds
-the routes whose backends or mirrors read that Service's slices by itself. The property test holds
-the result (files, status, queued writes) to a gateway that analysed everything afresh, after any
-sequence of slice edits mixed with route, policy, Service and Gateway edits; the example tests
-count what was rebuilt.
+and without emptying the data plane's caches (GatewayState keeps `epoch`); a Service created,
+changed or deleted has the facts of the routes naming it computed again, nothing else. The
+BuildCache finds the routes whose backends or mirrors read that Service or its slices by itself.
+The property test holds the result (files, status, queued writes) to a gateway that analysed
+everything afresh, after any sequence of such edits mixed with route, policy and Gateway edits; the
+example tests count what was rebuilt.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gwpolicy.gateway.controller import Renderer
-from gwpolicy.gateway.state import object_key
+from gwpolicy.gateway.state import key_ref, object_key
 from test_gateway_inplace import CHANGES, OPTS, base_cluster, change, check, kind_of, loaded, write_queued
 
 SLICE_CHANGES = ["slice-endpoints", "slice-add", "slice-new", "slice-delete", "slice-relabel", "slice-ports",
-                 "slice-fqdn", "route-mirror"]
+                 "slice-fqdn", "route-mirror", "service-new", "service-delete", "service-ports", "service-label"]
 SERVICE_LABEL = "kubernetes.io/service-name"
 
 
@@ -44,6 +45,27 @@ def slice_change(objects: dict[Any, dict[str, Any]], what: str, rnd: random.Rand
         r["metadata"]["generation"] = r["metadata"].get("generation", 1) + 1
         objects[object_key(r)] = r
         return "MODIFIED", r
+    if what.startswith("service-"):
+        if what == "service-new":  # "missing" is the name route-backend edits send to; or a Service nothing names
+            ns = rnd.choice(sorted({k[2] for k in services}))
+            svc = {"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": rnd.choice(["missing", "unread"]), "namespace": ns},
+                   "spec": {"ports": [{"name": "http", "port": rnd.choice([8080, 1234])}]}}
+            old = objects.get(object_key(svc))
+            objects[object_key(svc)] = svc
+            return ("MODIFIED" if old is not None else "ADDED"), svc
+        svc = copy.deepcopy(objects[rnd.choice(services)])
+        if what == "service-delete":
+            objects.pop(object_key(svc))
+            return "DELETED", svc
+        if what == "service-ports":
+            svc["spec"]["ports"] = rnd.choice([[{"name": "http", "port": 8080}], [{"name": "metrics", "port": 8080}],
+                                               [{"name": "http", "port": 8080}, {"name": "grpc", "port": 1234}],
+                                               [{"name": "http", "port": 9090}]])
+        else:  # a change nothing reads
+            svc["metadata"].setdefault("labels", {})["tier"] = rnd.choice(["a", "b"])
+        objects[object_key(svc)] = svc
+        return "MODIFIED", svc
     if what == "slice-new":
         svc = rnd.choice(services)
         name = f"{svc[3]}-extra{rnd.randrange(3)}"
@@ -207,4 +229,56 @@ def test_a_mirror_reads_its_services_slices() -> None:
         assert renderer.build_cache.misses == len(reading)
         assert b"127.0.43.13" in files["upstreams.conf"]
         await check(c, renderer)
+    asyncio.run(go())
+
+
+def test_a_service_edit_rebuilds_only_the_routes_naming_it() -> None:
+    """A Service's ports changed, its labels changed, a Service nothing names created and
+    changed, a Service a route names but that did not exist created, then deleted: in place, `epoch` and the facts object kept, only the
+    routes naming the Service rebuilt; files and status those of a full pass after each."""
+    async def go() -> None:
+        objects = {object_key(o): o for o in base_cluster(40, 2)}
+        route = next(o for k, o in objects.items() if k[1] == "HTTPRoute" and k[3] == "route-000007")
+        route["spec"]["rules"][0]["backendRefs"].append({"group": "", "kind": "Service", "name": "later", "port": 8080})
+        c = await loaded(objects)
+        renderer = Renderer(OPTS)
+        await c.reconcile()
+        renderer.build(c.state.analysis, c.state.epoch)
+        write_queued(c)
+        epoch, facts = c.state.epoch, c.state.facts
+        ns = route["metadata"]["namespace"]
+
+        async def edit(event: str, raw: dict[str, Any], rebuilt: int) -> None:
+            if event == "DELETED":
+                objects.pop(object_key(raw))
+            else:
+                objects[object_key(raw)] = raw
+            await c.on_event(event, kind_of(raw), copy.deepcopy(raw))
+            await c.reconcile()
+            assert c.state.full_passes == 1, c.state.last_fallback
+            assert c.state.epoch == epoch and c.state.facts is facts
+            write_queued(c)
+            renderer.build(c.state.analysis, c.state.epoch)
+            assert (renderer.build_cache.misses, renderer.build_cache.hits) == (rebuilt, 40 - rebuilt), raw["metadata"]["name"]
+            await check(c, renderer)
+
+        key = next(k for k in objects if k[1] == "Service" and k[3] == "svc-000003")
+        svc = copy.deepcopy(objects[key])
+        svc["spec"]["ports"] = [{"name": "http", "port": 9999}]  # route-000003's backends: no port 8080 now
+        await edit("MODIFIED", svc, 1)
+        assert "has no port 8080" in str(c.desired(key_ref(("gateway.networking.k8s.io", "HTTPRoute", key[2], "route-000003"))))
+        svc = copy.deepcopy(objects[next(k for k in objects if k[1] == "Service" and k[3] == "svc-000004")])
+        svc["metadata"]["labels"] = {"tier": "web"}  # read by route-000004: a new object, so rebuilt (by identity)
+        await edit("MODIFIED", svc, 1)
+        unread = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "unread", "namespace": ns},
+                  "spec": {"ports": [{"name": "http", "port": 8080}]}}
+        await edit("ADDED", unread, 0)
+        unread = copy.deepcopy(unread)
+        unread["spec"]["ports"][0]["port"] = 8081
+        await edit("MODIFIED", unread, 0)
+        later = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "later", "namespace": ns},
+                 "spec": {"ports": [{"name": "http", "port": 8080}]}}
+        await edit("ADDED", later, 1)
+        await edit("DELETED", copy.deepcopy(later), 1)
+        assert c.state.in_place == 6
     asyncio.run(go())

@@ -33,7 +33,7 @@ from gwpolicy.grants import ReferenceGrants
 from gwpolicy.incremental import apply_change, prepare, replace_object
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import ObjectIndex, build_index
-from gwpolicy.refs import GATEWAY_GROUP, Ref
+from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.gateway.status import ROUTE_KINDS, Facts, _route, dataplane_objects, gateway_facts, route_objects
 
 Key = tuple[str, str, str, str]
@@ -50,6 +50,22 @@ def key_ref(key: Key) -> Ref:
 
 
 _VIEWED = ("Gateway", *ROUTE_KINDS)  # the kinds dataplane_objects may change
+
+
+def _names_service(route: Any, svc: Ref) -> bool:
+    """Does a route's backendRef or RequestMirror name this Service (as status resolves them)?"""
+    spec = route.spec if isinstance(route.spec, dict) else {}
+    for rule in spec.get("rules") or []:
+        if not isinstance(rule, dict):
+            continue
+        refs = [b for b in rule.get("backendRefs") or [] if isinstance(b, dict)]
+        refs += [(f.get("requestMirror") or {}).get("backendRef") for f in rule.get("filters") or []
+                 if isinstance(f, dict) and f.get("type") == "RequestMirror" and isinstance(f.get("requestMirror"), dict)]
+        for b in refs:
+            if (isinstance(b, dict) and str(b.get("name", "")) == svc.name
+                    and (b.get("namespace") or route.namespace or "") == (svc.namespace or "")):
+                return True
+    return False
 ENDPOINT_SLICE = ("discovery.k8s.io", "EndpointSlice")
 
 
@@ -157,6 +173,8 @@ class GatewayState:
             return self._route(ref, raw, new)
         if (ref.group, ref.kind) == ENDPOINT_SLICE:
             return self._endpoint_slice(ref, raw, new)
+        if (ref.group, ref.kind) == (CORE_GROUP, "Service"):
+            return self._service(ref, raw, new)
         if ref.group == GATEWAY_GROUP and ref.kind in _VIEWED:  # a Gateway: its view needs the new facts
             self._rebuild_facts()
             old_view = self.views.get(ref, raw)
@@ -207,6 +225,27 @@ class GatewayState:
             return None
         replace_object(self.index, ref, new)  # type: ignore[arg-type]
         return got
+
+    def _service(self, ref: Ref, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
+        """A Service: the engine derives the paths of the routes that name it again; of the facts
+        only those routes' read it (their backends resolve to it, or to none of its ports), and
+        the view does not depend on them (a route's accepted parentRefs do not). So only those
+        routes' facts are computed again; the data plane's BuildCache rebuilds the routes that
+        read the Service by itself."""
+        facts, index = self.facts, self.index
+        assert facts is not None and index is not None and self.grants is not None
+        got = apply_change(self.analysis, raw, new)  # type: ignore[arg-type]
+        if got is None:
+            return None
+        replace_object(index, ref, new)
+        routes = [r for r, rf in facts.routes.items() if _names_service(rf.obj, ref)]
+        for r in routes:
+            obj = index.by_ref.get(r)
+            rf = _route(obj, facts, index, self.grants) if obj is not None else None
+            if rf is None:  # cannot be: a route's parents do not read a Service; but never keep stale facts
+                return None
+            facts.routes[r] = rf
+        return got | set(routes) | {ref}
 
     def _set_view(self, ref: Ref, new: dict[str, Any] | None) -> dict[str, Any] | None:
         """The data plane's view of a Gateway or route's new copy (None: deleted), recorded as the
