@@ -42,4 +42,5 @@ def test_edits_reach_traffic(tmp_path, full: bool) -> None:
             assert e["build_misses"] == 20 and e["build_hits"] == 0
         else:
             assert (e["build_misses"], e["build_hits"]) == (1, 19), label
+    assert row["endpoint_edit"]["answered_by"] == ["bench-b-x-y", "bench-c-x-y"]  # the old endpoint and the new
     assert "| 20 |" in gateway_edit.report([row])

@@ -141,6 +141,8 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
 
         await edit("endpoint_edit", edited("EndpointSlice", EDIT_SERVICE, endpoint),
                    lambda: request(server, host)[1] == "bench-c-x-y")
+        # both endpoints serve now (NGINX's round robin over the upstream's two servers)
+        row["endpoint_edit"]["answered_by"] = sorted({request(server, host)[1] for _ in range(8)})
 
     try:
         asyncio.run(go())
