@@ -14,6 +14,8 @@ one object is applied in place instead where that gives the same result:
   `apply_change` (which puts it in the analysis' index) and into our index, and nothing else is
   recomputed; `epoch` stays, since the data plane's BuildCache finds the routes that read its
   Service by itself;
+- a Service: `apply_change`, our index, and the facts of the routes that name it (the only facts
+  that read a Service; the view does not change); `epoch` stays, as for an EndpointSlice;
 - any other kind goes to `apply_change` too; when the engine takes it in place, the facts are
   computed again from a fresh index and every Gateway and route whose view changed goes to
   `apply_change` as well.
