@@ -1,7 +1,7 @@
 """`python -m gwpolicy.bench.gateway_edit` on a small cluster, through real NGINX on loopback
-(127.0.44.0/24, backends on 127.0.45.1 and .2): the policy, route and EndpointSlice edits reach
-traffic (the last: requests then reach the endpoint it added), in place, rebuilding one route of
-20; through the full pass, everything."""
+(127.0.44.0/24, backends on 127.0.45.1 and .2): the policy, route, EndpointSlice and Service
+edits reach traffic (the EndpointSlice's: requests then reach the endpoint it added), in place,
+rebuilding one route of 20; through the full pass, everything."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ On the synthetic cluster of `gwpolicy bench gateway` with the gateway's policy k
 policy edit (route-000000's TimeoutPolicy gets an override `readTimeout: 1s`: the first request
 NGINX cuts with 504 ends it), a route edit (route-000000 sends to svc-edit: the first answer
 from the new backend ends it) and an EndpointSlice edit (svc-edit's slice gains an endpoint, a
-third echo server on 127.0.45.2: the first answer from it ends it), each applied in place; then the
+third echo server on 127.0.45.2: the first answer from it ends it) and a Service edit (svc-edit's
+port renamed, so no slice port matches it: the first 500 ends it), each applied in place; then the
 same edits through a full pass (`--full`: the state invalidated first, `nginx -t` before the
 reload, as before this path existed). Per edit: the reconcile's steps (CPU and wall), NGINX's CPU
 for the reload, wall time from the event to the first request that shows the change. Loopback
@@ -34,7 +35,7 @@ from gwpolicy.bench.gateway_policies import gateway_policies, policy_kinds
 ADDRESS_POOL = "127.0.44.0/24"
 BACKEND = "127.0.45.1"
 BACKEND_ADDED = "127.0.45.2"  # the endpoint the EndpointSlice edit adds
-EDITS = ("policy_edit", "route_edit", "endpoint_edit")
+EDITS = ("policy_edit", "route_edit", "endpoint_edit", "service_edit")
 OURS = "gwpolicy.io/gateway-controller"
 
 
@@ -143,6 +144,11 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
                    lambda: request(server, host)[1] == "bench-c-x-y")
         # both endpoints serve now (NGINX's round robin over the upstream's two servers)
         row["endpoint_edit"]["answered_by"] = sorted({request(server, host)[1] for _ in range(8)})
+
+        def port_name(raw: dict[str, Any]) -> None:  # the slices' port "http" no longer matches: no endpoints
+            raw["spec"]["ports"][0]["name"] = "web"
+
+        await edit("service_edit", edited("Service", EDIT_SERVICE, port_name), lambda: request(server, host)[0] == 500)
 
     try:
         asyncio.run(go())
