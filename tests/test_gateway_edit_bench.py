@@ -1,6 +1,7 @@
 """`python -m gwpolicy.bench.gateway_edit` on a small cluster, through real NGINX on loopback
-(127.0.44.0/24, backends on 127.0.45.1): both edits reach traffic, in place, rebuilding one route;
-through the full pass, everything."""
+(127.0.44.0/24, backends on 127.0.45.1 and .2): the policy, route, EndpointSlice and Service
+edits reach traffic (the EndpointSlice's: requests then reach the endpoint it added), in place,
+rebuilding one route of 20; through the full pass, everything."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def free_offset() -> int:
 @pytest.mark.parametrize("full", [False, True])
 def test_edits_reach_traffic(tmp_path, full: bool) -> None:
     row = gateway_edit.measure(20, tmp_path, free_offset(), full)
-    for label in ("policy_edit", "route_edit"):
+    for label in gateway_edit.EDITS:
         e = row[label]
         assert e["in_place"] is not full, label
         assert e["to_traffic_s"] < 30
@@ -41,4 +42,5 @@ def test_edits_reach_traffic(tmp_path, full: bool) -> None:
             assert e["build_misses"] == 20 and e["build_hits"] == 0
         else:
             assert (e["build_misses"], e["build_hits"]) == (1, 19), label
+    assert row["endpoint_edit"]["answered_by"] == ["bench-b-x-y", "bench-c-x-y"]  # the old endpoint and the new
     assert "| 20 |" in gateway_edit.report([row])

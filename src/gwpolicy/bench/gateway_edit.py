@@ -4,12 +4,14 @@ gateway's own reconcile (GatewayController.reconcile with NGINX, in one process,
 On the synthetic cluster of `gwpolicy bench gateway` with the gateway's policy kinds attached
 (`bench.gateway_policies`), every GatewayClass ours: the first full pass and NGINX start, then a
 policy edit (route-000000's TimeoutPolicy gets an override `readTimeout: 1s`: the first request
-NGINX cuts with 504 ends it) and a route edit (route-000000 sends to svc-edit: the first answer
-from the new backend ends it), each applied in place; then the same two edits through a full pass
-(`--full`: the state invalidated first, `nginx -t` before the reload, as before this path
-existed). Per edit: the reconcile's steps (CPU and wall), NGINX's CPU for the reload, wall time
-from the event to the first request that shows the change. Loopback only: Gateways in
-127.0.44.0/24, backends on 127.0.45.1, listener ports + --port-offset.
+NGINX cuts with 504 ends it), a route edit (route-000000 sends to svc-edit: the first answer
+from the new backend ends it) and an EndpointSlice edit (svc-edit's slice gains an endpoint, a
+third echo server on 127.0.45.2: the first answer from it ends it) and a Service edit (svc-edit's
+port renamed, so no slice port matches it: the first 500 ends it), each applied in place; then the
+same edits through a full pass (`--full`: the state invalidated first, `nginx -t` before the
+reload, as before this path existed). Per edit: the reconcile's steps (CPU and wall), NGINX's CPU
+for the reload, wall time from the event to the first request that shows the change. Loopback
+only: Gateways in 127.0.44.0/24, backends on 127.0.45.1 and .2, listener ports + --port-offset.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from gwpolicy.bench.gateway_policies import gateway_policies, policy_kinds
 
 ADDRESS_POOL = "127.0.44.0/24"
 BACKEND = "127.0.45.1"
+BACKEND_ADDED = "127.0.45.2"  # the endpoint the EndpointSlice edit adds
+EDITS = ("policy_edit", "route_edit", "endpoint_edit", "service_edit")
 OURS = "gwpolicy.io/gateway-controller"
 
 
@@ -67,6 +71,7 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
 
     echo_a = EchoServer("bench-a-x-y", "bench", address=BACKEND).start()
     echo_b = EchoServer("bench-b-x-y", "bench", address=BACKEND).start()
+    echo_c = EchoServer("bench-c-x-y", "bench", address=BACKEND_ADDED, port=echo_b.port).start()  # a slice has one port
     state_dir = tempfile.mkdtemp(prefix=f"gwedit{routes}-", dir=workdir)
     opts = GatewayOptions(controller_name=OURS, address_pool=ADDRESS_POOL, port_offset=port_offset,
                           state_dir=state_dir, leader_election=False)
@@ -132,6 +137,19 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
         await edit("route_edit", edited("HTTPRoute", ROUTE0, backend),
                    lambda: request(server, host)[1] == "bench-b-x-y")
 
+        def endpoint(raw: dict[str, Any]) -> None:  # a second pod of svc-edit is ready
+            raw["endpoints"].append({"addresses": [echo_c.address], "conditions": {"ready": True}})
+
+        await edit("endpoint_edit", edited("EndpointSlice", EDIT_SERVICE, endpoint),
+                   lambda: request(server, host)[1] == "bench-c-x-y")
+        # both endpoints serve now (NGINX's round robin over the upstream's two servers)
+        row["endpoint_edit"]["answered_by"] = sorted({request(server, host)[1] for _ in range(8)})
+
+        def port_name(raw: dict[str, Any]) -> None:  # the slices' port "http" no longer matches: no endpoints
+            raw["spec"]["ports"][0]["name"] = "web"
+
+        await edit("service_edit", edited("Service", EDIT_SERVICE, port_name), lambda: request(server, host)[0] == 500)
+
     try:
         asyncio.run(go())
     finally:
@@ -139,6 +157,7 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
         c.nginx_thread.shutdown(wait=True)
         echo_a.stop()
         echo_b.stop()
+        echo_c.stop()
     return row
 
 
@@ -147,7 +166,7 @@ def report(rows: list[dict[str, Any]]) -> str:
             "| `nginx -t` CPU | edit → traffic | routes / locations rebuilt |")
     lines = table_head(head, "---|")
     for r in rows:
-        for label in ("policy_edit", "route_edit"):
+        for label in EDITS:
             e = r[label]
             s = e["steps"]
             analysis = next((k for k in s if k.startswith("analysis") and not k.endswith("cpu")), "analysis")

@@ -391,6 +391,10 @@ class _RouteEntry:
     actions: dict[str, "Action"]
     upstreams: dict[str, "Upstream"]
     secrets: dict[str, bytes]
+    #: the Services its backends and mirrors looked up (None: absent), and per Service whose
+    #: endpoints it read, the EndpointSlices that had them (namespace, Service name) -> Objs
+    services: dict[Ref, Any] = field(default_factory=dict)
+    slices: dict[tuple[str, str], tuple[Any, ...]] = field(default_factory=dict)
 
 
 class BuildCache:
@@ -398,10 +402,17 @@ class BuildCache:
 
     A route's part of the data plane is a function of the route object, its path nodes, the
     effective policies on every node below them (the engine replaces a node's list whenever it
-    recomputes it, and leaves it alone otherwise), the servers its listeners became, and of
-    Services, EndpointSlices, Secrets, ConfigMaps, ReferenceGrants and Gateways. The first four are
-    compared by identity (the entry holds them, so no id is reused); for the rest the caller says
-    `epoch`, which it changes whenever an object of those kinds may have changed."""
+    recomputes it, and leaves it alone otherwise), the servers its listeners became, the Services
+    its backends and mirrors name with their EndpointSlices, and of Secrets, ConfigMaps,
+    ReferenceGrants and Gateways. All but the last four are compared by identity with what the
+    entry recorded (it holds the objects, so no id is reused): the route object, nodes and lists;
+    each Service it looked up, as the index holds it now (absent stays absent); and for each
+    Service whose endpoints it read, the index's EndpointSlices labelled with that Service, one by
+    one (a slice created, replaced or deleted changes that tuple). An index replaces an object's
+    `Obj` whenever the object changes, so an EndpointSlice or Service change rebuilds exactly the
+    routes that read it, and the caller need not say anything about those kinds. For Secrets,
+    ConfigMaps, ReferenceGrants and Gateways the caller says `epoch`, which it changes whenever an
+    object of those kinds may have changed (every entry is dropped)."""
 
     def __init__(self) -> None:
         self.epoch: Any = None
@@ -467,7 +478,10 @@ class _Builder:
         self.listener_facts: dict[Ref, ListenerFact] = {}
         self.route_facts: dict[Ref, RouteFact] = {}
         self.warnings: list[str] = []
-        self._slices: dict[tuple[str, str], list[Any]] | None = None
+        self._slices: dict[tuple[str, str], tuple[Any, ...]] | None = None
+        #: what the route being built reads of Services and EndpointSlices (see BuildCache)
+        self._services_read: dict[Ref, Any] | None = None
+        self._slices_read: dict[tuple[str, str], tuple[Any, ...]] | None = None
         self._effective = analysis._effective_by_target()
         self._at: dict[int, dict[str, dict[str, Any]]] = {}  # path node -> effective_at (nodes live in the analysis)
         self._specs: dict[int, tuple[Any, Any]] = {}  # id(Result) -> (Result, Effective)
@@ -694,6 +708,7 @@ class _Builder:
                 built = [None] * len(nodes)
                 self._recording = {}
                 self._new_actions = {}
+                self._services_read, self._slices_read = {}, {}
             fact = self.route_facts.setdefault(route.ref, RouteFact())
             spec = _dict(route.spec)
             for i, (node, server) in enumerate(zip(nodes, servers)):
@@ -716,8 +731,10 @@ class _Builder:
                 self.cache.routes[route.ref] = _RouteEntry(
                     inputs if inputs is not None else self._inputs(route, nodes, servers),
                     [_server_key(sv) for sv in servers], built,
-                    _copy_fact(fact), actions, {n: self.upstreams[n] for n in used}, self._recording or {})
+                    _copy_fact(fact), actions, {n: self.upstreams[n] for n in used}, self._recording or {},
+                    self._services_read or {}, self._slices_read or {})
             self._recording = None
+            self._services_read = self._slices_read = None
         # actions are shared by every vhost of a listener: build once per (listener, route); the
         # loop above rebuilt them per hostname, so de-duplicate by id
         for key, rules in rules_of.items():
@@ -753,11 +770,45 @@ class _Builder:
         inputs = None
         if entry is not None and entry.servers == [_server_key(sv) for sv in servers]:
             inputs = self._inputs(route, nodes, servers)
-            if len(inputs) == len(entry.inputs) and all(x is y for x, y in zip(inputs, entry.inputs)):
+            if (len(inputs) == len(entry.inputs) and all(x is y for x, y in zip(inputs, entry.inputs))
+                    and self._same_reads(entry)):
                 self.cache.hits += 1
                 return entry, inputs
         self.cache.misses += 1
         return None, inputs
+
+    def _same_reads(self, entry: _RouteEntry) -> bool:
+        """Are the Services and EndpointSlices the entry was built from still the index's objects?"""
+        by_ref = self.index.by_ref
+        if any(by_ref.get(ref) is not obj for ref, obj in entry.services.items()):
+            return False
+        for key, was in entry.slices.items():
+            now = self._slices_of(*key)
+            if len(now) != len(was) or any(x is not y for x, y in zip(now, was)):
+                return False
+        return True
+
+    def _service(self, ref: Ref) -> Any:
+        """The Service a backend or mirror names (None: absent), recorded for the route being built."""
+        svc = self.index.by_ref.get(ref)
+        if self._services_read is not None:
+            self._services_read[ref] = svc
+        return svc
+
+    def _slices_of(self, namespace: str, name: str) -> tuple[Any, ...]:
+        """The EndpointSlices of a Service (by their `kubernetes.io/service-name` label), in the
+        index's order; recorded for the route being built."""
+        if self._slices is None:
+            grouped: dict[tuple[str, str], list[Any]] = {}
+            for es in self.index.of_kind("discovery.k8s.io", "EndpointSlice"):
+                label = es.labels.get(SERVICE_NAME_LABEL)
+                if label:
+                    grouped.setdefault((es.namespace or "", label), []).append(es)
+            self._slices = {k: tuple(v) for k, v in grouped.items()}
+        got = self._slices.get((namespace, name), ())
+        if self._slices_read is not None:
+            self._slices_read[(namespace, name)] = got
+        return got
 
     def _match_rules(self, route: Any, node: PathNode, server: Server, fact: RouteFact) -> list[MatchRule]:
         out: list[MatchRule] = []
@@ -834,7 +885,7 @@ class _Builder:
                                                                              "Service", ref.namespace, ref.name):
                 m.error, m.message = REF_NOT_PERMITTED, f"{where}: Service {ref.namespace}/{ref.name} is in another namespace and no ReferenceGrant allows the reference"
             else:
-                svc = self.index.by_ref.get(ref)
+                svc = self._service(ref)
                 sport = _service_port(svc, port) if svc is not None else None
                 if svc is None or sport is None:
                     m.error, m.message = BACKEND_NOT_FOUND, f"{where}: Service {ref.namespace}/{ref.name} port {port!r} does not exist"
@@ -878,7 +929,7 @@ class _Builder:
             elif ns != route.namespace and not self.grants.allows(route.group, route.kind, route.namespace or "", CORE_GROUP, "Service", ns, name):
                 backend.error, backend.message = REF_NOT_PERMITTED, f"backendRefs[{bi}] of rule {ri}: Service {ns}/{name} is in another namespace and no ReferenceGrant allows the reference"
             else:
-                svc = self.index.by_ref.get(ref)
+                svc = self._service(ref)
                 sport = _service_port(svc, port) if svc is not None else None
                 if svc is None:
                     backend.error, backend.message = BACKEND_NOT_FOUND, f"backendRefs[{bi}] of rule {ri}: Service {ns}/{name} does not exist"
@@ -970,15 +1021,9 @@ class _Builder:
     # -- endpoints ------------------------------------------------------------------------------
 
     def _endpoints(self, svc: Any, sport: dict[str, Any]) -> tuple[Endpoint, ...]:
-        if self._slices is None:
-            self._slices = {}
-            for es in self.index.of_kind("discovery.k8s.io", "EndpointSlice"):
-                name = es.labels.get(SERVICE_NAME_LABEL)
-                if name:
-                    self._slices.setdefault((es.namespace or "", name), []).append(es)
         out: dict[Endpoint, None] = {}
         pname = sport.get("name") or ""
-        for es in self._slices.get((svc.namespace or "", svc.name), []):
+        for es in self._slices_of(svc.namespace or "", svc.name):
             if es.raw.get("addressType", "IPv4") not in ("IPv4", "IPv6"):
                 continue
             ports = [p for p in _list(es.raw.get("ports")) if isinstance(p, dict)]

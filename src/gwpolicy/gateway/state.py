@@ -10,6 +10,12 @@ one object is applied in place instead where that gives the same result:
 - a route (HTTPRoute, TLSRoute): its own facts are computed again (nothing else's facts read a route, except the
   `attachedRoutes` counts of the listeners it was or is attached to), and its new view goes to
   `apply_change`;
+- an EndpointSlice: nothing status says reads one and the view passes it through, so it goes to
+  `apply_change` (which puts it in the analysis' index) and into our index, and nothing else is
+  recomputed; `epoch` stays, since the data plane's BuildCache finds the routes that read its
+  Service by itself;
+- a Service: `apply_change`, our index, and the facts of the routes that name it (the only facts
+  that read a Service; the view does not change); `epoch` stays, as for an EndpointSlice;
 - any other kind goes to `apply_change` too; when the engine takes it in place, the facts are
   computed again from a fresh index and every Gateway and route whose view changed goes to
   `apply_change` as well.
@@ -29,7 +35,7 @@ from gwpolicy.grants import ReferenceGrants
 from gwpolicy.incremental import apply_change, prepare, replace_object
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import ObjectIndex, build_index
-from gwpolicy.refs import GATEWAY_GROUP, Ref
+from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.gateway.status import ROUTE_KINDS, Facts, _route, dataplane_objects, gateway_facts, route_objects
 
 Key = tuple[str, str, str, str]
@@ -46,6 +52,23 @@ def key_ref(key: Key) -> Ref:
 
 
 _VIEWED = ("Gateway", *ROUTE_KINDS)  # the kinds dataplane_objects may change
+
+
+def _names_service(route: Any, svc: Ref) -> bool:
+    """Does a route's backendRef or RequestMirror name this Service (as status resolves them)?"""
+    spec = route.spec if isinstance(route.spec, dict) else {}
+    for rule in spec.get("rules") or []:
+        if not isinstance(rule, dict):
+            continue
+        refs = [b for b in rule.get("backendRefs") or [] if isinstance(b, dict)]
+        refs += [(f.get("requestMirror") or {}).get("backendRef") for f in rule.get("filters") or []
+                 if isinstance(f, dict) and f.get("type") == "RequestMirror" and isinstance(f.get("requestMirror"), dict)]
+        for b in refs:
+            if (isinstance(b, dict) and str(b.get("name", "")) == svc.name
+                    and (b.get("namespace") or route.namespace or "") == (svc.namespace or "")):
+                return True
+    return False
+ENDPOINT_SLICE = ("discovery.k8s.io", "EndpointSlice")
 
 
 class GatewayState:
@@ -67,8 +90,9 @@ class GatewayState:
         self.stale = True
         self.full_passes = 0
         self.in_place = 0  # changes applied in place
-        #: bumped whenever something other than a policy or a route changed: the data plane's
-        #: caches (dataplane.BuildCache, render.RenderCache) key on routes, policies and paths only
+        #: bumped whenever something other than a policy, a route or an EndpointSlice changed: the
+        #: data plane's caches (dataplane.BuildCache, render.RenderCache) key on routes, policies,
+        #: paths, Services and EndpointSlices only
         self.epoch = 0
         self.last_fallback: str | None = None  # the change that needed the full pass, for the log
 
@@ -149,6 +173,10 @@ class GatewayState:
             return got
         if ref.group == GATEWAY_GROUP and ref.kind in ROUTE_KINDS:
             return self._route(ref, raw, new)
+        if (ref.group, ref.kind) == ENDPOINT_SLICE:
+            return self._endpoint_slice(ref, raw, new)
+        if (ref.group, ref.kind) == (CORE_GROUP, "Service"):
+            return self._service(ref, raw, new)
         if ref.group == GATEWAY_GROUP and ref.kind in _VIEWED:  # a Gateway: its view needs the new facts
             self._rebuild_facts()
             old_view = self.views.get(ref, raw)
@@ -188,6 +216,38 @@ class GatewayState:
             return None
         backends = {b.ref for f in (before, rf) if f is not None for b in f.backends if b.ref is not None}
         return got | {ref} | gateways | backends  # the policies on its backends may reach other Gateways now
+
+    def _endpoint_slice(self, ref: Ref, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
+        """An EndpointSlice (pods coming and going: the change a gateway sees most). The facts
+        (status.gateway_facts) read none and the view passes it as it is, so the engine's index and
+        ours take the new copy and nothing is computed again; no status changes (a Service without
+        ready endpoints is answered 500, ResolvedRefs stays True)."""
+        got = apply_change(self.analysis, raw, new)  # type: ignore[arg-type]
+        if got is None:
+            return None
+        replace_object(self.index, ref, new)  # type: ignore[arg-type]
+        return got
+
+    def _service(self, ref: Ref, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
+        """A Service: the engine derives the paths of the routes that name it again; of the facts
+        only those routes' read it (their backends resolve to it, or to none of its ports), and
+        the view does not depend on them (a route's accepted parentRefs do not). So only those
+        routes' facts are computed again; the data plane's BuildCache rebuilds the routes that
+        read the Service by itself."""
+        facts, index = self.facts, self.index
+        assert facts is not None and index is not None and self.grants is not None
+        got = apply_change(self.analysis, raw, new)  # type: ignore[arg-type]
+        if got is None:
+            return None
+        replace_object(index, ref, new)
+        routes = [r for r, rf in facts.routes.items() if _names_service(rf.obj, ref)]
+        for r in routes:
+            obj = index.by_ref.get(r)
+            rf = _route(obj, facts, index, self.grants) if obj is not None else None
+            if rf is None:  # cannot be: a route's parents do not read a Service; but never keep stale facts
+                return None
+            facts.routes[r] = rf
+        return got | set(routes) | {ref}
 
     def _set_view(self, ref: Ref, new: dict[str, Any] | None) -> dict[str, Any] | None:
         """The data plane's view of a Gateway or route's new copy (None: deleted), recorded as the
