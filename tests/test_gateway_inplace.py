@@ -234,7 +234,11 @@ async def check(c: GatewayController, renderer: Renderer) -> None:
             assert without_times(raw.get("status") or {}) == without_times(want), f"{ref} was not written"
 
 
-def run(routes: int, seed: int, steps: list[tuple[str, int, bool]]) -> GatewayController:
+def run(routes: int, seed: int, steps: list[tuple[str, int, bool]], make: Any = None) -> GatewayController:
+    """Apply the steps (change, its seed, reconcile right after?) in place and check the end against
+    a full pass; `make(objects, what, rnd)` draws a change (`change` by default)."""
+    make = make or change
+
     async def go() -> GatewayController:
         objects = {object_key(o): o for o in base_cluster(routes, seed)}
         c = await loaded(objects)
@@ -243,7 +247,7 @@ def run(routes: int, seed: int, steps: list[tuple[str, int, bool]]) -> GatewayCo
         renderer.build(c.state.analysis, c.state.epoch)
         write_queued(c)
         for what, r, now in steps:
-            ev = change(objects, what, random.Random(r))
+            ev = make(objects, what, random.Random(r))
             if ev is not None:
                 await c.on_event(ev[0], kind_of(ev[1]), copy.deepcopy(ev[1]))
             if now:

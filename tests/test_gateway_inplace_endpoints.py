@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from gwpolicy.gateway.controller import Renderer
 from gwpolicy.gateway.state import key_ref, object_key
-from test_gateway_inplace import CHANGES, OPTS, base_cluster, change, check, kind_of, loaded, write_queued
+from test_gateway_inplace import CHANGES, OPTS, base_cluster, change, check, kind_of, loaded, run, write_queued
 
 SLICE_CHANGES = ["slice-endpoints", "slice-add", "slice-new", "slice-delete", "slice-relabel", "slice-ports",
                  "slice-fqdn", "route-mirror", "service-new", "service-delete", "service-ports", "service-label"]
@@ -100,27 +100,9 @@ def slice_change(objects: dict[Any, dict[str, Any]], what: str, rnd: random.Rand
     return "MODIFIED", es
 
 
-def run(routes: int, seed: int, steps: list[tuple[str, int, bool]]) -> None:
-    async def go() -> None:
-        objects = {object_key(o): o for o in base_cluster(routes, seed)}
-        c = await loaded(objects)
-        renderer = Renderer(OPTS)
-        await c.reconcile()
-        renderer.build(c.state.analysis, c.state.epoch)
-        write_queued(c)
-        for what, r, now in steps:
-            rnd = random.Random(r)
-            ev = slice_change(objects, what, rnd) if what in SLICE_CHANGES else change(objects, what, rnd)
-            if ev is not None:
-                await c.on_event(ev[0], kind_of(ev[1]), copy.deepcopy(ev[1]))
-            if now:
-                await c.reconcile()
-                renderer.build(c.state.analysis, c.state.epoch)
-                write_queued(c)
-        await c.reconcile()
-        write_queued(c)
-        await check(c, renderer)
-    asyncio.run(go())
+def any_change(objects: dict[Any, dict[str, Any]], what: str, rnd: random.Random) -> tuple[str, dict[str, Any]] | None:
+    """An EndpointSlice or Service change of this module, or one of test_gateway_inplace's."""
+    return slice_change(objects, what, rnd) if what in SLICE_CHANGES else change(objects, what, rnd)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -128,7 +110,7 @@ def run(routes: int, seed: int, steps: list[tuple[str, int, bool]]) -> None:
        steps=st.lists(st.tuples(st.sampled_from(SLICE_CHANGES * 3 + CHANGES), st.integers(0, 10**6), st.booleans()),
                       min_size=1, max_size=8))
 def test_slice_edits_in_place_render_what_a_full_pass_does(routes: int, seed: int, steps: list[tuple[str, int, bool]]) -> None:
-    run(routes, seed, steps)
+    run(routes, seed, steps, any_change)
 
 
 def _routes_reading(objects: dict[Any, dict[str, Any]], ns: str, svc: str) -> set[str]:
