@@ -145,6 +145,37 @@ def test_watch_from_a_version_with_bookmarks_and_timeout(sb):
     assert any(e["type"] == "BOOKMARK" and e["object"]["metadata"]["resourceVersion"] for e in events)
 
 
+def test_a_watch_with_a_label_selector_sees_objects_come_into_it_and_leave_it(sb):
+    """As kube-apiserver's watch cache filters events: an object whose labels stop matching is
+    DELETED for that watch (its last matching content, at the event's version), one that starts to
+    match is ADDED, changes while it matches are MODIFIED, and changes outside it are not sent."""
+    path = f"{GW}/namespaces/t/gateways"
+    patch = {"Content-Type": "application/merge-patch+json"}
+    created = sb.http.post(path, json=dict(gateway("sel"), metadata={"name": "sel", "namespace": "t", "labels": {"team": "a"}}))
+    rv = created.json()["metadata"]["resourceVersion"]
+    versions: list[str] = []
+
+    def later():
+        for body in ({"metadata": {"labels": {"team": "b"}}},  # leaves the selector
+                     {"spec": {"gatewayClassName": "d"}},  # changes outside it: not sent
+                     {"metadata": {"labels": {"team": "a"}}},  # comes back
+                     {"spec": {"gatewayClassName": "e"}}):  # changes inside it
+            versions.append(sb.http.patch(f"{path}/sel", content=json.dumps(body), headers=patch).json()["metadata"]["resourceVersion"])
+        sb.http.delete(f"{path}/sel")
+
+    threading.Timer(0.2, later).start()
+    events = _watch_lines(sb, path, resourceVersion=rv, labelSelector="team=a", timeoutSeconds="1.5")
+    seen = [(e["type"], e["object"]["metadata"]["labels"]["team"], e["object"]["spec"]["gatewayClassName"],
+             e["object"]["metadata"]["resourceVersion"]) for e in events if e["type"] != "BOOKMARK"]
+    assert seen[:3] == [("DELETED", "a", "c", versions[0]), ("ADDED", "a", "d", versions[2]),
+                        ("MODIFIED", "a", "e", versions[3])]
+    assert [t for t, *_ in seen] == ["DELETED", "ADDED", "MODIFIED", "DELETED"]
+    # and a watch of the other label sees the object only while it carried it
+    again = _watch_lines(sb, path, resourceVersion=rv, labelSelector="team=b", timeoutSeconds="0.5")
+    assert [(e["type"], e["object"]["spec"]["gatewayClassName"]) for e in again if e["type"] != "BOOKMARK"] == \
+        [("ADDED", "c"), ("MODIFIED", "d"), ("DELETED", "d")]
+
+
 def test_watch_from_a_compacted_version_is_410_gone(sb):
     rv = sb.http.get(f"{GW}/namespaces/t/gateways").json()["metadata"]["resourceVersion"]
     sb.http.post(f"{GW}/namespaces/t/gateways", json=gateway("g1"))

@@ -514,6 +514,23 @@ class Sandbox:
         def matches(obj: dict[str, Any], ens: str) -> bool:
             return (ns is None or not r.namespaced or ens == ns) and lm(obj["metadata"].get("labels") or {}) and fm(obj)
 
+        def seen(ev: Any) -> tuple[str, dict[str, Any]] | None:
+            """The event as this watch sees it, as kube-apiserver's watch cache filters one: an object
+            that comes into the selectors is ADDED, one that leaves them is DELETED (its last matching
+            content at the event's version), one that stays in is MODIFIED."""
+            if ev.group != r.group or ev.plural != r.plural:
+                return None
+            now = ev.type != "DELETED" and matches(ev.obj, ev.namespace)
+            before = ev.prev is not None and matches(ev.prev, ev.namespace)
+            if ev.type == "DELETED":
+                return ("DELETED", ev.obj) if before or (ev.prev is None and matches(ev.obj, ev.namespace)) else None
+            if now:
+                return ("MODIFIED" if before else "ADDED"), ev.obj
+            if before:
+                meta = dict(ev.prev["metadata"], resourceVersion=ev.obj["metadata"]["resourceVersion"])
+                return "DELETED", dict(ev.prev, metadata=meta)
+            return None
+
         async def send(etype: str, obj: dict[str, Any]) -> None:
             obj = dict(obj, apiVersion=r.api_version(version)) if etype != "ERROR" else obj
             if as_table and etype != "ERROR" and etype != "BOOKMARK":
@@ -534,8 +551,9 @@ class Sandbox:
                     return resp
                 last = int(rv_text)
                 for ev in history:
-                    if ev.group == r.group and ev.plural == r.plural and matches(ev.obj, ev.namespace):
-                        await send(ev.type, ev.obj)
+                    got = seen(ev)
+                    if got is not None:
+                        await send(*got)
                     last = ev.rv
             deadline = time.monotonic() + timeout
             while True:
@@ -555,8 +573,9 @@ class Sandbox:
                 if ev.rv <= last:
                     continue
                 last = ev.rv
-                if ev.group == r.group and ev.plural == r.plural and matches(ev.obj, ev.namespace):
-                    await send(ev.type, ev.obj)
+                got = seen(ev)
+                if got is not None:
+                    await send(*got)
         except (ConnectionResetError, asyncio.CancelledError):
             return resp
         finally:
