@@ -203,6 +203,17 @@ async def loaded(objects: dict[Any, dict[str, Any]]) -> GatewayController:
     return c
 
 
+async def started(objects: dict[Any, dict[str, Any]]) -> tuple[GatewayController, Renderer]:
+    """A controller with the objects loaded, reconciled, built and its status written, and the
+    renderer that built it (whose caches the in-place steps after it use)."""
+    c = await loaded(objects)
+    renderer = Renderer(OPTS)
+    await c.reconcile()
+    renderer.build(c.state.analysis, c.state.epoch)
+    write_queued(c)
+    return c, renderer
+
+
 def write_queued(c: GatewayController) -> None:
     """What the write workers would do: each queued object gets the status it should carry (its
     echo changes status only, which the state does not see)."""
@@ -241,11 +252,7 @@ def run(routes: int, seed: int, steps: list[tuple[str, int, bool]], make: Any = 
 
     async def go() -> GatewayController:
         objects = {object_key(o): o for o in base_cluster(routes, seed)}
-        c = await loaded(objects)
-        renderer = Renderer(OPTS)
-        await c.reconcile()
-        renderer.build(c.state.analysis, c.state.epoch)
-        write_queued(c)
+        c, renderer = await started(objects)
         for what, r, now in steps:
             ev = make(objects, what, random.Random(r))
             if ev is not None:
@@ -272,11 +279,7 @@ def test_route_and_policy_edits_are_applied_in_place_and_reuse_the_rest() -> Non
     """The two edits platform teams make most stay off the full pass, and rebuild only what they touch."""
     async def go() -> None:
         objects = {object_key(o): o for o in base_cluster(40, 1)}
-        c = await loaded(objects)
-        renderer = Renderer(OPTS)
-        await c.reconcile()
-        renderer.build(c.state.analysis, c.state.epoch)
-        write_queued(c)
+        c, renderer = await started(objects)
         for what, r in (("route-backend", 3), ("policy-value", 4), ("route-hostname", 5)):
             ev = change(objects, what, random.Random(r))
             assert ev is not None

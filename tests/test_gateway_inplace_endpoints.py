@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from gwpolicy.gateway.controller import Renderer
 from gwpolicy.gateway.state import key_ref, object_key
-from test_gateway_inplace import CHANGES, OPTS, base_cluster, change, check, kind_of, loaded, run, write_queued
+from test_gateway_inplace import CHANGES, base_cluster, change, check, kind_of, run, started, write_queued
 
 SLICE_CHANGES = ["slice-endpoints", "slice-add", "slice-new", "slice-delete", "slice-relabel", "slice-ports",
                  "slice-fqdn", "route-mirror", "service-new", "service-delete", "service-ports", "service-label"]
@@ -127,6 +127,23 @@ def _routes_reading(objects: dict[Any, dict[str, Any]], ns: str, svc: str) -> se
     return out
 
 
+async def edited_in_place(c: Any, renderer: Renderer, objects: dict[Any, dict[str, Any]], event: str,
+                          raw: dict[str, Any]) -> None:
+    """One watch event applied and reconciled, which must stay off the full pass and keep `epoch`
+    and the facts object; its status written and the data plane built again."""
+    epoch, facts = c.state.epoch, c.state.facts
+    if event == "DELETED":
+        objects.pop(object_key(raw))
+    else:
+        objects[object_key(raw)] = raw
+    await c.on_event(event, kind_of(raw), copy.deepcopy(raw))
+    await c.reconcile()
+    assert c.state.full_passes == 1, c.state.last_fallback
+    assert c.state.epoch == epoch and c.state.facts is facts
+    write_queued(c)
+    renderer.build(c.state.analysis, c.state.epoch)
+
+
 def test_a_slice_edit_rebuilds_only_the_routes_of_its_service() -> None:
     """40 routes: an edit of one route's Service's slice rebuilds that route alone; of the Service
     every twentieth route also sends to (in another namespace), those routes; a new slice, a
@@ -134,26 +151,12 @@ def test_a_slice_edit_rebuilds_only_the_routes_of_its_service() -> None:
     nothing else rendered again; the files are those of a full pass."""
     async def go() -> None:
         objects = {object_key(o): o for o in base_cluster(40, 1)}
-        c = await loaded(objects)
-        renderer = Renderer(OPTS)
-        await c.reconcile()
-        renderer.build(c.state.analysis, c.state.epoch)
-        write_queued(c)
-        epoch, facts = c.state.epoch, c.state.facts
+        c, renderer = await started(objects)
         key = next(k for k in objects if k[1] == "EndpointSlice" and k[3] == "svc-000003-slice")
         shared = next(k for k in objects if k[1] == "EndpointSlice" and k[3] == "shared-auth-slice")
 
         async def edit(event: str, raw: dict[str, Any], services: list[tuple[str, str]]) -> None:
-            if event == "DELETED":
-                objects.pop(object_key(raw))
-            else:
-                objects[object_key(raw)] = raw
-            await c.on_event(event, kind_of(raw), copy.deepcopy(raw))
-            await c.reconcile()
-            assert c.state.full_passes == 1, c.state.last_fallback
-            assert c.state.epoch == epoch and c.state.facts is facts
-            write_queued(c)
-            renderer.build(c.state.analysis, c.state.epoch)
+            await edited_in_place(c, renderer, objects, event, raw)
             reading = set().union(*(_routes_reading(objects, ns, s) for ns, s in services))
             cache = renderer.build_cache
             assert cache.misses == len(reading) and cache.hits == 40 - len(reading), (raw["metadata"]["name"], reading)
@@ -192,11 +195,7 @@ def test_a_mirror_reads_its_services_slices() -> None:
         r = objects[route_key]
         r["spec"]["rules"][1]["filters"] = [{"type": "RequestMirror", "requestMirror": {
             "backendRef": {"group": "", "kind": "Service", "name": svc, "port": 8080}}}]
-        c = await loaded(objects)
-        renderer = Renderer(OPTS)
-        await c.reconcile()
-        renderer.build(c.state.analysis, c.state.epoch)
-        write_queued(c)
+        c, renderer = await started(objects)
         skey = next(k for k in objects if k[1] == "EndpointSlice" and k[3] == f"{svc}-slice")
         es = copy.deepcopy(objects[skey])
         es["endpoints"] = [{"addresses": ["127.0.43.12"]}, {"addresses": ["127.0.43.13"]}]
@@ -222,25 +221,11 @@ def test_a_service_edit_rebuilds_only_the_routes_naming_it() -> None:
         objects = {object_key(o): o for o in base_cluster(40, 2)}
         route = next(o for k, o in objects.items() if k[1] == "HTTPRoute" and k[3] == "route-000007")
         route["spec"]["rules"][0]["backendRefs"].append({"group": "", "kind": "Service", "name": "later", "port": 8080})
-        c = await loaded(objects)
-        renderer = Renderer(OPTS)
-        await c.reconcile()
-        renderer.build(c.state.analysis, c.state.epoch)
-        write_queued(c)
-        epoch, facts = c.state.epoch, c.state.facts
+        c, renderer = await started(objects)
         ns = route["metadata"]["namespace"]
 
         async def edit(event: str, raw: dict[str, Any], rebuilt: int) -> None:
-            if event == "DELETED":
-                objects.pop(object_key(raw))
-            else:
-                objects[object_key(raw)] = raw
-            await c.on_event(event, kind_of(raw), copy.deepcopy(raw))
-            await c.reconcile()
-            assert c.state.full_passes == 1, c.state.last_fallback
-            assert c.state.epoch == epoch and c.state.facts is facts
-            write_queued(c)
-            renderer.build(c.state.analysis, c.state.epoch)
+            await edited_in_place(c, renderer, objects, event, raw)
             assert (renderer.build_cache.misses, renderer.build_cache.hits) == (rebuilt, 40 - rebuilt), raw["metadata"]["name"]
             await check(c, renderer)
 
