@@ -46,6 +46,12 @@ class SandboxProcess:
         self.proc.kill()
         self.proc.wait(5)
 
+    def __enter__(self) -> "SandboxProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         self.http.close()
         self.proc.terminate()

@@ -15,15 +15,12 @@ GW = "/apis/gateway.networking.k8s.io/v1"
 
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory):
-    s = SandboxProcess(tmp_path_factory.mktemp("sandbox"))
-    try:
+    with SandboxProcess(tmp_path_factory.mktemp("sandbox")) as s:
         s.kubectl("apply", "--server-side", "-f", str(GW_CRDS / "gateway.networking.k8s.io_gateways.yaml"),
                   "-f", str(GW_CRDS / "gateway.networking.k8s.io_httproutes.yaml"),
                   "-f", str(GW_CRDS / "gateway.networking.k8s.io_gatewayclasses.yaml"))
         s.http.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "t"}})
         yield s
-    finally:
-        s.close()
 
 
 def gateway(name: str, **spec) -> dict:

@@ -28,11 +28,8 @@ BENCH_1K = Path("/work/benchdata/cluster-1000.yaml")
 
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory):
-    s = SandboxProcess(tmp_path_factory.mktemp("builtin"))
-    try:
+    with SandboxProcess(tmp_path_factory.mktemp("builtin")) as s:
         yield s
-    finally:
-        s.close()
 
 
 def apply(sb: SandboxProcess, obj: dict[str, Any], *extra: str):

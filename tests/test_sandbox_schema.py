@@ -181,13 +181,10 @@ def test_admitting_is_fast_enough_for_every_write(schemas):
 
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory):
-    s = SandboxProcess(tmp_path_factory.mktemp("sandbox-schema"))
-    try:
+    with SandboxProcess(tmp_path_factory.mktemp("sandbox-schema")) as s:
         s.kubectl("apply", "--server-side", "-f", str(SHARED / "crd" / "experimental"))
         s.kubectl("create", "namespace", "t")
         yield s
-    finally:
-        s.close()
 
 
 def test_kubectl_applies_every_example_and_reads_back_defaults(sb, tmp_path):

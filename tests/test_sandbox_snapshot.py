@@ -59,11 +59,8 @@ def chunks(http: Any, path: str, limit: int, between: Callable[[int], None] = la
 
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory):
-    s = SandboxProcess(tmp_path_factory.mktemp("sandbox"))
-    try:
+    with SandboxProcess(tmp_path_factory.mktemp("sandbox")) as s:
         yield s
-    finally:
-        s.close()
 
 
 def _namespace(sb: SandboxProcess, name: str) -> None:
@@ -178,11 +175,8 @@ _namespaces = itertools.count()
 @pytest.fixture(scope="module")
 def psb(tmp_path_factory):
     """A sandbox of its own: a list of all namespaces then holds only the example's objects."""
-    s = SandboxProcess(tmp_path_factory.mktemp("sandbox"))
-    try:
+    with SandboxProcess(tmp_path_factory.mktemp("sandbox")) as s:
         yield s
-    finally:
-        s.close()
 
 
 @settings(max_examples=30, deadline=None)
