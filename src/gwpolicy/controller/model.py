@@ -30,8 +30,9 @@ FREEZE_EVERY = 5000  # events
 def _same_version(old: dict[str, Any], raw: dict[str, Any]) -> bool:
     """Both copies carry one resourceVersion (the API server gives every write of an object a new
     one, so they hold the same object); False when either has none."""
-    rv = raw.get("metadata", {}).get("resourceVersion") if type(raw.get("metadata")) is dict else None
-    return bool(rv) and type(rv) is str and old.get("metadata", {}).get("resourceVersion") == rv
+    meta = raw.get("metadata")
+    rv = meta.get("resourceVersion") if type(meta) is dict else None
+    return type(rv) is str and rv != "" and old.get("metadata", {}).get("resourceVersion") == rv
 
 
 def _essence(raw: dict[str, Any]) -> dict[str, Any]:
