@@ -33,8 +33,8 @@ from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.policies import TARGET_FIELDS, Policy, PolicyKind, parse_policy
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.shapes import list_map_problem, object_problem
-from gwpolicy.topology import PathNode, Topology, _add_backend, _listeners, _route_paths, _rules, _service_ports, attach_route, \
-    extend, namespace_ref, parent_gateway
+from gwpolicy.topology import _new_ref, PathNode, Topology, _add_backend, _listeners, _route_paths, _rules, _service_ports, attach_route, \
+    extend, names_gateway, namespace_ref, parent_gateway
 
 
 def replace_object(index: ObjectIndex, ref: Ref, raw: dict[str, Any] | None) -> Obj | None:
@@ -632,20 +632,23 @@ def _resummarise(ev: Evaluator, n: PathNode, kk: KindKey) -> None:
     n.summary = Summary(trails, kinds)
 
 
-def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: dict[Ref, list[Pairs]]) -> set[Ref]:
+def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: dict[Ref, list[Pairs]],
+                     owners: dict[Ref, tuple[list[Pairs], list[Pairs]]], fresh_summaries: bool = False) -> set[Ref]:
     """New summaries and effective policies (every kind) for these paths of each target (each node
     listed once, parents before children or not: summaries are derived on demand); objects whose
     affecting policies changed. `lost`: the lists of the paths the caller took away, by
     owner (when the new paths bring at least their policies, the owner is not rescanned: what it
-    had, plus what they bring). A path new to a target is listed after its others, not in the
+    had, plus what they bring). `owners` receives each owner of a target given (the caller's
+    objects to check). `fresh_summaries`: every node's summary already dropped (`_graft`).
+    A path new to a target is listed after its others, not in the
     order a full analysis lists them (what shows them sorts them: an EffectivePolicy object's
     `paths`; sorting a backend's thousands of paths on every route change would buy nothing)."""
-    for nodes in per_target.values():
-        for n in nodes:
-            n.summary = None
+    if not fresh_summaries:
+        for nodes in per_target.values():
+            for n in nodes:
+                n.summary = None
     by = a._by_effective_target
     assert by is not None
-    paths = a.topology.paths
     ev = a.evaluator
     context_of = ev.contexts()
     summary, evaluate, kinds, kinds_at = ev.summary, ev.evaluate_node, ev.kinds, ev.kinds_at
@@ -655,27 +658,22 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     # (`Evaluator.contexts`: interned, keyed by identity), every result
     memo: dict[tuple, Pairs] = {}
     shared: dict = {}
-    # owner -> what its paths in the batch had and have: (its targets with all their paths in the
-    # batch, the (kind, result) list of each of its paths in the batch, the old lists those paths
-    # replaced, the (kind, result) lists of the paths that changed), lists
-    # appended as the nodes come (one list is shared by many nodes: `_PoliciesOfLists` reads each once).
-    # What affects an owner is read from those lists, and from the effective policies of its other
-    # targets' paths when they are few (a moved route: none; its Service: the standalone path of a
-    # port no route reaches)
-    owners: dict[Ref, tuple[set[Ref], list[Pairs], list[Pairs], list[Pairs]]] = {}
+    # owner -> what its paths in the batch had and have: (the old lists those paths replaced, the
+    # (kind, result) lists of the paths that changed), appended as the nodes come. What affects
+    # an owner with a few paths (a route, its Service) is read again from them all; one with many
+    # (a Service behind many routes) keeps what it had, plus what these bring, when they bring
+    # back all that the replaced ones gave
     for target, fresh_nodes in per_target.items():  # each target once, however many of its paths changed
         per_path = by.get(target)
         if per_path is None:
             per_path = by[target] = {}
         is_section = target[4] is not None
-        owner = target.object if is_section else target
+        owner = _new_ref(Ref, (target[0], target[1], target[2], target[3], None)) if is_section else target  # `target.object`
         cid = id(context_of(target))
         rec = owners.get(owner)
         if rec is None:
-            rec = owners[owner] = (set(), [], [], [])
-        complete, lists, replaced, brought = rec
-        if len(fresh_nodes) == len(paths.get(target, ())):
-            complete.add(target)  # every path of this target is in the batch
+            rec = owners[owner] = ([], [])
+        replaced, brought = rec
         for n in fresh_nodes:
             here = n.summary
             if here is None:
@@ -699,7 +697,6 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
                 pairs = memo.get(key)  # type: ignore[assignment]
                 if pairs is None:
                     pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate(target, n) if res.leaves]
-                lists.append(pairs)
             old = per_path.get(n)
             if old is not None:
                 if len(old) == len(pairs):
@@ -723,56 +720,32 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     sections = a.topology.sections
     of_lists = _PoliciesOfLists()
     visit = list(lost)
-    visit.extend(o for o, rec in owners.items() if (rec[2] or rec[3]) and o not in lost)
+    visit.extend(o for o, rec in owners.items() if (rec[0] or rec[1]) and o not in lost)
     for owner in visit:
+        pp = by.get(owner)
+        lists = [*pp.values()] if pp else []
         secs = sections.get(owner)
-        rec = owners.get(owner)  # type: ignore[assignment]
-        if rec is not None:
-            complete = rec[0]
-            rest: list[dict[PathNode, Pairs]] = []
-            many = 0
-            if owner not in complete:
-                pp = by.get(owner)
+        if secs:
+            for s in secs:
+                pp = by.get(_new_ref(Ref, (owner[0], owner[1], owner[2], owner[3], s)))  # `owner.with_section(s)`
                 if pp:
-                    rest.append(pp)
-                    many = len(pp)
-            if secs:
-                for s in secs:
-                    t = owner.with_section(s)
-                    if t not in complete:
-                        pp = by.get(t)
-                        if pp:
-                            rest.append(pp)
-                            many += len(pp)
-            if many <= _FEW_PATHS:
-                now = of_lists(rec[1])
-                if rest:  # a few other paths (a Service's port no route reaches): theirs too
-                    copied = False
-                    for kk, refs in _policies_on(rest).items():
-                        got = now.get(kk)
-                        if got is None or not refs <= got:
-                            if not copied:
-                                now = dict(now)  # a dict `of_lists` may give other owners too
-                                copied = True
-                            now[kk] = refs if got is None else got | refs
-                if now != affected.get(owner, _NO_POLICIES):  # `_set_affected`, inline: thousands of owners
-                    if now:
-                        affected[owner] = now
-                    else:
-                        affected.pop(owner, None)
-                    changed.add(owner)
-                continue
-        per_paths = [pp for pp in map(by.get, chain((owner,), map(owner.with_section, secs)) if secs else (owner,)) if pp]
-        if sum(map(len, per_paths)) <= _FEW_PATHS:
-            if _set_affected(a, owner, _policies_on(per_paths)):  # a handful of paths: gathered again at once
+                    lists += pp.values()
+        if len(lists) <= _FEW_PATHS:  # a handful of paths: what affects it gathered again at once
+            now = of_lists(lists)
+            if now != affected.get(owner, _NO_POLICIES):  # `_set_affected`, inline: thousands of owners
+                if now:
+                    affected[owner] = now
+                else:
+                    affected.pop(owner, None)
                 changed.add(owner)
             continue
         before = affected.get(owner, {})
         # what the owner loses, it gets back from the new paths (a Service behind many routes, one
         # of them derived again): it keeps all it had, plus what they bring, and is not rescanned
-        gone = chain(lost.get(owner, ()), rec[2]) if rec is not None else lost.get(owner, ())
+        rec = owners.get(owner)  # type: ignore[assignment]
+        gone = chain(lost.get(owner, ()), rec[0]) if rec is not None else lost.get(owner, ())
         lost_kinds = _policies_of_pairs(gone)
-        got = of_lists(rec[3]) if rec is not None else {}
+        got = of_lists(rec[1]) if rec is not None else {}
         if all(refs <= got.get(kk, set()) for kk, refs in lost_kinds.items()):
             now = {kk: before.get(kk, set()) | got.get(kk, set()) for kk in set(before) | set(got)}
             if now != before:
@@ -801,14 +774,14 @@ class _PoliciesOfLists:
         self.of_set: dict[tuple[int, ...], dict[KindKey, Any]] = {}
 
     def __call__(self, lists: list[list]) -> dict[KindKey, Any]:
-        distinct = {id(pairs): pairs for pairs in lists}  # one list is shared by many nodes
-        key = tuple(distinct)
+        key = tuple(map(id, lists))  # the lists as they come: owners alike come with them alike
         now = self.of_set.get(key)
         if now is not None:
             return now
         of_list = self.of_list
         now = {}
         owned = False  # `now` a copy of our own, not one list's dict
+        distinct = {id(pairs): pairs for pairs in lists}  # one list is shared by many nodes
         for i, pairs in distinct.items():
             one = of_list.get(i)
             if one is None:  # one list holds one result per kind: nothing to fold
@@ -885,20 +858,22 @@ class RouteIndex:
     def __init__(self, index: ObjectIndex) -> None:
         self.naming: dict[Ref, set[Ref]] = {}  # Gateway or backend -> routes naming it
         self.into: dict[str, set[Ref]] = {}  # namespace -> routes with a backendRef into it from another
-        self._of: dict[Ref, tuple[set[Ref], set[str]]] = {}
+        # route -> (what it names, the namespaces it sends to, whether it names a backend other
+        # than a Service: one that may be a Gateway)
+        self._of: dict[Ref, tuple[set[Ref], set[str], bool]] = {}
         for kind in ROUTE_KINDS:
             for route in index.of_kind(GATEWAY_GROUP, kind):
                 self.put(route.ref, route)
 
     def put(self, ref: Ref, route: Obj | None) -> None:
         """The route's names, replacing those it had (None: it is gone)."""
-        names, into = self._of.pop(ref, ((), ()))  # type: ignore[assignment]
+        names, into, _ = self._of.pop(ref, ((), (), False))  # type: ignore[assignment]
         _untie(self.naming, names, ref)
         _untie(self.into, into, ref)
         if route is None:
             return
-        names, into = _names_of_route(route)
-        self._of[ref] = (names, into)
+        names, into, odd = _names_of_route(route)
+        self._of[ref] = (names, into, odd)
         for n in names:
             self.naming.setdefault(n, set()).add(ref)
         for ns in into:
@@ -906,6 +881,12 @@ class RouteIndex:
 
     def routes_naming(self, ref: Ref) -> list[Ref]:
         return sorted(self.naming.get(ref, ()))  # routes: namespaced, no section (compared as tuples, as by sort_key)
+
+    def sends_only_to(self, ref: Ref, namespaces: frozenset[str]) -> bool:
+        """Does the route name only Services as backends, none in these namespaces? (Then every
+        level below its path lives outside them, and none is a Gateway: `_Edit._move_route`.)"""
+        got = self._of.get(ref)
+        return got is not None and not got[2] and ref.namespace not in namespaces and got[1].isdisjoint(namespaces)
 
 
 def _untie(held: dict[Any, set[Ref]], keys: Any, ref: Ref) -> None:
@@ -918,12 +899,14 @@ def _untie(held: dict[Any, set[Ref]], keys: Any, ref: Ref) -> None:
                 del held[k]
 
 
-def _names_of_route(route: Obj) -> tuple[set[Ref], set[str]]:
-    """The Gateways and backends a route names (defaulted as attachment defaults them), and the
-    namespaces other than its own that it sends to."""
+def _names_of_route(route: Obj) -> tuple[set[Ref], set[str], bool]:
+    """The Gateways and backends a route names (defaulted as attachment defaults them), the
+    namespaces other than its own that it sends to, and whether a backendRef names anything but a
+    Service (or is malformed)."""
     spec = route.spec if isinstance(route.spec, dict) else {}
     names: set[Ref] = set()
     into: set[str] = set()
+    odd = False
     for pref in spec.get("parentRefs") or []:
         if isinstance(pref, dict):
             gw = parent_gateway(route, pref)
@@ -941,7 +924,9 @@ def _names_of_route(route: Obj) -> tuple[set[Ref], set[str]]:
                 names.add(Ref(group, kind, ns, name))
                 if ns != route.namespace:
                     into.add(ns)
-    return names, into
+            if group != CORE_GROUP or kind != "Service" or not isinstance(ns, str):
+                odd = True
+    return names, into, odd
 
 
 def route_index(a: Analysis) -> RouteIndex:
@@ -986,6 +971,7 @@ class _Edit:
         self.routes: set[Ref] = set()
         self.refresh: list[PathNode] = []  # nodes to evaluate again though their paths stay
         self.moved: dict[Ref, list[PathNode]] = {}  # targets' paths moved in place (`move_routes`)
+        self.route_index: RouteIndex | None = None
 
     def _touch(self, t: Ref) -> None:
         if t not in self.before:
@@ -1068,15 +1054,18 @@ class _Edit:
         self.spare.extend(came)
         if len(gone) != len(came) or any(n.children for n in came):
             return False
-        below = []
+        ri = self.route_index
+        if ri is None:
+            ri = self.route_index = route_index(self.a)
         for g, c in zip(gone, came):
-            nodes = _subtree_of_same_shape(g, c.parent, changed)  # type: ignore[arg-type]
-            if nodes is None:
+            differ = g.parent.namespaces ^ c.parent.namespaces  # type: ignore[union-attr]
+            # alike below when the route alone tells (no level below it lives in a namespace one
+            # parent holds and the other not, none is a Gateway), else when its nodes tell
+            if not ri.sends_only_to(ref, differ) and not _same_shape_below(g, differ, changed):
                 return False
-            below.append(nodes)
         idx = nodes_at(self.a)
-        for g, c, nodes in zip(gone, came, below):
-            self.spare.append(_graft(g, c, nodes, idx, topo.paths, self.moved))  # the old parent, left empty maybe
+        for g, c in zip(gone, came):
+            self.spare.append(_graft(g, c, idx, topo.paths, self.moved))  # the old parent, left empty maybe
         topo.route_parents[ref] = shadow.route_parents[ref]
         return True
 
@@ -1221,9 +1210,15 @@ class _Edit:
                 if n not in known and n in paths.get(n.level, ()):  # type: ignore[arg-type]
                     known.add(n)
                     per_target.setdefault(n.level, []).append(n)  # type: ignore[arg-type]
-        check = _recompute_nodes(a, per_target, lost)
+        batch: dict[Ref, Any] = {}  # the owners of the targets evaluated
+        check = _recompute_nodes(a, per_target, lost, batch, fresh_summaries=per_target is self.moved and not self.refresh)
         affected = a.affected
-        owners = {t if t[4] is None else t.object for t in changed}
+        if self.refresh:  # targets evaluated again whose paths stay: not changed
+            owners = {t if t[4] is None else _new_ref(Ref, (t[0], t[1], t[2], t[3], None)) for t in changed}  # `t.object`
+        else:  # each target evaluated changed: their owners, and those of the targets that only lost paths
+            owners = set(batch)
+            owners.update(t if t[4] is None else _new_ref(Ref, (t[0], t[1], t[2], t[3], None))
+                          for t in changed if t not in per_target)
         for owner in owners:  # owners whose every path went away
             if owner not in paths and owner in affected:
                 del affected[owner]
@@ -1253,37 +1248,32 @@ class _Edit:
             work.append(p)
 
 
-def _subtree_of_same_shape(node: PathNode, new: PathNode, changed: Ref | None) -> list[PathNode] | None:
-    """The subtree of `node` (a route's path and all below it, parents first), if it would be
-    derived alike below `new` as below its parent now; else None. The levels below a route follow
-    from the route and its backends alone, except where a Namespace level goes (S4.2: above the
-    highest object of the path in that namespace): so the two parents must hold alike every
-    namespace the subtree's levels name. None of them may be the object that changed (a Gateway a
-    backendRef names)."""
-    old_ns, new_ns = node.parent.namespaces, new.namespaces  # type: ignore[union-attr]
-    differ = old_ns ^ new_ns
-    out, stack = [], [node]
-    while stack:
+def _same_shape_below(node: PathNode, differ: frozenset[str], changed: Ref | None) -> bool:
+    """Would the subtree of `node` (a route's path and all below it) be derived alike below
+    another parent, whose namespaces differ from its parent's by `differ`? The levels below a route
+    follow from the route and its backends alone, except where a Namespace level goes (S4.2: above
+    the highest object of the path in that namespace): so no level may name a namespace of
+    `differ`. Nor may one be the object that changed (a Gateway a backendRef names)."""
+    name = changed[3] if changed is not None else None
+    stack = [node]
+    while stack:  # levels read by index (`Ref` fields): thousands of nodes after a Gateway edit
         m = stack.pop()
-        out.append(m)
         lv = m.level
-        if differ:
-            ns = lv.name if lv.kind == "Namespace" and lv.group == CORE_GROUP and lv.namespace is None else lv.namespace  # type: ignore[union-attr]
-            if ns in differ:
-                return None
-        if changed is not None and lv.name == changed.name and lv.object == changed:  # type: ignore[union-attr]
-            return None
+        if (lv[3] if lv[1] == "Namespace" and lv[0] == CORE_GROUP and lv[2] is None else lv[2]) in differ:  # type: ignore[index]
+            return False
+        if lv[3] == name and lv[:4] == changed[:4]:  # type: ignore[index]  # the object or one of its sections
+            return False
         if m.children:
             stack.extend(m.children.values())
-    return out
+    return True
 
 
-def _graft(node: PathNode, place: PathNode, nodes: list[PathNode], idx: dict[Ref, dict[PathNode, None]],
+def _graft(node: PathNode, place: PathNode, idx: dict[Ref, dict[PathNode, None]],
            paths: dict[Ref, dict[PathNode, None]], moved: dict[Ref, list[PathNode]]) -> PathNode:
-    """Put `node` (with the subtree `nodes` below it) where the empty node `place` is, in its
-    stead; its levels, JSON, namespaces and summaries derived again below; the new parent and
-    the nodes above it put in the node index; each node that is a target's path listed in `moved`
-    under its target. Returns the old parent."""
+    """Put `node` (with its subtree) where the empty node `place` is, in its stead; its levels,
+    JSON, namespaces and summaries derived again below; the new parent and the nodes above it put
+    in the node index; each node that is a target's path listed in `moved` under its target.
+    Returns the old parent."""
     old, new = node.parent, place.parent
     assert old is not None and new is not None and new.children is not None and old.children is not None
     lv = node.level
@@ -1294,11 +1284,14 @@ def _graft(node: PathNode, place: PathNode, nodes: list[PathNode], idx: dict[Ref
     at = idx.get(lv)  # type: ignore[arg-type]
     if at is not None:
         at.pop(place, None)
-    for m in nodes:  # parents first: `_subtree_of_same_shape` lists a node before those below it
-        p = m.parent
+    stack = [node]
+    while stack:  # each node before those below it: its namespaces are its parent's and its level's
+        m = stack.pop()
+        if m.children:
+            stack.extend(m.children.values())
         lv = m.level
-        m.namespaces = p.namespaces | {lv.name} if lv.kind == "Namespace" and lv.group == CORE_GROUP \
-            and lv.namespace is None and lv.section is None else p.namespaces  # type: ignore[union-attr]
+        m.namespaces = m.parent.namespaces | {lv[3]} if lv[1] == "Namespace" and lv[0] == CORE_GROUP \
+            and lv[2] is None and lv[4] is None else m.parent.namespaces  # type: ignore[union-attr,index]
         m._levels = None
         m._json = None
         m.summary = None
@@ -1442,15 +1435,17 @@ def _may_attach_to(a: Analysis, routes: list[Ref], gw: Ref, listeners: set[str])
     Gateway without a sectionName, or naming one of them), in their order; a route no longer in
     the index is kept (one loop: the thousands of routes naming a Gateway)."""
     by_ref, route_parents = a.index.by_ref, a.topology.route_parents
+    gw_ns, gw_name = gw.namespace, gw.name
     out = []
     for route in routes:
-        obj = by_ref.get(route)
-        if obj is None:
+        if route not in by_ref:
             out.append(route)
             continue
         for pref in route_parents.get(route, ()):
             section = pref.get("sectionName")
-            if (section is None or section in listeners) and parent_gateway(obj, pref) == gw:
+            # `parent_gateway(route, pref) == gw`, without a Ref made for each of thousands of parentRefs
+            if (section is None or section in listeners) and str(pref.get("name", "")) == gw_name \
+                    and (pref.get("namespace") or route.namespace) == gw_ns and names_gateway(pref):
                 out.append(route)
                 break
     return out

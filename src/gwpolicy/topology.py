@@ -293,12 +293,17 @@ NOT_ALLOWED_BY_LISTENERS = "NotAllowedByListeners"
 NO_MATCHING_LISTENER_HOSTNAME = "NoMatchingListenerHostname"
 
 
+def names_gateway(pref: dict[str, Any]) -> bool:
+    """Does the parentRef name a Gateway (group and kind defaulted as the CRD does)? Mesh parents (a
+    Service) are not part of this hierarchy (S4.4)."""
+    group = pref.get("group")
+    return (group is None or group == GATEWAY_GROUP) and (pref.get("kind") or "Gateway") == "Gateway"
+
+
 def parent_gateway(route: Obj, pref: dict[str, Any]) -> Ref | None:
-    """The Gateway a parentRef names (group and kind defaulted as the CRD does); None for other parents."""
-    group = pref.get("group") if pref.get("group") is not None else GATEWAY_GROUP
-    kind = pref.get("kind") or "Gateway"
-    if group != GATEWAY_GROUP or kind != "Gateway":
-        return None  # mesh parents (a Service) are not part of this hierarchy (S4.4)
+    """The Gateway a parentRef names; None for other parents."""
+    if not names_gateway(pref):
+        return None
     return Ref(GATEWAY_GROUP, "Gateway", pref.get("namespace") or route.namespace, str(pref.get("name", "")))
 
 
