@@ -30,6 +30,13 @@ from gwpolicy.sandbox.strategic import PatchError, strategic_merge
 Key = tuple[str, str, str, str]  # group, plural, namespace ("" when cluster-scoped), name
 
 
+def etcd_key(key: tuple[str, str]) -> str:
+    """What orders a resource's objects in a list: their etcd key after the resource's prefix,
+    `<namespace>/<name>` (`/<name>` cluster-scoped), compared as bytes, as etcd ranges over it. Not
+    (namespace, name): namespace `a-b` sorts before `a` (`-` < `/`), and so do all of its objects."""
+    return key[0] + "/" + key[1]  # names are ASCII (DNS names, path segments): code points are bytes
+
+
 class Objects(dict[Key, dict[str, Any]]):
     """The stored objects by key, and the keys of each resource (group, plural) in order of arrival:
     a list, an admission check or a CRD's deletion reads one resource without a scan of every object
@@ -69,12 +76,12 @@ class Objects(dict[Key, dict[str, Any]]):
         return list(self.by_resource.get((group, plural), ()))
 
     def in_order(self, group: str, plural: str) -> list[tuple[str, str]]:
-        """(namespace, name) of one resource's objects, sorted; kept until one is added or removed, so
-        the chunks of one list (`Store.page`) sort once."""
+        """(namespace, name) of one resource's objects in etcd's order (`etcd_key`); kept until one is
+        added or removed, so the chunks of one list (`Store.page`) sort once."""
         gp = (group, plural)
         out = self._sorted.get(gp)
         if out is None:
-            out = self._sorted[gp] = sorted((k[2], k[3]) for k in self.by_resource.get(gp, ()))
+            out = self._sorted[gp] = sorted(((k[2], k[3]) for k in self.by_resource.get(gp, ())), key=etcd_key)
         return out
 
     def has(self, group: str, plural: str) -> bool:
@@ -689,43 +696,57 @@ class Store:
 
     def list(self, r: Resource, ns: str | None, labels: str | None = None, fields: str | None = None,
              at: int | None = None) -> list[dict[str, Any]]:
-        """Every matching object, in (namespace, name) order: `page` without a limit."""
+        """Every matching object, in etcd's key order (`etcd_key`): `page` without a limit."""
         return self.page(r, ns, labels, fields, sys.maxsize, None, at)[0]
 
-    def page(self, r: Resource, ns: str | None, labels: str | None, fields: str | None, limit: int,
-             after: tuple[str, str] | None, at: int | None = None) -> tuple[list[dict[str, Any]], bool]:
-        """One chunk of a list (`?limit=` and `?continue=`): the first `limit` matching objects in
-        (namespace, name) order after `after`, and whether more match, as they are now or, with `at`,
-        as they were at that resourceVersion (every chunk of one list is read at the first chunk's
-        version, as kube-apiserver reads them from one snapshot). Only the chunk is copied."""
+    def _keys_at(self, r: Resource, ns: str | None, after: tuple[str, str] | None,
+                 at: int | None) -> tuple[Iterator[tuple[str, str]], dict[tuple[str, str], dict[str, Any] | None]]:
+        """The (namespace, name) of a list's objects after `after`, in etcd's key order, as they are
+        now or, with `at`, as they were at that resourceVersion; and the objects changed since `at`
+        as they were then (the others are read from the store)."""
         if at is not None and at > self.rv:
             raise ValueError(f"resourceVersion {at} is in the future (now {self.rv})")
         if at is not None and not self.reaches(at):
             raise ApiFailure(410, "Expired", LIST_EXPIRED)
-        lm, fm = label_matcher(labels), field_matcher(fields)
-        objects, g, p = self.objects, r.group, r.plural
-        order = objects.in_order(g, p)
-        scoped = ns is not None and r.namespaced
-        start = bisect.bisect_right(order, after) if after is not None else 0
-        if scoped:
-            start = max(start, bisect.bisect_left(order, (ns, "")))
-        keys: Iterator[tuple[str, str]] = (order[i] for i in range(start, len(order)))
+        g, p = r.group, r.plural
+        order = self.objects.in_order(g, p)
+        lo, hi = self._span(order, ns if r.namespaced else None, after)
+        keys: Iterator[tuple[str, str]] = (order[i] for i in range(lo, hi))
         was: dict[tuple[str, str], dict[str, Any] | None] = {}
         if at is not None and at < self.rv:
             then = self._then(g, p, at)
             was = then.was
             if was:
                 if then.present is None:
-                    then.present = sorted(k for k, obj in was.items() if obj is not None)
+                    then.present = sorted((k for k, obj in was.items() if obj is not None), key=etcd_key)
                 present = then.present
-                lo = bisect.bisect_right(present, after) if after is not None else 0
-                if scoped:
-                    lo = max(lo, bisect.bisect_left(present, (ns, "")))
-                keys = heapq.merge((k for k in keys if k not in was), (present[i] for i in range(lo, len(present))))
+                plo, phi = self._span(present, ns if r.namespaced else None, after)
+                keys = heapq.merge((k for k in keys if k not in was), (present[i] for i in range(plo, phi)),
+                                   key=etcd_key)
+        return keys, was
+
+    @staticmethod
+    def _span(order: list[tuple[str, str]], ns: str | None, after: tuple[str, str] | None) -> tuple[int, int]:
+        """Where in `order` (sorted by `etcd_key`) a list's keys are: after `after`, within namespace
+        `ns` (None: all); a namespace's keys are one run, `<ns>/` being a prefix of each."""
+        lo = bisect.bisect_right(order, etcd_key(after), key=etcd_key) if after is not None else 0
+        hi = len(order)
+        if ns is not None:
+            lo = max(lo, bisect.bisect_left(order, ns + "/", key=etcd_key))
+            hi = bisect.bisect_left(order, ns + "0", key=etcd_key)  # "0" follows "/": past the run
+        return lo, max(lo, hi)
+
+    def page(self, r: Resource, ns: str | None, labels: str | None, fields: str | None, limit: int,
+             after: tuple[str, str] | None, at: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+        """One chunk of a list (`?limit=` and `?continue=`): the first `limit` matching objects in
+        etcd's key order after `after`, and whether more match, as they are now or, with `at`, as
+        they were at that resourceVersion (every chunk of one list is read at the first chunk's
+        version, as kube-apiserver reads them from one snapshot). Only the chunk is copied."""
+        keys, was = self._keys_at(r, ns, after, at)
+        lm, fm = label_matcher(labels), field_matcher(fields)
+        objects, g, p = self.objects, r.group, r.plural
         out: list[dict[str, Any]] = []
         for k in keys:
-            if scoped and k[0] != ns:
-                break  # sorted: the namespace's keys are behind
             obj = was.get(k) if was and k in was else objects[(g, p, k[0], k[1])]
             assert obj is not None
             if lm(obj["metadata"].get("labels") or {}) and fm(obj):
@@ -733,6 +754,15 @@ class Store:
                     return out, True
                 out.append(clone(obj))
         return out, False
+
+    def remaining(self, r: Resource, ns: str | None, after: tuple[str, str], at: int | None = None) -> int:
+        """How many objects a list holds after `after` (at `at`): a chunk's `remainingItemCount`, which
+        kube-apiserver sends on a chunk of a list without selectors (etcd's count of the keys left)."""
+        if at is None or at >= self.rv:
+            lo, hi = self._span(self.objects.in_order(r.group, r.plural), ns if r.namespaced else None, after)
+            return hi - lo
+        keys, _ = self._keys_at(r, ns, after, at)
+        return sum(1 for _ in keys)
 
     # -- writes
     def create(self, r: Resource, ns: str, obj: dict[str, Any], manager: str | None = None,
