@@ -653,11 +653,7 @@ async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: 
     except DataDirError as exc:
         raise SystemExit(f"Error: {exc}") from None
     sandbox = Sandbox(store, bookmark_interval, log=bool(os.environ.get("GWPOLICY_SANDBOX_LOG")))
-    for obj in [] if store.restored else preload or []:  # a restored sandbox has its objects already
-        try:
-            preload_object(sandbox.store, obj)
-        except ApiFailure as exc:
-            raise SystemExit(f"Error: cannot load {obj.get('kind')} {(obj.get('metadata') or {}).get('name')}: {exc.message}")
+    load_all(sandbox.store, preload)
     server = SandboxServer(sandbox, port)
     actual = await server.start()
     if kubeconfig_out:
@@ -668,6 +664,23 @@ async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: 
         await asyncio.Event().wait()
     finally:
         await server.stop()
+
+
+def load_all(store: Store, preload: list[dict[str, Any]] | None) -> None:
+    """Store the objects of `-f` in order, emptying the list as it goes: once stored, an object as
+    parsed is let go (the store keeps its own version), so a 20k-route file is not held twice for
+    the server's life. A restored sandbox has its objects already: the list is dropped."""
+    pending = preload if preload is not None else []
+    if store.restored:
+        pending.clear()
+    pending.reverse()  # taken from the end, in the given order
+    while pending:
+        obj = pending.pop()
+        try:
+            preload_object(store, obj)
+        except ApiFailure as exc:
+            raise SystemExit(f"Error: cannot load {obj.get('kind')} {(obj.get('metadata') or {}).get('name')}: {exc.message}")
+        del obj
 
 
 def preload_object(store: Store, obj: dict[str, Any]) -> None:
