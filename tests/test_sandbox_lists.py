@@ -181,7 +181,8 @@ def test_a_watch_from_before_a_restart_is_410_gone_and_one_from_the_restart_resu
     """kube-apiserver restarted starts its watch cache from a list at the current resourceVersion:
     a watch from an older one gets 410 Gone (`too old resource version: X (R)`), so the client
     lists again; one from that version resumes. The sandbox restarted in process kept its window
-    and replayed the history instead, a server that never restarted."""
+    and replayed the history instead, as a server that never restarted would. Lists at older
+    versions are etcd's to serve and are still served."""
     inproc = InProcessSandbox(tmp_path)
     try:
         store = inproc.store
@@ -189,6 +190,8 @@ def test_a_watch_from_before_a_restart_is_410_gone_and_one_from_the_restart_resu
         store.create(cms, "default", {"metadata": {"name": "before"}})
         old = store.rv
         store.create(cms, "default", {"metadata": {"name": "also-before"}})
+        http = httpx.Client(base_url=f"http://127.0.0.1:{inproc.server.port}", timeout=10)
+        first = http.get(cm_path("default"), params={"limit": 1}).json()
         asyncio.run_coroutine_threadsafe(inproc.server.restart(down=0.05), inproc.loop).result(10)
         at_restart = store.rv
         url = f"http://127.0.0.1:{inproc.server.port}{cm_path('default')}"
@@ -211,5 +214,12 @@ def test_a_watch_from_before_a_restart_is_410_gone_and_one_from_the_restart_resu
         store.create(cms, "default", {"metadata": {"name": "after"}})
         resumed = watch(at_restart)
         assert [(e["type"], e["object"]["metadata"]["name"]) for e in resumed] == [("ADDED", "after")]
+        # lists at a version before the restart are etcd's to serve, and still are: a continue token
+        # goes on at its version, an Exact list is that version
+        rest = http.get(cm_path("default"), params={"limit": 5, "continue": first["metadata"]["continue"]}).json()
+        assert [o["metadata"]["name"] for o in first["items"] + rest["items"]] == ["also-before", "before"]
+        exact = http.get(cm_path("default"), params={"resourceVersion": str(old), "resourceVersionMatch": "Exact"})
+        assert [o["metadata"]["name"] for o in exact.json()["items"]] == ["before"]
+        http.close()
     finally:
         inproc.close()

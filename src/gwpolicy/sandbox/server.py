@@ -609,8 +609,8 @@ def write_kubeconfig(path: str, port: int, namespace: str = "default") -> None:
 class SandboxServer:
     """A sandbox listening on 127.0.0.1; `restart()` (or `stop()` then `start()`) stops and starts the
     HTTP side on the same port with the same storage, as an API server restart does (etcd keeps the
-    data), and with the watch window empty, as its watch cache starts again from a list at the
-    current resourceVersion: a watch from an older one is 410 Gone."""
+    data), and its watch cache starting again from a list at the current resourceVersion: a watch
+    from an older one is 410 Gone (`Store.restart_watch_cache`)."""
 
     def __init__(self, sandbox: Sandbox, port: int = 0) -> None:
         self.sandbox = sandbox
@@ -624,7 +624,7 @@ class SandboxServer:
 
     async def start(self) -> int:
         if self.started:  # a restart: the watch cache begins at the current resourceVersion
-            self.sandbox.store.compact()
+            self.sandbox.store.restart_watch_cache()
         self.started = True
         self.runner = web.AppRunner(self.sandbox.app, access_log=None, handler_cancellation=True, shutdown_timeout=0.2)
         await self.runner.setup()

@@ -498,6 +498,7 @@ class Store:
         self.events: deque[Event] = deque()  # the watch history: the last `window` events
         self.window = window
         self.compacted = 0  # watches from a resourceVersion below this get 410 Gone
+        self.watch_floor = 0  # and so do those from below this: where a restarted server's watch cache began
         #: resources at older versions, for the chunks of a list and `resourceVersionMatch=Exact`
         #: (see `_then`), the last few read; rebuilt from the window when one is needed again
         self._then_cache: OrderedDict[tuple[str, str, int], _Then] = OrderedDict()
@@ -1079,9 +1080,19 @@ class Store:
             self._emit("DELETED", cr, key[2], gone, live)
 
     def events_since(self, rv: int) -> list[Event]:
-        if rv < self.compacted - 1:
-            raise ApiFailure(410, "Expired", f"too old resource version: {rv} ({self.compacted - 1})")
+        """The events a watch from `rv` replays; 410 Gone in the watch cache's words below the oldest
+        version it can resume from (the window's edge, or the version a restart began at)."""
+        oldest = max(self.compacted - 1, self.watch_floor)
+        if rv < oldest:
+            raise ApiFailure(410, "Expired", f"too old resource version: {rv} ({oldest})")
         return [e for e in self.events if e.rv > rv]
+
+    def restart_watch_cache(self) -> None:
+        """An API server restart, for watches: its watch cache starts again from a list at the current
+        resourceVersion, so a watch from an older one is 410 Gone (the client lists again), never a
+        replay of what it may have missed. Lists at an older version and continue tokens are still
+        served, as kube-apiserver reads those from etcd."""
+        self.watch_floor = self.rv
 
 
 def _deleted_version(live: dict[str, Any]) -> dict[str, Any]:
