@@ -251,6 +251,7 @@ class _Then:
     upto: int  # the newest resourceVersion whose event is in `was`
     was: dict[tuple[str, str], dict[str, Any] | None]
     present: list[tuple[str, str]] | None = None  # the keys of `was` that existed at `rv`, sorted (None: to sort)
+    existing: list[tuple[str, str]] | None = None  # the keys of `was` that exist now, sorted (None: to sort)
 
 
 # ---------- selectors ----------
@@ -619,6 +620,8 @@ class Store:
                 if k not in was:  # an event before `upto` already said what the key was at `rv`
                     was[k] = obj
                     then.present = None
+            if newer:
+                then.existing = None  # a key written since may have come or gone
             then.upto = self.rv
         return then
 
@@ -758,12 +761,25 @@ class Store:
 
     def remaining(self, r: Resource, ns: str | None, after: tuple[str, str], at: int | None = None) -> int:
         """How many objects a list holds after `after` (at `at`): a chunk's `remainingItemCount`, which
-        kube-apiserver sends on a chunk of a list without selectors (etcd's count of the keys left)."""
+        kube-apiserver sends on a chunk of a list without selectors (etcd's count of the keys left).
+        Counted by bisection: the keys now, less those written since `at` that exist now, plus those
+        that existed at `at`."""
+        scope = ns if r.namespaced else None
+        lo, hi = self._span(self.objects.in_order(r.group, r.plural), scope, after)
         if at is None or at >= self.rv:
-            lo, hi = self._span(self.objects.in_order(r.group, r.plural), ns if r.namespaced else None, after)
             return hi - lo
-        keys, _ = self._keys_at(r, ns, after, at)
-        return sum(1 for _ in keys)
+        if not self.reaches(at):
+            raise ApiFailure(410, "Expired", LIST_EXPIRED)
+        then = self._then(r.group, r.plural, at)
+        if not then.was:
+            return hi - lo
+        if then.present is None:
+            then.present = sorted((k for k, obj in then.was.items() if obj is not None), key=etcd_key)
+        if then.existing is None:
+            then.existing = sorted((k for k in then.was if (r.group, r.plural, *k) in self.objects), key=etcd_key)
+        now_lo, now_hi = self._span(then.existing, scope, after)
+        then_lo, then_hi = self._span(then.present, scope, after)
+        return hi - lo - (now_hi - now_lo) + (then_hi - then_lo)
 
     # -- writes
     def create(self, r: Resource, ns: str, obj: dict[str, Any], manager: str | None = None,
