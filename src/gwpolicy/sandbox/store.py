@@ -253,6 +253,18 @@ class _Then:
     present: list[tuple[str, str]] | None = None  # the keys of `was` that existed at `rv`, sorted (None: to sort)
     existing: list[tuple[str, str]] | None = None  # the keys of `was` that exist now, sorted (None: to sort)
 
+    def present_keys(self) -> list[tuple[str, str]]:
+        """The keys that existed at `rv` and were written since, in etcd's order."""
+        if self.present is None:
+            self.present = sorted((k for k, obj in self.was.items() if obj is not None), key=etcd_key)
+        return self.present
+
+    def existing_keys(self, exists: Callable[[tuple[str, str]], bool]) -> list[tuple[str, str]]:
+        """The keys written since `rv` that exist now, in etcd's order."""
+        if self.existing is None:
+            self.existing = sorted((k for k in self.was if exists(k)), key=etcd_key)
+        return self.existing
+
 
 # ---------- selectors ----------
 
@@ -721,9 +733,7 @@ class Store:
             then = self._then(g, p, at)
             was = then.was
             if was:
-                if then.present is None:
-                    then.present = sorted((k for k, obj in was.items() if obj is not None), key=etcd_key)
-                present = then.present
+                present = then.present_keys()
                 plo, phi = self._span(present, ns if r.namespaced else None, after)
                 keys = heapq.merge((k for k in keys if k not in was), (present[i] for i in range(plo, phi)),
                                    key=etcd_key)
@@ -773,12 +783,9 @@ class Store:
         then = self._then(r.group, r.plural, at)
         if not then.was:
             return hi - lo
-        if then.present is None:
-            then.present = sorted((k for k, obj in then.was.items() if obj is not None), key=etcd_key)
-        if then.existing is None:
-            then.existing = sorted((k for k in then.was if (r.group, r.plural, *k) in self.objects), key=etcd_key)
-        now_lo, now_hi = self._span(then.existing, scope, after)
-        then_lo, then_hi = self._span(then.present, scope, after)
+        existing = then.existing_keys(lambda k: (r.group, r.plural, k[0], k[1]) in self.objects)
+        now_lo, now_hi = self._span(existing, scope, after)
+        then_lo, then_hi = self._span(then.present_keys(), scope, after)
         return hi - lo - (now_hi - now_lo) + (then_hi - then_lo)
 
     # -- writes
