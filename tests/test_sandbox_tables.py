@@ -38,6 +38,15 @@ OBJECTS = [
                   {"kind": "User", "name": "alice", "apiGroup": "rbac.authorization.k8s.io"}]},
     {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "leader"},
      "spec": {"holderIdentity": "pod-1"}},
+    {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "app"},
+     "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "a"},
+                                          "matchExpressions": [{"key": "tier", "operator": "In", "values": ["y", "x"]}]},
+              "template": {"metadata": {"labels": {"app": "a", "tier": "x"}},
+                           "spec": {"containers": [{"name": "web", "image": "nginx:1"},
+                                                   {"name": "side", "image": "busybox"}]}}}},
+    {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "app.1"}, "type": "Warning", "reason": "Failed",
+     "message": " it broke ", "involvedObject": {"kind": "Deployment", "name": "app", "namespace": "default"},
+     "source": {"component": "tester"}, "count": 3},
 ]
 
 
@@ -106,3 +115,13 @@ def test_rbac_leases_and_crds(sb):
                                "schema": {"openAPIV3Schema": {"type": "object"}}}]}}))
     crds = printed(sb, "crd")
     assert crds[0] == ["NAME", "CREATED AT"] and crds[1][0] == "widgets.example.io"
+
+
+def test_deployments_and_events(sb):
+    assert printed(sb, "deployments") == [["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"], ["app", "0/2", "0", "0", "AGE"]]
+    assert printed(sb, "deployments", "-o", "wide") == [
+        ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE", "CONTAINERS", "IMAGES", "SELECTOR"],
+        ["app", "0/2", "0", "0", "AGE", "web,side", "nginx:1,busybox", "app=a,tier in (x,y)"]]
+    # no first or last timestamp given: LAST SEEN is <unknown>, as kube-apiserver prints a zero time
+    assert printed(sb, "events") == [["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+                                     ["<unknown>", "Warning", "Failed", "deployment/app", "it broke"]]

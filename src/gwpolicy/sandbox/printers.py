@@ -4,7 +4,8 @@ a real server, not NAME, AGE. A server prints every column (kubectl hides those 
 `-o wide`). Kinds without a printer there (a CRD) get the default table: NAME, CREATED AT.
 
 Each printer is a list of columns and a function from an object (as stored: JSON, defaults applied)
-to the cells after NAME. Descriptions are this project's own short words (kubectl does not show them).
+to the cells after NAME (an Event's table has no NAME first: `NAMELESS`). Descriptions are this
+project's own short words (kubectl does not show them).
 """
 
 from __future__ import annotations
@@ -168,6 +169,9 @@ BINDING_COLUMNS = [_col("Role", "the role bound"), AGE, _col("Users", "users bou
 WEBHOOK_COLUMNS = [_col("Webhooks", "how many webhooks it configures", ctype="integer"), AGE]
 CREATED_AT = [_col("Created At", "when the object was created", ctype="date")]
 
+#: kinds whose table does not begin with NAME (an Event's name is its last, wide column)
+NAMELESS = {("", "Event")}
+
 #: (group, kind) -> the columns after NAME, and their cells
 PRINTERS: dict[tuple[str, str], tuple[list[dict[str, Any]], Cells]] = {
     ("", "ConfigMap"): ([_col("Data", "how many keys it holds"), AGE],
@@ -190,7 +194,8 @@ PRINTERS: dict[tuple[str, str], tuple[list[dict[str, Any]], Cells]] = {
                      _col("Reason", "why"), _col("Object", "the object it is about"),
                      _col("Subobject", "the part of the object", 1), _col("Source", "who reported it", 1),
                      _col("Message", "what happened"), _col("First Seen", "when it was first seen", 1),
-                     _col("Count", "how many times", 1), _col("Name", "its name", 1)], _event),
+                     _col("Count", "how many times", 1),
+                     {**_col("Name", "its name", 1), "format": "name"}], _event),
     ("discovery.k8s.io", "EndpointSlice"): ([_col("AddressType", "the addresses' type"),
                                              _col("Ports", "its ports"), _col("Endpoints", "its addresses"), AGE],
                                             lambda o: [o.get("addressType", ""), _slice_ports(o),

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import orjson
 
-from gwpolicy.sandbox.printers import PRINTERS
+from gwpolicy.sandbox.printers import NAMELESS, PRINTERS
 from gwpolicy.sandbox.resources import Resource
 
 _STEP = re.compile(r"""\.([A-Za-z0-9_\-]+)|\[\*\]|\[(-?\d+)\]|\[\?\(@\.([A-Za-z0-9_.\-]+)\s*==\s*["']([^"']*)["']\)\]""")
@@ -101,9 +101,13 @@ def table(r: Resource, objs: list[dict[str, Any]], meta: dict[str, Any]) -> dict
     printer = PRINTERS.get((r.group, r.kind)) if not r.printer_columns else None
     if printer is not None:
         columns, cells = printer
-        rows = [{"cells": [o["metadata"]["name"], *cells(o)], "object": _partial(o)} for o in objs]
+        if (r.group, r.kind) in NAMELESS:
+            rows = [{"cells": cells(o), "object": _partial(o)} for o in objs]
+        else:
+            columns = [NAME_COLUMN, *columns]
+            rows = [{"cells": [o["metadata"]["name"], *cells(o)], "object": _partial(o)} for o in objs]
         return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": dict(meta),
-                "columnDefinitions": [NAME_COLUMN, *columns], "rows": rows}
+                "columnDefinitions": columns, "rows": rows}
     columns = list(r.printer_columns) or list(DEFAULT_COLUMNS)
     defs = [NAME_COLUMN]
     selectors = []
