@@ -486,8 +486,8 @@ def sandbox_main(argv: list[str]) -> int:
             return 1
         for w in loaded.warnings:
             print(f"Warning: {w}", file=sys.stderr)
-        objects = well_shaped(loaded.objects, loaded.origins, sys.stderr)
-        preload = ordered(objects)  # with CRDs made up for kinds that have none
+        preload = ordered(well_shaped(loaded.objects, loaded.origins, sys.stderr))  # CRDs made up for kinds without
+        del loaded  # serve() empties `preload` as it stores it: nothing else may hold the parsed objects
     try:
         asyncio.run(serve(args.port, args.kubeconfig_out, args.keep_creation_timestamp, args.bookmark_interval, preload,
                           args.data_dir))

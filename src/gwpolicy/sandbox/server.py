@@ -393,6 +393,10 @@ class Sandbox:
         - the version read: now; or exactly `resourceVersion` with `resourceVersionMatch=Exact`, or
           with a limit and no match (the legacy rule); `NotOlderThan` and a version without a limit
           are read now, once the sandbox has reached it;
+        - `resourceVersion=0` is the watch cache's list (kube-apiserver v1.32): whole, the limit
+          ignored, no continue token;
+        - a chunk with more after it carries `remainingItemCount` (the objects left), but not with a
+          label or field selector;
         - every chunk is read at the first chunk's version and carries it, so an object created,
           changed or deleted between two chunks shows in the later chunks as it was then; the store
           rebuilds that version from the objects now and the watch window's events since;
@@ -417,16 +421,21 @@ class Sandbox:
             wanted = await self.wait_for_version(q.get("resourceVersion"))
             self._bind(request)
             match = q.get("resourceVersionMatch") or ""
+            if q.get("resourceVersion") == "0":
+                limit = 0  # the watch cache's list: whole, whatever the limit (match "" or NotOlderThan)
             exact = wanted > 0 and (match == "Exact" or (not match and limit > 0))
             at = wanted if exact else store.rv
             if not store.reaches(at):
                 raise ApiFailure(410, "Expired", LIST_EXPIRED)
-        objs, more = store.page(r, ns, q.get("labelSelector"), q.get("fieldSelector"), limit or sys.maxsize, after,
-                                None if at == store.rv else at)
+        labels, fields = q.get("labelSelector"), q.get("fieldSelector")
+        objs, more = store.page(r, ns, labels, fields, limit or sys.maxsize, after, None if at == store.rv else at)
         meta: dict[str, Any] = {"resourceVersion": str(at)}
         if more and objs:
             last = objs[-1]["metadata"]
-            meta["continue"] = _continue_token(at, (last.get("namespace") or "", last["name"]))
+            key = (last.get("namespace") or "", last["name"])
+            meta["continue"] = _continue_token(at, key)
+            if not labels and not fields:  # with a selector etcd's count is not the list's: none is sent
+                meta["remainingItemCount"] = store.remaining(r, ns, key, None if at == store.rv else at)
         return objs, meta
 
     def _bind(self, request: web.Request) -> None:
@@ -598,19 +607,25 @@ def write_kubeconfig(path: str, port: int, namespace: str = "default") -> None:
 
 
 class SandboxServer:
-    """A sandbox listening on 127.0.0.1; `restart()` stops and starts the HTTP side on the same port
-    with the same storage, as an API server restart does (etcd keeps the data)."""
+    """A sandbox listening on 127.0.0.1; `restart()` (or `stop()` then `start()`) stops and starts the
+    HTTP side on the same port with the same storage, as an API server restart does (etcd keeps the
+    data), and its watch cache starting again from a list at the current resourceVersion: a watch
+    from an older one is 410 Gone (`Store.restart_watch_cache`)."""
 
     def __init__(self, sandbox: Sandbox, port: int = 0) -> None:
         self.sandbox = sandbox
         self.port = port
         self.runner: web.AppRunner | None = None
+        self.started = False
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> int:
+        if self.started:  # a restart: the watch cache begins at the current resourceVersion
+            self.sandbox.store.restart_watch_cache()
+        self.started = True
         self.runner = web.AppRunner(self.sandbox.app, access_log=None, handler_cancellation=True, shutdown_timeout=0.2)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", self.port, reuse_address=True)
@@ -638,11 +653,7 @@ async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: 
     except DataDirError as exc:
         raise SystemExit(f"Error: {exc}") from None
     sandbox = Sandbox(store, bookmark_interval, log=bool(os.environ.get("GWPOLICY_SANDBOX_LOG")))
-    for obj in [] if store.restored else preload or []:  # a restored sandbox has its objects already
-        try:
-            preload_object(sandbox.store, obj)
-        except ApiFailure as exc:
-            raise SystemExit(f"Error: cannot load {obj.get('kind')} {(obj.get('metadata') or {}).get('name')}: {exc.message}")
+    load_all(sandbox.store, preload)
     server = SandboxServer(sandbox, port)
     actual = await server.start()
     if kubeconfig_out:
@@ -653,6 +664,23 @@ async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: 
         await asyncio.Event().wait()
     finally:
         await server.stop()
+
+
+def load_all(store: Store, preload: list[dict[str, Any]] | None) -> None:
+    """Store the objects of `-f` in order, emptying the list as it goes: once stored, an object as
+    parsed is let go (the store keeps its own version), so a 20k-route file is not held twice for
+    the server's life. A restored sandbox has its objects already: the list is dropped."""
+    pending = preload if preload is not None else []
+    if store.restored:
+        pending.clear()
+    pending.reverse()  # taken from the end, in the given order
+    while pending:
+        obj = pending.pop()
+        try:
+            preload_object(store, obj)
+        except ApiFailure as exc:
+            raise SystemExit(f"Error: cannot load {obj.get('kind')} {(obj.get('metadata') or {}).get('name')}: {exc.message}")
+        del obj
 
 
 def preload_object(store: Store, obj: dict[str, Any]) -> None:

@@ -30,6 +30,13 @@ from gwpolicy.sandbox.strategic import PatchError, strategic_merge
 Key = tuple[str, str, str, str]  # group, plural, namespace ("" when cluster-scoped), name
 
 
+def etcd_key(key: tuple[str, str]) -> str:
+    """What orders a resource's objects in a list: their etcd key after the resource's prefix,
+    `<namespace>/<name>` (`/<name>` cluster-scoped), compared as bytes, as etcd ranges over it. Not
+    (namespace, name): namespace `a-b` sorts before `a` (`-` < `/`), and so do all of its objects."""
+    return key[0] + "/" + key[1]  # names are ASCII (DNS names, path segments): code points are bytes
+
+
 class Objects(dict[Key, dict[str, Any]]):
     """The stored objects by key, and the keys of each resource (group, plural) in order of arrival:
     a list, an admission check or a CRD's deletion reads one resource without a scan of every object
@@ -69,12 +76,12 @@ class Objects(dict[Key, dict[str, Any]]):
         return list(self.by_resource.get((group, plural), ()))
 
     def in_order(self, group: str, plural: str) -> list[tuple[str, str]]:
-        """(namespace, name) of one resource's objects, sorted; kept until one is added or removed, so
-        the chunks of one list (`Store.page`) sort once."""
+        """(namespace, name) of one resource's objects in etcd's order (`etcd_key`); kept until one is
+        added or removed, so the chunks of one list (`Store.page`) sort once."""
         gp = (group, plural)
         out = self._sorted.get(gp)
         if out is None:
-            out = self._sorted[gp] = sorted((k[2], k[3]) for k in self.by_resource.get(gp, ()))
+            out = self._sorted[gp] = sorted(((k[2], k[3]) for k in self.by_resource.get(gp, ())), key=etcd_key)
         return out
 
     def has(self, group: str, plural: str) -> bool:
@@ -244,6 +251,19 @@ class _Then:
     upto: int  # the newest resourceVersion whose event is in `was`
     was: dict[tuple[str, str], dict[str, Any] | None]
     present: list[tuple[str, str]] | None = None  # the keys of `was` that existed at `rv`, sorted (None: to sort)
+    existing: list[tuple[str, str]] | None = None  # the keys of `was` that exist now, sorted (None: to sort)
+
+    def present_keys(self) -> list[tuple[str, str]]:
+        """The keys that existed at `rv` and were written since, in etcd's order."""
+        if self.present is None:
+            self.present = sorted((k for k, obj in self.was.items() if obj is not None), key=etcd_key)
+        return self.present
+
+    def existing_keys(self, exists: Callable[[tuple[str, str]], bool]) -> list[tuple[str, str]]:
+        """The keys written since `rv` that exist now, in etcd's order."""
+        if self.existing is None:
+            self.existing = sorted((k for k in self.was if exists(k)), key=etcd_key)
+        return self.existing
 
 
 # ---------- selectors ----------
@@ -491,6 +511,7 @@ class Store:
         self.events: deque[Event] = deque()  # the watch history: the last `window` events
         self.window = window
         self.compacted = 0  # watches from a resourceVersion below this get 410 Gone
+        self.watch_floor = 0  # and so do those from below this: where a restarted server's watch cache began
         #: resources at older versions, for the chunks of a list and `resourceVersionMatch=Exact`
         #: (see `_then`), the last few read; rebuilt from the window when one is needed again
         self._then_cache: OrderedDict[tuple[str, str, int], _Then] = OrderedDict()
@@ -611,6 +632,8 @@ class Store:
                 if k not in was:  # an event before `upto` already said what the key was at `rv`
                     was[k] = obj
                     then.present = None
+            if newer:
+                then.existing = None  # a key written since may have come or gone
             then.upto = self.rv
         return then
 
@@ -689,43 +712,55 @@ class Store:
 
     def list(self, r: Resource, ns: str | None, labels: str | None = None, fields: str | None = None,
              at: int | None = None) -> list[dict[str, Any]]:
-        """Every matching object, in (namespace, name) order: `page` without a limit."""
+        """Every matching object, in etcd's key order (`etcd_key`): `page` without a limit."""
         return self.page(r, ns, labels, fields, sys.maxsize, None, at)[0]
 
-    def page(self, r: Resource, ns: str | None, labels: str | None, fields: str | None, limit: int,
-             after: tuple[str, str] | None, at: int | None = None) -> tuple[list[dict[str, Any]], bool]:
-        """One chunk of a list (`?limit=` and `?continue=`): the first `limit` matching objects in
-        (namespace, name) order after `after`, and whether more match, as they are now or, with `at`,
-        as they were at that resourceVersion (every chunk of one list is read at the first chunk's
-        version, as kube-apiserver reads them from one snapshot). Only the chunk is copied."""
+    def _keys_at(self, r: Resource, ns: str | None, after: tuple[str, str] | None,
+                 at: int | None) -> tuple[Iterator[tuple[str, str]], dict[tuple[str, str], dict[str, Any] | None]]:
+        """The (namespace, name) of a list's objects after `after`, in etcd's key order, as they are
+        now or, with `at`, as they were at that resourceVersion; and the objects changed since `at`
+        as they were then (the others are read from the store)."""
         if at is not None and at > self.rv:
             raise ValueError(f"resourceVersion {at} is in the future (now {self.rv})")
         if at is not None and not self.reaches(at):
             raise ApiFailure(410, "Expired", LIST_EXPIRED)
-        lm, fm = label_matcher(labels), field_matcher(fields)
-        objects, g, p = self.objects, r.group, r.plural
-        order = objects.in_order(g, p)
-        scoped = ns is not None and r.namespaced
-        start = bisect.bisect_right(order, after) if after is not None else 0
-        if scoped:
-            start = max(start, bisect.bisect_left(order, (ns, "")))
-        keys: Iterator[tuple[str, str]] = (order[i] for i in range(start, len(order)))
+        g, p = r.group, r.plural
+        order = self.objects.in_order(g, p)
+        lo, hi = self._span(order, ns if r.namespaced else None, after)
+        keys: Iterator[tuple[str, str]] = (order[i] for i in range(lo, hi))
         was: dict[tuple[str, str], dict[str, Any] | None] = {}
         if at is not None and at < self.rv:
             then = self._then(g, p, at)
             was = then.was
             if was:
-                if then.present is None:
-                    then.present = sorted(k for k, obj in was.items() if obj is not None)
-                present = then.present
-                lo = bisect.bisect_right(present, after) if after is not None else 0
-                if scoped:
-                    lo = max(lo, bisect.bisect_left(present, (ns, "")))
-                keys = heapq.merge((k for k in keys if k not in was), (present[i] for i in range(lo, len(present))))
+                present = then.present_keys()
+                plo, phi = self._span(present, ns if r.namespaced else None, after)
+                keys = heapq.merge((k for k in keys if k not in was), (present[i] for i in range(plo, phi)),
+                                   key=etcd_key)
+        return keys, was
+
+    @staticmethod
+    def _span(order: list[tuple[str, str]], ns: str | None, after: tuple[str, str] | None) -> tuple[int, int]:
+        """Where in `order` (sorted by `etcd_key`) a list's keys are: after `after`, within namespace
+        `ns` (None: all); a namespace's keys are one run, `<ns>/` being a prefix of each."""
+        lo = bisect.bisect_right(order, etcd_key(after), key=etcd_key) if after is not None else 0
+        hi = len(order)
+        if ns is not None:
+            lo = max(lo, bisect.bisect_left(order, ns + "/", key=etcd_key))
+            hi = bisect.bisect_left(order, ns + "0", key=etcd_key)  # "0" follows "/": past the run
+        return lo, max(lo, hi)
+
+    def page(self, r: Resource, ns: str | None, labels: str | None, fields: str | None, limit: int,
+             after: tuple[str, str] | None, at: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+        """One chunk of a list (`?limit=` and `?continue=`): the first `limit` matching objects in
+        etcd's key order after `after`, and whether more match, as they are now or, with `at`, as
+        they were at that resourceVersion (every chunk of one list is read at the first chunk's
+        version, as kube-apiserver reads them from one snapshot). Only the chunk is copied."""
+        keys, was = self._keys_at(r, ns, after, at)
+        lm, fm = label_matcher(labels), field_matcher(fields)
+        objects, g, p = self.objects, r.group, r.plural
         out: list[dict[str, Any]] = []
         for k in keys:
-            if scoped and k[0] != ns:
-                break  # sorted: the namespace's keys are behind
             obj = was.get(k) if was and k in was else objects[(g, p, k[0], k[1])]
             assert obj is not None
             if lm(obj["metadata"].get("labels") or {}) and fm(obj):
@@ -733,6 +768,25 @@ class Store:
                     return out, True
                 out.append(clone(obj))
         return out, False
+
+    def remaining(self, r: Resource, ns: str | None, after: tuple[str, str], at: int | None = None) -> int:
+        """How many objects a list holds after `after` (at `at`): a chunk's `remainingItemCount`, which
+        kube-apiserver sends on a chunk of a list without selectors (etcd's count of the keys left).
+        Counted by bisection: the keys now, less those written since `at` that exist now, plus those
+        that existed at `at`."""
+        scope = ns if r.namespaced else None
+        lo, hi = self._span(self.objects.in_order(r.group, r.plural), scope, after)
+        if at is None or at >= self.rv:
+            return hi - lo
+        if not self.reaches(at):
+            raise ApiFailure(410, "Expired", LIST_EXPIRED)
+        then = self._then(r.group, r.plural, at)
+        if not then.was:
+            return hi - lo
+        existing = then.existing_keys(lambda k: (r.group, r.plural, k[0], k[1]) in self.objects)
+        now_lo, now_hi = self._span(existing, scope, after)
+        then_lo, then_hi = self._span(then.present_keys(), scope, after)
+        return hi - lo - (now_hi - now_lo) + (then_hi - then_lo)
 
     # -- writes
     def create(self, r: Resource, ns: str, obj: dict[str, Any], manager: str | None = None,
@@ -1049,9 +1103,19 @@ class Store:
             self._emit("DELETED", cr, key[2], gone, live)
 
     def events_since(self, rv: int) -> list[Event]:
-        if rv < self.compacted - 1:
-            raise ApiFailure(410, "Expired", f"too old resource version: {rv} ({self.compacted - 1})")
+        """The events a watch from `rv` replays; 410 Gone in the watch cache's words below the oldest
+        version it can resume from (the window's edge, or the version a restart began at)."""
+        oldest = max(self.compacted - 1, self.watch_floor)
+        if rv < oldest:
+            raise ApiFailure(410, "Expired", f"too old resource version: {rv} ({oldest})")
         return [e for e in self.events if e.rv > rv]
+
+    def restart_watch_cache(self) -> None:
+        """An API server restart, for watches: its watch cache starts again from a list at the current
+        resourceVersion, so a watch from an older one is 410 Gone (the client lists again), never a
+        replay of what it may have missed. Lists at an older version and continue tokens are still
+        served, as kube-apiserver reads those from etcd."""
+        self.watch_floor = self.rv
 
 
 def _deleted_version(live: dict[str, Any]) -> dict[str, Any]:

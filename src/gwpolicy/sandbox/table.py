@@ -1,6 +1,7 @@
 """Server-side printing (`Accept: application/json;as=Table`), as kube-apiserver does it for custom
 resources: a Name column, then the CRD's `additionalPrinterColumns` (each a JSONPath of the subset
-CRDs use: `.a.b`, `[*]`, `[n]`, `[?(@.k=="v")]`), or Name and Age when the CRD lists none."""
+CRDs use: `.a.b`, `[*]`, `[n]`, `[?(@.k=="v")]`), or Name and Age when the CRD lists none; and for
+the built-in kinds, as its table printers do (sandbox/printers.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any, Callable
 
 import orjson
 
+from gwpolicy.sandbox.printers import NAMELESS, PRINTERS
 from gwpolicy.sandbox.resources import Resource
 
 _STEP = re.compile(r"""\.([A-Za-z0-9_\-]+)|\[\*\]|\[(-?\d+)\]|\[\?\(@\.([A-Za-z0-9_.\-]+)\s*==\s*["']([^"']*)["']\)\]""")
@@ -83,12 +85,31 @@ def _cell(column: dict[str, Any], values: list[Any]) -> Any:
 _COMPILED: dict[str, Callable[[Any], list[Any]]] = {}
 
 
+def _partial(obj: dict[str, Any]) -> dict[str, Any]:
+    """A row's object: its metadata (kubectl asks for it with `includeObject=Metadata`, the default)."""
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+
+
+NAME_COLUMN = {"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a "
+               "namespace.", "priority": 0}
+
+
 def table(r: Resource, objs: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
     """A Table (`Accept: ...;as=Table`, what `kubectl get` asks for) of `objs`, with the list's metadata:
-    its resourceVersion, and the continue token of a chunk (kubectl asks for the next chunk with it)."""
+    its resourceVersion, and the continue token of a chunk (kubectl asks for the next chunk with it).
+    A built-in kind gets kube-apiserver's own columns (sandbox/printers.py)."""
+    printer = PRINTERS.get((r.group, r.kind)) if not r.printer_columns else None
+    if printer is not None:
+        columns, cells = printer
+        if (r.group, r.kind) in NAMELESS:
+            rows = [{"cells": cells(o), "object": _partial(o)} for o in objs]
+        else:
+            columns = [NAME_COLUMN, *columns]
+            rows = [{"cells": [o["metadata"]["name"], *cells(o)], "object": _partial(o)} for o in objs]
+        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": dict(meta),
+                "columnDefinitions": columns, "rows": rows}
     columns = list(r.printer_columns) or list(DEFAULT_COLUMNS)
-    defs = [{"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a "
-             "namespace.", "priority": 0}]
+    defs = [NAME_COLUMN]
     selectors = []
     for c in columns:
         defs.append({"name": c.get("name", ""), "type": c.get("type", "string"), "format": c.get("format", ""),
@@ -101,7 +122,6 @@ def table(r: Resource, objs: list[dict[str, Any]], meta: dict[str, Any]) -> dict
                 _COMPILED[path] = lambda obj: []
         selectors.append(_COMPILED[path])
     rows = [{"cells": [o["metadata"]["name"], *(_cell(c, sel(o)) for c, sel in zip(columns, selectors))],
-             "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}}
-            for o in objs]
+             "object": _partial(o)} for o in objs]
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": dict(meta),
             "columnDefinitions": defs, "rows": rows}
