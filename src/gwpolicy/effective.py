@@ -363,7 +363,7 @@ class Evaluator:
                     mapped_for[(m.target_group, m.target_kind)] = got + (k,)
         return mapped_for
 
-    def contexts(self) -> Callable[[Ref], tuple]:
+    def contexts(self) -> Callable[..., tuple]:
         """`context` for one batch of evaluations (nothing changes meanwhile), made once per object
         and once per owner of sections (all a section's depends on), and interned, so that a memo
         of node results may key on its identity (hashing a context per node costs more than the
@@ -382,7 +382,8 @@ class Evaluator:
             of_sections.clear()
             interned.clear()
 
-        def of(target: Ref) -> tuple:
+        def of(target: Ref, owner: Ref | None = None) -> tuple:
+            """`owner`: the section's owner, when the caller holds it (its node's parent's level)."""
             if target[4] is None:
                 got = of_object.get(target)
                 obj = by_ref.get(target)
@@ -392,7 +393,8 @@ class Evaluator:
                 c = interned.setdefault(c, c)
                 of_object[target] = (obj, False, c)
                 return c
-            owner = _new_tuple(Ref, (target[0], target[1], target[2], target[3], None))
+            if owner is None:
+                owner = _new_tuple(Ref, (target[0], target[1], target[2], target[3], None))
             got = of_sections.get(owner)
             obj = by_ref.get(owner)
             held = owner in entries_at

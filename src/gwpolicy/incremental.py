@@ -668,8 +668,12 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         if per_path is None:
             per_path = by[target] = {}
         is_section = target[4] is not None
-        owner = _new_ref(Ref, (target[0], target[1], target[2], target[3], None)) if is_section else target  # `target.object`
-        cid = id(context_of(target))
+        if is_section:  # a section's node hangs from its owner's (S5.5): the owner is its parent's level
+            owner = fresh_nodes[0].parent.level  # type: ignore[union-attr,assignment]
+            cid = id(context_of(target, owner))
+        else:
+            owner = target
+            cid = id(context_of(target))
         rec = owners.get(owner)
         if rec is None:
             rec = owners[owner] = ([], [])
@@ -1029,26 +1033,31 @@ class _Edit:
         # what a route's paths are derived on: the topology's listener paths, written to apart
         shadow = Topology(paths=_Shadow(topo.paths), root=topo.root, listeners_of=topo.listeners_of, ports_of=topo.ports_of)
         rest = []
+        admits: dict[tuple[int, str | None, str], bool] = {}  # listeners and labels stand meanwhile
         for r in routes:
             obj = index.by_ref.get(r)
-            if obj is None or not self._move_route(obj, changed, shadow):
+            if obj is None or not self._move_route(obj, changed, shadow, admits):
                 rest.append(r)
         self.derive_routes(rest)
 
-    def _move_route(self, route: Obj, changed: Ref | None, shadow: Topology) -> bool:
+    def _move_route(self, route: Obj, changed: Ref | None, shadow: Topology,
+                    admits: dict[tuple[int, str | None, str], bool]) -> bool:
         """Move the route's paths that went to the places of those that came, one for one; False
         (nothing done) when that cannot give what deriving it again gives."""
         topo = self.topo
         ref = route.ref
         old = list(topo.paths.get(ref, ()))
-        new = _route_paths(route, self.a.index, topo.listeners_of, shadow)
+        new = _route_paths(route, self.a.index, topo.listeners_of, shadow, admits)
         if new == old:
             return True
-        kept, now = set(old), set(new)
-        gone = [n for n in old if n not in now]
-        came = [n for n in new if n not in kept]
-        if not gone and not came:
-            return True
+        if len(old) == 1 and len(new) == 1:  # the common case: one path, another now
+            gone, came = old, new
+        else:
+            kept, now = set(old), set(new)
+            gone = [n for n in old if n not in now]
+            came = [n for n in new if n not in kept]
+            if not gone and not came:
+                return True
         # the nodes that came were interned by the derivation: empty unless they held something
         # before (then derive it all, which reuses them)
         self.spare.extend(came)

@@ -308,9 +308,13 @@ def parent_gateway(route: Obj, pref: dict[str, Any]) -> Ref | None:
 
 
 def parent_listeners(route: Obj, pref: dict[str, Any], gw: Obj, listeners: list[dict[str, Any]],
-                     index: ObjectIndex) -> tuple[list[dict[str, Any]], str | None]:
+                     index: ObjectIndex, admits: dict[tuple[int, str | None, str], bool] | None = None,
+                     ) -> tuple[list[dict[str, Any]], str | None]:
     """The listeners of `gw` a parentRef attaches the route to, and, when there are none, why: the
-    first filter that left none (sectionName/port, then allowedRoutes, then hostnames)."""
+    first filter that left none (sectionName/port, then allowedRoutes, then hostnames). `admits`:
+    what `_admits` said, by listener (its id: the caller keeps the listeners and the namespaces'
+    labels as they are while it lives), route namespace and kind (a Gateway edit derives the
+    paths of a thousand routes of a few namespaces again)."""
     spec = route.spec
     hostnames = spec.get("hostnames") if isinstance(spec, dict) else None
     if not isinstance(hostnames, list):
@@ -320,7 +324,17 @@ def parent_listeners(route: Obj, pref: dict[str, Any], gw: Obj, listeners: list[
              if (section is None or section == l["name"]) and (port is None or port == l.get("port"))]
     if not named:
         return [], NO_MATCHING_PARENT
-    admitting = [l for l in named if _admits(l, gw, route, index)]
+    if admits is None:
+        admitting = [l for l in named if _admits(l, gw, route, index)]
+    else:
+        admitting = []
+        for l in named:
+            key = (id(l), route.ref[2], route.ref[1])
+            ok = admits.get(key)
+            if ok is None:
+                ok = admits[key] = _admits(l, gw, route, index)
+            if ok:
+                admitting.append(l)
     if not admitting:
         return [], NOT_ALLOWED_BY_LISTENERS
     matching = [l for l in admitting if hostnames_intersect(l.get("hostname"), hostnames)]
@@ -330,8 +344,9 @@ def parent_listeners(route: Obj, pref: dict[str, Any], gw: Obj, listeners: list[
 
 
 def _route_paths(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[dict[str, Any]]],
-                 topo: Topology) -> list[PathNode]:
-    """One path per listener the route is attached to; `Namespace > route` when none (S4.3)."""
+                 topo: Topology, admits: dict[tuple[int, str | None, str], bool] | None = None) -> list[PathNode]:
+    """One path per listener the route is attached to; `Namespace > route` when none (S4.3).
+    `admits`: as `parent_listeners` takes it."""
     spec = route.spec
     parent_refs = [p for p in spec.get("parentRefs") or [] if isinstance(p, dict)] if isinstance(spec, dict) else []
     topo.route_parents[route.ref] = parent_refs
@@ -341,7 +356,7 @@ def _route_paths(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[di
         gw = index.by_ref.get(gw_ref) if gw_ref is not None else None
         if gw_ref is None or gw is None:
             continue
-        attached, _ = parent_listeners(route, pref, gw, listeners_of.get(gw_ref, []), index)
+        attached, _ = parent_listeners(route, pref, gw, listeners_of.get(gw_ref, []), index, admits)
         for listener in attached:
             lref = gw_ref.with_section(listener["name"])
             for lp in topo.paths.get(lref, []):

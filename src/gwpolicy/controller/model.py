@@ -154,7 +154,10 @@ class ClusterModel:
         """Bring the analysis up to date; the objects whose status or annotations must be checked."""
         if not self.stale:
             touched, self.touched = self.touched, set()
-            return sorted(touched, key=Ref.sort_key)
+            try:  # compared as tuples in C (thousands after a Gateway edit), as `Ref.sort_key` orders them
+                return sorted(touched)
+            except TypeError:  # a cluster-scoped object among namespaced ones: None and text do not compare
+                return sorted(touched, key=Ref.sort_key)
         t = time.perf_counter()
         raws = list(self.objects.values())
         # The analysis lives until the next full one: keep the cyclic collector off it (gc.freeze),
