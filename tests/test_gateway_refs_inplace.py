@@ -374,7 +374,8 @@ def test_a_replaced_certificate_is_shown_to_new_connections(tmp_path) -> None:
     """20 routes through real NGINX on loopback: the listeners' certificate Secret is replaced
     (a new key and serial, made with `cryptography`); in place, no route rebuilt, and new TLS
     connections to an HTTPS listener are then shown the new certificate. Made invalid, the
-    listener is not served (no handshake); valid again, it is."""
+    listener is not served (no handshake); valid again, it is. A Secret no one reads, created:
+    the data plane is not built at all."""
     from gwpolicy.gateway.controller import DataPlaneDriver, GatewayController, GatewayOptions
 
     first, second = gc.make_cert(["*.example.com"]), gc.make_cert(["*.example.com"])
@@ -397,10 +398,16 @@ def test_a_replaced_certificate_is_shown_to_new_connections(tmp_path) -> None:
         where = (srv.address, srv.port, "route-000001.example.com")
         assert peer_fingerprint(*where) == der_fingerprint(first[0])
 
-        async def secret(raw: dict[str, Any]) -> None:
-            await c.on_event("MODIFIED", kind_of(raw), copy.deepcopy(raw))
+        async def secret(raw: dict[str, Any], event: str = "MODIFIED") -> None:
+            await c.on_event(event, kind_of(raw), copy.deepcopy(raw))
             await c.reconcile()
             assert c.error is None and c.state.full_passes == 1, (c.error, c.state.last_fallback)
+
+        builds = []
+        build = driver.build
+        driver.build = lambda *a: builds.append(a) or build(*a)  # type: ignore[method-assign]
+        await secret(tls_secret("nobody-reads-it", "infra", second), "ADDED")
+        assert builds == []  # a Secret no one names: the data plane is not even built again
 
         await secret(tls_secret("wildcard-example-com", "infra", second))
         assert (driver.build_cache.misses, driver.build_cache.hits) == (0, 20)

@@ -138,6 +138,11 @@ class GatewayState:
         #: render.RenderCache) key on routes, policies, paths and the objects routes read by reference
         self.epoch = 0
         self.last_fallback: str | None = None  # the change that needed the full pass, for the log
+        #: bumped by every change the data plane may read (every one but a Secret or ConfigMap that
+        #: no Gateway and no BackendTLSPolicy names): while it stays, building the data plane again
+        #: would give the same files, and the controller does not
+        self.dataplane_version = 0
+        self._read_by_dataplane = True  # what the change being applied is (see _referenced)
 
     # ---------- changes ----------
     def changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
@@ -162,12 +167,15 @@ class GatewayState:
         changes, self.pending = self.pending, []
         touched: set[Ref] = set()
         for raw, new in changes:
+            self._read_by_dataplane = True
             got = self._apply(raw, new)
             if got is None:
                 self.last_fallback = f"{raw.get('kind')} {object_key(raw)[2]}/{object_key(raw)[3]}"
                 self._full()
                 return None
             self.in_place += 1
+            if self._read_by_dataplane:
+                self.dataplane_version += 1
             touched |= got
         return touched
 
@@ -193,6 +201,7 @@ class GatewayState:
         self.stale = False
         self.full_passes += 1
         self.epoch += 1
+        self.dataplane_version += 1
 
     def _mirrors(self) -> bool:
         """Does any route of ours have a RequestMirror filter?"""
@@ -308,10 +317,13 @@ class GatewayState:
             return None
         replace_object(index, ref, new)
         gateways = [g for g, gf in facts.gateways.items() if ref in gateway_references(gf.obj)]
-        touched = got | {ref}
-        if ref.kind == "ConfigMap":
-            touched |= {p.ref for p in index.of_kind(*BACKEND_TLS) if p.namespace == ref.namespace and ref in ca_configmaps(p)}
-        return self._gateways_again(gateways, touched)
+        policies = {p.ref for p in index.of_kind(*BACKEND_TLS)
+                    if ref.kind == "ConfigMap" and p.namespace == ref.namespace and ref in ca_configmaps(p)}
+        # the data plane reads Secrets and ConfigMaps through these references only (listener
+        # certificates and client CAs of any Gateway it serves, BackendTLSPolicy CA bundles)
+        self._read_by_dataplane = bool(policies) or any(ref in gateway_references(gw)
+                                                        for gw in index.of_kind(GATEWAY_GROUP, "Gateway"))
+        return self._gateways_again(gateways, got | {ref} | policies)
 
     def _grant(self, ref: Ref, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
         """A ReferenceGrant in namespace N: the engine derives again the paths of the routes that
