@@ -370,8 +370,9 @@ class GatewayState:
         a, index, facts = self.analysis, self.index, self.facts
         assert a is not None and index is not None and facts is not None and self.grants is not None
         moved: list[Ref] = []
+        before_facts = {g: facts.gateways[g] for g in gateways}
         for g in gateways:
-            before = facts.gateways[g]
+            before = before_facts[g]
             gw = index.by_ref.get(g)
             if gw is None:  # cannot be: a Gateway of the facts is in the index
                 return None
@@ -382,10 +383,11 @@ class GatewayState:
         for r in routes:
             if not self._route_facts_again(r):
                 return None
-        for g in gateways:
-            gf = facts.gateways[g]
+        for g in gateways:  # attachedRoutes: counted again where routes moved, else as they were
+            gf, was = facts.gateways[g], before_facts[g]
             for lf in gf.listeners.values():
-                lf.attached_routes = len(facts.attached(g, lf.name))
+                old = was.listeners.get(lf.name)
+                lf.attached_routes = len(facts.attached(g, lf.name)) if moved or old is None else old.attached_routes
         out = touched | set(gateways) | set(routes)
         if not moved:
             return out
