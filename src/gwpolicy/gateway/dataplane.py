@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gwpolicy.gateway import backendtls, frontendtls, policyconf
-from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts
+from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts, takes_part
 from gwpolicy.grants import ReferenceGrants, _from_key as grant_from_key
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
@@ -552,8 +552,10 @@ class _Builder:
                 self.listener_facts[gw.ref.with_section(l["name"])] = problem
             else:
                 valid.append(l)
-        # every listener of a conflict is refused, as status says (gateway/listeners.py)
-        conflicted = listener_conflicts(Candidate(l["name"], l["port"], l["protocol"], (l.get("hostname") or "").lower()) for l in valid)
+        # every listener of a conflict is refused, as status says (gateway/listeners.py: among the
+        # listeners status accepts on their own)
+        conflicted = listener_conflicts(Candidate(l["name"], l["port"], l["protocol"], (l.get("hostname") or "").lower())
+                                        for l in valid if takes_part(gw, l, self.index, self.grants))
         out = []
         for l in valid:
             lref = gw.ref.with_section(l["name"])
