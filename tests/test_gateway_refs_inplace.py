@@ -67,12 +67,17 @@ def refs_cluster(routes: int, seed: int) -> list[dict[str, Any]]:
     gw-001 validates client certificates against ConfigMap infra/client-ca; gw-000 has an HTTPS
     listener `team` whose certificate is a Secret in another namespace, allowed by a ReferenceGrant
     there; every tenth route from the second (in the other namespace) also sends to shared-auth
-    (by the grant routes-to-auth); and a Secret and a ConfigMap no one reads."""
-    objs = base_cluster(routes, seed)
+    and route-000003 mirrors to svc-000000 (both by the grant routes-to-auth, which allows those
+    two; the engine's paths have no mirrors, so only the data plane's record of the grants sees a
+    grant change for the mirror); and a Secret and a ConfigMap no one reads."""
+    objs = [o for o in base_cluster(routes, seed) if o["kind"] != "ReferenceGrant"]
     ns = shared_namespace(objs)
     for o in objs:
         if o["kind"] == "HTTPRoute" and int(o["metadata"]["name"].rsplit("-", 1)[1]) % 10 == 1:
             o["spec"]["rules"][0]["backendRefs"].append({"name": "shared-auth", "namespace": ns, "port": 8080})
+        if o["kind"] == "HTTPRoute" and o["metadata"]["name"] == "route-000003":
+            o["spec"]["rules"][1]["filters"] = [{"type": "RequestMirror", "requestMirror": {
+                "backendRef": {"name": "svc-000000", "namespace": ns, "port": 8080}}}]
         if o["kind"] == "Gateway" and o["metadata"]["name"] == "gw-001":
             o["spec"]["tls"] = {"frontend": {"default": {"validation": {
                 "caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "client-ca"}]}}}}
@@ -80,20 +85,24 @@ def refs_cluster(routes: int, seed: int) -> list[dict[str, Any]]:
             o["spec"]["listeners"].append({"name": "team", "port": 8443, "protocol": "HTTPS", "hostname": "team.example.com",
                                            "tls": {"certificateRefs": [{"name": TEAM_SECRET, "namespace": ns}]},
                                            "allowedRoutes": {"namespaces": {"from": "All"}}})
+    namespaces = sorted({o["metadata"]["namespace"] for o in objs if o["kind"] == "HTTPRoute"})
+    objs += list(grants_of(ns, namespaces).values())
     objs += [ca_map("client-ca", "infra", certificate()[0].decode()),
              tls_secret(TEAM_SECRET, ns, other_certificate()),
-             {"apiVersion": f"{GW}/v1beta1", "kind": "ReferenceGrant", "metadata": {"name": "gateways-to-certs", "namespace": ns},
-              "spec": {"from": [{"group": GW, "kind": "Gateway", "namespace": "infra"}],
-                       "to": [{"group": "", "kind": "Secret"}]}},
              tls_secret("unread", "infra", certificate()),
              ca_map("unread", "infra", certificate()[0].decode())]
     return objs
 
 
-def grants_of(ns: str) -> dict[str, dict[str, Any]]:
-    """The two grants of refs_cluster, as first made (what `grant-create` makes again)."""
-    base = next(o for o in base_cluster(4, 1) if o["kind"] == "ReferenceGrant")
-    return {"routes-to-auth": dict(copy.deepcopy(base), metadata={"name": "routes-to-auth", "namespace": ns}),
+def grants_of(ns: str, namespaces: list[str]) -> dict[str, dict[str, Any]]:
+    """The two grants of refs_cluster in namespace `ns`, as first made (what `grant-create` makes
+    again): HTTPRoutes of `namespaces` to Services shared-auth and svc-000000; Gateways of infra to
+    Secrets."""
+    return {"routes-to-auth": {"apiVersion": f"{GW}/v1beta1", "kind": "ReferenceGrant",
+                               "metadata": {"name": "routes-to-auth", "namespace": ns},
+                               "spec": {"from": [{"group": GW, "kind": "HTTPRoute", "namespace": n} for n in namespaces],
+                                        "to": [{"group": "", "kind": "Service", "name": "shared-auth"},
+                                               {"group": "", "kind": "Service", "name": "svc-000000"}]}},
             "gateways-to-certs": {"apiVersion": f"{GW}/v1beta1", "kind": "ReferenceGrant",
                                   "metadata": {"name": "gateways-to-certs", "namespace": ns},
                                   "spec": {"from": [{"group": GW, "kind": "Gateway", "namespace": "infra"}],
@@ -121,7 +130,7 @@ def ref_change(objects: dict[Any, dict[str, Any]], what: str, rnd: random.Random
                                       {"tls.crt": "%%% not base64", "tls.key": "x"}, {}])
     elif what.startswith("ca-"):
         choices = [("client-ca", "infra"), ("unread", "infra")]
-        choices += [(k[3], k[2]) for k in sorted(objects) if k[1] == "ConfigMap" and k[3] == "auth-ca"]
+        choices += [(k[3], k[2]) for k in sorted(objects) if k[1] == "ConfigMap" and k[3] == "auth-ca"] * 3  # when it is there
         name, cns = rnd.choice(choices)
         key = ("", "ConfigMap", cns, name)
         old = objects.get(key)
@@ -137,7 +146,7 @@ def ref_change(objects: dict[Any, dict[str, Any]], what: str, rnd: random.Random
             pem = certificate()[0].decode() + other_certificate()[0].decode()  # a bundle of two
         new = ca_map(name, cns, pem if what != "ca-invalid" else rnd.choice(["not a certificate", ""]))
     else:
-        name = rnd.choice(["routes-to-auth", "gateways-to-certs"])
+        name = rnd.choice(["routes-to-auth", "routes-to-auth", "gateways-to-certs"])
         key = (GW, "ReferenceGrant", ns, name)
         old = objects.get(key)
         if what == "grant-delete":
@@ -148,7 +157,7 @@ def ref_change(objects: dict[Any, dict[str, Any]], what: str, rnd: random.Random
         if what == "grant-create":
             if old is not None:
                 return None
-            new = grants_of(ns)[name]
+            new = grants_of(ns, sorted({k[2] for k in objects if k[1] == "HTTPRoute"} | {ns}))[name]
         else:
             if old is None:
                 return None
@@ -161,6 +170,7 @@ def ref_change(objects: dict[Any, dict[str, Any]], what: str, rnd: random.Random
                     frm[0]["kind"] = rnd.choice(["TLSRoute", "Gateway", "HTTPRoute"])
             else:  # what it admits references to
                 new["spec"]["to"] = [rnd.choice([{"group": "", "kind": "Service", "name": "shared-auth"},
+                                                 {"group": "", "kind": "Service", "name": "svc-000000"},
                                                  {"group": "", "kind": "Service", "name": "other"},
                                                  {"group": "", "kind": "Secret"}, {"group": "", "kind": "Secret", "name": "nope"}])]
     objects[object_key(new)] = new
@@ -304,8 +314,9 @@ def test_a_client_ca_made_invalid_unaccepts_the_listeners_in_place() -> None:
 
 def test_a_grant_change_rebuilds_only_the_routes_it_can_cover() -> None:
     """routes-to-auth deleted: the four routes sending to shared-auth from another namespace say
-    RefNotPermitted and only they are rebuilt (not the two in its namespace); created again, they
-    resolve; narrowed to other namespaces, the same four. gateways-to-certs deleted: gw-000's `team`
+    RefNotPermitted and only they and route-000003, whose mirror goes through the grant, are
+    rebuilt (not the two in its namespace); created again, they resolve; narrowed to other
+    namespaces, the same five. gateways-to-certs deleted: gw-000's `team`
     listener says RefNotPermitted, no route of another listener is rebuilt."""
     async def go() -> None:
         objects = {object_key(o): o for o in refs_cluster(40, 1)}
@@ -313,17 +324,18 @@ def test_a_grant_change_rebuilds_only_the_routes_it_can_cover() -> None:
         ns = next(k[2] for k in objects if k[1] == "Service" and k[3] == "shared-auth")
         grant = (GW, "ReferenceGrant", ns, "routes-to-auth")
         _, counts = await edit_in_place(c, renderer, objects, "DELETED", copy.deepcopy(objects[grant]))
-        assert counts == (4, 36)
+        assert counts == (5, 35)
         route = next(k for k, o in objects.items() if k[1] == "HTTPRoute" and k[2] != ns
                      and any(b.get("name") == "shared-auth" for r in o["spec"]["rules"] for b in r.get("backendRefs", [])))
         assert "RefNotPermitted" in str(status_of(c, route))
-        _, counts = await edit_in_place(c, renderer, objects, "ADDED", grants_of(ns)["routes-to-auth"])
-        assert counts == (4, 36)
+        namespaces = sorted({k[2] for k in objects if k[1] == "HTTPRoute"})
+        _, counts = await edit_in_place(c, renderer, objects, "ADDED", grants_of(ns, namespaces)["routes-to-auth"])
+        assert counts == (5, 35)
         assert "RefNotPermitted" not in str(status_of(c, route))
         narrowed = copy.deepcopy(objects[grant])
         narrowed["spec"]["from"] = [f for f in narrowed["spec"]["from"] if f["namespace"] == ns]
         _, counts = await edit_in_place(c, renderer, objects, "MODIFIED", narrowed)
-        assert counts == (4, 36) and "RefNotPermitted" in str(status_of(c, route))
+        assert counts == (5, 35) and "RefNotPermitted" in str(status_of(c, route))
         certs = (GW, "ReferenceGrant", ns, "gateways-to-certs")
         _, counts = await edit_in_place(c, renderer, objects, "DELETED", copy.deepcopy(objects[certs]))
         assert listener_condition(c, "gw-000", "team", "ResolvedRefs")["reason"] == "RefNotPermitted"
