@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import gwconformance as gc
@@ -185,6 +185,7 @@ def any_change(objects: dict[Any, dict[str, Any]], what: str, rnd: random.Random
 @given(routes=st.integers(3, 10), seed=st.integers(1, 4),
        steps=st.lists(st.tuples(st.sampled_from(REF_CHANGES * 3 + CHANGES), st.integers(0, 10**6), st.booleans()),
                       min_size=1, max_size=8))
+@example(routes=5, seed=2, steps=[("ca-invalid", 0, False)])  # the BackendTLSPolicy's CA bundle (its conditions read it)
 def test_ref_edits_in_place_render_what_a_full_pass_does(routes: int, seed: int, steps: list[tuple[str, int, bool]]) -> None:
     run(routes, seed, steps, any_change, refs_cluster)
 
