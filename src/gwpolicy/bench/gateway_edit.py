@@ -62,6 +62,38 @@ def peer_fingerprint(server: tuple[str, int], sni: str) -> str | None:
     return hashlib.sha256(der).hexdigest() if der else None
 
 
+def listen_ports(objs: list[dict[str, Any]], port_offset: int) -> list[tuple[str, int]]:
+    """Where NGINX will listen: each Gateway's address (the pool's, in Gateway order, as none has
+    one of its own here) and its listeners' ports plus the offset."""
+    import ipaddress
+
+    hosts = ipaddress.ip_network(ADDRESS_POOL).hosts()
+    gateways = sorted((o for o in objs if o["kind"] == "Gateway"), key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
+    return [(str(addr), l["port"] + port_offset) for gw, addr in zip(gateways, hosts) for l in gw["spec"]["listeners"]]
+
+
+def wait_for_free(endpoints: list[tuple[str, int]], limit: float = 30.0) -> None:
+    """Wait (at most `limit` s) until NGINX could bind every address:port: a probe binds each as
+    NGINX does, with SO_REUSEADDR, so connections of an earlier run in TIME_WAIT do not count and a
+    socket still listening there (an NGINX still stopping) does. RuntimeError naming the port if
+    one stays taken."""
+    import socket
+
+    deadline = time.monotonic() + limit
+    for addr, port in endpoints:
+        while True:
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind((addr, port))
+                    break
+                except OSError as e:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{addr}:{port} stays taken ({e.strerror}): another process listens "
+                                           "there; pick another --port-offset") from None
+            time.sleep(0.2)
+
+
 def _cpu_of(pid: int | None) -> float:
     """CPU seconds a live process used so far (the NGINX master parses the configuration on SIGHUP)."""
     return (procfs.cpu_seconds(pid) or 0.0) if pid is not None else 0.0
@@ -113,6 +145,7 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
     row: dict[str, Any] = {"routes": routes, "load_average": [os.getloadavg()[0]]}
     objs = cluster(routes, workdir, echo_a, echo_b)
     row["objects"] = len(objs)
+    wait_for_free(listen_ports(objs, port_offset))
 
     async def go() -> None:
         for raw in objs:
