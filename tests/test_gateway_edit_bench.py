@@ -1,7 +1,8 @@
 """`python -m gwpolicy.bench.gateway_edit` on a small cluster, through real NGINX on loopback
 (127.0.44.0/24, backends on 127.0.45.1 and .2): the policy, route, EndpointSlice and Service
 edits reach traffic (the EndpointSlice's: requests then reach the endpoint it added), in place,
-rebuilding one route of 20; through the full pass, everything."""
+rebuilding one route of 20; the listener certificate's Secret renewed reaches new TLS handshakes
+rebuilding none, a Secret no one reads builds nothing; through the full pass, everything."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ def test_edits_reach_traffic(tmp_path, full: bool) -> None:
         assert e["to_traffic_s"] < 30
         if full:
             assert e["build_misses"] == 20 and e["build_hits"] == 0
+        elif label == "secret_edit":  # the certificate is the listener's: no route is rebuilt
+            assert (e["build_misses"], e["build_hits"]) == (0, 20), label
+        elif label == "unread_secret_edit":  # a Secret no one names: nothing built at all
+            assert not e["built"], label
         else:
             assert (e["build_misses"], e["build_hits"]) == (1, 19), label
     assert row["endpoint_edit"]["answered_by"] == ["bench-b-x-y", "bench-c-x-y"]  # the old endpoint and the new

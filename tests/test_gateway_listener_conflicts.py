@@ -214,3 +214,19 @@ def test_nginx_serves_what_status_says_and_nothing_conflicted(tmp_path: Path):
     finally:
         nginx.stop()
         echoes.stop()
+
+
+def test_a_listener_without_a_valid_client_ca_conflicts_with_nothing_in_render_as_in_status():
+    """An HTTPS listener whose client-certificate CAs are all invalid is not Accepted
+    (NoValidCACertificate) and so takes no part in conflicts: the HTTP listener on its port is
+    served, by `gwpolicy render`'s data plane (the objects as they are) as by the controller's."""
+    https = listener("secure", 443, "HTTPS", "b.test", **_tls("HTTPS"))
+    gw = gateway("gw", "infra", listener("plain", 443, "HTTP", "a.test"), https)
+    gw["spec"]["tls"] = {"frontend": {"default": {"validation": {"caCertificateRefs": [{"kind": "ConfigMap", "name": "absent"}]}}}}
+    objs = [gatewayclass(), gw, SECRET]
+    alone = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(addresses={GW_REF: ADDR}))
+    status = _listener_status(objs, alone)
+    assert status["secure"]["Accepted"] == ("False", "NoValidCACertificate")
+    assert status["plain"]["Conflicted"] == ("False", "NoConflicts")
+    assert _served(alone) == _served(_controller_dataplane(objs)) == {"plain"}
+    assert alone.listeners[GW_REF.with_section("plain")].programmed

@@ -7,7 +7,10 @@ policy edit (route-000000's TimeoutPolicy gets an override `readTimeout: 1s`: th
 NGINX cuts with 504 ends it), a route edit (route-000000 sends to svc-edit: the first answer
 from the new backend ends it) and an EndpointSlice edit (svc-edit's slice gains an endpoint, a
 third echo server on 127.0.45.2: the first answer from it ends it) and a Service edit (svc-edit's
-port renamed, so no slice port matches it: the first 500 ends it), each applied in place; then the
+port renamed, so no slice port matches it: the first 500 ends it), a Secret edit (the listeners'
+certificate Secret replaced by a new certificate, as cert-manager renews one: the first TLS
+handshake with gw-001's HTTPS listener that shows the new certificate ends it) and a Secret no one
+reads created (nothing to show: its cost is the reconcile's), each applied in place; then the
 same edits through a full pass (`--full`: the state invalidated first, `nginx -t` before the
 reload, as before this path existed). Per edit: the reconcile's steps (CPU and wall), NGINX's CPU
 for the reload, wall time from the event to the first request that shows the change. Loopback
@@ -17,9 +20,12 @@ only: Gateways in 127.0.44.0/24, backends on 127.0.45.1 and .2, listener ports +
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
+import hashlib
 import os
 import resource
+import ssl
 import sys
 import tempfile
 import time
@@ -31,12 +37,61 @@ from gwpolicy.bench.gateway import (EDIT_SERVICE, ROUTE0, ROUTE0_HOST, _cert, fi
                                     with_edit_backend)
 from gwpolicy.bench import procfs
 from gwpolicy.bench.gateway_policies import gateway_policies, policy_kinds
+from gwpolicy.webhook.certs import make_ca, make_serving
 
 ADDRESS_POOL = "127.0.44.0/24"
 BACKEND = "127.0.45.1"
 BACKEND_ADDED = "127.0.45.2"  # the endpoint the EndpointSlice edit adds
-EDITS = ("policy_edit", "route_edit", "endpoint_edit", "service_edit")
+EDITS = ("policy_edit", "route_edit", "endpoint_edit", "service_edit", "secret_edit", "unread_secret_edit")
 OURS = "gwpolicy.io/gateway-controller"
+
+
+def peer_fingerprint(server: tuple[str, int], sni: str) -> str | None:
+    """SHA-256 of the certificate a fresh TLS handshake is shown (None: no handshake)."""
+    import hashlib
+    import socket
+    import ssl
+
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection(server, timeout=10) as raw, ctx.wrap_socket(raw, server_hostname=sni) as tls:
+            der = tls.getpeercert(binary_form=True)
+    except (OSError, ssl.SSLError):
+        return None
+    return hashlib.sha256(der).hexdigest() if der else None
+
+
+def listen_ports(objs: list[dict[str, Any]], port_offset: int) -> list[tuple[str, int]]:
+    """Where NGINX will listen: each Gateway's address (the pool's, in Gateway order, as none has
+    one of its own here) and its listeners' ports plus the offset."""
+    import ipaddress
+
+    hosts = ipaddress.ip_network(ADDRESS_POOL).hosts()
+    gateways = sorted((o for o in objs if o["kind"] == "Gateway"), key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
+    return [(str(addr), l["port"] + port_offset) for gw, addr in zip(gateways, hosts) for l in gw["spec"]["listeners"]]
+
+
+def wait_for_free(endpoints: list[tuple[str, int]], limit: float = 30.0) -> None:
+    """Wait (at most `limit` s) until NGINX could bind every address:port: a probe binds each as
+    NGINX does, with SO_REUSEADDR, so connections of an earlier run in TIME_WAIT do not count and a
+    socket still listening there (an NGINX still stopping) does. RuntimeError naming the port if
+    one stays taken."""
+    import socket
+
+    deadline = time.monotonic() + limit
+    for addr, port in endpoints:
+        while True:
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind((addr, port))
+                    break
+                except OSError as e:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{addr}:{port} stays taken ({e.strerror}): another process listens "
+                                           "there; pick another --port-offset") from None
+            time.sleep(0.2)
 
 
 def _cpu_of(pid: int | None) -> float:
@@ -77,11 +132,20 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
                           state_dir=state_dir, leader_election=False)
     driver = DataPlaneDriver(opts)
     assert driver.nginx is not None
+    builds = [0]  # the controller does not build what no change it took can alter
+    build = driver.build
+
+    def counted(*args: Any) -> Any:
+        builds[0] += 1
+        return build(*args)
+
+    driver.build = counted  # type: ignore[method-assign]
     driver.nginx.verify_timeout = 300
     c = GatewayController(opts, driver)
     row: dict[str, Any] = {"routes": routes, "load_average": [os.getloadavg()[0]]}
     objs = cluster(routes, workdir, echo_a, echo_b)
     row["objects"] = len(objs)
+    wait_for_free(listen_ports(objs, port_offset))
 
     async def go() -> None:
         for raw in objs:
@@ -103,17 +167,18 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
             raw["metadata"]["generation"] = raw["metadata"].get("generation", 1) + 1
             return raw
 
-        async def edit(label: str, raw: dict[str, Any], shows: Any) -> None:
+        async def edit(label: str, raw: dict[str, Any], shows: Any, event: str = "MODIFIED") -> None:
             if full:
                 c.state.invalidate()
             driver.nginx.test_reloads = full  # type: ignore[union-attr]
-            passes = c.state.full_passes
+            passes, built = c.state.full_passes, builds[0]
             nginx_cpu = _cpu_of(driver.nginx.pid)  # type: ignore[union-attr]
             children = _children_cpu()  # `nginx -t`, when it runs
             t0, cpu0 = time.perf_counter(), time.process_time()
-            await c.on_event("MODIFIED", kind_of(raw), copy.deepcopy(raw))
+            await c.on_event(event, kind_of(raw), copy.deepcopy(raw))
             await c.reconcile()
             applied, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+            rebuilt = builds[0] > built
             if c.error:
                 raise RuntimeError(f"{label}: NGINX did not take it: {c.error}")
             sent = first_request_showing(shows, t0, 120, label)  # the first request after the reconcile that shows it
@@ -121,8 +186,11 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
                           "nginx_cpu_s": _cpu_of(driver.nginx.pid) - nginx_cpu,  # type: ignore[union-attr]
                           "nginx_t_cpu_s": _children_cpu() - children,
                           "steps": c.last_reconcile, "in_place": c.state.full_passes == passes,
-                          "build_hits": driver.build_cache.hits, "build_misses": driver.build_cache.misses,
-                          "render_hits": driver.render_cache.hits, "render_misses": driver.render_cache.misses}
+                          "built": rebuilt,
+                          "build_hits": driver.build_cache.hits if rebuilt else 0,
+                          "build_misses": driver.build_cache.misses if rebuilt else 0,
+                          "render_hits": driver.render_cache.hits if rebuilt else 0,
+                          "render_misses": driver.render_cache.misses if rebuilt else 0}
             row["load_average"].append(os.getloadavg()[0])
 
         def timeout(raw: dict[str, Any]) -> None:
@@ -150,6 +218,24 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
 
         await edit("service_edit", edited("Service", EDIT_SERVICE, port_name), lambda: request(server, host)[0] == 500)
 
+        https = next((s.address, s.port) for s in dp.servers if s.listener.name == "gw-001" and s.listener.section == "https")
+        renewed = make_serving(make_ca("gwpolicy-bench-renewed"), ["*.example.com"])
+        renewed_fp = hashlib.sha256(ssl.PEM_cert_to_DER_cert(renewed.cert_pem.decode())).hexdigest()
+        if peer_fingerprint(https, host) in (None, renewed_fp):
+            raise RuntimeError(f"gw-001's HTTPS listener before the Secret edit: {peer_fingerprint(https, host)}")
+
+        def renew(raw: dict[str, Any]) -> None:  # cert-manager renewing the listeners' certificate
+            raw["data"] = {"tls.crt": base64.b64encode(renewed.cert_pem).decode(),
+                           "tls.key": base64.b64encode(renewed.key_pem).decode()}
+
+        await edit("secret_edit", edited("Secret", "wildcard-example-com", renew),
+                   lambda: peer_fingerprint(https, host) == renewed_fp)
+        unread = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                  "metadata": {"name": "nobody-reads-it", "namespace": "infra"},
+                  "data": {"tls.crt": base64.b64encode(renewed.cert_pem).decode(),
+                           "tls.key": base64.b64encode(renewed.key_pem).decode()}}
+        await edit("unread_secret_edit", unread, lambda: True, "ADDED")
+
     try:
         asyncio.run(go())
     finally:
@@ -169,12 +255,13 @@ def report(rows: list[dict[str, Any]]) -> str:
         for label in EDITS:
             e = r[label]
             s = e["steps"]
+            rebuilt = f"{e['build_misses']} / {e['render_misses']}" if e.get("built", True) else "not built"
             analysis = next((k for k in s if k.startswith("analysis") and not k.endswith("cpu")), "analysis")
-            lines.append(f"| {r['routes']:,} | {'in place' if e['in_place'] else 'full pass'} | {label.split('_')[0]} "
+            lines.append(f"| {r['routes']:,} | {'in place' if e['in_place'] else 'full pass'} | {label.rsplit('_', 1)[0].replace('_', ' ')} "
                          f"| {e['applied_s']:.2f} s ({e['cpu_s']:.2f} s) | {s.get(analysis, 0):.3f} s "
                          f"| {s.get('data plane and render', 0):.3f} s | {s.get('nginx', 0):.2f} s | {e['nginx_cpu_s']:.2f} s "
                          f"| {e.get('nginx_t_cpu_s', 0):.2f} s "
-                         f"| **{e['to_traffic_s']:.2f} s** | {e['build_misses']} / {e['render_misses']} |")
+                         f"| **{e['to_traffic_s']:.2f} s** | {rebuilt} |")
     lines.append("")
     lines.append("load average (1 min) at start and after each edit: "
                  + "; ".join(f"{r['routes']:,}: " + ", ".join(f"{x:.1f}" for x in r["load_average"]) for r in rows))

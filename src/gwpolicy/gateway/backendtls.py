@@ -17,7 +17,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gwpolicy.attach import ACCEPTED
 from gwpolicy.model import ObjectIndex
@@ -31,6 +31,13 @@ _PEM = re.compile(rb"-----BEGIN CERTIFICATE-----\s+[A-Za-z0-9+/=\s]+?-----END CE
 # condition reasons (gateway-api apis/v1/backendtlspolicy_types.go and the conformance cases)
 R_ACCEPTED, R_INVALID, R_CONFLICTED, R_NO_CA = "Accepted", "Invalid", "Conflicted", "NoValidCACertificate"
 R_RESOLVED, R_INVALID_KIND, R_INVALID_CA_REF = "ResolvedRefs", "InvalidKind", "InvalidCACertificateRef"
+
+
+class Lookup(Protocol):
+    """What resolving a policy's CA refs reads objects through: an ObjectIndex, or the data plane's
+    builder, which records each ConfigMap a route's TLS read (dataplane.BuildCache)."""
+
+    def get(self, ref: Ref) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ def unsupported_fields(spec: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     return out
 
 
-def resolve(spec: Mapping[str, Any], policy: Ref, index: ObjectIndex) -> TLSProfile | TLSFailure:
+def resolve(spec: Mapping[str, Any], policy: Ref, index: Lookup) -> TLSProfile | TLSFailure:
     """The winning policy's spec (the engine's effective spec on a Service port) -> a profile or why not."""
     bad = unsupported_fields(spec)
     if bad:
@@ -139,7 +146,18 @@ def resolve(spec: Mapping[str, Any], policy: Ref, index: ObjectIndex) -> TLSProf
     return TLSProfile(hostname, b"\n".join(bundle) + b"\n", policy)
 
 
-def for_backend(effective: Mapping[Any, Any] | None, index: ObjectIndex) -> TLSProfile | TLSFailure | None:
+def ca_configmaps(policy: Any) -> set[Ref]:
+    """The ConfigMaps a BackendTLSPolicy (an Obj) names in `spec.validation.caCertificateRefs`, in
+    its own namespace as `resolve` looks them up: its conditions and the TLS of the backends it
+    covers read those."""
+    spec = policy.spec if isinstance(policy.spec, Mapping) else {}
+    validation = spec.get("validation")
+    refs = validation.get("caCertificateRefs") if isinstance(validation, Mapping) else None
+    return {Ref(CORE_GROUP, "ConfigMap", policy.namespace, str(r.get("name")))
+            for r in refs if isinstance(r, Mapping)} if isinstance(refs, list) else set()
+
+
+def for_backend(effective: Mapping[Any, Any] | None, index: Lookup) -> TLSProfile | TLSFailure | None:
     """The TLS of one backend from its effective policies (kind -> Result); None: plain HTTP."""
     for key, value in (effective or {}).items():
         if key in (KIND, KIND[1]):

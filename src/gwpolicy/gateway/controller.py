@@ -317,6 +317,8 @@ class GatewayController:
         self.opts = opts
         self.metrics = Metrics()
         self.driver = driver
+        #: GatewayState.dataplane_version of what NGINX serves (None: build on the next reconcile)
+        self.programmed_version: int | None = None
         self.client: AsyncClient | None = None
         self.informers: dict[Kind, Informer] = {}
         self.kinds: dict[tuple[str, str], Kind] = {}
@@ -512,6 +514,10 @@ class GatewayController:
         return kinds + ["BackendTLSPolicy.gateway.networking.k8s.io"]
 
     async def _program(self, analysis: Any, facts: Any, clock: "_Steps | None" = None) -> None:
+        version = self.state.dataplane_version
+        if version == self.programmed_version and self.error is None and getattr(self.driver, "applied", None) is not None:
+            return  # nothing the data plane reads changed since NGINX took what it serves (a Secret no one names)
+        self.programmed_version = None
         try:
             dp, files = self.driver.build(analysis, self.state.epoch)
         except Exception as exc:  # noqa: BLE001 - DP's errors name the object and field
@@ -527,6 +533,7 @@ class GatewayController:
             clock.lap("data plane and render")
         if files == getattr(self.driver, "applied", None):
             self.running = generations  # the same configuration holds these generations too
+            self.programmed_version = version
             return
         t = time.perf_counter()
         error = await self._nginx_call(self.driver.apply, files)
@@ -537,6 +544,7 @@ class GatewayController:
             self.metrics.reloads.labels("ok").inc()
             self.running, self.error = generations, None
             self.nginx_running = True
+            self.programmed_version = version
             log.info("NGINX serves the new configuration (%d files) after %.0f ms", len(files), (time.perf_counter() - t) * 1000)
         else:
             self.metrics.reloads.labels("failed").inc()

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gwpolicy.gateway import backendtls, frontendtls, policyconf
-from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts
-from gwpolicy.grants import ReferenceGrants
+from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts, takes_part
+from gwpolicy.grants import ReferenceGrants, _from_key as grant_from_key
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
 
@@ -391,10 +391,14 @@ class _RouteEntry:
     actions: dict[str, "Action"]
     upstreams: dict[str, "Upstream"]
     secrets: dict[str, bytes]
-    #: the Services its backends and mirrors looked up (None: absent), and per Service whose
-    #: endpoints it read, the EndpointSlices that had them (namespace, Service name) -> Objs
-    services: dict[Ref, Any] = field(default_factory=dict)
+    #: what it read by reference, each as the index gave it (None: absent): the Services its
+    #: backends and mirrors looked up and the ConfigMaps its BackendTLSPolicies' CA refs did
+    objects: dict[Ref, Any] = field(default_factory=dict)
+    #: per Service whose endpoints it read, the EndpointSlices that had them (namespace, name) -> Objs
     slices: dict[tuple[str, str], tuple[Any, ...]] = field(default_factory=dict)
+    #: per namespace it asked a ReferenceGrant about (a backend or mirror in another namespace) and
+    #: referrer (its group, kind, namespace), the grants there whose `from` names the referrer
+    grants: dict[tuple[str, tuple[str, str, str]], tuple[Any, ...]] = field(default_factory=dict)
 
 
 class BuildCache:
@@ -403,16 +407,21 @@ class BuildCache:
     A route's part of the data plane is a function of the route object, its path nodes, the
     effective policies on every node below them (the engine replaces a node's list whenever it
     recomputes it, and leaves it alone otherwise), the servers its listeners became, the Services
-    its backends and mirrors name with their EndpointSlices, and of Secrets, ConfigMaps,
-    ReferenceGrants and Gateways. All but the last four are compared by identity with what the
-    entry recorded (it holds the objects, so no id is reused): the route object, nodes and lists;
-    each Service it looked up, as the index holds it now (absent stays absent); and for each
-    Service whose endpoints it read, the index's EndpointSlices labelled with that Service, one by
-    one (a slice created, replaced or deleted changes that tuple). An index replaces an object's
-    `Obj` whenever the object changes, so an EndpointSlice or Service change rebuilds exactly the
-    routes that read it, and the caller need not say anything about those kinds. For Secrets,
-    ConfigMaps, ReferenceGrants and Gateways the caller says `epoch`, which it changes whenever an
-    object of those kinds may have changed (every entry is dropped)."""
+    its backends and mirrors name with their EndpointSlices, the ConfigMaps its BackendTLSPolicies'
+    `caCertificateRefs` name, the ReferenceGrants of the namespaces its cross-namespace backends and
+    mirrors are in (those whose `from` names the route), and of the Gateways. All but the last are
+    compared by identity with what the entry recorded (it holds the objects, so no id is reused):
+    the route object, nodes and lists; each Service and ConfigMap it looked up, as the index holds
+    it now (absent stays absent); for each Service whose endpoints it read, the index's
+    EndpointSlices labelled with that Service, one by one (a slice created, replaced or deleted
+    changes that tuple); and for each namespace it asked a grant about, that namespace's
+    ReferenceGrants naming the route's kind and namespace in `from`, one by one. An index replaces
+    an object's `Obj` whenever the object changes, so an EndpointSlice, Service, ConfigMap or
+    ReferenceGrant change rebuilds exactly the routes that read it, and the caller need not say
+    anything about those kinds. A route reads no Secret (a listener's certificate is its server's,
+    and servers are made on every build; a route's entry keys on the server's certificate path, not
+    its content). For Gateways (and whatever else the state does not take in place) the caller
+    says `epoch`, which it changes whenever one may have changed (every entry is dropped)."""
 
     def __init__(self) -> None:
         self.epoch: Any = None
@@ -479,9 +488,12 @@ class _Builder:
         self.route_facts: dict[Ref, RouteFact] = {}
         self.warnings: list[str] = []
         self._slices: dict[tuple[str, str], tuple[Any, ...]] | None = None
-        #: what the route being built reads of Services and EndpointSlices (see BuildCache)
-        self._services_read: dict[Ref, Any] | None = None
+        self._grants_by_ns: dict[tuple[str, tuple[str, str, str]], tuple[Any, ...]] | None = None
+        #: what the route being built reads by reference, of EndpointSlices and of ReferenceGrants
+        #: (see BuildCache); None while no route is recorded
+        self._objects_read: dict[Ref, Any] | None = None
         self._slices_read: dict[tuple[str, str], tuple[Any, ...]] | None = None
+        self._grants_read: dict[tuple[str, tuple[str, str, str]], tuple[Any, ...]] | None = None
         self._effective = analysis._effective_by_target()
         self._at: dict[int, dict[str, dict[str, Any]]] = {}  # path node -> effective_at (nodes live in the analysis)
         self._specs: dict[int, tuple[Any, Any]] = {}  # id(Result) -> (Result, Effective)
@@ -540,8 +552,10 @@ class _Builder:
                 self.listener_facts[gw.ref.with_section(l["name"])] = problem
             else:
                 valid.append(l)
-        # every listener of a conflict is refused, as status says (gateway/listeners.py)
-        conflicted = listener_conflicts(Candidate(l["name"], l["port"], l["protocol"], (l.get("hostname") or "").lower()) for l in valid)
+        # every listener of a conflict is refused, as status says (gateway/listeners.py: among the
+        # listeners status accepts on their own)
+        conflicted = listener_conflicts(Candidate(l["name"], l["port"], l["protocol"], (l.get("hostname") or "").lower())
+                                        for l in valid if takes_part(gw, l, self.index, self.grants))
         out = []
         for l in valid:
             lref = gw.ref.with_section(l["name"])
@@ -708,7 +722,7 @@ class _Builder:
                 built = [None] * len(nodes)
                 self._recording = {}
                 self._new_actions = {}
-                self._services_read, self._slices_read = {}, {}
+                self._objects_read, self._slices_read, self._grants_read = {}, {}, {}
             fact = self.route_facts.setdefault(route.ref, RouteFact())
             spec = _dict(route.spec)
             for i, (node, server) in enumerate(zip(nodes, servers)):
@@ -732,9 +746,9 @@ class _Builder:
                     inputs if inputs is not None else self._inputs(route, nodes, servers),
                     [_server_key(sv) for sv in servers], built,
                     _copy_fact(fact), actions, {n: self.upstreams[n] for n in used}, self._recording or {},
-                    self._services_read or {}, self._slices_read or {})
+                    self._objects_read or {}, self._slices_read or {}, self._grants_read or {})
             self._recording = None
-            self._services_read = self._slices_read = None
+            self._objects_read = self._slices_read = self._grants_read = None
         # actions are shared by every vhost of a listener: build once per (listener, route); the
         # loop above rebuilt them per hostname, so de-duplicate by id
         for key, rules in rules_of.items():
@@ -778,22 +792,55 @@ class _Builder:
         return None, inputs
 
     def _same_reads(self, entry: _RouteEntry) -> bool:
-        """Are the Services and EndpointSlices the entry was built from still the index's objects?"""
+        """Are the Services, ConfigMaps, EndpointSlices and ReferenceGrants the entry was built
+        from still the index's objects?"""
         by_ref = self.index.by_ref
-        if any(by_ref.get(ref) is not obj for ref, obj in entry.services.items()):
+        if any(by_ref.get(ref) is not obj for ref, obj in entry.objects.items()):
             return False
         for key, was in entry.slices.items():
             now = self._slices_of(*key)
             if len(now) != len(was) or any(x is not y for x, y in zip(now, was)):
                 return False
+        for (ns, referrer), was in entry.grants.items():
+            now = self._grants_in(ns, referrer)
+            if len(now) != len(was) or any(x is not y for x, y in zip(now, was)):
+                return False
         return True
+
+    def get(self, ref: Ref) -> Any:
+        """The object `ref` names in the index (None: absent), recorded for the route being built:
+        what backendtls.resolve looks its ConfigMaps up with."""
+        obj = self.index.by_ref.get(ref.object)
+        if self._objects_read is not None:
+            self._objects_read[ref.object] = obj
+        return obj
 
     def _service(self, ref: Ref) -> Any:
         """The Service a backend or mirror names (None: absent), recorded for the route being built."""
-        svc = self.index.by_ref.get(ref)
-        if self._services_read is not None:
-            self._services_read[ref] = svc
-        return svc
+        return self.get(ref)
+
+    def _allows(self, route: Any, to_ns: str, to_name: str) -> bool:
+        """May the route refer to the Service `to_ns`/`to_name` in another namespace (a
+        ReferenceGrant there allows it)? The grants there that could, those whose `from` names the
+        route's kind and namespace, are recorded for the route being built."""
+        if self._grants_read is not None:
+            referrer = (route.group, route.kind, route.namespace or "")
+            self._grants_read[(to_ns, referrer)] = self._grants_in(to_ns, referrer)
+        return self.grants.allows(route.group, route.kind, route.namespace or "", CORE_GROUP, "Service", to_ns, to_name)
+
+    def _grants_in(self, namespace: str, referrer: tuple[str, str, str]) -> tuple[Any, ...]:
+        """The ReferenceGrants of a namespace whose `from` names `referrer` (group, kind,
+        namespace), in the index's order: the only ones that can let it refer there (grouped once
+        per build). A grant created, changed or deleted that names it changes this tuple; one that
+        does not (before and after) leaves it as it was."""
+        if self._grants_by_ns is None:
+            grouped: dict[tuple[str, tuple[str, str, str]], list[Any]] = {}
+            for g in self.index.of_kind(GATEWAY_GROUP, "ReferenceGrant"):
+                spec = g.spec if isinstance(g.spec, dict) else {}
+                for key in {grant_from_key(f) for f in _list(spec.get("from")) if isinstance(f, dict)} - {None}:
+                    grouped.setdefault((g.namespace or "", key), []).append(g)  # type: ignore[arg-type]
+            self._grants_by_ns = {k: tuple(v) for k, v in grouped.items()}
+        return self._grants_by_ns.get((namespace, referrer), ())
 
     def _slices_of(self, namespace: str, name: str) -> tuple[Any, ...]:
         """The EndpointSlices of a Service (by their `kubernetes.io/service-name` label), in the
@@ -881,8 +928,7 @@ class _Builder:
                 m.error, m.message = UNSUPPORTED_VALUE, f"{where}: percent or fraction of 0 mirrors nothing"
             elif (ref.group, ref.kind) != (CORE_GROUP, "Service"):
                 m.error, m.message = INVALID_KIND, f"{where}: kind {ref.group or 'core'}/{ref.kind} is not supported (Service is)"
-            elif ref.namespace != route.namespace and not self.grants.allows(route.group, route.kind, route.namespace or "", CORE_GROUP,
-                                                                             "Service", ref.namespace, ref.name):
+            elif ref.namespace != route.namespace and not self._allows(route, ref.namespace or "", ref.name):
                 m.error, m.message = REF_NOT_PERMITTED, f"{where}: Service {ref.namespace}/{ref.name} is in another namespace and no ReferenceGrant allows the reference"
             else:
                 svc = self._service(ref)
@@ -926,7 +972,7 @@ class _Builder:
             backend = Backend(ref, weight, None, filters=filters)
             if (group, kind) != (CORE_GROUP, "Service"):
                 backend.error, backend.message = INVALID_KIND, f"backendRefs[{bi}] of rule {ri}: kind {group or 'core'}/{kind} is not supported (Service is)"
-            elif ns != route.namespace and not self.grants.allows(route.group, route.kind, route.namespace or "", CORE_GROUP, "Service", ns, name):
+            elif ns != route.namespace and not self._allows(route, ns, name):
                 backend.error, backend.message = REF_NOT_PERMITTED, f"backendRefs[{bi}] of rule {ri}: Service {ns}/{name} is in another namespace and no ReferenceGrant allows the reference"
             else:
                 svc = self._service(ref)
@@ -987,7 +1033,7 @@ class _Builder:
         results = {k.key: res for k, res in pairs if k.key == backendtls.KIND and res.leaves}
         if not results:
             return None
-        tls = backendtls.for_backend(results, self.index)
+        tls = backendtls.for_backend(results, self)  # its ConfigMaps looked up through self.get: recorded
         if isinstance(tls, backendtls.TLSProfile):
             files = tls.files()
             self.secrets.update(files)

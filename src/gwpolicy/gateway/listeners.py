@@ -13,13 +13,16 @@ earlier one as much as the later (NGF does the same for listeners of one Gateway
   hostname, and an HTTPS and a TLS listener's equal names too: SNI cannot tell them apart).
 
 Only listeners that are otherwise valid take part (a TCP listener this gateway does not serve does
-not conflict with anything, as the CRD says for implementations without TCP).
+not conflict with anything, as the CRD says for implementations without TCP): those status accepts
+on their own (`takes_part`), which includes an HTTPS listener's client-certificate validation (one
+without a valid CA is not Accepted, NoValidCACertificate, and conflicts with nothing).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 PROTOCOL_CONFLICT = "ProtocolConflict"
 HOSTNAME_CONFLICT = "HostnameConflict"
@@ -69,3 +72,13 @@ def conflicts(listeners: Iterable[Candidate]) -> dict[str, Conflict]:
                 for c in same:
                     out[c.name] = conflict
     return out
+
+
+def takes_part(gw: Any, listener: dict[str, Any], index: Any, grants: Any) -> bool:
+    """Does this listener of `gw` take part in conflicts: does status accept it on its own
+    (`status._listener`, before conflicts are looked for)? Status applies the rule to the facts it
+    makes; the data plane asks it here for the listeners it would serve, so `gwpolicy render` (the
+    objects as they are, no status view) finds the conflicts status finds."""
+    from gwpolicy.gateway.status import _listener  # status imports this module
+
+    return bool(_listener(gw, listener, index, grants).accepted.status)

@@ -16,6 +16,15 @@ one object is applied in place instead where that gives the same result:
   Service by itself;
 - a Service: `apply_change`, our index, and the facts of the routes that name it (the only facts
   that read a Service; the view does not change); `epoch` stays, as for an EndpointSlice;
+- a Secret or ConfigMap: the engine puts it in its index (it reads neither), and of the facts only
+  those of the Gateways that name it (`status.gateway_references`: listener certificates, the
+  backend client certificate, frontend CA bundles) are computed again; when that changes which of a
+  Gateway's listeners are accepted (the view), the facts of the routes attached to it are computed
+  again and the Gateway's and their new views go to `apply_change`. The BackendTLSPolicies naming
+  a ConfigMap are touched (their conditions read it); the data plane's BuildCache finds the routes
+  whose TLS read it by itself;
+- a ReferenceGrant: `apply_change`, then the facts of the routes and Gateways in the namespaces
+  its `from` names (before or after) that refer into its namespace, as above;
 - any other kind goes to `apply_change` too; when the engine takes it in place, the facts are
   computed again from a fresh index and every Gateway and route whose view changed goes to
   `apply_change` as well.
@@ -36,7 +45,9 @@ from gwpolicy.incremental import apply_change, prepare, replace_object
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import ObjectIndex, build_index
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
-from gwpolicy.gateway.status import ROUTE_KINDS, Facts, _route, dataplane_objects, gateway_facts, route_objects
+from gwpolicy.gateway.backendtls import KIND as BACKEND_TLS, ca_configmaps
+from gwpolicy.gateway.status import (ROUTE_KINDS, Facts, GatewayFacts, _route, dataplane_objects, gateway_fact,
+                                     gateway_facts, gateway_references, route_objects)
 
 Key = tuple[str, str, str, str]
 
@@ -69,6 +80,37 @@ def _names_service(route: Any, svc: Ref) -> bool:
                 return True
     return False
 ENDPOINT_SLICE = ("discovery.k8s.io", "EndpointSlice")
+REFERENCED = {(CORE_GROUP, "Secret"), (CORE_GROUP, "ConfigMap")}  # read by reference only
+GRANT = (GATEWAY_GROUP, "ReferenceGrant")
+
+
+def _refers_into(route: Any, namespace: str) -> bool:
+    """Does a route have a backendRef or RequestMirror to another namespace, this one (what a
+    ReferenceGrant there decides)?"""
+    if route.namespace == namespace:
+        return False
+    spec = route.spec if isinstance(route.spec, dict) else {}
+    for rule in spec.get("rules") or []:
+        if not isinstance(rule, dict):
+            continue
+        refs = [b for b in rule.get("backendRefs") or [] if isinstance(b, dict)]
+        refs += [(f.get("requestMirror") or {}).get("backendRef") for f in rule.get("filters") or []
+                 if isinstance(f, dict) and isinstance(f.get("requestMirror"), dict)]
+        if any(isinstance(b, dict) and (b.get("namespace") or route.namespace) == namespace for b in refs):
+            return True
+    return False
+
+
+def _grant_from_namespaces(obj: Any) -> set[str]:
+    """The namespaces a ReferenceGrant's `from` names (an Obj, or None)."""
+    spec = obj.spec if obj is not None and isinstance(obj.spec, dict) else {}
+    return {f["namespace"] for f in spec.get("from") or [] if isinstance(f, dict) and isinstance(f.get("namespace"), str)}
+
+
+def _view_of(gf: GatewayFacts) -> tuple[Any, ...]:
+    """What the facts of routes and the data plane's view read of a Gateway's facts: whether it and
+    each listener are accepted (and why not: a route's message says it)."""
+    return (gf.accepted, tuple((name, lf.accepted, lf.protocol) for name, lf in gf.listeners.items()))
 
 
 class GatewayState:
@@ -90,11 +132,17 @@ class GatewayState:
         self.stale = True
         self.full_passes = 0
         self.in_place = 0  # changes applied in place
-        #: bumped whenever something other than a policy, a route or an EndpointSlice changed: the
-        #: data plane's caches (dataplane.BuildCache, render.RenderCache) key on routes, policies,
-        #: paths, Services and EndpointSlices only
+        #: bumped whenever something other than a policy, a route, an EndpointSlice, a Service, a
+        #: Secret, a ConfigMap or a ReferenceGrant changed (and when one of the last three changed
+        #: which listeners a Gateway has): the data plane's caches (dataplane.BuildCache,
+        #: render.RenderCache) key on routes, policies, paths and the objects routes read by reference
         self.epoch = 0
         self.last_fallback: str | None = None  # the change that needed the full pass, for the log
+        #: bumped by every change the data plane may read (every one but a Secret or ConfigMap that
+        #: no Gateway and no BackendTLSPolicy names): while it stays, building the data plane again
+        #: would give the same files, and the controller does not
+        self.dataplane_version = 0
+        self._read_by_dataplane = True  # what the change being applied is (see _referenced)
 
     # ---------- changes ----------
     def changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
@@ -119,12 +167,15 @@ class GatewayState:
         changes, self.pending = self.pending, []
         touched: set[Ref] = set()
         for raw, new in changes:
+            self._read_by_dataplane = True
             got = self._apply(raw, new)
             if got is None:
                 self.last_fallback = f"{raw.get('kind')} {object_key(raw)[2]}/{object_key(raw)[3]}"
                 self._full()
                 return None
             self.in_place += 1
+            if self._read_by_dataplane:
+                self.dataplane_version += 1
             touched |= got
         return touched
 
@@ -150,6 +201,7 @@ class GatewayState:
         self.stale = False
         self.full_passes += 1
         self.epoch += 1
+        self.dataplane_version += 1
 
     def _mirrors(self) -> bool:
         """Does any route of ours have a RequestMirror filter?"""
@@ -177,6 +229,10 @@ class GatewayState:
             return self._endpoint_slice(ref, raw, new)
         if (ref.group, ref.kind) == (CORE_GROUP, "Service"):
             return self._service(ref, raw, new)
+        if (ref.group, ref.kind) in REFERENCED:
+            return self._referenced(ref, raw, new)
+        if (ref.group, ref.kind) == GRANT:
+            return self._grant(ref, raw, new)
         if ref.group == GATEWAY_GROUP and ref.kind in _VIEWED:  # a Gateway: its view needs the new facts
             self._rebuild_facts()
             old_view = self.views.get(ref, raw)
@@ -248,6 +304,107 @@ class GatewayState:
                 return None
             facts.routes[r] = rf
         return got | set(routes) | {ref}
+
+    def _referenced(self, ref: Ref, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
+        """A Secret or ConfigMap. The engine never reads one (`update_unread` puts it in its
+        index); of the facts only the Gateways that name it read it, and of the policies' conditions
+        only the BackendTLSPolicies whose CA refs name a ConfigMap. A Secret or ConfigMap no one
+        names costs the two index updates and a look at our Gateways' and those policies' specs."""
+        a, index, facts = self.analysis, self.index, self.facts
+        assert a is not None and index is not None and facts is not None
+        got = apply_change(a, raw, new)
+        if got is None:
+            return None
+        replace_object(index, ref, new)
+        gateways = [g for g, gf in facts.gateways.items() if ref in gateway_references(gf.obj)]
+        policies = {p.ref for p in index.of_kind(*BACKEND_TLS)
+                    if ref.kind == "ConfigMap" and p.namespace == ref.namespace and ref in ca_configmaps(p)}
+        # the data plane reads Secrets and ConfigMaps through these references only (listener
+        # certificates and client CAs of any Gateway it serves, BackendTLSPolicy CA bundles)
+        self._read_by_dataplane = bool(policies) or any(ref in gateway_references(gw)
+                                                        for gw in index.of_kind(GATEWAY_GROUP, "Gateway"))
+        return self._gateways_again(gateways, got | {ref} | policies)
+
+    def _grant(self, ref: Ref, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
+        """A ReferenceGrant in namespace N: the engine derives again the paths of the routes that
+        send into N from the namespaces the grant's `from` names (before or after) and resolves
+        those namespaces' policy targets again. Of the facts, only the routes of those namespaces
+        with a backendRef or mirror into N (ResolvedRefs) and the Gateways there that name a Secret
+        or ConfigMap in N read the grant; those are computed again. The data plane's BuildCache
+        finds the routes that asked N's grants by itself."""
+        a, index, facts = self.analysis, self.index, self.facts
+        assert a is not None and index is not None and facts is not None
+        ns = ref.namespace or ""
+        froms = _grant_from_namespaces(index.by_ref.get(ref))
+        got = apply_change(a, raw, new)
+        if got is None:
+            return None
+        obj = replace_object(index, ref, new)
+        froms |= _grant_from_namespaces(obj)
+        self.grants = ReferenceGrants(index)
+        routes = [r for r, rf in facts.routes.items() if r.namespace in froms and _refers_into(rf.obj, ns)]
+        for r in routes:
+            if not self._route_facts_again(r):
+                return None
+        gateways = [g for g, gf in facts.gateways.items()
+                    if g.namespace in froms and any(x.namespace == ns for x in gateway_references(gf.obj))]
+        return self._gateways_again(gateways, got | {ref} | set(routes))
+
+    def _route_facts_again(self, ref: Ref) -> bool:
+        """One route's facts computed again in place (False: it has none now, which a change of what
+        it refers to cannot do: its parents do not read it; the caller runs the full pass)."""
+        assert self.facts is not None and self.index is not None and self.grants is not None
+        obj = self.index.by_ref.get(ref)
+        rf = _route(obj, self.facts, self.index, self.grants) if obj is not None else None
+        if rf is None:
+            return False
+        self.facts.routes[ref] = rf
+        return True
+
+    def _gateways_again(self, gateways: list[Ref], touched: set[Ref]) -> set[Ref] | None:
+        """These Gateways' facts computed again in place (something they refer to changed). Where
+        that leaves which listeners are accepted as it was, nothing else reads the change (routes'
+        facts and the view read only that of a Gateway's facts); otherwise the routes attached to
+        it are computed again too and the Gateway's and their new views go to the engine, with a
+        new `epoch` as for a Gateway edit."""
+        a, index, facts = self.analysis, self.index, self.facts
+        assert a is not None and index is not None and facts is not None and self.grants is not None
+        moved: list[Ref] = []
+        before_facts = {g: facts.gateways[g] for g in gateways}
+        for g in gateways:
+            before = before_facts[g]
+            gw = index.by_ref.get(g)
+            if gw is None:  # cannot be: a Gateway of the facts is in the index
+                return None
+            gf = facts.gateways[g] = gateway_fact(gw, before.gateway_class, facts, index, self.grants)
+            if _view_of(gf) != _view_of(before):
+                moved.append(g)
+        routes = [r for r, rf in facts.routes.items() if any(p.gateway in moved for p in rf.parents)] if moved else []
+        for r in routes:
+            if not self._route_facts_again(r):
+                return None
+        for g in gateways:  # attachedRoutes: counted again where routes moved, else as they were
+            gf, was = facts.gateways[g], before_facts[g]
+            for lf in gf.listeners.values():
+                old = was.listeners.get(lf.name)
+                lf.attached_routes = len(facts.attached(g, lf.name)) if moved or old is None else old.attached_routes
+        out = touched | set(gateways) | set(routes)
+        if not moved:
+            return out
+        self.epoch += 1
+        for ref in [*moved, *routes]:
+            raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
+            if raw is None:  # cannot be: what the facts hold is in the objects
+                return None
+            before_view = self.views.get(ref)
+            view = self._set_view(ref, raw)
+            if before_view is view or before_view == view:
+                continue
+            got = apply_change(a, before_view if before_view is not None else raw, view)  # type: ignore[arg-type]
+            if got is None:
+                return None
+            out |= got
+        return out
 
     def _set_view(self, ref: Ref, new: dict[str, Any] | None) -> dict[str, Any] | None:
         """The data plane's view of a Gateway or route's new copy (None: deleted), recorded as the

@@ -212,10 +212,7 @@ def gateway_facts(index: ObjectIndex, controller: str = GATEWAY_CONTROLLER,
     for gw in index.of_kind(GATEWAY_GROUP, "Gateway"):
         gc_ref = Ref(GATEWAY_GROUP, "GatewayClass", None, str(_dict(gw.spec).get("gatewayClassName", "")))
         if gc_ref in classes:
-            gf = facts.gateways[gw.ref] = _gateway(gw, gc_ref, index, grants)
-            if not facts.classes[gc_ref].status:
-                gf.accepted = Cond("Accepted", False, "Pending",
-                                   f"GatewayClass {gc_ref.name} is not accepted: {facts.classes[gc_ref].message}")
+            facts.gateways[gw.ref] = gateway_fact(gw, gc_ref, facts, index, grants)
     for route in route_objects(index):
         rf = _route(route, facts, index, grants)
         if rf is not None:
@@ -224,6 +221,46 @@ def gateway_facts(index: ObjectIndex, controller: str = GATEWAY_CONTROLLER,
         for lf in gf.listeners.values():
             lf.attached_routes = len(facts.attached(gf.ref, lf.name))
     return facts
+
+
+def gateway_fact(gw: Obj, gc_ref: Ref, facts: Facts, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
+    """One Gateway of ours (its class `gc_ref` in `facts.classes`), as gateway_facts makes it; its
+    listeners' `attached_routes` are left at 0 (they count routes, which the caller knows)."""
+    gf = _gateway(gw, gc_ref, index, grants)
+    if not facts.classes[gc_ref].status:
+        gf.accepted = Cond("Accepted", False, "Pending",
+                           f"GatewayClass {gc_ref.name} is not accepted: {facts.classes[gc_ref].message}")
+    return gf
+
+
+def gateway_references(gw: Obj) -> set[Ref]:
+    """Every object a Gateway's facts (and its servers in the data plane) may read by reference:
+    its listeners' `tls.certificateRefs` (Secrets), `spec.tls.backend.clientCertificateRef` (a
+    Secret) and `spec.tls.frontend`'s `caCertificateRefs` (ConfigMaps, default and perPort), with
+    the API's defaults for group, kind and namespace. The gateway's state recomputes a Gateway's
+    facts when one of these changes (gateway/state.py); whatever kind an entry names is listed,
+    so a reference to a wrong kind is found too."""
+    spec = _dict(gw.spec)
+    out: set[Ref] = set()
+
+    def add(ref: Any, kind: str) -> None:
+        if isinstance(ref, dict):
+            out.add(Ref(ref.get("group") or CORE_GROUP, ref.get("kind") or kind, ref.get("namespace") or gw.namespace or "",
+                        str(ref.get("name", ""))))
+
+    for l in spec.get("listeners") or []:
+        for r in _dict(_dict(l).get("tls")).get("certificateRefs") or []:
+            add(r, "Secret")
+    tls = _dict(spec.get("tls"))
+    add(_dict(tls.get("backend")).get("clientCertificateRef"), "Secret")
+    frontend = _dict(tls.get("frontend"))
+    validations = [_dict(frontend.get("default")).get("validation")]
+    validations += [_dict(_dict(pp).get("tls")).get("validation") for pp in frontend.get("perPort") or []]
+    for v in validations:
+        refs = _dict(v).get("caCertificateRefs")
+        for r in refs if isinstance(refs, list) else []:
+            add(r, "ConfigMap")
+    return out
 
 
 def _bundle_version(index: ObjectIndex) -> Cond:
