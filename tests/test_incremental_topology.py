@@ -378,3 +378,24 @@ def test_an_unread_kind_a_policy_targets_runs_a_full_analysis() -> None:
     changed["metadata"]["labels"] = {"x": "y"}
     assert apply_change(b, other, changed) == set()
     assert b.index.by_ref[Ref("", "Secret", "a", "s")].raw["metadata"]["labels"] == {"x": "y"}
+
+
+def test_an_unread_kind_follows_the_policies_that_come_and_go_in_place() -> None:
+    """What the policies target is kept as they change in place: a ConfigMap changed while no
+    policy names ConfigMaps stays in place; once one does (created in place, naming a ConfigMap
+    that does not exist yet), a ConfigMap's change runs a full analysis; once that policy is
+    deleted (in place), it is in place again."""
+    objs = _small()
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta("cm", "a"), "data": {}}
+    objs.append(cm)
+    a = analyse(copy.deepcopy(objs), now=NOW)
+    changed = copy.deepcopy(cm)
+    changed["data"] = {"k": "v"}
+    assert apply_change(a, cm, changed) == set()  # no policy names a ConfigMap (the counts are made here)
+    pol = copy.deepcopy(next(o for o in objs if o["apiVersion"].startswith("example.io/")))
+    pol["metadata"]["name"] = "on-a-configmap"
+    pol["spec"]["targetRefs"] = [{"group": "", "kind": "ConfigMap", "name": "not-yet"}]
+    assert apply_change(a, pol, pol) is not None  # the policy comes in place (its target does not exist)
+    assert apply_change(a, changed, cm) is None  # now a ConfigMap may be a target: analyse it all
+    assert apply_change(a, pol, None) is not None  # the policy goes in place
+    assert apply_change(a, changed, cm) == set()
