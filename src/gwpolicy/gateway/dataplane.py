@@ -9,9 +9,10 @@ shape"): one `server` per listener (address, port, listener hostname), never one
 hostname. Route hostnames become virtual hosts inside the listener's server, dispatched by a
 `map $host` with NGINX's hostname matching (exact before the longest wildcard), and each virtual
 host's paths are `location`s under a per-host URI prefix (`/_v<id>`), so NGINX's location tree
-does the Exact/longest-prefix choice. Header, query and method matches, and the fallback from a
-longer prefix whose conditions fail to a shorter one, are in each location's candidate list,
-sorted by the spec's precedence (render.py makes it a `map`).
+does the Exact/longest-prefix choice. Header, query and method matches, the fallback from a
+longer prefix whose conditions fail to a shorter one, and RegularExpression paths (a condition on
+the path, ranked between Exact and PathPrefix) are in each location's candidate list, sorted by
+the spec's precedence (render.py makes it a `map`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gwpolicy.gateway import backendtls, frontendtls, policyconf
+from gwpolicy.gateway import backendtls, frontendtls, pathregex, policyconf
 from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
@@ -169,18 +170,32 @@ class MatchRule:
     route_key: str  # namespace/name
 
     @property
+    def regex(self) -> str | None:
+        """The RegularExpression this match's path must match in full (None: Exact or PathPrefix)."""
+        a = self.action
+        return a.path_value if a.path_type == REGULAR_EXPRESSION else None
+
+    @property
     def unconditional(self) -> bool:
-        return self.method is None and not self.headers and not self.query
+        """Taken by every request that reaches its location (a regex path is a condition too)."""
+        return self.method is None and not self.headers and not self.query and self.regex is None
 
     def precedence(self) -> tuple[Any, ...]:
+        """The spec's order, with RegularExpression (implementation-specific) between Exact and
+        PathPrefix, the longer expression first (as the longer prefix; Envoy Gateway's order)."""
         a = self.action
-        return (0 if a.path_type == "Exact" else 1, -len(a.path_value), 0 if self.method else 1,
+        return (PATH_RANK.get(a.path_type, 3), -len(a.path_value), 0 if self.method else 1,
                 -len(self.headers), -len(self.query), self.created, self.route_key, a.rule, a.match)
+
+
+REGULAR_EXPRESSION = "RegularExpression"
+PATH_RANK = {"Exact": 0, REGULAR_EXPRESSION: 1, "PathPrefix": 2}
 
 
 @dataclass
 class Location:
-    """One NGINX location of a virtual host: `=` exact or `/` prefix, on the un-prefixed path."""
+    """One NGINX location of a virtual host: `=` exact or `/` prefix, on the un-prefixed path.
+    RegularExpression rules have none of their own: they are candidates of every location."""
 
     exact: bool
     path: str  # the rule's path: Exact value, or PathPrefix value without trailing slash
@@ -837,8 +852,16 @@ class _Builder:
                     self._check_action(action, fact)
                     action.mirrors = self._mirrors(route, rule, ri, fact)
                     self.actions[aid] = self._new_actions[aid] = action
-                if ptype not in ("Exact", "PathPrefix") or not pvalue.startswith("/"):
-                    msg = f"rule {ri} match {mi}: path type {ptype!r} value {pvalue!r} is not supported (Exact and PathPrefix are)"
+                if ptype == REGULAR_EXPRESSION:
+                    why = pathregex.problem(pvalue)
+                    if why is not None:  # never reaches NGINX (status: Accepted=False/UnsupportedValue)
+                        msg = f"rule {ri} match {mi}: path value {pvalue!r} is not served: {why}"
+                        if (ri, msg) not in fact.unsupported:
+                            fact.unsupported.append((ri, msg))
+                        continue
+                elif ptype not in ("Exact", "PathPrefix") or not pvalue.startswith("/"):
+                    msg = (f"rule {ri} match {mi}: path type {ptype!r} value {pvalue!r} is not supported "
+                           "(Exact, PathPrefix and RegularExpression are)")
                     if (ri, msg) not in fact.unsupported:
                         fact.unsupported.append((ri, msg))
                     continue
@@ -1180,13 +1203,25 @@ def _locations(vh: VirtualHost, rules: list[MatchRule]) -> None:
     every PathPrefix rule whose prefix is a segment prefix of /v2 matches it too: those are its
     fallbacks when the /v2 rules' header, query or method conditions fail (the spec's precedence is
     across all rules).
+
+    A RegularExpression rule may match a request that reaches any location, so it is a candidate
+    of every location, ranked after the location's Exact rules and before its PathPrefix ones, its
+    path a condition NGINX checks at run time; with such rules a virtual host always has the `/`
+    prefix location, so a path no Exact or PathPrefix rule covers still reaches them.
     """
     keys: set[tuple[bool, str]] = set()
+    regex = False
     for r in rules:
-        keys.add((r.action.path_type == "Exact", r.action.path_value))
+        if r.action.path_type == REGULAR_EXPRESSION:
+            regex = True
+        else:
+            keys.add((r.action.path_type == "Exact", r.action.path_value))
+    if regex:
+        keys.add((False, "/"))
     ordered = sorted(rules, key=MatchRule.precedence)
     for exact, path in sorted(keys):
         cands = [r for r in ordered if (exact and r.action.path_type == "Exact" and r.action.path_value == path)
+                 or r.action.path_type == REGULAR_EXPRESSION
                  or (r.action.path_type == "PathPrefix" and _segment_prefix(r.action.path_value, path))]
         cut: list[MatchRule] = []
         for c in cands:
