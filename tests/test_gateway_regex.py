@@ -10,6 +10,7 @@ serves, expressions that try to smuggle NGINX syntax, a policy on a regex route.
 
 from __future__ import annotations
 
+import http.client
 import random
 import re
 import shutil
@@ -242,6 +243,16 @@ class World:
     def get(self, p: str, **kw: Any) -> Any:
         return request(ADDR, self.port, p, kw.pop("host", "example.com"), **kw)
 
+    def post(self, p: str, body: bytes) -> int:
+        conn = http.client.HTTPConnection(ADDR, self.port, timeout=5)
+        try:
+            conn.request("POST", p, body=body, headers={"Host": "example.com"})
+            resp = conn.getresponse()
+            resp.read()
+            return resp.status
+        finally:
+            conn.close()
+
     def who(self, p: str, **kw: Any) -> str:
         """Which backend answered (v1, v2, v3), or the status code when none did."""
         a = self.get(p, **kw)
@@ -419,3 +430,54 @@ def test_nginx_routes_random_rules_as_the_precedence_model_says(world: World, sp
             a = world.get(p, headers={"X-H": "1"} if h else {})
             got = a.headers.get("x-rule") if a.status == 200 else None
             assert got == (want.action.id if want else None), (p, h, spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# the literal prefix that decides which locations list a regex rule
+
+PATH_CHARS = "ab/"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=REGEX_CHARS, min_size=1, max_size=10),
+       st.lists(st.text(alphabet=PATH_CHARS, max_size=6), min_size=1, max_size=20))
+def test_every_path_an_expression_matches_starts_with_its_literal_prefix(value: str, paths: list[str]) -> None:
+    """A regex rule is left out of the locations whose paths cannot start with its literal prefix:
+    that is only right if no path it matches starts otherwise (checked with RE2 itself)."""
+    import re2
+
+    if pathregex.problem(value) is not None:
+        return
+    literal = pathregex.literal_prefix(value)
+    compiled = re2.compile(pathregex.ANCHORED.format(value))
+    for p in ["/" + p for p in paths] + [literal, literal + "a", literal + "/"]:
+        if compiled.search(p) is not None:
+            assert p.startswith(literal), (value, literal, p)
+
+
+@pytest.mark.parametrize("value, literal", [
+    ("/users/[0-9]+", "/users/"), ("^/api/v1/.*", "/api/v1/"), ("/api/(v1|v2)/x", "/api/"), ("/a|/b", ""),
+    ("/ab?c", "/a"), ("/ab*", "/a"), ("/ab{0,2}", "/a"), ("/ab+", "/ab"), ("(?i)/api", ""), ("[/]x", ""),
+    (r"\Q/a|b\E", ""), ("/x[|]y|z", ""), ("/x[]|]y", "/x"), ("/x(a|b)", "/x"),
+])
+def test_literal_prefixes(value: str, literal: str) -> None:
+    assert pathregex.literal_prefix(value) == literal
+
+
+def test_a_regex_rule_leaves_the_locations_it_cannot_reach_as_they_were(world: World) -> None:
+    """A body size limit on a PathPrefix route is checked by NGINX before it knows the rule, so a
+    regex rule in the same location would loosen it; one that cannot reach the location does not."""
+    from test_gateway_policies import policy_manifests
+
+    limit = {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "ClientSettingsPolicy",
+             "metadata": {"name": "body", "namespace": "infra", "creationTimestamp": "2024-01-01T00:00:00Z", "generation": 1},
+             "spec": {"targetRef": {"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": "upload"},
+                      "default": {"body": {"maxSize": "1k"}}}}
+    world.serve(route("upload", "infra", [rule(path("/upload"))]),
+                route("users", "infra", [rule(rx("/users/[0-9]+"), to="v2")]),
+                extra=policy_manifests() + [limit])
+    assert world.post("/upload/x", b"x" * 2048) == 413
+    assert world.post("/upload/x", b"x" * 512) == 200
+    assert world.who("/users/12") == "v2"
+    block = world.conf().split("location /_v0/upload/ {")[1].split("}")[0]
+    assert "client_max_body_size 1k;" in block and "$gw_m_" not in block

@@ -1204,10 +1204,11 @@ def _locations(vh: VirtualHost, rules: list[MatchRule]) -> None:
     fallbacks when the /v2 rules' header, query or method conditions fail (the spec's precedence is
     across all rules).
 
-    A RegularExpression rule may match a request that reaches any location, so it is a candidate
-    of every location, ranked after the location's Exact rules and before its PathPrefix ones, its
-    path a condition NGINX checks at run time; with such rules a virtual host always has the `/`
-    prefix location, so a path no Exact or PathPrefix rule covers still reaches them.
+    A RegularExpression rule is a candidate of every location whose paths can start with its
+    literal prefix (pathregex.literal_prefix; "" = every location), ranked after the location's
+    Exact rules and before its PathPrefix ones, its path a condition NGINX checks at run time;
+    with such rules a virtual host always has the `/` prefix location, so a path no Exact or
+    PathPrefix rule covers still reaches them.
     """
     keys: set[tuple[bool, str]] = set()
     regex = False
@@ -1221,7 +1222,7 @@ def _locations(vh: VirtualHost, rules: list[MatchRule]) -> None:
     ordered = sorted(rules, key=MatchRule.precedence)
     for exact, path in sorted(keys):
         cands = [r for r in ordered if (exact and r.action.path_type == "Exact" and r.action.path_value == path)
-                 or r.action.path_type == REGULAR_EXPRESSION
+                 or (r.action.path_type == REGULAR_EXPRESSION and _may_reach(r.action.path_value, exact, path))
                  or (r.action.path_type == "PathPrefix" and _segment_prefix(r.action.path_value, path))]
         cut: list[MatchRule] = []
         for c in cands:
@@ -1229,3 +1230,12 @@ def _locations(vh: VirtualHost, rules: list[MatchRule]) -> None:
             if c.unconditional:
                 break
         vh.locations[(exact, path)] = Location(exact, path, cut)
+
+
+def _may_reach(regex: str, exact: bool, path: str) -> bool:
+    """Can a path that reaches this location (exact: `path` itself; prefix: `path` or below it,
+    segment-wise) match `regex`? Only if it can start with the expression's literal prefix."""
+    literal = pathregex.literal_prefix(regex)
+    if exact:
+        return path.startswith(literal)
+    return path == "/" or path.startswith(literal) or literal.startswith(path + "/")

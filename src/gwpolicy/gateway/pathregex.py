@@ -88,3 +88,63 @@ def _pcre2_error(pattern: str) -> str | None:
     buf = ctypes.create_string_buffer(256)
     lib.pcre2_get_error_message_8(err, buf, len(buf))
     return f"{buf.value.decode(errors='replace')} at offset {offset.value}"
+
+
+def literal_prefix(value: str) -> str:
+    """A string every path the expression matches starts with ("" when it cannot tell). The data
+    plane lists a regex rule only in the locations whose paths can start with it, so a host's
+    other locations stay as they were (their maps, and the body size NGINX checks before it knows
+    the rule: policyconf's uri_lines). Conservative: any top-level `|`, a leading group, class or
+    escape, or a flag gives ""."""
+    if _top_level_alternation(value):
+        return ""
+    i = 1 if value.startswith("^") else 0
+    start = i
+    while i < len(value) and value[i] not in _META:
+        i += 1
+    literal = value[start:i]
+    if i < len(value) and value[i] in "*?{":  # the last character may occur zero times
+        literal = literal[:-1]
+    return literal
+
+
+_META = frozenset(".^$*+?()[]{}|\\")
+
+
+def _top_level_alternation(value: str) -> bool:
+    """Is there a `|` outside every group and class (escapes, `\\Q...\\E` and classes skipped)?"""
+    depth, i, n = 0, 0, len(value)
+    while i < n:
+        c = value[i]
+        if c == "\\":
+            if value.startswith("\\Q", i):
+                end = value.find("\\E", i + 2)
+                i = n if end < 0 else end + 2
+                continue
+            i += 2
+            continue
+        if c == "[":  # a class: `]` right after `[` or `[^` is literal, `[:alpha:]` nests once
+            i += 1
+            if i < n and value[i] == "^":
+                i += 1
+            if i < n and value[i] == "]":
+                i += 1
+            while i < n and value[i] != "]":
+                if value[i] == "\\":
+                    i += 2
+                    continue
+                if value.startswith("[:", i):
+                    end = value.find(":]", i + 2)
+                    i = i + 1 if end < 0 else end + 2
+                    continue
+                i += 1
+            i += 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth <= 0:
+            return True
+        i += 1
+    return False
