@@ -481,3 +481,19 @@ def test_a_regex_rule_leaves_the_locations_it_cannot_reach_as_they_were(world: W
     assert world.who("/users/12") == "v2"
     block = world.conf().split("location /_v0/upload/ {")[1].split("}")[0]
     assert "client_max_body_size 1k;" in block and "$gw_m_" not in block
+
+
+def test_a_host_with_hundreds_of_expressions_chains_its_maps_and_still_routes(world: World) -> None:
+    """NGINX refuses a map source over 4 KiB: past REGEX_FIELDS_PER_MAP expressions a location's
+    candidates continue in a second map (and a third), in the same precedence order."""
+    from gwpolicy.gateway.render import REGEX_FIELDS_PER_MAP
+
+    n = 2 * REGEX_FIELDS_PER_MAP + 30
+    world.serve(route("many", "infra", [rule(rx(f"/n{i}/[0-9]+"), filters=tagged(f"r{i}")) for i in range(n)]
+                      + [rule(path("/n5"), filters=tagged("prefix"))]))
+    assert world.conf().count("error_page 418 = $gw_m_") >= 3  # the location's map and two more in the chain
+    for i in (0, 9, 57, n - 1):
+        a = world.get(f"/n{i}/42")
+        assert (a.status, a.headers.get("x-rule")) == (200, f"r{i}"), i
+    assert world.get("/n5/x").headers.get("x-rule") == "prefix"  # after all of them: the prefix
+    assert world.get(f"/n{n}/1").status == 404
