@@ -275,8 +275,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def test_a_regex_route_serves_exactly_the_paths_its_expression_matches_in_full(world: World) -> None:
-    world.serve(route("users", "infra", [rule(rx("/users/[0-9]+"))]))
+    world.serve(route("users", "infra", [rule(rx("/users/[0-9]+")), rule(rx("^/anchored$"), to="v2")]))
     assert world.who("/users/42") == "v1"
+    assert world.who("/anchored") == "v2" and world.who("/anchored/x") == "404"  # your own ^ and $ are harmless
     assert world.who("/users/42?tab=1") == "v1"  # the query is not part of the path
     assert world.who("/users/4%32") == "v1"  # matched against the decoded, normalised path, as Exact is
     assert world.who("/users//7") == "v1"  # NGINX merges the slashes first
@@ -497,3 +498,18 @@ def test_a_host_with_hundreds_of_expressions_chains_its_maps_and_still_routes(wo
         assert (a.status, a.headers.get("x-rule")) == (200, f"r{i}"), i
     assert world.get("/n5/x").headers.get("x-rule") == "prefix"  # after all of them: the prefix
     assert world.get(f"/n{n}/1").status == 404
+
+
+def test_gwpolicy_render_prints_the_golden_regex_configuration() -> None:
+    """`gwpolicy render` of tests/golden/gateway-regex (regenerate with GWPOLICY_UPDATE_GOLDEN=1 and
+    tests/test_gateway_render.py, which also runs `nginx -t` on it): the regex rules in their maps,
+    the quoted expression that holds NGINX syntax, the refused one nowhere."""
+    from helpers import run_cli
+
+    golden = Path(__file__).parent / "golden" / "gateway-regex"
+    run = run_cli("render", "-f", str(golden / "input.yaml"), "--file", "servers.conf", "--file", "maps.conf")
+    assert run.code == 0, run.err
+    want = "".join(f"# ==== {name} ====\n{(golden / 'out' / name).read_text()}\n" for name in ("maps.conf", "servers.conf"))
+    assert run.out.strip() == want.strip()
+    assert '"~^(?:/users/[0-9]+)\\\\z" 1;' in run.out
+    assert "(a)" not in run.out
