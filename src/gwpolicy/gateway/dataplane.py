@@ -195,7 +195,8 @@ PATH_RANK = {"Exact": 0, REGULAR_EXPRESSION: 1, "PathPrefix": 2}
 @dataclass
 class Location:
     """One NGINX location of a virtual host: `=` exact or `/` prefix, on the un-prefixed path.
-    RegularExpression rules have none of their own: they are candidates of every location."""
+    RegularExpression rules have none of their own: they are candidates of the locations their
+    literal prefix can reach (see _locations)."""
 
     exact: bool
     path: str  # the rule's path: Exact value, or PathPrefix value without trailing slash
