@@ -513,3 +513,30 @@ def test_gwpolicy_render_prints_the_golden_regex_configuration() -> None:
     assert run.out.strip() == want.strip()
     assert '"~^(?:/users/[0-9]+)\\\\z" 1;' in run.out
     assert "(a)" not in run.out
+
+
+# ---------------------------------------------------------------------------------------------
+# header and query parameter regexes: the same dialect (before, one NGINX refused stopped every
+# configuration from loading)
+
+
+@pytest.mark.parametrize("kind", ["headers", "queryParams"])
+def test_an_invalid_header_or_query_regex_is_refused_with_status(kind: str) -> None:
+    cond = {"name": "a", "type": "RegularExpression", "value": "(?P<host>x)"}
+    objs = [gatewayclass(), gateway("gw", "infra", listener("http", 8080)), *_services(["v1"]),
+            route("r", "infra", [rule(path("/c", **{kind: [{"name": "b", "value": "1"}, cond]}))])]
+    facts = gateway_facts(build_index(objs), GATEWAY_CONTROLLER)
+    accepted = facts.routes[Ref(GATEWAY_GROUP, "HTTPRoute", "infra", "r")].parents[0].accepted
+    assert (accepted.status, accepted.reason) == (False, "UnsupportedValue")
+    assert f"spec.rules[0].matches[0].{kind}[1].value: named groups" in accepted.message
+
+
+def test_an_invalid_header_regex_never_reaches_nginx_and_the_rest_serves(world: World) -> None:
+    world.serve(route("bad", "infra", [rule(path("/h", headers=[{"name": "X-A", "type": "RegularExpression", "value": "("}])),
+                                       rule(path("/h", headers=[{"name": "X-B", "type": "RegularExpression", "value": "[0-9]+"}]),
+                                            to="v3")]),
+                route("good", "infra", [rule(path("/"), to="v2")]))  # NGINX loaded it (serve asserts ok)
+    assert "(?:()" not in world.conf()
+    assert world.who("/h", headers={"X-A": "("}) == "v2"  # the left-out match takes nothing
+    assert world.who("/h", headers={"X-B": "42"}) == "v3"
+    assert world.who("/x") == "v2"

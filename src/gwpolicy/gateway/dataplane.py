@@ -868,6 +868,12 @@ class _Builder:
                     continue
                 if ptype == "PathPrefix" and len(pvalue) > 1:
                     action.path_value = pvalue = pvalue.rstrip("/") or "/"
+                bad = pathregex.condition_problem(m)
+                if bad is not None:  # never reaches NGINX (status: Accepted=False/UnsupportedValue)
+                    msg = f"rule {ri} match {mi}: {bad[0]} is not served: {bad[1]}"
+                    if (ri, msg) not in fact.unsupported:
+                        fact.unsupported.append((ri, msg))
+                    continue
                 method = m.get("method") if isinstance(m.get("method"), str) else None
                 out.append(MatchRule(action, method, _conditions(m.get("headers"), lower=True),
                                      _conditions(m.get("queryParams"), lower=False), route.created,

@@ -25,17 +25,37 @@ _QUIET = re2.Options()
 _QUIET.log_errors = False  # the reason is returned; RE2 would also print it to stderr
 
 
-def problem(value: object) -> str | None:
-    """Why `value` cannot be served as a RegularExpression path match; None when it can."""
-    return _problem(value) if isinstance(value, str) else "the value is not a string"
+def problem(value: object, max_length: int = MAX_LENGTH) -> str | None:
+    """Why `value` cannot be served as a RegularExpression match (path, or with the CRD's
+    `max_length` of its field a header or query parameter value); None when it can."""
+    return _problem(value, max_length) if isinstance(value, str) else "the value is not a string"
+
+
+#: the CRD's maxLength of a header and of a query parameter value
+CONDITION_MAX_LENGTH = {"headers": 4096, "queryParams": 1024}
+
+
+def condition_problem(match: dict[str, object]) -> tuple[str, str] | None:
+    """The first header or query parameter RegularExpression of an HTTPRouteMatch outside the
+    dialect: (field below the match, e.g. `headers[0].value`, why); None when there is none. The
+    data plane's match map holds these expressions too, so one NGINX refuses would stop every
+    change of every Gateway from loading."""
+    for kind, limit in CONDITION_MAX_LENGTH.items():
+        items = match.get(kind)
+        for i, c in enumerate(items if isinstance(items, list) else []):
+            if isinstance(c, dict) and c.get("type") == "RegularExpression":
+                why = problem(c.get("value", ""), limit)
+                if why is not None:
+                    return f"{kind}[{i}].value", why
+    return None
 
 
 @functools.lru_cache(maxsize=4096)
-def _problem(value: str) -> str | None:
+def _problem(value: str, max_length: int) -> str | None:
     if not value:
         return "the expression is empty"
-    if len(value) > MAX_LENGTH:
-        return f"the expression is longer than {MAX_LENGTH} characters"
+    if len(value) > max_length:
+        return f"the expression is longer than {max_length} characters"
     bad = next((c for c in value if not " " <= c <= "~"), None)
     if bad is not None:
         return (f"the expression contains {bad!r}; only printable ASCII characters are accepted (NGINX matches "

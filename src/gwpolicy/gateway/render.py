@@ -727,6 +727,9 @@ def _match_map(cands: list[tuple[str | None, tuple[tuple[str, str, str], ...], t
             want[("header", n)] = (t, v)
         for t, n, v in query:
             want[("query", n.lower())] = (t, v)
+        for t, v in want.values():  # the data plane leaves such matches out; never let one reach NGINX
+            if t == "RegularExpression" and pathregex.problem(v, 4096) is not None:
+                raise RenderError(f"regular expression {v!r}: {pathregex.problem(v, 4096)}")
         regex = "^"
         for f in fields:
             t, v = want.get(f, ("", ""))

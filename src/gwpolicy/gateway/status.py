@@ -488,6 +488,9 @@ def _unsupported(spec: dict[str, Any]) -> str | None:
                 why = pathregex.problem(value if isinstance(value, str) else "/")  # the data plane's default too
                 if why is not None:
                     return f"spec.rules[{i}].matches[{m_i}].path.value: {why}."
+            bad = pathregex.condition_problem(m)  # header and query regexes: the same dialect
+            if bad is not None:
+                return f"spec.rules[{i}].matches[{m_i}].{bad[0]}: {bad[1]}."
         filters = list(rule.get("filters") or [])
         for b in rule.get("backendRefs") or []:
             filters += list(_dict(b).get("filters") or [])
