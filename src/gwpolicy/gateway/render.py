@@ -705,7 +705,8 @@ def _match_map(cands: list[tuple[str | None, tuple[tuple[str, str, str], ...], t
         names = sorted({c[1] if kind == "header" else c[1].lower() for cand in cands for c in cand[idx]})
         fields += [(kind, n) for n in names]
     regex_vars = {rx: _path_regex(rx, st) for rx in {c[4] for c in cands if c[4] is not None}}
-    fields += [("path", v) for v in sorted(set(regex_vars.values()))]
+    if regex_vars:
+        fields += [("path", v) for v in sorted(set(regex_vars.values()))]
     for k, n in fields:
         if k == "header":
             header_name(n)
