@@ -110,6 +110,7 @@ def _pcre2_error(pattern: str) -> str | None:
     return f"{buf.value.decode(errors='replace')} at offset {offset.value}"
 
 
+@functools.lru_cache(maxsize=65536)
 def literal_prefix(value: str) -> str:
     """A string every path the expression matches starts with ("" when it cannot tell). The data
     plane lists a regex rule only in the locations whose paths can start with it, so a host's
