@@ -540,3 +540,13 @@ def test_an_invalid_header_regex_never_reaches_nginx_and_the_rest_serves(world: 
     assert world.who("/h", headers={"X-A": "("}) == "v2"  # the left-out match takes nothing
     assert world.who("/h", headers={"X-B": "42"}) == "v3"
     assert world.who("/x") == "v2"
+
+
+def test_replace_prefix_match_on_a_regex_rule_is_refused_in_the_route_fact() -> None:
+    objs = [gatewayclass(), gateway("gw", "infra", listener("http", 8080)), *_services(["v1"]),
+            route("r", "infra", [rule(rx("/a/.*"), filters=[{"type": "URLRewrite", "urlRewrite": {
+                "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/b"}}}])])]
+    dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(addresses={GW_REF: ADDR}))
+    fact = dp.routes[Ref(GATEWAY_GROUP, "HTTPRoute", "infra", "r")]
+    assert fact.unsupported == [(0, "ReplacePrefixMatch needs a PathPrefix match")]
+    assert "return 500;" in render(dp)["servers.conf"].decode()

@@ -753,8 +753,8 @@ PATH_MAP = (f"map $uri {PATH_VAR} {{\n    {_conf_string('~(?s)^/_v[^/]*(?<gw_pat
 def _path_regex(regex: str, st: _State) -> str:
     """A variable that is `1` when the request's whole path matches `regex` (the dialect is
     pathregex's: the data plane has left out every expression it refuses), else empty. One map
-    per expression, shared by every location that lists it; NGINX evaluates it at most once per
-    request. The expression is a quoted map key: nothing in it is NGINX syntax."""
+    per expression, shared by every location that lists it (NGINX evaluates a map only when a
+    request reads its variable). The expression is a quoted map key: nothing in it is NGINX syntax."""
     why = pathregex.problem(regex)
     if why is not None:  # the data plane never hands one over; never let one reach NGINX
         raise RenderError(f"path regular expression {regex!r}: {why}")
