@@ -410,7 +410,7 @@ def route_rules(draw: Any) -> list[tuple[str, str, bool]]:
 
 
 @needs_nginx
-@settings(max_examples=12, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(route_rules())
 def test_nginx_routes_random_rules_as_the_precedence_model_says(world: World, spec: list[tuple[str, str, bool]]) -> None:
     rules_ = []
