@@ -9,14 +9,16 @@ shape"): one `server` per listener (address, port, listener hostname), never one
 hostname. Route hostnames become virtual hosts inside the listener's server, dispatched by a
 `map $host` with NGINX's hostname matching (exact before the longest wildcard), and each virtual
 host's paths are `location`s under a per-host URI prefix (`/_v<id>`), so NGINX's location tree
-does the Exact/longest-prefix choice. Header, query and method matches, and the fallback from a
-longer prefix whose conditions fail to a shorter one, are in each location's candidate list,
-sorted by the spec's precedence (render.py makes it a `map`).
+does the Exact/longest-prefix choice. Header, query and method matches, the fallback from a
+longer prefix whose conditions fail to a shorter one, and RegularExpression paths (a condition on
+the path, ranked between Exact and PathPrefix) are in each location's candidate list, sorted by
+the spec's precedence (render.py makes it a `map`).
 """
 
 from __future__ import annotations
 
 import base64
+import bisect
 import contextlib
 import gc
 import functools
@@ -28,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gwpolicy.gateway import backendtls, frontendtls, policyconf
+from gwpolicy.gateway import backendtls, frontendtls, pathregex, policyconf
 from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts, takes_part
 from gwpolicy.grants import ReferenceGrants, _from_key as grant_from_key
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
@@ -169,18 +171,34 @@ class MatchRule:
     route_key: str  # namespace/name
 
     @property
+    def regex(self) -> str | None:
+        """The RegularExpression this match's path must match in full (None: Exact or PathPrefix)."""
+        a = self.action
+        return a.path_value if a.path_type == REGULAR_EXPRESSION else None
+
+    @property
     def unconditional(self) -> bool:
-        return self.method is None and not self.headers and not self.query
+        """Taken by every request that reaches its location (a regex path is a condition too)."""
+        return (self.method is None and not self.headers and not self.query
+                and self.action.path_type != REGULAR_EXPRESSION)
 
     def precedence(self) -> tuple[Any, ...]:
+        """The spec's order, with RegularExpression (implementation-specific) between Exact and
+        PathPrefix, the longer expression first (as the longer prefix; Envoy Gateway's order)."""
         a = self.action
-        return (0 if a.path_type == "Exact" else 1, -len(a.path_value), 0 if self.method else 1,
+        return (PATH_RANK.get(a.path_type, 3), -len(a.path_value), 0 if self.method else 1,
                 -len(self.headers), -len(self.query), self.created, self.route_key, a.rule, a.match)
+
+
+REGULAR_EXPRESSION = "RegularExpression"
+PATH_RANK = {"Exact": 0, REGULAR_EXPRESSION: 1, "PathPrefix": 2}
 
 
 @dataclass
 class Location:
-    """One NGINX location of a virtual host: `=` exact or `/` prefix, on the un-prefixed path."""
+    """One NGINX location of a virtual host: `=` exact or `/` prefix, on the un-prefixed path.
+    RegularExpression rules have none of their own: they are candidates of the locations their
+    literal prefix can reach (see _locations)."""
 
     exact: bool
     path: str  # the rule's path: Exact value, or PathPrefix value without trailing slash
@@ -884,13 +902,27 @@ class _Builder:
                     self._check_action(action, fact)
                     action.mirrors = self._mirrors(route, rule, ri, fact)
                     self.actions[aid] = self._new_actions[aid] = action
-                if ptype not in ("Exact", "PathPrefix") or not pvalue.startswith("/"):
-                    msg = f"rule {ri} match {mi}: path type {ptype!r} value {pvalue!r} is not supported (Exact and PathPrefix are)"
+                if ptype == REGULAR_EXPRESSION:
+                    why = pathregex.problem(pvalue)
+                    if why is not None:  # never reaches NGINX (status: Accepted=False/UnsupportedValue)
+                        msg = f"rule {ri} match {mi}: path value {pvalue!r} is not served: {why}"
+                        if (ri, msg) not in fact.unsupported:
+                            fact.unsupported.append((ri, msg))
+                        continue
+                elif ptype not in ("Exact", "PathPrefix") or not pvalue.startswith("/"):
+                    msg = (f"rule {ri} match {mi}: path type {ptype!r} value {pvalue!r} is not supported "
+                           "(Exact, PathPrefix and RegularExpression are)")
                     if (ri, msg) not in fact.unsupported:
                         fact.unsupported.append((ri, msg))
                     continue
                 if ptype == "PathPrefix" and len(pvalue) > 1:
                     action.path_value = pvalue = pvalue.rstrip("/") or "/"
+                bad = pathregex.condition_problem(m)
+                if bad is not None:  # never reaches NGINX (status: Accepted=False/UnsupportedValue)
+                    msg = f"rule {ri} match {mi}: {bad[0]} is not served: {bad[1]}"
+                    if (ri, msg) not in fact.unsupported:
+                        fact.unsupported.append((ri, msg))
+                    continue
                 method = m.get("method") if isinstance(m.get("method"), str) else None
                 out.append(MatchRule(action, method, _conditions(m.get("headers"), lower=True),
                                      _conditions(m.get("queryParams"), lower=False), route.created,
@@ -1226,17 +1258,73 @@ def _locations(vh: VirtualHost, rules: list[MatchRule]) -> None:
     every PathPrefix rule whose prefix is a segment prefix of /v2 matches it too: those are its
     fallbacks when the /v2 rules' header, query or method conditions fail (the spec's precedence is
     across all rules).
+
+    A RegularExpression rule is a candidate of every location a path it matches can reach (see
+    _regex_reach), ranked after the location's Exact rules and before its PathPrefix ones, its
+    path a condition NGINX checks at run time; with such rules a virtual host has the `/` prefix
+    location, so a path no Exact or PathPrefix rule covers still reaches them.
     """
     keys: set[tuple[bool, str]] = set()
+    regex = False
     for r in rules:
-        keys.add((r.action.path_type == "Exact", r.action.path_value))
+        if r.action.path_type == REGULAR_EXPRESSION:
+            regex = True
+        else:
+            keys.add((r.action.path_type == "Exact", r.action.path_value))
+    reach: dict[tuple[bool, str], set[int]] = {}
+    if regex:
+        keys.add((False, "/"))
+        reach = _regex_reach([r for r in rules if r.action.path_type == REGULAR_EXPRESSION], keys)
     ordered = sorted(rules, key=MatchRule.precedence)
     for exact, path in sorted(keys):
-        cands = [r for r in ordered if (exact and r.action.path_type == "Exact" and r.action.path_value == path)
-                 or (r.action.path_type == "PathPrefix" and _segment_prefix(r.action.path_value, path))]
+        if regex:
+            got = reach.get((exact, path), _NO_IDS)
+            cands = [r for r in ordered if (exact and r.action.path_type == "Exact" and r.action.path_value == path)
+                     or (r.action.path_type == REGULAR_EXPRESSION and id(r) in got)
+                     or (r.action.path_type == "PathPrefix" and _segment_prefix(r.action.path_value, path))]
+        else:  # the common case, kept as cheap as before regex paths
+            cands = [r for r in ordered if (exact and r.action.path_type == "Exact" and r.action.path_value == path)
+                     or (r.action.path_type == "PathPrefix" and _segment_prefix(r.action.path_value, path))]
         cut: list[MatchRule] = []
         for c in cands:
             cut.append(c)
             if c.unconditional:
                 break
-        vh.locations[(exact, path)] = Location(exact, path, cut)
+        if cut:  # only the `/` added for regex rules can be left without one (all theirs are elsewhere)
+            vh.locations[(exact, path)] = Location(exact, path, cut)
+
+
+_NO_IDS: set[int] = set()
+
+
+def _regex_reach(regex_rules: list[MatchRule], keys: set[tuple[bool, str]]) -> dict[tuple[bool, str], set[int]]:
+    """Location -> the regex rules (ids) that can match a path NGINX sends there. Every path an
+    expression matches starts with its literal prefix L (pathregex.literal_prefix), so it can reach
+    an Exact location P only if P starts with L, and a prefix location Q only if Q starts with L
+    or Q is L's "home": the longest prefix location with L under it segment-wise (`/api` for
+    `/api/v1/`, else `/`), which takes every such path that no longer location takes. A prefix
+    location shorter than the home never sees one: the home (or a longer one) takes them all."""
+    prefixes = sorted(p for e, p in keys if not e)
+    prefix_set = set(prefixes)
+    exacts = sorted(p for e, p in keys if e)
+    out: dict[tuple[bool, str], set[int]] = {}
+    for r in regex_rules:
+        literal = pathregex.literal_prefix(r.action.path_value)
+        home = "/"
+        for i in range(1, len(literal)):
+            if literal[i] == "/" and literal[:i] in prefix_set:
+                home = literal[:i]
+        out.setdefault((False, home), set()).add(id(r))
+        for exact, sorted_paths in ((False, prefixes), (True, exacts)):
+            for p in _starting_with(sorted_paths, literal):
+                out.setdefault((exact, p), set()).add(id(r))
+    return out
+
+
+def _starting_with(sorted_paths: list[str], literal: str) -> list[str]:
+    """The paths of a sorted list that start with `literal` (a contiguous run of it)."""
+    lo = bisect.bisect_left(sorted_paths, literal)
+    hi = lo
+    while hi < len(sorted_paths) and sorted_paths[hi].startswith(literal):
+        hi += 1
+    return sorted_paths[lo:hi]

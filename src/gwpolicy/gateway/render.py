@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from gwpolicy.gateway import policyconf
+from gwpolicy.gateway import pathregex, policyconf
 from gwpolicy.gateway.frontendtls import ALLOW_INSECURE_FALLBACK
 from gwpolicy.gateway.dataplane import (SOCKET_DIR, Action, Backend, DataPlane, Location, Server, VirtualHost,
                                         _programmable, memo, without_gc)
@@ -397,7 +397,11 @@ def _location(s: Server, v: VirtualHost, loc: Location, st: _State, named_done: 
         return "\n".join([head] + [f"        {l}" for l in body] + ["    }"])
     targets = [(c, _named_action(s, c.action, prefix, st, named_done)) for c in loc.candidates]
     try:
-        var = _match_map([(c.method, c.headers, c.query, t) for c, t in targets], st)
+        var = ""
+        for chunk in reversed(_chunks([(c.method, c.headers, c.query, t, c.regex) for c, t in targets])):
+            default = "@gw_404" if not var else _shared(s, [f"error_page 418 = {var};", "return 418;"],
+                                                        f"{_who(first.action)}: the next {len(chunk)} rules", st, named_done, "c")
+            var = _match_map(chunk, st, default)
     except RenderError as e:
         return "\n".join([head, f"        # {_who(first.action)}: {e}", "        return 500;", "    }"])
     uri_lines = [f"        {l}" for l in _uri_lines(st.uri_lines)]
@@ -666,38 +670,67 @@ def _pcre_literal(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "\\" + c for c in text)
 
 
-def _match_map(cands: list[tuple[str | None, tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str], ...], str]],
-               st: _State) -> str:
-    """A `map` over method, the headers and the query parameters the rules look at, one regex per
-    rule in precedence order (NGINX tries a map's regexes in order: the first match wins); its
-    value is the named location of the rule. No match: 404. Header names are case-insensitive
-    ($http_*); NGINX's $arg_* are too, so query parameter names are matched case-insensitively."""
+#: RegularExpression fields one match map takes: NGINX refuses a parameter (the map's source)
+#: longer than 4 KiB, and each field is a 20-character variable; a location with more regex
+#: candidates chains maps (the default of one jumps to the next, in precedence order)
+REGEX_FIELDS_PER_MAP = 120
+
+
+def _chunks(cands: list[Any]) -> list[list[Any]]:
+    """The candidate list cut where a map would take more than REGEX_FIELDS_PER_MAP expressions."""
+    out: list[list[Any]] = [[]]
+    seen: set[str] = set()
+    for c in cands:
+        if c[4] is not None and c[4] not in seen:
+            if len(seen) == REGEX_FIELDS_PER_MAP:
+                out.append([])
+                seen = set()
+            seen.add(c[4])
+        out[-1].append(c)
+    return out
+
+
+def _match_map(cands: list[tuple[str | None, tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str], ...], str,
+                                  str | None]],
+               st: _State, default: str = "@gw_404") -> str:
+    """A `map` over method, the headers and the query parameters the rules look at, and whether the
+    path matches each RegularExpression (see _path_regex), one regex per rule in precedence order
+    (NGINX tries a map's regexes in order: the first match wins); its value is the named location
+    of the rule. No match: 404. Header names are case-insensitive ($http_*); NGINX's $arg_* are
+    too, so query parameter names are matched case-insensitively."""
     fields: list[tuple[str, str]] = []  # (kind, name)
-    if any(m for m, _, _, _ in cands):
+    if any(c[0] for c in cands):
         fields.append(("method", ""))
     for kind, idx in (("header", 1), ("query", 2)):
         names = sorted({c[1] if kind == "header" else c[1].lower() for cand in cands for c in cand[idx]})
         fields += [(kind, n) for n in names]
+    regex_vars = {rx: _path_regex(rx, st) for rx in {c[4] for c in cands if c[4] is not None}}
+    if regex_vars:
+        fields += [("path", v) for v in sorted(set(regex_vars.values()))]
     for k, n in fields:
         if k == "header":
             header_name(n)
         elif k == "query" and not re.fullmatch(r"[A-Za-z0-9_-]+", n):
             raise RenderError(f"query parameter name {n!r} cannot be matched by NGINX ($arg_ takes letters, digits, - and _)")
-    source = "".join({"method": "$request_method", "header": f"$http_{_var(n)}", "query": f"$arg_{_var(n)}"}[k] + "\n"
-                     for k, n in fields)
+    source = "".join({"method": "$request_method", "header": f"$http_{_var(n)}", "query": f"$arg_{_var(n)}",
+                      "path": n}[k] + "\n" for k, n in fields)
     entries = []
-    default = "@gw_404"
-    for method, headers, query, target in cands:
-        if method is None and not headers and not query:
+    for method, headers, query, target, regex in cands:
+        if method is None and not headers and not query and regex is None:
             default = target
             break
         want: dict[tuple[str, str], tuple[str, str]] = {}
+        if regex is not None:
+            want[("path", regex_vars[regex])] = ("Exact", "1")
         if method:
             want[("method", "")] = ("Exact", method)
         for t, n, v in headers:
             want[("header", n)] = (t, v)
         for t, n, v in query:
             want[("query", n.lower())] = (t, v)
+        for t, v in want.values():  # the data plane leaves such matches out; never let one reach NGINX
+            if t == "RegularExpression" and pathregex.problem(v, 4096) is not None:
+                raise RenderError(f"regular expression {v!r}: {pathregex.problem(v, 4096)}")
         regex = "^"
         for f in fields:
             t, v = want.get(f, ("", ""))
@@ -707,6 +740,28 @@ def _match_map(cands: list[tuple[str | None, tuple[tuple[str, str, str], ...], t
     var = "$gw_m_" + hashlib.sha1((source + body).encode()).hexdigest()[:12]
     src = _conf_string(source) if source else EMPTY
     st.maps[var] = f"map {src} {var} {{\n{body}}}\n"
+    return var
+
+
+#: the request's path without the virtual host's prefix and the trailing slash (see _server), what
+#: RegularExpression path matches are matched against: NGINX's normalised, percent-decoded $uri
+PATH_VAR = "$gw_path"
+PATH_MAP = (f"map $uri {PATH_VAR} {{\n    {_conf_string('~(?s)^/_v[^/]*(?<gw_path_value>/.*)/$')} $gw_path_value;\n"
+            "    default \"\";\n}\n")
+
+
+def _path_regex(regex: str, st: _State) -> str:
+    """A variable that is `1` when the request's whole path matches `regex` (the dialect is
+    pathregex's: the data plane has left out every expression it refuses), else empty. One map
+    per expression, shared by every location that lists it (NGINX evaluates a map only when a
+    request reads its variable). The expression is a quoted map key: nothing in it is NGINX syntax."""
+    why = pathregex.problem(regex)
+    if why is not None:  # the data plane never hands one over; never let one reach NGINX
+        raise RenderError(f"path regular expression {regex!r}: {why}")
+    var = "$gw_rx_" + hashlib.sha1(regex.encode()).hexdigest()[:12]
+    st.maps[PATH_VAR] = PATH_MAP
+    st.maps[var] = (f"map {PATH_VAR} {var} {{\n    {_conf_string('~' + pathregex.ANCHORED.format(regex))} 1;\n"
+                    "    default \"\";\n}\n")
     return var
 
 

@@ -18,7 +18,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from gwpolicy.gateway import frontendtls
+from gwpolicy.gateway import frontendtls, pathregex
 from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
@@ -54,7 +54,7 @@ try:
 except ImportError:  # pragma: no cover - the data plane model is part of the package
     _RENDERED = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite")
 SUPPORTED_FILTERS = frozenset(_RENDERED)
-SUPPORTED_PATH_TYPES = frozenset({"Exact", "PathPrefix"})
+SUPPORTED_PATH_TYPES = frozenset({"Exact", "PathPrefix", "RegularExpression"})
 
 #: Gateway API features (conformance names) this gateway claims in GatewayClass.status.supportedFeatures;
 #: the conformance harness checks that every case needing only these passes (tests/gateway_conformance)
@@ -520,6 +520,14 @@ def _unsupported(spec: dict[str, Any]) -> str | None:
             ptype = _dict(m.get("path")).get("type") or "PathPrefix"
             if m.get("path") is not None and ptype not in SUPPORTED_PATH_TYPES:
                 return f"spec.rules[{i}].matches[{m_i}].path.type {ptype} is not supported by this data plane."
+            if ptype == "RegularExpression":  # the data plane's own check (pathregex): it leaves such a match out
+                value = _dict(m.get("path")).get("value")
+                why = pathregex.problem(value if isinstance(value, str) else "/")  # the data plane's default too
+                if why is not None:
+                    return f"spec.rules[{i}].matches[{m_i}].path.value: {why}."
+            bad = pathregex.condition_problem(m)  # header and query regexes: the same dialect
+            if bad is not None:
+                return f"spec.rules[{i}].matches[{m_i}].{bad[0]}: {bad[1]}."
         filters = list(rule.get("filters") or [])
         for b in rule.get("backendRefs") or []:
             filters += list(_dict(b).get("filters") or [])
