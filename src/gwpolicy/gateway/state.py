@@ -37,7 +37,7 @@ files and the same status as the full pass.
 from __future__ import annotations
 
 import gc
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from gwpolicy.analysis import Analysis, analyse
 from gwpolicy.grants import ReferenceGrants
@@ -65,20 +65,28 @@ def key_ref(key: Key) -> Ref:
 _VIEWED = ("Gateway", *ROUTE_KINDS)  # the kinds dataplane_objects may change
 
 
-def _names_service(route: Any, svc: Ref) -> bool:
-    """Does a route's backendRef or RequestMirror name this Service (as status resolves them)?"""
+def _sent_refs(route: Any) -> Iterator[dict[str, Any]]:
+    """A route's backendRefs and the backendRefs of its RequestMirror filters, as status resolves them."""
     spec = route.spec if isinstance(route.spec, dict) else {}
     for rule in spec.get("rules") or []:
         if not isinstance(rule, dict):
             continue
-        refs = [b for b in rule.get("backendRefs") or [] if isinstance(b, dict)]
-        refs += [(f.get("requestMirror") or {}).get("backendRef") for f in rule.get("filters") or []
-                 if isinstance(f, dict) and f.get("type") == "RequestMirror" and isinstance(f.get("requestMirror"), dict)]
-        for b in refs:
-            if (isinstance(b, dict) and str(b.get("name", "")) == svc.name
-                    and (b.get("namespace") or route.namespace or "") == (svc.namespace or "")):
-                return True
-    return False
+        for b in rule.get("backendRefs") or []:
+            if isinstance(b, dict):
+                yield b
+        for f in rule.get("filters") or []:
+            if isinstance(f, dict) and f.get("type") == "RequestMirror" and isinstance(f.get("requestMirror"), dict):
+                b = f["requestMirror"].get("backendRef")
+                if isinstance(b, dict):
+                    yield b
+
+
+def _names_service(route: Any, svc: Ref) -> bool:
+    """Does a route's backendRef or RequestMirror name this Service?"""
+    return any(str(b.get("name", "")) == svc.name and (b.get("namespace") or route.namespace or "") == (svc.namespace or "")
+               for b in _sent_refs(route))
+
+
 ENDPOINT_SLICE = ("discovery.k8s.io", "EndpointSlice")
 REFERENCED = {(CORE_GROUP, "Secret"), (CORE_GROUP, "ConfigMap")}  # read by reference only
 GRANT = (GATEWAY_GROUP, "ReferenceGrant")
@@ -89,16 +97,7 @@ def _refers_into(route: Any, namespace: str) -> bool:
     ReferenceGrant there decides)?"""
     if route.namespace == namespace:
         return False
-    spec = route.spec if isinstance(route.spec, dict) else {}
-    for rule in spec.get("rules") or []:
-        if not isinstance(rule, dict):
-            continue
-        refs = [b for b in rule.get("backendRefs") or [] if isinstance(b, dict)]
-        refs += [(f.get("requestMirror") or {}).get("backendRef") for f in rule.get("filters") or []
-                 if isinstance(f, dict) and isinstance(f.get("requestMirror"), dict)]
-        if any(isinstance(b, dict) and (b.get("namespace") or route.namespace) == namespace for b in refs):
-            return True
-    return False
+    return any((b.get("namespace") or route.namespace) == namespace for b in _sent_refs(route))
 
 
 def _grant_from_namespaces(obj: Any) -> set[str]:
