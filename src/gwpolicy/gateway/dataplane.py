@@ -484,6 +484,12 @@ def _server_key(s: "Server | None") -> tuple[Any, ...] | None:
     return None if s is None else (s.id, s.listener, s.address, s.port, s.protocol, s.hostname, s.certificate)
 
 
+def _not_served(fact: Any, ri: int, msg: str) -> None:
+    """A rule's match the data plane leaves out, said once in the route's fact (its status says why)."""
+    if (ri, msg) not in fact.unsupported:
+        fact.unsupported.append((ri, msg))
+
+
 def _list(v: Any) -> list[Any]:
     return v if isinstance(v, list) else []
 
@@ -905,23 +911,17 @@ class _Builder:
                 if ptype == REGULAR_EXPRESSION:
                     why = pathregex.problem(pvalue)
                     if why is not None:  # never reaches NGINX (status: Accepted=False/UnsupportedValue)
-                        msg = f"rule {ri} match {mi}: path value {pvalue!r} is not served: {why}"
-                        if (ri, msg) not in fact.unsupported:
-                            fact.unsupported.append((ri, msg))
+                        _not_served(fact, ri, f"rule {ri} match {mi}: path value {pvalue!r} is not served: {why}")
                         continue
                 elif ptype not in ("Exact", "PathPrefix") or not pvalue.startswith("/"):
-                    msg = (f"rule {ri} match {mi}: path type {ptype!r} value {pvalue!r} is not supported "
-                           "(Exact, PathPrefix and RegularExpression are)")
-                    if (ri, msg) not in fact.unsupported:
-                        fact.unsupported.append((ri, msg))
+                    _not_served(fact, ri, f"rule {ri} match {mi}: path type {ptype!r} value {pvalue!r} is not supported "
+                                          "(Exact, PathPrefix and RegularExpression are)")
                     continue
                 if ptype == "PathPrefix" and len(pvalue) > 1:
                     action.path_value = pvalue = pvalue.rstrip("/") or "/"
                 bad = pathregex.condition_problem(m)
                 if bad is not None:  # never reaches NGINX (status: Accepted=False/UnsupportedValue)
-                    msg = f"rule {ri} match {mi}: {bad[0]} is not served: {bad[1]}"
-                    if (ri, msg) not in fact.unsupported:
-                        fact.unsupported.append((ri, msg))
+                    _not_served(fact, ri, f"rule {ri} match {mi}: {bad[0]} is not served: {bad[1]}")
                     continue
                 method = m.get("method") if isinstance(m.get("method"), str) else None
                 out.append(MatchRule(action, method, _conditions(m.get("headers"), lower=True),
@@ -933,8 +933,7 @@ class _Builder:
         for f in action.filters:
             if f.get("type") not in SUPPORTED_FILTERS:
                 action.error = f"filter type {f.get('type')!r} is not supported by this data plane"
-                if (action.rule, action.error) not in fact.unsupported:
-                    fact.unsupported.append((action.rule, action.error))
+                _not_served(fact, action.rule, action.error)
             if f.get("type") == "URLRewrite" or f.get("type") == "RequestRedirect":
                 conf = _dict(f.get("urlRewrite") if f.get("type") == "URLRewrite" else f.get("requestRedirect"))
                 p = _dict(conf.get("path"))
@@ -976,8 +975,8 @@ class _Builder:
                         m.error, m.message = NO_ENDPOINTS, f"{where}: Service {ref.namespace}/{ref.name} port {port} has no ready endpoints"
                     else:
                         m.upstream = self._upstream(ref, int(port), endpoints, {})
-            if m.error is not None and m.error != NO_ENDPOINTS and (ri, m.message) not in fact.unsupported:
-                fact.unsupported.append((ri, m.message))
+            if m.error is not None and m.error != NO_ENDPOINTS:
+                _not_served(fact, ri, m.message)
             out.append(m)
         return tuple(out)
 
@@ -1169,7 +1168,6 @@ def _conditions(items: Any, *, lower: bool) -> tuple[tuple[str, str, str], ...]:
         names.add(name)
         out.append((str(h.get("type") or "Exact"), name, str(h.get("value", ""))))
     return tuple(out)
-
 
 
 def _mirror_share(conf: dict[str, Any]) -> float:
