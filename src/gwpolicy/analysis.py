@@ -279,12 +279,12 @@ def _level_entry(kind: PolicyKind, policies: list[Policy], outcomes: dict[Ref, l
                         f"applied there. Change or remove one of them.")
         return entry
     if kind.strategy == "None":
-        winner, *rest = policies
-        entry.direct = [(winner.stanzas.get("direct", {}), "direct", winner.ref)]
+        chosen, *rest = policies  # not `winner`: the Ref of the loop above
+        entry.direct = [(chosen.stanzas.get("direct", {}), "direct", chosen.ref)]
         for p in rest:
-            _conflicted(outcomes[p.ref], target, winner.ref,
-                        f"Conflicts with {_name(winner.ref)}, which also targets {_where(target)} and "
-                        f"{_why_first(winner, p)}; only one {kind.kind} applies per target.")
+            _conflicted(outcomes[p.ref], target, chosen.ref,
+                        f"Conflicts with {_name(chosen.ref)}, which also targets {_where(target)} and "
+                        f"{_why_first(chosen, p)}; only one {kind.kind} applies per target.")
         return entry
     for p in policies:
         for stanza, settings in p.stanzas.items():
@@ -344,11 +344,11 @@ def compute_status(a: Analysis) -> list[StatusChange]:
             obj = _with(obj, *prior)
         changes[ref] = breadcrumbs(obj, [kk[1] for kk in kinds] if kinds else [], topo, controller, now)
     out = []
-    for ref, (status, annotations) in changes.items():
+    for ref, (status, wanted_annotations) in changes.items():  # not `annotations`: the __future__ import
         raw = by_ref[ref].raw
         current = raw.get("status")
-        if status != (current if isinstance(current, dict) else {}) or annotations != _annotations(raw["metadata"]):
-            out.append(StatusChange(ref, status, annotations))
+        if status != (current if isinstance(current, dict) else {}) or wanted_annotations != _annotations(raw["metadata"]):
+            out.append(StatusChange(ref, status, wanted_annotations))
     try:  # by the references themselves, compared in C (121k changes in a first analysis at 50k routes)
         out.sort(key=_CHANGED_OBJECT)
     except TypeError:  # a kind with namespaced and cluster-scoped objects: None and text do not compare

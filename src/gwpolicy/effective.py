@@ -55,7 +55,7 @@ class Result:
     def sources(self) -> list[dict[str, Any]]:
         """S9 `sources`, sorted by field."""
         if self._sources is None:
-            out = []
+            out: list[dict[str, Any]] = []
             for path, (_, stanza, source) in self.leaves.items():
                 if not stanza:
                     continue
@@ -170,7 +170,7 @@ class Evaluator:
             return EMPTY_SUMMARY
         s = node.summary
         if s is not None:
-            return s  # type: ignore[return-value]
+            return s
         above = self.summary(node.parent, shared)
         kks = self.kinds_at.get(node.level)
         if not kks:
@@ -203,14 +203,14 @@ class Evaluator:
         if here is None:
             here = self.summary(node)
         if kks is None:
-            kks = here.kinds  # type: ignore[union-attr]
+            kks = here.kinds
         if not kks:
             return []
         memos = self.memos
         kinds = self.kinds
         level = node.level
         parent = node.parent
-        own_at = self.entries_at.get(level, _NO_ENTRIES)
+        own_at = self.entries_at.get(level, _NO_ENTRIES)  # type: ignore[arg-type]  # a path's node is never the root: it has a level
         parent_at: dict[KindKey, LevelEntry] | None = None
         is_section = target[4] is not None
         owner = _new_tuple(Ref, (target[0], target[1], target[2], target[3], None)) if is_section else target
@@ -228,7 +228,7 @@ class Evaluator:
             if is_section and not (own is not None and (own.direct or DIRECT in own.contributions)):  # has_direct
                 d_is_node = False
                 if parent_at is None:
-                    parent_at = self.entries_at.get(parent.level, _NO_ENTRIES)
+                    parent_at = self.entries_at.get(parent.level, _NO_ENTRIES)  # type: ignore[arg-type, union-attr]  # a section's node has its owner's above it
                 d_entry = parent_at.get(kk)  # S5.5: the owner's direct policies apply
             else:
                 d_is_node = True
@@ -239,7 +239,7 @@ class Evaluator:
                     t = above_node.trails.get(kk)
                 else:
                     if above_owner is None:
-                        above_owner = self.summary(parent.parent)
+                        above_owner = self.summary(parent.parent)  # type: ignore[union-attr]  # as above
                     t = above_owner.trails.get(kk)
                 key = list(t.ov) if t is not None else []
                 if d_entry is not None:
@@ -276,7 +276,7 @@ class Evaluator:
                 key3 = (strategy, t.inh if t is not None else (), direct, d_is_node)
                 res = memo.get(key3)
                 if res is None:
-                    res = memo[key3] = Result(resolve(chain(self._sequence(node, kk, level if d_is_node else parent.level),
+                    res = memo[key3] = Result(resolve(chain(self._sequence(node, kk, level if d_is_node else parent.level),  # type: ignore[arg-type, union-attr]  # as above
                                                             strategy)))
             out.append((kk, res))
         return out
@@ -309,6 +309,7 @@ class Evaluator:
         out: list[EffectivePolicy] = []
         add = out.extend if by_target is None else None
         EP = EffectivePolicy
+        pairs: Pairs | None  # an annotation alone: no code
         for target in targets:
             per_path: dict[PathNode, Pairs] = {}
             used: dict[int, list[tuple[PolicyKind, Result]]] = {}  # the distinct contexts' results, in order
@@ -324,11 +325,11 @@ class Evaluator:
                         above = summary(node.parent)
                     here = node.summary
                     if here is None:  # made here when its level holds no policy (`summary`, inline: once per node)
-                        if kinds_at.get(node.level):
+                        if kinds_at.get(node.level):  # type: ignore[arg-type]  # never the root
                             here = summary(node)
                         else:
                             here = node.summary = above
-                    if not here.kinds:  # type: ignore[union-attr]
+                    if not here.kinds:
                         continue
                     key = (here, above, context)
                     pairs = memo.get(key)
@@ -462,7 +463,7 @@ class Evaluator:
                 hit = self._value_contributions.get(shared_key, _UNSHARED)
                 if hit is not _UNSHARED:
                     self._object_values[key] = (obj, hit)
-                    return hit  # type: ignore[return-value]
+                    return hit
             leaves: dict[LeafPath, tuple[Any, Ref | None]] = {}
             for m, value in mapped:
                 if is_unset(value):
@@ -479,7 +480,7 @@ class Evaluator:
 
 #: the types of mapped values shared by value (`Evaluator.object_value`): hashable, and unchanged in place
 _SCALARS = frozenset((str, int, bool, type(None)))  # not float: -0.0 equals 0.0 but is written otherwise
-_UNSHARED = object()
+_UNSHARED: Any = object()  # a sentinel; Any, so that `.get(key, _UNSHARED)` keeps the table's value type
 
 
 def settings_schema(kind: PolicyKind, stanza: str, spelling: str | None = None) -> dict[str, Any] | None:

@@ -442,7 +442,7 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
             res = remap.get(was, _UNSEEN)
         if res is not _UNSEEN:
             pass
-        elif (t_here := (n.summary or summary(n)).trails.get(kk)) is None:  # type: ignore[union-attr]
+        elif (t_here := (n.summary or summary(n)).trails.get(kk)) is None:
             res = None
         else:
             parent = n.parent
@@ -452,7 +452,7 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
             if mapped:
                 value = values.get(target, _UNSEEN)  # type: ignore[arg-type]
                 if value is _UNSEEN:
-                    value = values[target] = ev.object_value(target.object, kind)  # type: ignore[union-attr]
+                    value = values[target] = ev.object_value(target.object, kind)  # type: ignore[index, union-attr]
             else:
                 value = None
             at_target = entries_at.get(target)  # type: ignore[arg-type]
@@ -460,14 +460,14 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
             # what `Evaluator.evaluate_node` reads for this kind, trails compared by value (the same
             # Service below many routes has equal trails on each path)
             if target.section is None:  # type: ignore[union-attr]
-                key = (t_here, above.trails.get(kk), own, value)  # type: ignore[attr-defined]
+                key: tuple[Any, ...] = (t_here, above.trails.get(kk), own, value)
             else:
                 grand = parent.parent  # type: ignore[union-attr]
                 above_owner = grand.summary  # type: ignore[union-attr]
                 if above_owner is None:
                     above_owner = summary(grand)
                 at_owner = entries_at.get(parent.level)  # type: ignore[union-attr, arg-type]
-                key = (t_here, above.trails.get(kk), above_owner.trails.get(kk), own,  # type: ignore[attr-defined]
+                key = (t_here, above.trails.get(kk), above_owner.trails.get(kk), own,
                        at_owner.get(kk) if at_owner is not None else None, value)
             res = done.get(key, _UNSEEN)
             if res is _UNSEEN:
@@ -641,8 +641,8 @@ def _resummarise(ev: Evaluator, n: PathNode, kk: KindKey) -> None:
     if old is None:
         ev.summary(n)
         return
-    trails = dict(old.trails)  # type: ignore[attr-defined]
-    t = above.trails.get(kk)  # type: ignore[union-attr]
+    trails = dict(old.trails)
+    t = above.trails.get(kk)
     entry = ev.entries_at[n.level].get(kk)  # type: ignore[index]
     if entry is not None:
         t = trails[kk] = trail_through(t if t is not None else EMPTY_TRAIL, entry)
@@ -650,7 +650,7 @@ def _resummarise(ev: Evaluator, n: PathNode, kk: KindKey) -> None:
         trails.pop(kk, None)
     else:
         trails[kk] = t
-    kinds = old.kinds if (kk in old.trails) == (t is not None) else tuple(sorted(trails))  # type: ignore[attr-defined]
+    kinds = old.kinds if (kk in old.trails) == (t is not None) else tuple(sorted(trails))
     n.summary = Summary(trails, kinds)
 
 
@@ -704,11 +704,11 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
             here = n.summary
             if here is None:
                 here = n.parent.summary  # type: ignore[union-attr]
-                if here is not None and not kinds_at.get(n.level):  # a level holding no policy: its parent's summary
+                if here is not None and not kinds_at.get(n.level):  # type: ignore[arg-type]  # a level holding no policy: its parent's summary
                     n.summary = here
                 else:
                     here = summary(n, shared)
-            if not here.kinds:  # type: ignore[union-attr]
+            if not here.kinds:
                 pairs: list = _NO_PAIRS
             else:
                 parent = n.parent
@@ -768,7 +768,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         before = affected.get(owner, {})
         # what the owner loses, it gets back from the new paths (a Service behind many routes, one
         # of them derived again): it keeps all it had, plus what they bring, and is not rescanned
-        rec = owners.get(owner)  # type: ignore[assignment]
+        rec = owners.get(owner)
         gone = chain(lost.get(owner, ()), rec[0]) if rec is not None else lost.get(owner, ())
         lost_kinds = _policies_of_pairs(gone)
         got = of_lists(rec[1]) if rec is not None else {}
@@ -893,7 +893,7 @@ class RouteIndex:
 
     def put(self, ref: Ref, route: Obj | None) -> None:
         """The route's names, replacing those it had (None: it is gone)."""
-        names, into, _ = self._of.pop(ref, ((), (), False))  # type: ignore[assignment]
+        names, into, _ = self._of.pop(ref, ((), (), False))
         _untie(self.naming, names, ref)
         _untie(self.into, into, ref)
         if route is None:
@@ -947,9 +947,9 @@ def _names_of_route(route: Obj) -> tuple[set[Ref], set[str], bool]:
             group, kind = b.get("group") or CORE_GROUP, b.get("kind") or "Service"
             ns, name = b.get("namespace") or route.namespace, b.get("name")
             if all(isinstance(v, str) for v in (group, kind, ns, name)):
-                names.add(Ref(group, kind, ns, name))
+                names.add(Ref(group, kind, ns, name))  # type: ignore[arg-type]  # all str: the all() above
                 if ns != route.namespace:
-                    into.add(ns)
+                    into.add(ns)  # type: ignore[arg-type]  # as above
             if group != CORE_GROUP or kind != "Service" or not isinstance(ns, str):
                 odd = True
     return names, into, odd
@@ -964,7 +964,7 @@ def route_index(a: Analysis) -> RouteIndex:
     return ri
 
 
-class _Shadow(dict):  # type: ignore[type-arg]
+class _Shadow(dict):
     """Paths a route attaches, written apart from the topology's; the listener paths it attaches
     below are read from the topology itself."""
 
@@ -1290,7 +1290,7 @@ def _same_shape_below(node: PathNode, differ: frozenset[str], changed: Ref | Non
     while stack:  # levels read by index (`Ref` fields): thousands of nodes after a Gateway edit
         m = stack.pop()
         lv = m.level
-        if (lv[3] if lv[1] == "Namespace" and lv[0] == CORE_GROUP and lv[2] is None else lv[2]) in differ:  # type: ignore[index]
+        if (lv[3] if lv[1] == "Namespace" and lv[0] == CORE_GROUP and lv[2] is None else lv[2]) in differ:  # type: ignore[index, operator]
             return False
         if lv[3] == name and lv[:4] == changed[:4]:  # type: ignore[index]  # the object or one of its sections
             return False
@@ -1321,8 +1321,9 @@ def _graft(node: PathNode, place: PathNode, idx: dict[Ref, dict[PathNode, None]]
         if m.children:
             stack.extend(m.children.values())
         lv = m.level
-        m.namespaces = m.parent.namespaces | {lv[3]} if lv[1] == "Namespace" and lv[0] == CORE_GROUP \
-            and lv[2] is None and lv[4] is None else m.parent.namespaces  # type: ignore[union-attr,index]
+        m.namespaces = (m.parent.namespaces | {lv[3]}  # type: ignore[union-attr, index, operator]  # below a route: never the root
+                        if lv[1] == "Namespace" and lv[0] == CORE_GROUP and lv[2] is None and lv[4] is None  # type: ignore[index]
+                        else m.parent.namespaces)  # type: ignore[union-attr]
         m._levels = None
         m._json = None
         m.summary = None
@@ -1434,7 +1435,7 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
     if shapes is not None and shapes[0][0] == shapes[1][0]:
         # same class: only the routes that may hang from a listener that changed
         before = {l["name"]: l for l in topo.listeners_of.get(ref, [])}
-        after = {l["name"]: l for l in _listeners(Obj(raw, ref, "", ""))}
+        after = {l["name"]: l for l in _listeners(Obj(raw, ref, "", ""))}  # type: ignore[arg-type]  # shapes: raw is there
         changed = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
         naming = _may_attach_to(a, naming, ref, changed)
     for t in [ref] + [ref.with_section(s) for s in topo.sections.pop(ref, [])]:
@@ -1484,7 +1485,8 @@ def _may_attach_to(a: Analysis, routes: list[Ref], gw: Ref, listeners: set[str])
 
 def _gateway_shape(raw: dict[str, Any]) -> Any:
     """What the hierarchy reads of a Gateway: its class and its listeners."""
-    spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
+    # a dict: mypy does not narrow a `.get()` by the isinstance of a second one
+    spec: dict[str, Any] = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}  # type: ignore[assignment]
     return spec.get("gatewayClassName"), spec.get("listeners")
 
 
@@ -1650,5 +1652,5 @@ def update_grant(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
 
 
 def _grant_namespaces(raw: dict[str, Any] | None) -> set[str]:
-    spec = raw.get("spec") if isinstance(raw, dict) and isinstance(raw.get("spec"), dict) else {}
+    spec: dict[str, Any] = raw.get("spec") if isinstance(raw, dict) and isinstance(raw.get("spec"), dict) else {}  # type: ignore[assignment]  # as `_gateway_shape`
     return {f["namespace"] for f in spec.get("from") or [] if isinstance(f, dict) and isinstance(f.get("namespace"), str)}

@@ -125,8 +125,9 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
     spec_schemas: dict[tuple[str, str], dict[str, Any]] = {}
     for raw in raws:
         if raw.get("kind") == "CustomResourceDefinition":
-            spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
-            names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
+            # dicts: mypy does not narrow a `.get()` by the isinstance of a second one
+            spec: dict[str, Any] = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}  # type: ignore[assignment]
+            names: dict[str, Any] = spec.get("names") if isinstance(spec.get("names"), dict) else {}  # type: ignore[assignment]
             if isinstance(spec.get("group"), str) and isinstance(names.get("kind"), str):
                 crd_scope[(spec["group"], names["kind"])] = spec.get("scope", "Namespaced") == "Namespaced"
                 schema = spec_schema_of_crd(raw)
@@ -169,7 +170,7 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
         ref = _new_ref(Ref, (group, kind, ns, meta["name"], None))  # in C, not through the Python-level __new__
         stamp = meta.get("creationTimestamp")
         if type(stamp) is str:
-            time = times.get(stamp)  # type: ignore[assignment]
+            time = times.get(stamp)
             if time is None:
                 time = times[stamp] = creation_time(stamp)
         else:
@@ -197,8 +198,8 @@ def build_index(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = 
         if kind == "Namespace" and group == "":
             index.namespaces.add(ref.name)
         if kind == "CustomResourceDefinition":
-            spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
-            names = spec.get("names") if isinstance(spec.get("names"), dict) else {}
+            spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}  # type: ignore[assignment]  # as above
+            names = spec.get("names") if isinstance(spec.get("names"), dict) else {}  # type: ignore[assignment]
             if isinstance(spec.get("group"), str) and isinstance(names.get("kind"), str):
                 index.crds[(spec["group"], names["kind"])] = obj
     # deterministic per-kind order whatever the input order: by the references themselves (compared

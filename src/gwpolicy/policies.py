@@ -90,8 +90,8 @@ def build_kinds(index: ObjectIndex) -> dict[tuple[str, str], PolicyKind]:
         if (group, kind) in kinds or not kind.endswith("Policy"):
             continue
         if any(isinstance(o.spec, dict) and any(f in o.spec for f in TARGET_FIELDS) for o in objs):
-            crd = index.crds.get((group, kind))
-            kinds[(group, kind)] = PolicyKind(group, kind, "name-heuristic", schema=_crd_schema(crd) if crd else None)
+            kind_crd = index.crds.get((group, kind))
+            kinds[(group, kind)] = PolicyKind(group, kind, "name-heuristic", schema=_crd_schema(kind_crd) if kind_crd else None)
     return kinds
 
 
@@ -120,7 +120,8 @@ def _apply_descriptor(pk: PolicyKind, spec: dict[str, Any], obj: Obj) -> None:
         if not isinstance(m, dict) or not isinstance(m.get("setting"), str) or not isinstance(m.get("field"), str):
             pk.warnings.append(f"{where}: spec.fieldMappings entries need setting and field; one ignored")
             continue
-        tkind = m.get("targetKind") if isinstance(m.get("targetKind"), dict) else {}
+        # a dict: mypy does not narrow a `.get()` by the isinstance of a second one
+        tkind: dict[str, Any] = m.get("targetKind") if isinstance(m.get("targetKind"), dict) else {}  # type: ignore[assignment]
         mappings.append(FieldMapping(tuple(m["setting"].split(".")), tkind.get("group") or "",
                                      str(tkind.get("kind", "")), tuple(m["field"].split("."))))
     pk.field_mappings = tuple(mappings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import NamedTuple
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
@@ -37,9 +38,10 @@ class Ref(NamedTuple):
     def sort_key(self) -> tuple[str, str, str, str, str]:
         return (self.group, self.kind, self.namespace or "", self.name, self.section or "")
 
-    def to_json(self) -> dict[str, object]:
+    # `builtins.object` below: inside the class, `object` names the property above
+    def to_json(self) -> dict[str, builtins.object]:
         """S9 object reference: group, kind, namespace when namespaced, name, sectionName for a section."""
-        out: dict[str, object] = {"group": self.group, "kind": self.kind}
+        out: dict[str, builtins.object] = {"group": self.group, "kind": self.kind}
         if self.namespace is not None:
             out["namespace"] = self.namespace
         out["name"] = self.name
@@ -47,7 +49,7 @@ class Ref(NamedTuple):
             out["sectionName"] = self.section
         return out
 
-    def to_target_json(self) -> dict[str, object]:
+    def to_target_json(self) -> dict[str, builtins.object]:
         """S9 `target`: always carries namespace (null when cluster-scoped) and sectionName."""
         return {
             "group": self.group,

@@ -6,7 +6,7 @@ that computing status over objects that carry the computed status changes nothin
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable, TypeVar
 
 from gwpolicy.attach import ACCEPTED, NOT_FOUND, SEVERITY, TargetOutcome
 from gwpolicy.kinds import ROUTE_KINDS
@@ -14,6 +14,9 @@ from gwpolicy.model import Obj
 from gwpolicy.policies import Policy
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 from gwpolicy.topology import Topology, namespace_ref
+
+#: an entry's key in `keep_places_keyed` (a caller's own, e.g. a parentRef's tuple)
+EntryKey = TypeVar("EntryKey", bound=Hashable)
 
 DEFAULT_CONTROLLER = "gwpolicy.io/policy-controller"
 ANNOTATION = "gwpolicy.io/PolicyAffected"
@@ -46,8 +49,8 @@ def keep_places(existing: list[dict[str, Any]], ours: list[dict[str, Any]], is_o
     return keep_places_keyed(existing, [key(e) if is_ours(e) else None for e in existing], {key(e): e for e in ours})
 
 
-def keep_places_keyed(existing: list[dict[str, Any]], keys: list[Hashable | None],
-                      fresh: dict[Hashable, dict[str, Any]]) -> list[dict[str, Any]]:
+def keep_places_keyed(existing: list[dict[str, Any]], keys: list[EntryKey | None],
+                      fresh: dict[EntryKey, dict[str, Any]]) -> list[dict[str, Any]]:
     """`keep_places` for a caller that has each entry's key already: `keys[i]` is that of
     `existing[i]` when it is ours, None when another writer's; `fresh`, our entries by key (taken
     from as they are placed)."""
@@ -117,7 +120,7 @@ def policy_status(policy: Policy, outcomes: list[TargetOutcome], topo: Topology,
     existing = [e for e in status.get("ancestors") or [] if isinstance(e, dict)]
     others = [e for e in existing if e.get("controllerName") != controller]
     previous = {_parent_key(e.get("ancestorRef") or {}): e for e in existing if e.get("controllerName") == controller}
-    ours = []
+    ours: list[dict[str, Any]] = []
     results = ancestor_results(policy, outcomes, topo)
     for anc in sorted(results, key=Ref.sort_key):
         o = results[anc]

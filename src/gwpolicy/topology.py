@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.kinds import PROTOCOL_ROUTE_KINDS, ROUTE_KINDS
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+
+if TYPE_CHECKING:  # effective.py imports this module: for the annotation of `PathNode.summary` only
+    from gwpolicy.effective import Summary
 
 
 class PathNode:
@@ -34,7 +37,7 @@ class PathNode:
         self.namespaces = namespaces
         self._levels: tuple[Ref, ...] | None = None
         self._json: list[dict[str, object]] | None = None
-        self.summary: object = None  # filled by the evaluator: policies along this prefix
+        self.summary: Summary | None = None  # filled by the evaluator: policies along this prefix
 
     def child(self, level: Ref) -> "PathNode":
         """The path one level down. The namespaces a path holds follow from its levels alone, so an
@@ -167,7 +170,7 @@ def selector_matches(selector: Any, labels: dict[str, str]) -> bool:
         if not isinstance(expr, dict):
             return False
         key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        if op == "In" and labels.get(key) not in values:
+        if op == "In" and labels.get(key) not in values:  # type: ignore[arg-type]  # no key: no label, deliberately
             return False
         if op == "NotIn" and key in labels and labels[key] in values:
             return False
