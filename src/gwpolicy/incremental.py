@@ -690,8 +690,9 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         if per_path is None:
             per_path = by[target] = {}
         is_section = target[4] is not None
+        owner: Ref
         if is_section:  # a section's node hangs from its owner's (S5.5): the owner is its parent's level
-            owner = fresh_nodes[0].parent.level  # type: ignore[union-attr,assignment]
+            owner = fresh_nodes[0].parent.level  # type: ignore[union-attr,assignment]  # a section's node has a parent with a level
             cid = id(context_of(target, owner))
         else:
             owner = target
