@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import random
 import shutil
 import socket
 import ssl
@@ -33,6 +34,21 @@ CONTROLLER = "gwpolicy.io/gateway-controller"
 
 def have_nginx() -> bool:
     return shutil.which("nginx") is not None
+
+
+def free_port_offset(addresses: tuple[str, ...], ports: tuple[int, ...]) -> int:
+    """A port offset at which every one of these ports is free on every one of these addresses."""
+    for _ in range(50):
+        offset = random.randrange(20000, 50000)
+        try:
+            for addr in addresses:
+                for port in ports:
+                    with socket.socket() as s:
+                        s.bind((addr, port + offset))
+        except OSError:
+            continue
+        return offset
+    raise AssertionError("no free ports")
 
 
 def free_port(address: str) -> int:

@@ -6,12 +6,9 @@ rebuilding none, a Secret no one reads builds nothing; through the full pass, ev
 
 from __future__ import annotations
 
-import random
-import socket
-
 import pytest
 
-from gateway_kit import have_nginx
+from gateway_kit import free_port_offset, have_nginx
 from gwpolicy.bench import gateway_edit
 
 pytestmark = pytest.mark.skipif(not have_nginx(), reason="NGINX is not installed (./dev test installs it)")
@@ -19,17 +16,7 @@ pytestmark = pytest.mark.skipif(not have_nginx(), reason="NGINX is not installed
 
 def free_offset() -> int:
     """A port offset at which the listeners' ports (80, 443, 8080) are free on the Gateways' addresses."""
-    for _ in range(50):
-        offset = random.randrange(20000, 50000)
-        try:
-            for addr in ("127.0.44.1", "127.0.44.2"):
-                for port in (80, 443, 8080):
-                    with socket.socket() as s:
-                        s.bind((addr, port + offset))
-        except OSError:
-            continue
-        return offset
-    raise AssertionError("no free ports")
+    return free_port_offset(("127.0.44.1", "127.0.44.2"), (80, 443, 8080))
 
 
 @pytest.mark.parametrize("full", [False, True])

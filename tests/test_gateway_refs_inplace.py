@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import gwconformance as gc
-from gateway_kit import have_nginx
+from gateway_kit import free_port_offset, have_nginx
 from gwpolicy.gateway.controller import Renderer
 from gwpolicy.gateway.state import key_ref, object_key
 from test_gateway_inplace import CHANGES, base_cluster, certificate, change, check, kind_of, run, started, write_queued
@@ -353,17 +353,7 @@ OURS = "gwpolicy.io/gateway-controller"
 
 def free_offset() -> int:
     """A port offset at which the listeners' ports are free on the first Gateways' addresses."""
-    for _ in range(50):
-        offset = random.randrange(20000, 50000)
-        try:
-            for addr in ("127.0.46.1", "127.0.46.2"):
-                for port in (80, 443, 8080, 9443):
-                    with socket.socket() as s:
-                        s.bind((addr, port + offset))
-        except OSError:
-            continue
-        return offset
-    raise AssertionError("no free ports")
+    return free_port_offset(("127.0.46.1", "127.0.46.2"), (80, 443, 8080, 9443))
 
 
 def peer_fingerprint(address: str, port: int, sni: str) -> str | None:
