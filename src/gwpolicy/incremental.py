@@ -553,22 +553,24 @@ class _NewLists:
 
 def _refresh_affected(a: Analysis, owner: Ref) -> bool:
     """What affects `owner` (on itself and its sections) gathered again from its paths' effective
-    policies; True when that changed."""
+    policies, each distinct list read once however many paths share it; True when that changed."""
     by = a._by_effective_target
     assert by is not None
-    secs = a.topology.sections.get(owner)
-    targets = chain((owner,), map(owner.with_section, secs)) if secs else (owner,)
-    return _set_affected(a, owner, _policies_on([pp for pp in map(by.get, targets) if pp]))
+    lists = _lists_of(by, a.topology.sections, owner)
+    return _set_affected(a, owner, _policies_of_pairs({id(pairs): pairs for pairs in lists}.values()))
 
 
-def _policies_on(per_paths: list[dict[PathNode, Pairs]]) -> dict[KindKey, set[Ref]]:
-    """`_policies_of_pairs` of every path's list of these targets, inline (thousands of owners
-    after a Gateway edit): each distinct list read once, however many paths share it."""
-    distinct: dict[int, Pairs] = {}
-    for per_path in per_paths:
-        for pairs in per_path.values():
-            distinct[id(pairs)] = pairs
-    return _policies_of_pairs(distinct.values())
+def _lists_of(by: dict[Ref, dict[PathNode, Pairs]], sections: dict[Ref, list[str]], owner: Ref) -> list[Pairs]:
+    """The list of every path of `owner` and of its sections (one list per path: paths share lists)."""
+    pp = by.get(owner)
+    lists = [*pp.values()] if pp else []
+    secs = sections.get(owner)
+    if secs:
+        for s in secs:
+            pp = by.get(_new_ref(Ref, (owner[0], owner[1], owner[2], owner[3], s)))  # `owner.with_section(s)`: thousands of owners
+            if pp:
+                lists += pp.values()
+    return lists
 
 
 def _policies_of_pairs(lists: Iterable[Pairs]) -> dict[KindKey, set[Ref]]:
@@ -749,14 +751,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     visit = list(lost)
     visit.extend(o for o, rec in owners.items() if (rec[0] or rec[1]) and o not in lost)
     for owner in visit:
-        pp = by.get(owner)
-        lists = [*pp.values()] if pp else []
-        secs = sections.get(owner)
-        if secs:
-            for s in secs:
-                pp = by.get(_new_ref(Ref, (owner[0], owner[1], owner[2], owner[3], s)))  # `owner.with_section(s)`
-                if pp:
-                    lists += pp.values()
+        lists = _lists_of(by, sections, owner)
         if len(lists) <= _FEW_PATHS:  # a handful of paths: what affects it gathered again at once
             now = of_lists(lists)
             if now != affected.get(owner, _NO_POLICIES):  # `_set_affected`, inline: thousands of owners
