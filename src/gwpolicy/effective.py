@@ -152,7 +152,8 @@ class Evaluator:
         # a kind's mapped values (scalars, each with its type) -> their contribution, one for every
         # object that holds the same values: its contexts, and so its nodes' results, are shared
         self._value_contributions: dict[tuple, Contribution | None] = {}
-        # `contexts`: (contexts of objects, of sections by owner, interned, mapped kinds)
+        # `contexts`: (object -> (its copy, its context), owner -> (its copy, whether it holds
+        # policies, its sections' context), the interned contexts, the mapped kinds)
         self._kept: tuple[dict, dict, dict, dict] | None = None
         self.kinds_at: dict[Ref, list[KindKey]] = {}
         self.entries_at: dict[Ref, dict[KindKey, LevelEntry]] = {}
@@ -386,13 +387,13 @@ class Evaluator:
         def of(target: Ref, owner: Ref | None = None) -> tuple:
             """`owner`: the section's owner, when the caller holds it (its node's parent's level)."""
             if target[4] is None:
-                got = of_object.get(target)
+                seen = of_object.get(target)
                 obj = by_ref.get(target)
-                if got is not None and got[0] is obj:
-                    return got[2]
+                if seen is not None and seen[0] is obj:
+                    return seen[1]
                 c = context(target, mapped_for)
                 c = interned.setdefault(c, c)
-                of_object[target] = (obj, False, c)
+                of_object[target] = (obj, c)
                 return c
             if owner is None:
                 owner = _new_tuple(Ref, (target[0], target[1], target[2], target[3], None))
