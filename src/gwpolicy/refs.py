@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from typing import NamedTuple
+from typing import Callable, NamedTuple, TypeVar
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 CORE_GROUP = ""
@@ -79,3 +79,20 @@ def parse_ref(text: str, *, group_of: "dict[str, str] | None" = None, namespaced
     if group is None:
         group = default_group(kind) or ""
     return Ref(group, kind, ns, name, section)
+
+
+T = TypeVar("T")
+
+
+def sort_by_ref(items: list[T], ref: Callable[[T], Ref] | None = None) -> None:
+    """Sort `items` (references, or what `ref` gives one of) in `Ref.sort_key` order: by the
+    references themselves, compared as tuples in C (121k status changes in a first analysis at
+    50k routes, thousands of objects to check after a Gateway edit), else, where a cluster-scoped
+    reference meets a namespaced one (None and text do not compare), by `sort_key`."""
+    try:
+        items.sort(key=ref)  # without `ref`, the items are references themselves
+    except TypeError:
+        if ref is None:
+            items.sort(key=Ref.sort_key)  # type: ignore[arg-type]  # without `ref`, the items are references
+        else:
+            items.sort(key=lambda item: ref(item).sort_key())

@@ -19,7 +19,7 @@ from gwpolicy.controller.store import kept, share_unchanged
 from gwpolicy.incremental import apply_change, prepare
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import Obj
-from gwpolicy.refs import Ref
+from gwpolicy.refs import Ref, sort_by_ref
 from gwpolicy.shapes import CheckedSpecs, remembering
 from gwpolicy.status import ANNOTATION, breadcrumbs, policy_status
 
@@ -153,11 +153,9 @@ class ClusterModel:
     def reconcile(self) -> list[Ref]:
         """Bring the analysis up to date; the objects whose status or annotations must be checked."""
         if not self.stale:
-            touched, self.touched = self.touched, set()
-            try:  # compared as tuples in C (thousands after a Gateway edit), as `Ref.sort_key` orders them
-                return sorted(touched)
-            except TypeError:  # a cluster-scoped object among namespaced ones: None and text do not compare
-                return sorted(touched, key=Ref.sort_key)
+            out, self.touched = list(self.touched), set()
+            sort_by_ref(out)
+            return out
         t = time.perf_counter()
         raws = list(self.objects.values())
         # The analysis lives until the next full one: keep the cyclic collector off it (gc.freeze),
