@@ -11,6 +11,7 @@ import base64
 import http.client
 import json
 import random
+import re
 import shutil
 import socket
 import ssl
@@ -22,7 +23,8 @@ from typing import Any, Callable
 
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
-from gwpolicy.gateway.dataplane import DataPlane, DataPlaneConfig, build_dataplane
+from gwpolicy.gateway.dataplane import DataPlane, DataPlaneConfig, Location, MatchRule, VirtualHost, build_dataplane, \
+    _segment_prefix
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.nginx import Nginx, ReloadResult
 from gwpolicy.gateway.render import render
@@ -34,6 +36,25 @@ CONTROLLER = "gwpolicy.io/gateway-controller"
 
 def have_nginx() -> bool:
     return shutil.which("nginx") is not None
+
+
+def nginx_choice(vh: VirtualHost, path: str, method: str, headers: set[str]) -> MatchRule | None:
+    """The rule NGINX serves a request with, as the rendered configuration picks it: the location
+    (exact, else the longest prefix: render matches `/_v<id><path>/` against `<prefix>/`, i.e.
+    segment-wise), then its candidate list in order, a regex candidate's path tested at run time
+    as its map does."""
+    loc: Location | None = vh.locations.get((True, path))
+    if loc is None:
+        prefixes = [p for (exact, p) in vh.locations if not exact and _segment_prefix(p, path)]
+        loc = vh.locations[(False, max(prefixes, key=len))] if prefixes else None
+    if loc is None:
+        return None
+    for c in loc.candidates:
+        if c.regex is not None and re.fullmatch(c.regex, path) is None:
+            continue
+        if (c.method is None or c.method == method) and all(h[1] in headers for h in c.headers):
+            return c
+    return None
 
 
 def free_port_offset(addresses: tuple[str, ...], ports: tuple[int, ...]) -> int:

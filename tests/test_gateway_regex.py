@@ -22,11 +22,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway_kit import (Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener, request,
-                         route)
+from gateway_kit import (Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener, nginx_choice,
+                         request, route)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import pathregex, policyconf
-from gwpolicy.gateway.dataplane import (Action, DataPlaneConfig, Location, MatchRule, VirtualHost, build_dataplane,
+from gwpolicy.gateway.dataplane import (Action, DataPlaneConfig, MatchRule, VirtualHost, build_dataplane,
                                         _locations, _segment_prefix)
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.status import GATEWAY_CONTROLLER, gateway_facts
@@ -160,23 +160,6 @@ def _spec_choice(rules_: list[MatchRule], p: str, method: str, headers: set[str]
     return min(hits, key=key) if hits else None
 
 
-def _nginx_choice(vh: VirtualHost, p: str, method: str, headers: set[str]) -> MatchRule | None:
-    """NGINX's location lookup (exact, else the longest segment-wise prefix) and then the location's
-    candidate list in order, a regex candidate's path tested at run time as its map does."""
-    loc: Location | None = vh.locations.get((True, p))
-    if loc is None:
-        prefixes = [q for (exact, q) in vh.locations if not exact and _segment_prefix(q, p)]
-        loc = vh.locations[(False, max(prefixes, key=len))] if prefixes else None
-    if loc is None:
-        return None
-    for c in loc.candidates:
-        if c.regex is not None and re.fullmatch(c.regex, p) is None:
-            continue
-        if (c.method is None or c.method == method) and all(h[1] in headers for h in c.headers):
-            return c
-    return None
-
-
 @st.composite
 def match_rules(draw: Any) -> list[MatchRule]:
     out = []
@@ -203,7 +186,7 @@ def test_the_rule_the_locations_pick_is_the_one_the_precedence_ranks_first(rules
     _locations(vh, rules_)
     method = "POST" if post else "GET"
     want = _spec_choice(rules_, p, method, headers)
-    got = _nginx_choice(vh, p, method, headers)
+    got = nginx_choice(vh, p, method, headers)
     assert (got.action.id if got else None) == (want.action.id if want else None)
 
 

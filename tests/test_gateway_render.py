@@ -19,9 +19,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway_kit import nginx_choice
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
-from gwpolicy.gateway.dataplane import (DataPlaneConfig, Location, MatchRule, VirtualHost, build_dataplane,
+from gwpolicy.gateway.dataplane import (DataPlaneConfig, MatchRule, VirtualHost, build_dataplane,
                                         intersect_hostname, _locations, _segment_prefix)
 from gwpolicy.gateway.render import render
 from gwpolicy.refs import GATEWAY_GROUP, Ref
@@ -215,21 +216,6 @@ def _spec_choice(rules_: list[MatchRule], path: str, method: str, headers: set[s
     return hits[0] if hits else None
 
 
-def _nginx_choice(vh: VirtualHost, path: str, method: str, headers: set[str]) -> MatchRule | None:
-    """NGINX's location lookup (exact, else the longest prefix: render matches `/_v<id><path>/`
-    against `<prefix>/`, i.e. segment-wise) and then the njs candidate list."""
-    loc: Location | None = vh.locations.get((True, path))
-    if loc is None:
-        prefixes = [p for (exact, p) in vh.locations if not exact and _segment_prefix(p, path)]
-        loc = vh.locations[(False, max(prefixes, key=len))] if prefixes else None
-    if loc is None:
-        return None
-    for c in loc.candidates:
-        if (c.method is None or c.method == method) and all(h[1] in headers for h in c.headers):
-            return c
-    return None
-
-
 @settings(max_examples=400, deadline=None)
 @given(rules(), PATHS, st.booleans(), st.sets(st.sampled_from(["x", "y"])), st.booleans())
 def test_the_rule_nginx_picks_is_the_one_the_spec_ranks_first(rules_: list[MatchRule], path: str, post: bool,
@@ -243,7 +229,7 @@ def test_the_rule_nginx_picks_is_the_one_the_spec_ranks_first(rules_: list[Match
     _locations(vh, rules_)
     method = "POST" if post else "GET"
     want = _spec_choice(rules_, path, method, headers)
-    got = _nginx_choice(vh, path, method, headers)
+    got = nginx_choice(vh, path, method, headers)
     assert (got.action.id if got else None) == (want.action.id if want else None)
 
 
