@@ -682,6 +682,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     # (`Evaluator.contexts`: interned, keyed by identity), every result
     memo: dict[tuple, Pairs] = {}
     shared: dict = {}
+    of_sections: dict[Ref, int] = {}
     # owner -> what its paths in the batch had and have: (the old lists those paths replaced, the
     # (kind, result) lists of the paths that changed), appended as the nodes come. What affects
     # an owner with a few paths (a route, its Service) is read again from them all; one with many
@@ -695,7 +696,9 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         owner: Ref
         if is_section:  # a section's node hangs from its owner's (S5.5): the owner is its parent's level
             owner = fresh_nodes[0].parent.level  # type: ignore[union-attr,assignment]  # a section's node has a parent with a level
-            cid = id(context_of(target, owner))
+            cid = of_sections.get(owner)  # a section's context is its owner's sections': one per owner
+            if cid is None:
+                cid = of_sections[owner] = id(context_of(target, owner))
         else:
             owner = target
             cid = id(context_of(target))
@@ -1048,8 +1051,9 @@ class _Edit:
         again. The others (a path that came with none gone, a subtree whose shape would differ
         there, or one holding `changed` itself) are derived from scratch (`derive_routes`)."""
         index, topo = self.a.index, self.topo
-        # what a route's paths are derived on: the topology's listener paths, written to apart
-        shadow = Topology(paths=_Shadow(topo.paths), root=topo.root, listeners_of=topo.listeners_of, ports_of=topo.ports_of)
+        # what a route's paths are derived on: the topology's listener paths, only read (`_route_paths`
+        # writes the route's parents alone, to the shadow's own table)
+        shadow = Topology(paths=topo.paths, root=topo.root, listeners_of=topo.listeners_of, ports_of=topo.ports_of)
         rest = []
         admits: dict[tuple[int, str | None, str], bool] = {}  # listeners and labels stand meanwhile
         for r in routes:
@@ -1244,8 +1248,9 @@ class _Edit:
             owners = {t if t[4] is None else _new_ref(Ref, (t[0], t[1], t[2], t[3], None)) for t in changed}  # `t.object`
         else:  # each target evaluated changed: their owners, and those of the targets that only lost paths
             owners = set(batch)
-            owners.update(t if t[4] is None else _new_ref(Ref, (t[0], t[1], t[2], t[3], None))
-                          for t in changed if t not in per_target)
+            if len(changed) != len(per_target):  # only moved paths: every changed target was evaluated
+                owners.update(t if t[4] is None else _new_ref(Ref, (t[0], t[1], t[2], t[3], None))
+                              for t in changed if t not in per_target)
         for owner in owners:  # owners whose every path went away
             if owner not in paths and owner in affected:
                 del affected[owner]
@@ -1325,11 +1330,7 @@ def _graft(node: PathNode, place: PathNode, idx: dict[Ref, dict[PathNode, None]]
         m.summary = None
         reg = paths.get(lv)  # type: ignore[arg-type]
         if reg is not None and m in reg:
-            got = moved.get(lv)  # type: ignore[arg-type]
-            if got is None:
-                moved[lv] = [m]  # type: ignore[index]
-            else:
-                got.append(m)
+            moved.setdefault(lv, []).append(m)  # type: ignore[arg-type]
     _index_upward(idx, new)
     return old
 

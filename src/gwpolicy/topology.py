@@ -307,7 +307,8 @@ def parent_gateway(route: Obj, pref: dict[str, Any]) -> Ref | None:
     """The Gateway a parentRef names; None for other parents."""
     if not names_gateway(pref):
         return None
-    return Ref(GATEWAY_GROUP, "Gateway", pref.get("namespace") or route.namespace, str(pref.get("name", "")))
+    # not through the Python-level __new__: once per parentRef of every route a Gateway edit moves
+    return _new_ref(Ref, (GATEWAY_GROUP, "Gateway", pref.get("namespace") or route.ref[2], str(pref.get("name", "")), None))
 
 
 def parent_listeners(route: Obj, pref: dict[str, Any], gw: Obj, listeners: list[dict[str, Any]],
@@ -361,8 +362,8 @@ def _route_paths(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[di
             continue
         attached, _ = parent_listeners(route, pref, gw, listeners_of.get(gw_ref, []), index, admits)
         for listener in attached:
-            lref = gw_ref.with_section(listener["name"])
-            for lp in topo.paths.get(lref, []):
+            lref = _new_ref(Ref, (gw_ref[0], gw_ref[1], gw_ref[2], gw_ref[3], listener["name"]))  # `with_section`
+            for lp in topo.paths.get(lref, ()):
                 paths[extend(lp, route.ref)] = None
     if not paths:
         paths[extend(topo.root, route.ref)] = None
