@@ -337,6 +337,36 @@ def test_a_grant_resolves_again_the_policies_it_lets_through_and_their_ancestors
     assert {o.reason for o in a.outcomes[from_b]} == {"Invalid"}
 
 
+def test_a_grant_finds_the_policies_from_other_namespaces_that_came_and_went_in_place() -> None:
+    """Which policies name a namespace other than their own (those a ReferenceGrant there may let
+    through) is kept as policies come and go in place: a policy from b naming the Gateway in a,
+    created after a first grant change, is Accepted once a grant in a lets it through, and a grant
+    made after it was deleted finds nothing to resolve again."""
+    objs = _small()
+    state = {key(o): o for o in objs}
+    a = analyse(copy.deepcopy(objs), now=NOW)
+    unrelated = {"apiVersion": f"{GW}/v1beta1", "kind": "ReferenceGrant", "metadata": meta("unrelated", "a"),
+                 "spec": {"from": [{"group": GW, "kind": "HTTPRoute", "namespace": "b"}], "to": [{"group": "", "kind": "Service"}]}}
+    policy = {"apiVersion": "example.io/v1", "kind": "FieldPolicy", "metadata": meta("from-b", "b"),
+              "spec": {"targetRefs": [{"group": GW, "kind": "Gateway", "name": "gw", "namespace": "a"}], "defaults": {"window": "2s"}}}
+    grant = {"apiVersion": f"{GW}/v1beta1", "kind": "ReferenceGrant", "metadata": meta("g", "a"),
+             "spec": {"from": [{"group": "example.io", "kind": "FieldPolicy", "namespace": "b"}], "to": [{"group": GW, "kind": "Gateway"}]}}
+    from_b = Ref("example.io", "FieldPolicy", "b", "from-b")
+    steps = [(None, unrelated), (None, policy), (None, grant), (grant, None), (policy, None), (None, grant)]
+    for i, (old, new) in enumerate(steps):
+        if new is None:
+            del state[key(old)]
+        else:
+            state[key(new)] = new
+        result = apply_change(a, copy.deepcopy(old if old is not None else new), copy.deepcopy(new))
+        full = analyse(copy.deepcopy(list(state.values())), now=NOW)
+        assert result is not None and canonical(a) == canonical(full), f"step {i}"
+        if i == 2:  # the grant that lets it through: the policy is resolved again, and now attaches
+            assert {o.reason for o in a.outcomes[from_b]} == {"Accepted"} and from_b in result
+        if i == 5:
+            assert from_b not in a.outcomes and from_b not in result
+
+
 UNREAD = [("discovery.k8s.io/v1", "EndpointSlice", {"addressType": "IPv4", "endpoints": []}),
           ("v1", "Secret", {"data": {"tls.crt": "eA=="}}), ("v1", "ConfigMap", {"data": {"ca.crt": "x"}})]
 

@@ -155,13 +155,41 @@ def _kinds_targeted(a: Analysis) -> Counter[Any]:
     return got
 
 
+def _named_across(a: Analysis) -> dict[str, set[Ref]]:
+    """Namespace -> the policies of other namespaces with a targetRef naming it (a ReferenceGrant
+    there may change what they attach to, S3.4): made with the first grant change (at 20k routes,
+    a scan of every policy's outcomes was a tenth of a grant edit), then kept by `update_policy`."""
+    got: dict[str, set[Ref]] | None = getattr(a, "_named_across", None)
+    if got is None:
+        got = {}
+        for p in a.policies.values():
+            _name_across(got, p, True)
+        a._named_across = got  # type: ignore[attr-defined]
+    return got
+
+
+def _name_across(got: dict[str, set[Ref]], p: Policy, add: bool) -> None:
+    own = p.ref[2]
+    for t in p.target_refs:
+        ns = t.get("namespace") if isinstance(t, dict) else None
+        if isinstance(ns, str) and ns != own:
+            if add:
+                got.setdefault(ns, set()).add(p.ref)
+            else:
+                got.get(ns, set()).discard(p.ref)
+
+
 def _count_targets(a: Analysis, p: Policy, by: int) -> None:
-    """`_kinds_targeted` kept up to date as a policy goes (-1) or comes (+1), when it is made."""
+    """`_kinds_targeted` and `_named_across` kept up to date as a policy goes (-1) or comes (+1),
+    once they are made."""
     got: Counter[Any] | None = getattr(a, "_kinds_targeted", None)
     if got is not None:
         for t in p.target_refs:
             if isinstance(t, dict):
                 got[t.get("kind")] += by
+    across: dict[str, set[Ref]] | None = getattr(a, "_named_across", None)
+    if across is not None:
+        _name_across(across, p, by > 0)
 
 
 def _misfits_schema(raw: dict[str, Any], kind: PolicyKind) -> bool:
@@ -1637,14 +1665,11 @@ def update_grant(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     routes = sorted((r for r in route_index(a).into.get(ns or "", ()) if r.namespace in froms), key=Ref.sort_key)
     edit.derive_backends(routes, ns or "")
     edit.settle_backends()
-    policies = set()  # a loop, not a generator per policy: every policy of the cluster is looked at
-    for p, outs in a.outcomes.items():
-        if p.namespace == ns or p.namespace not in froms:
-            continue
-        for o in outs:
-            if o.declared is not None and o.declared.namespace == ns:
-                policies.add(p)
-                break
+    policies = set()  # the policies of `froms` that declare a target in its namespace
+    outcomes = a.outcomes
+    for p in _named_across(a).get(ns or "", ()):
+        if p[2] in froms and any(o.declared is not None and o.declared[2] == ns for o in outcomes.get(p, ())):
+            policies.add(p)
     return _finish(a, edit, ref, set(), policies)
 
 
