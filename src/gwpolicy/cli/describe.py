@@ -236,10 +236,10 @@ def describe_policy(ctx: Ctx, ref: Ref) -> str:
     out += "\n" + s.bold("Fields:") + (f" effective on {tally['effective']} paths, partially on {tally['partially']}, "
                                                f"overridden on {tally['overridden']}\n" if fs else " takes part in no effective policy\n")
     if fs:
-        rows: dict[tuple[str, ...], int] = {}
+        paths_by_row: dict[tuple[str, ...], int] = {}
         for f in fs:
             via = next((label(level, ref.namespace) for level in f.item.path if level.kind == "Gateway" and level.section is None), "-")
             key = (label(f.item.target, ref.namespace), via, f.fate, ",".join(f.survived) or "-", ",".join(f.lost) or "-")
-            rows[key] = rows.get(key, 0) + 1
-        out += indent(table(["TARGET", "VIA", "FATE", "SURVIVES", "LOST", "PATHS"], [list(k) + [str(n)] for k, n in rows.items()]))
+            paths_by_row[key] = paths_by_row.get(key, 0) + 1
+        out += indent(table(["TARGET", "VIA", "FATE", "SURVIVES", "LOST", "PATHS"], [list(k) + [str(n)] for k, n in paths_by_row.items()]))
     return out

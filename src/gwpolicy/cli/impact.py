@@ -58,7 +58,7 @@ def as_update(stored: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
     the stored status, which an update of the main resource cannot change.
     """
     out = dict(edit)
-    old_meta = stored.get("metadata") if isinstance(stored.get("metadata"), dict) else {}
+    old_meta: Any = stored.get("metadata") if isinstance(stored.get("metadata"), dict) else {}
     meta = dict(edit.get("metadata") or {})
     for key in _SERVER_FIELDS:
         if key in old_meta:
