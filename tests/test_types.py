@@ -22,9 +22,9 @@ PACKAGE = ROOT / "src" / "gwpolicy"
 #: the modules held to mypy: the engine from objects to effective policy and status
 CORE_MODULES = ("analysis.py", "effective.py", "incremental.py", "topology.py", "attach.py", "status.py",
                 "policies.py", "model.py", "refs.py", "merge")
-#: and its edges: input, output, explanations, the CLI and the admission webhook
+#: and its edges: input, output, explanations, the CLI, the admission webhook and the sandbox API server
 EDGE_MODULES = ("output.py", "load.py", "yamlfast.py", "explain.py", "effectiveobjects.py", "grants.py",
-                "kinds.py", "shapes.py", "timestamps.py", "serve.py", "cli", "webhook")
+                "kinds.py", "shapes.py", "timestamps.py", "serve.py", "cli", "webhook", "sandbox")
 
 
 def _source_files() -> list[Path]:
