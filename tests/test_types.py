@@ -35,7 +35,19 @@ def _source_files() -> list[Path]:
     return files
 
 
-def test_core_and_edge_modules_type_check_clean() -> None:
+def _config(tmp: Path) -> Path:
+    """mypy's settings: in every edge module every function is annotated, too (the body of an
+    unannotated one is not checked at all). The core is not held to that yet: three of its functions
+    lack annotations (topology.Path.__iter__ and __getitem__, one in policies.py)."""
+    edges = ",".join(f"gwpolicy.{name}.*" if (PACKAGE / name).is_dir() else f"gwpolicy.{name.removesuffix('.py')}"
+                     for name in EDGE_MODULES)
+    config = tmp / "mypy.ini"
+    config.write_text("[mypy]\npython_version = 3.11\nwarn_unused_ignores = True\n\n"
+                      f"[mypy-{edges}]\ndisallow_untyped_defs = True\ndisallow_incomplete_defs = True\n")
+    return config
+
+
+def test_core_and_edge_modules_type_check_clean(tmp_path: Path) -> None:
     try:  # never skipped: a missing mypy must fail, not pass quietly
         import mypy  # noqa: F401
     except ImportError:
@@ -43,9 +55,8 @@ def test_core_and_edge_modules_type_check_clean() -> None:
     files = _source_files()
     assert all(f.is_file() for f in files), [str(f) for f in files if not f.is_file()]
     proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "--cache-dir", os.devnull, "--python-version", "3.11",
-         "--warn-unused-ignores", "--show-error-codes", "--no-color-output", "--no-pretty",
-         *[str(f.relative_to(ROOT)) for f in files]],
+        [sys.executable, "-m", "mypy", "--config-file", str(_config(tmp_path)), "--cache-dir", os.devnull,
+         "--show-error-codes", "--no-color-output", "--no-pretty", *[str(f.relative_to(ROOT)) for f in files]],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     report = (proc.stdout + proc.stderr).strip()
     assert proc.returncode == 0, f"mypy finds errors in the modules held to it:\n{report}"

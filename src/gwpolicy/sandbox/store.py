@@ -323,7 +323,7 @@ def field_matcher(text: str | None) -> Callable[[dict[str, Any]], bool]:
         k, v = part.split("!=" if neg else ("==" if "==" in part else "="), 1)
         path = k.strip().split(".")
 
-        def get(obj: Any, path=path) -> Any:  # an object, then each value on the path (None past its end)
+        def get(obj: Any, path: list[str] = path) -> Any:  # an object, then each value on the path (None past its end)
             for seg in path:
                 obj = obj.get(seg) if isinstance(obj, dict) else None
             return "" if obj is None else str(obj)
