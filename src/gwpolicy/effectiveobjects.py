@@ -95,7 +95,7 @@ def _effective_entries(eps: list[EffectivePolicy], section: str | None) -> list[
 
 def document(a: Analysis, key: Key, owners: list[Ref], controller: str) -> dict[str, Any]:
     """The EffectivePolicy the place `key` should hold for these owners."""
-    targets = []
+    targets: list[dict[str, Any]] = []
     all_policies: set[Ref] = set()
     owner_refs = []
     for owner in owners:
@@ -115,8 +115,8 @@ def document(a: Analysis, key: Key, owners: list[Ref], controller: str) -> dict[
                         "effectivePolicies": effective})
         obj = a.index.by_ref.get(owner)
         uid = ((obj.raw.get("metadata") or {}).get("uid") if obj is not None else None)
-        if uid:
-            owner_refs.append({"apiVersion": obj.raw.get("apiVersion", "v1"), "kind": owner.kind,
+        if uid:  # (so obj is not None)
+            owner_refs.append({"apiVersion": obj.raw.get("apiVersion", "v1"), "kind": owner.kind,  # type: ignore[union-attr]
                                "name": owner.name, "uid": uid, "blockOwnerDeletion": False})
     ns, name = key
     meta: dict[str, Any] = {"name": name, "namespace": ns,

@@ -177,6 +177,8 @@ def fates(a: Analysis, policy_ref: Ref) -> list[Fate]:
             d = levels_d(a, ep.target, ep.path, kk)
             if ep.path[d] not in levels:
                 continue
+        survived: list[str]
+        lost: list[str]
         survived, lost = [], []
         for st, leaves in own.items():
             for leaf in leaves:
@@ -211,9 +213,9 @@ def diff_effective(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
             continue
         target, path, kk = key
         if old is None or new is None:  # a path only one side has: compare with the other side's values
-            mine = new if old is None else old
+            mine = new if old is None else old  # never None: old != new, so not both are None
             others = (values_before if old is None else values_after).get((target, kk), {})
-            fields = [f for f in sorted(mine) if _canon(mine[f]) not in others.get(f, ())]
+            fields = [f for f in sorted(mine) if _canon(mine[f]) not in others.get(f, ())]  # type: ignore[arg-type, index]
             old, new = old or {}, new or {}
         else:
             fields = [f for f in sorted(set(old) | set(new))

@@ -38,7 +38,7 @@ class DuplicateKeyError(yaml.MarkedYAMLError):
         self.key, self.first, self.again, self.mapping, self.document = key, first, again, mapping, document
 
 
-class _Loader(_SafeLoader):  # type: ignore[misc, valid-type]
+class _Loader(_SafeLoader):
     """PyYAML's safe loader that refuses a duplicate key in a mapping instead of keeping the last.
 
     Keys are compared as PyYAML constructs them, by type and value (`a` and `"a"` are one key,
@@ -77,7 +77,8 @@ class _Loader(_SafeLoader):  # type: ignore[misc, valid-type]
     @staticmethod
     def _may_repeat(pairs: list[tuple[yaml.Node, yaml.Node]]) -> bool:
         """False when every key is a string (the common case) and no two are written alike."""
-        if any(k.tag != _STR_TAG or k.id != "scalar" for k, _ in pairs):  # (a collection's value is a list)
+        # (a collection's value is a list); every concrete node class has an `id`, which `Node` does not declare
+        if any(k.tag != _STR_TAG or k.id != "scalar" for k, _ in pairs):  # type: ignore[attr-defined]
             return True
         return len({k.value for k, _ in pairs}) < len(pairs)
 

@@ -73,8 +73,8 @@ def write_effective(a: Analysis, out: BinaryIO, fmt: str, namespace: str | None 
     if fmt != "json":
         doc = effective_list(a, namespace)
         items = doc.pop("items")
-        head = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
-        out.write(head.encode() + (b"items:\n" if items else b"items: []\n"))
+        header = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+        out.write(header.encode() + (b"items:\n" if items else b"items: []\n"))
         for i in range(0, len(items), 2000):
             out.write(yaml.dump(items[i:i + 2000], Dumper=_Dumper, sort_keys=False, default_flow_style=False,
                                 allow_unicode=True).encode())

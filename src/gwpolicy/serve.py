@@ -45,7 +45,7 @@ def run(server: Server, banner: Callable[[], str], expected: tuple[type[BaseExce
         asyncio.run(serve(server, banner))
     except KeyboardInterrupt:
         pass
-    except (ConfigError, *expected) as exc:
+    except (ConfigError, *expected) as exc:  # type: ignore[misc]  # mypy reads no star in an except tuple
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     return 0

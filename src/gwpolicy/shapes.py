@@ -338,6 +338,8 @@ def _deep(value: Any, levels: int = 0) -> list[Any]:
         chains = _local.chains = {}
     chain = chains.get(levels)
     if chain is None:
+        outer: list[Any]
+        inner: list[Any]
         outer = inner = [None]
         for _ in range(_WRAP_DEPTH - levels - 1):
             inner[0] = [None]
@@ -395,9 +397,9 @@ class _Fault:
 
     def __init__(self, message: str, segment: str | int | None = None) -> None:
         self.message = message
-        self.segments: list[str | int] = [] if segment is None else [segment]
+        self.segments: list[str | int | _Key] = [] if segment is None else [segment]
 
-    def at(self, segment: str | int) -> "_Fault":
+    def at(self, segment: str | int | _Key) -> "_Fault":
         self.segments.append(segment)
         return self
 
@@ -647,7 +649,7 @@ def object_label(raw: Any, default_namespace: str | None = None) -> str:
     if not isinstance(raw, dict):
         return "object"
     kind = raw.get("kind") if isinstance(raw.get("kind"), str) and raw.get("kind") else "object"
-    meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
+    meta: Any = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
     name = meta.get("name") if isinstance(meta.get("name"), str) and meta.get("name") else "(no name)"
     ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) and meta.get("namespace") else None
     if ns is None and default_namespace is not None and kind in _NAMESPACED_KINDS:

@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 
 try:
-    import ryml
+    import ryml  # type: ignore[import-untyped]  # rapidyaml ships neither stubs nor py.typed
 except ImportError:  # pragma: no cover - rapidyaml has wheels for the usual platforms; PyYAML reads all
     ryml = None
 
@@ -126,7 +126,8 @@ def load_all(text: str) -> list[Any] | None:
         docs = orjson.loads(json_bytes)
         if not stream:
             docs = [docs]
-        if json_bytes.obj.count(b'":', 0, len(json_bytes)) != orjson.dumps(docs).count(b'":'):
+        # (the view is over the bytearray parse_to_json was given; `obj` is typed as any buffer)
+        if json_bytes.obj.count(b'":', 0, len(json_bytes)) != orjson.dumps(docs).count(b'":'):  # type: ignore[attr-defined]
             return None  # a duplicate key, which orjson drops: PyYAML's reading names it (load.py)
     except Exception:  # noqa: BLE001 - any failure of the fast path means: let PyYAML read it (and report)
         return None

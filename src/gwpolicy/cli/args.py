@@ -19,7 +19,7 @@ def program_name(argv0: str | None = None) -> str:
 class Parser(argparse.ArgumentParser):
     """kubectl's way with a bad flag: the command's own usage, `Error: ...`, where help is, exit 1."""
 
-    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(1, f"Error: {message}\nSee '{self.prog} --help' for usage and examples.\n")
 

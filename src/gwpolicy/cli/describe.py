@@ -5,7 +5,7 @@ from where; for a policy, its targets, status in words, what it affects and whic
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -15,7 +15,7 @@ from gwpolicy.attach import ACCEPTED
 from gwpolicy.cli.context import Ctx, label, short
 from gwpolicy.cli.printers import age, table
 from gwpolicy.effective import EffectivePolicy
-from gwpolicy.explain import fates, ladder
+from gwpolicy.explain import Candidate, fates, ladder
 from gwpolicy.merge.leaves import field_name
 from gwpolicy.refs import Ref
 from gwpolicy.status import ancestor_results
@@ -182,7 +182,7 @@ def _effective_block(ctx: Ctx, a: Analysis, target: Ref, items: list[EffectivePo
     return out
 
 
-def _gateway_enforcement(ep: EffectivePolicy):
+def _gateway_enforcement(ep: EffectivePolicy) -> Callable[[str], str] | None:
     """For the gateway's kinds (gwpolicy.io, BackendTLSPolicy): field -> whether NGINX enforces it."""
     from gwpolicy.gateway import policyconf
 
@@ -193,7 +193,7 @@ def _gateway_enforcement(ep: EffectivePolicy):
     return lambda fname: policyconf.enforcement(ep.kind.kind, fname)
 
 
-def _who(c) -> str:
+def _who(c: Candidate) -> str:
     return f"{c.stanza} {c.policy.kind}/{short(c.policy)}" if c.policy else "the object's own value"
 
 
@@ -236,10 +236,10 @@ def describe_policy(ctx: Ctx, ref: Ref) -> str:
     out += "\n" + s.bold("Fields:") + (f" effective on {tally['effective']} paths, partially on {tally['partially']}, "
                                                f"overridden on {tally['overridden']}\n" if fs else " takes part in no effective policy\n")
     if fs:
-        rows: dict[tuple[str, ...], int] = {}
+        paths_by_row: dict[tuple[str, ...], int] = {}
         for f in fs:
             via = next((label(level, ref.namespace) for level in f.item.path if level.kind == "Gateway" and level.section is None), "-")
             key = (label(f.item.target, ref.namespace), via, f.fate, ",".join(f.survived) or "-", ",".join(f.lost) or "-")
-            rows[key] = rows.get(key, 0) + 1
-        out += indent(table(["TARGET", "VIA", "FATE", "SURVIVES", "LOST", "PATHS"], [list(k) + [str(n)] for k, n in rows.items()]))
+            paths_by_row[key] = paths_by_row.get(key, 0) + 1
+        out += indent(table(["TARGET", "VIA", "FATE", "SURVIVES", "LOST", "PATHS"], [list(k) + [str(n)] for k, n in paths_by_row.items()]))
     return out

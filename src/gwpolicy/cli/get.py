@@ -13,9 +13,9 @@ import copy
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from gwpolicy.attach import ACCEPTED, SEVERITY
+from gwpolicy.attach import ACCEPTED, SEVERITY, TargetOutcome
 from gwpolicy.cli.context import Ctx, label
 from gwpolicy.cli.jsonpath import column_cell, parse_columns, parse_template, relaxed, sort_key, unquote
 from gwpolicy.cli.printers import age, table
@@ -87,7 +87,7 @@ class Listing:
     list_kind: tuple[str, str] = ("v1", "List")  # apiVersion and kind of its -o json document
 
 
-def accepted_column(outcomes) -> tuple[str, str]:
+def accepted_column(outcomes: Sequence[TargetOutcome]) -> tuple[str, str]:
     """(ACCEPTED, REASON): True, False, or k/n accepted, and the worst reason."""
     ok = sum(1 for o in outcomes if o.reason == ACCEPTED)
     worst = max(outcomes, key=lambda o: SEVERITY[o.reason]).reason if outcomes else ACCEPTED
@@ -98,7 +98,7 @@ def accepted_column(outcomes) -> tuple[str, str]:
     return f"{ok}/{len(outcomes)}", worst
 
 
-def _targets_text(outcomes, wide: bool) -> str:
+def _targets_text(outcomes: Sequence[TargetOutcome], wide: bool) -> str:
     names = [label(o.declared) if o.declared is not None else "<none>" for o in outcomes]
     if not wide and len(names) > MAX_TARGETS:
         return ",".join(names[:MAX_TARGETS]) + f",+{len(names) - MAX_TARGETS} more"

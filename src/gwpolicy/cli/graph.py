@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from typing import Callable, Iterator
 
 from gwpolicy.analysis import Analysis
-from gwpolicy.attach import ACCEPTED
+from gwpolicy.attach import ACCEPTED, TargetOutcome
 from gwpolicy.cli.context import Ctx
 from gwpolicy.cli.resources import NotFound
 from gwpolicy.refs import Ref
@@ -29,13 +30,13 @@ def _nodes_and_edges(a: Analysis, ctx: Ctx) -> tuple[list[Ref], list[tuple[Ref, 
     return sorted(nodes, key=Ref.sort_key), sorted(edges, key=lambda e: (e[0].sort_key(), e[1].sort_key()))
 
 
-def _policies(a: Analysis, ctx: Ctx):
+def _policies(a: Analysis, ctx: Ctx) -> Iterator[tuple[Ref, list[TargetOutcome]]]:
     for ref in sorted(a.policies, key=Ref.sort_key):
         if ctx.in_scope(ref):
             yield ref, a.outcomes[ref]
 
 
-def _namespaced_blocks(by_ns: dict[str | None, list[str]], open_block, close: str) -> list[str]:
+def _namespaced_blocks(by_ns: dict[str | None, list[str]], open_block: Callable[[str], str], close: str) -> list[str]:
     """Cluster-scoped lines first, then one block per namespace (a dot cluster, a mermaid subgraph)."""
     lines: list[str] = []
     for ns in sorted(by_ns, key=lambda n: n or ""):

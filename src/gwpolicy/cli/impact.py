@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from gwpolicy.analysis import Analysis
 from gwpolicy.cli.context import Ctx, label
@@ -29,7 +29,7 @@ def _changes_table(changes: list[dict[str, Any]], home: str | None) -> str:
     return table(["TARGET", "KIND", "FIELD", "BEFORE", "AFTER", "PATHS"], [list(k) + [str(n)] for k, n in rows.items()])
 
 
-def cmd_impact(ctx: Ctx, policy: Ref, reanalyse) -> bytes:
+def cmd_impact(ctx: Ctx, policy: Ref, reanalyse: Callable[[list[dict[str, Any]]], Analysis]) -> bytes:
     """The blast radius of a policy: what it affects, and what deleting it would change."""
     before = ctx.analysis
     after: Analysis = reanalyse([o.raw for r, o in before.index.by_ref.items() if r != policy])
@@ -58,7 +58,7 @@ def as_update(stored: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
     the stored status, which an update of the main resource cannot change.
     """
     out = dict(edit)
-    old_meta = stored.get("metadata") if isinstance(stored.get("metadata"), dict) else {}
+    old_meta: Any = stored.get("metadata") if isinstance(stored.get("metadata"), dict) else {}
     meta = dict(edit.get("metadata") or {})
     for key in _SERVER_FIELDS:
         if key in old_meta:
@@ -80,7 +80,8 @@ def as_update(stored: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def cmd_whatif(ctx: Ctx, apply_raws: list[dict[str, Any]] | None, delete: Ref | None, reanalyse) -> bytes:
+def cmd_whatif(ctx: Ctx, apply_raws: list[dict[str, Any]] | None, delete: Ref | None,
+               reanalyse: Callable[[list[dict[str, Any]]], Analysis]) -> bytes:
     """The difference in effective policy and in status between the current objects and the changed ones.
 
     An applied object with the identity of an existing one is an update of it (`as_update`); any

@@ -217,7 +217,7 @@ def _load(args: argparse.Namespace, namespace: str) -> tuple[Analysis, Callable[
     if TIMINGS is not None:
         TIMINGS["load"] = time.perf_counter() - t0
 
-    def run(raws: list[dict[str, Any]], origins=None) -> Analysis:
+    def run(raws: list[dict[str, Any]], origins: list[str] | None = None) -> Analysis:
         return analyse(raws, origins, default_namespace=namespace, controller=args.controller_name, now=args.now,
                        timings=TIMINGS)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gwpolicy.analysis import Analysis
 from gwpolicy.kinds import KNOWN_KINDS, plural_of
@@ -39,7 +40,7 @@ def known_types(a: Analysis) -> dict[str, ResourceType]:
         add(ResourceType(group, kind, plural, namespaced), *short)
     for (group, kind), crd in sorted(a.index.crds.items()):
         spec = crd.spec if isinstance(crd.spec, dict) else {}
-        n = spec.get("names") if isinstance(spec.get("names"), dict) else {}
+        n: Any = spec.get("names") if isinstance(spec.get("names"), dict) else {}
         add(ResourceType(group, kind, str(n.get("plural") or plural_of(kind)), spec.get("scope", "Namespaced") == "Namespaced"),
             *(n.get("shortNames") or []), str(n.get("singular") or kind.lower()))
     for (group, kind), pk in sorted(a.kinds.items()):

@@ -205,7 +205,7 @@ class Admission:
         warnings = [str(w) for w in response.get("warnings") or []]
         if response.get("allowed"):
             return warnings, None
-        st = response.get("status") if isinstance(response.get("status"), dict) else {}
+        st: Any = response.get("status") if isinstance(response.get("status"), dict) else {}
         code = int(st.get("code") or 0)
         code = code if code >= 400 else 400
         denied = f'admission webhook "{name}" denied the request'

@@ -827,7 +827,7 @@ def policy_checks(vap: dict[str, Any], old: dict[str, Any] | None) -> list[Field
     return []
 
 
-_WEBHOOK_DEFAULTS = (("webhooks[*].failurePolicy", "Fail"), ("webhooks[*].matchPolicy", "Equivalent"),
+_WEBHOOK_DEFAULTS: tuple[tuple[str, Any], ...] = (("webhooks[*].failurePolicy", "Fail"), ("webhooks[*].matchPolicy", "Equivalent"),
                      ("webhooks[*].namespaceSelector", {}), ("webhooks[*].objectSelector", {}),
                      ("webhooks[*].timeoutSeconds", 10), ("webhooks[*].rules[*].scope", "*"),
                      ("webhooks[*].clientConfig.service.port", 443))

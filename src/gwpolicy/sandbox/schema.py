@@ -150,8 +150,9 @@ def _cel_env() -> Any:
     and the Kubernetes library functions that plain CEL lacks (`isIP`, `isCIDR`, `isURL`, `format.*`)."""
     global _ENV
     if _ENV is None:
-        from cel_expr_python import cel
-        from cel_expr_python.ext import ext_strings
+        # (cel-expr-python ships neither stubs nor py.typed)
+        from cel_expr_python import cel  # type: ignore[import-untyped]
+        from cel_expr_python.ext import ext_strings  # type: ignore[import-untyped]
 
         def overload(name: str, impl: Callable[[str], bool]) -> Any:
             return cel.FunctionDecl(name, [cel.Overload(f"{name}_string", cel.Type.BOOL, [cel.Type.STRING], impl=impl)])
@@ -407,6 +408,7 @@ class Walk:
             if item is None and not node.items.nullable and node.items.default is not _ABSENT:
                 item = orjson.loads(orjson.dumps(node.items.default))
             out.append(self.value(node.items, item, f"{path}[{i}]", o))
+        k: bytes | tuple[Any, ...]  # an item's encoding (a set) or its map keys (a map)
         if node.list_type == "set" or node.unique_items:
             seen: set[bytes] = set()
             for i, item in enumerate(out):
@@ -475,14 +477,15 @@ class Walk:
         if node.any_of:
             tries = [self._branch_errors(b, value, path) for b in node.any_of]
             if all(tries):
-                errors.extend(min(tries, key=len))
+                # (mypy solves min's type from extend's Iterable, which len does not take; tries is a list of lists)
+                errors.extend(min(tries, key=len))  # type: ignore[arg-type]
                 errors.append(invalid(path, value, f"{path} in body must validate at least one schema (anyOf)"))
         if node.one_of:
             tries = [self._branch_errors(b, value, path) for b in node.one_of]
             passed = sum(1 for t in tries if not t)
             if passed != 1:
                 if passed == 0:
-                    errors.extend(min(tries, key=len))
+                    errors.extend(min(tries, key=len))  # type: ignore[arg-type]  # (as for anyOf above)
                 errors.append(invalid(path, value, f"{path} in body must validate one and only one schema (oneOf)"))
         if node.not_ is not None and not self._branch_errors(node.not_, value, path):
             errors.append(invalid(path, value, f"{path} in body should not validate the schema (not)"))

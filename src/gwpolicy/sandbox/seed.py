@@ -61,7 +61,8 @@ def ordered(objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     names = {(o.get("metadata") or {}).get("namespace") for o in objects} - {None, ""}
     nss = [o for o in objects if o.get("kind") == "Namespace" and o.get("apiVersion") == "v1"]
     have = {o["metadata"]["name"] for o in nss}
-    nss += [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in sorted(names - have)]
+    # (None was taken out of `names` above, which mypy does not follow through a set difference)
+    nss += [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in sorted(names - have)]  # type: ignore[type-var]
     rest = [o for o in objects if o.get("kind") not in ("CustomResourceDefinition",) and not
             (o.get("kind") == "Namespace" and o.get("apiVersion") == "v1")]
     return crds + nss + rest

@@ -174,6 +174,7 @@ class Sandbox:
                               "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}]})
             if path == "/apis":
                 groups = []
+                versions: list[str] | None  # a group's versions (None: a group not served)
                 for g, versions in sorted(self.store.registry.groups().items()):
                     groups.append({"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in versions],
                                    "preferredVersion": {"groupVersion": f"{g}/{versions[0]}", "version": versions[0]}})
@@ -214,7 +215,7 @@ class Sandbox:
         takes `fieldValidation` (so kubectl leaves validation to the server) with CRD schemas."""
         reg = self.store.registry
         if not gv:
-            paths = {"api/v1": {"serverRelativeURL": f"/openapi/v3/api/v1?hash={self.store.rv}"}}
+            paths: dict[str, Any] = {"api/v1": {"serverRelativeURL": f"/openapi/v3/api/v1?hash={self.store.rv}"}}
             for g, versions in reg.groups().items():
                 for v in versions:
                     paths[f"apis/{g}/{v}"] = {"serverRelativeURL": f"/openapi/v3/apis/{g}/{v}?hash={self.store.rv}"}
@@ -223,7 +224,7 @@ class Sandbox:
         group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
         if not reg.in_version(group, version):
             raise ApiFailure(404, "NotFound", "the server could not find the requested resource")
-        paths: dict[str, Any] = {}
+        paths = {}
         schemas: dict[str, Any] = {}
         base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
         for r in reg.in_version(group, version):

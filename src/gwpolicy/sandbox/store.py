@@ -6,6 +6,7 @@ finalizers, merge/JSON/apply patches, and server-side apply with managedFields a
 from __future__ import annotations
 
 import bisect
+import builtins  # for annotations in Store, where its method `list` hides the type
 import copy
 import re
 import heapq
@@ -57,7 +58,7 @@ class Objects(dict[Key, dict[str, Any]]):
         super().__delitem__(key)
         self._unindex(key)
 
-    def pop(self, key: Key, *default: Any) -> Any:  # type: ignore[override]
+    def pop(self, key: Key, *default: Any) -> Any:
         if key not in self:
             return super().pop(key, *default)
         obj = super().pop(key)
@@ -87,7 +88,7 @@ class Objects(dict[Key, dict[str, Any]]):
     def has(self, group: str, plural: str) -> bool:
         return (group, plural) in self.by_resource
 
-    def copy(self) -> Objects:  # type: ignore[override]
+    def copy(self) -> Objects:
         out = Objects()
         dict.update(out, self)
         out.by_resource = {gp: dict(keys) for gp, keys in self.by_resource.items()}
@@ -97,7 +98,7 @@ class Objects(dict[Key, dict[str, Any]]):
     def _refuse(self, *_: Any, **__: Any) -> Any:
         raise TypeError("Objects keeps an index: set, delete or pop one key at a time")
 
-    update = setdefault = popitem = clear = __ior__ = _refuse  # type: ignore[assignment]
+    update = setdefault = popitem = clear = __ior__ = _refuse
 
 
 class ApiFailure(Exception):
@@ -322,7 +323,7 @@ def field_matcher(text: str | None) -> Callable[[dict[str, Any]], bool]:
         k, v = part.split("!=" if neg else ("==" if "==" in part else "="), 1)
         path = k.strip().split(".")
 
-        def get(obj: dict[str, Any], path=path) -> Any:
+        def get(obj: Any, path: list[str] = path) -> Any:  # an object, then each value on the path (None past its end)
             for seg in path:
                 obj = obj.get(seg) if isinstance(obj, dict) else None
             return "" if obj is None else str(obj)
@@ -740,7 +741,7 @@ class Store:
         return keys, was
 
     @staticmethod
-    def _span(order: list[tuple[str, str]], ns: str | None, after: tuple[str, str] | None) -> tuple[int, int]:
+    def _span(order: builtins.list[tuple[str, str]], ns: str | None, after: tuple[str, str] | None) -> tuple[int, int]:
         """Where in `order` (sorted by `etcd_key`) a list's keys are: after `after`, within namespace
         `ns` (None: all); a namespace's keys are one run, `<ns>/` being a prefix of each."""
         lo = bisect.bisect_right(order, etcd_key(after), key=etcd_key) if after is not None else 0
@@ -751,7 +752,7 @@ class Store:
         return lo, max(lo, hi)
 
     def page(self, r: Resource, ns: str | None, labels: str | None, fields: str | None, limit: int,
-             after: tuple[str, str] | None, at: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+             after: tuple[str, str] | None, at: int | None = None) -> tuple[builtins.list[dict[str, Any]], bool]:
         """One chunk of a list (`?limit=` and `?continue=`): the first `limit` matching objects in
         etcd's key order after `after`, and whether more match, as they are now or, with `at`, as
         they were at that resourceVersion (every chunk of one list is read at the first chunk's
@@ -1017,7 +1018,7 @@ class Store:
         if live is None:
             if subresource == "status":
                 raise not_found(r, name)
-            obj = {"apiVersion": r.api_version(version), "kind": r.kind, "metadata": {"name": name}}
+            obj: dict[str, Any] = {"apiVersion": r.api_version(version), "kind": r.kind, "metadata": {"name": name}}
             if meta.get("creationTimestamp"):  # kept only with the test switch (see create)
                 obj["metadata"]["creationTimestamp"] = meta["creationTimestamp"]
             for p, v in applied_paths.items():
@@ -1096,13 +1097,13 @@ class Store:
         cr = self.registry.by_plural.get(gp) if gp else None
         if cr is None:
             return
-        for key in sorted(self.objects.keys_of(*gp)):
+        for key in sorted(self.objects.keys_of(*gp)):  # type: ignore[misc]  # (cr is not None, so neither is gp)
             live = self.objects.pop(key)
             gone = _deleted_version(live)
             self._bump(gone)
             self._emit("DELETED", cr, key[2], gone, live)
 
-    def events_since(self, rv: int) -> list[Event]:
+    def events_since(self, rv: int) -> builtins.list[Event]:
         """The events a watch from `rv` replays; 410 Gone in the watch cache's words below the oldest
         version it can resume from (the window's edge, or the version a restart began at)."""
         oldest = max(self.compacted - 1, self.watch_floor)

@@ -65,9 +65,10 @@ def _merge_map(orig: dict[str, Any], patch: dict[str, Any], path: str, keys: dic
             if isinstance(v, dict) and v.get("$patch") == "delete":
                 out.pop(k, None)
             else:
-                out[k] = _merge_map(out.get(k) if isinstance(out.get(k), dict) else {}, v, child, keys)
+                # (an isinstance on a second .get(), which mypy does not carry over)
+                out[k] = _merge_map(out.get(k) if isinstance(out.get(k), dict) else {}, v, child, keys)  # type: ignore[arg-type]
         elif isinstance(v, list) and child in keys:
-            out[k] = _merge_list(out.get(k) if isinstance(out.get(k), list) else [], v, child, keys)
+            out[k] = _merge_list(out.get(k) if isinstance(out.get(k), list) else [], v, child, keys)  # type: ignore[arg-type]
         else:
             out[k] = v
     for k, v in patch.items():
@@ -113,5 +114,6 @@ def _order(items: list[Any], order: list[Any], key: str) -> list[Any]:
     ident = (lambda x: x.get(key) if isinstance(x, dict) else x) if key else (lambda x: x)
     wanted = [ident(o) for o in order]
     rank = {w: i for i, w in enumerate(wanted) if isinstance(w, (str, int, float, bool))}
-    named = sorted((x for x in items if ident(x) in rank), key=lambda x: rank[ident(x)])
+    # (only items whose identity is in `rank` are sorted, so it is never None there)
+    named = sorted((x for x in items if ident(x) in rank), key=lambda x: rank[ident(x)])  # type: ignore[index]
     return named + [x for x in items if ident(x) not in rank]

@@ -241,6 +241,7 @@ def policy_verdict(a: Analysis, pref: Ref, opts: Options) -> Verdict:
     outs = a.outcomes.get(pref, [])
     conflicted = [o for o in outs if o.reason == CONFLICTED]
     invalid = [o for o in outs if o.reason == "Invalid"]
+    o: TargetOutcome | None  # each outcome in turn, then the one a denial names (None: the policy's own fault)
     for o in outs:
         if o.reason != ACCEPTED:
             v.warnings.append(_outcome_warning(plabel, o))

@@ -104,6 +104,11 @@ def server_ssl(cert_file: str, key_file: str) -> ssl.SSLContext:
     return ctx
 
 
+async def _healthz(_request: web.Request) -> web.Response:
+    """The probe's answer; a coroutine, as aiohttp wants a handler (a plain function is deprecated)."""
+    return web.Response(text="ok")
+
+
 def webhook_configuration(ca_pem: bytes, groups: list[str], opts: WebhookOptions, port: int) -> dict[str, Any]:
     """The ValidatingWebhookConfiguration: Gateway API objects, Services, Namespaces and policy kinds;
     never subresources (status writes do not pass through it)."""
@@ -178,7 +183,8 @@ class WebhookProcess(Controller):
                                                    (("ca.crt", ca.cert_pem), ("ca.key", ca.key_pem),
                                                     ("tls.crt", serving.cert_pem), ("tls.key", serving.key_pem))}}
                 try:  # a create, not an apply: of two replicas starting together, one makes it
-                    await self.client.create(kube.resource_class(secret).from_dict(body), namespace=ns)
+                    # (lightkube's overload for a namespaced resource omits the `namespace` its create takes)
+                    await self.client.create(kube.resource_class(secret).from_dict(body), namespace=ns)  # type: ignore[call-overload]
                     return ca, serving
                 except ApiError as exc:  # another replica stored one first: read it
                     if exc.status.code != 409:
@@ -198,7 +204,7 @@ class WebhookProcess(Controller):
     async def serve(self) -> None:
         app = web.Application(client_max_size=4 * 1024 * 1024)
         app.router.add_post("/validate", self.reviewer.handle)
-        app.router.add_get("/healthz", lambda _: web.Response(text="ok"))
+        app.router.add_get("/healthz", _healthz)
         self.webhook_runner = web.AppRunner(app, access_log=None)
         await self.webhook_runner.setup()
         site = web.TCPSite(self.webhook_runner, self.wopts.host, self.wopts.port, ssl_context=server_ssl(*await self._certificate()))
