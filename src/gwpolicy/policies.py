@@ -7,7 +7,7 @@ from functools import cached_property
 from typing import Any, Callable
 
 from gwpolicy.model import Obj, ObjectIndex
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP
+from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 
 POLICY_LABEL = "gateway.networking.k8s.io/policy"
 STRATEGIES = ("FieldMerge", "Atomic", "Patch", "None")
@@ -140,7 +140,7 @@ class Policy:
     invalid: str | None = None  # a reason that makes the whole policy Invalid
 
     @property
-    def ref(self):
+    def ref(self) -> Ref:
         return self.obj.ref
 
 

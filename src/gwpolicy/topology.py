@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.kinds import PROTOCOL_ROUTE_KINDS, ROUTE_KINDS
@@ -73,13 +73,13 @@ class PathNode:
             self._json = json
         return json
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Ref]:
         return iter(self.levels)
 
     def __len__(self) -> int:
         return len(self.levels)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> Ref:
         return self.levels[i]
 
     def __repr__(self) -> str:
