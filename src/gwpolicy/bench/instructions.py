@@ -71,12 +71,14 @@ class Windows:
     """The counting windows of one process under callgrind: each `count(label, work)` returns the
     instructions `work()` executed, read from the dump callgrind writes at its end."""
 
-    def __init__(self, outdir: str) -> None:
+    def __init__(self, outdir: str, collect: bool = True) -> None:
         self.outdir = outdir
+        self.collect = collect
         self.dumps = 0
 
     def count(self, label: str, work: Callable[[], Any]) -> tuple[int, Any]:
-        gc.collect()  # what earlier work left to the collector is collected outside the window
+        if self.collect:
+            gc.collect()  # what earlier work left to the collector is collected outside the window
         _control("zero", "instrumentation on")
         result = work()
         _control("instrumentation off", f"dump {label}")
@@ -135,31 +137,62 @@ def child(path: str, outdir: str) -> dict[str, Any]:
     return out
 
 
-def measure(path: str, keep: str | None = None) -> dict[str, Any]:
+def engine_child(path: str, outdir: str) -> dict[str, Any]:
+    """Run under callgrind: what `gwpolicy effective -f FILE -o json` and `gwpolicy status` do,
+    phase by phase (bench/child.py's `phases`), each phase a window; the collector off, as the CLI has it."""
+    gc.disable()
+    from gwpolicy.analysis import analyse
+    from gwpolicy.load import load_paths
+    from gwpolicy.output import status_list, write_effective
+
+    windows = Windows(outdir, collect=False)
+    out: dict[str, Any] = {}
+    out["toggle_ir"], _ = windows.count("empty", lambda: None)
+    out["load_ir"], loaded = windows.count("load", lambda: load_paths([path]))
+    out["objects"] = len(loaded.objects)
+    out["routes"] = sum(1 for o in loaded.objects if o.get("kind") == "HTTPRoute")
+    out["analyse_ir"], a = windows.count("analyse", lambda: analyse(loaded.objects, loaded.origins, now="2026-01-01T00:00:00Z"))
+    with open(os.devnull, "wb") as sink:
+        out["output_ir"], _ = windows.count("output", lambda: write_effective(a, sink, "json"))
+    out["status_ir"], items = windows.count("status", lambda: status_list(a)["items"])
+    out["items"], out["status_items"] = len(a.effective), len(items)
+    return out
+
+
+def measure(path: str, keep: str | None = None, mode: str = "--child") -> dict[str, Any]:
     """The counts of one cluster file, from a child process under callgrind (its dumps are removed
-    unless `keep` names a directory to leave them in, for callgrind_annotate)."""
+    unless `keep` names a directory to leave them in, for callgrind_annotate): the controller's
+    edits (`--child`) or the engine's phases (`--engine-child`)."""
     require_valgrind()
-    outdir = keep or tempfile.mkdtemp(prefix="gwpolicy-callgrind-")
-    os.makedirs(outdir, exist_ok=True)
-    result = os.path.join(outdir, "result.json")
-    log = os.path.join(outdir, "valgrind.log")
-    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--log-file={log}",
-           f"--callgrind-out-file={os.path.join(outdir, 'callgrind.out.%p')}",
-           sys.executable, "-m", "gwpolicy.bench.instructions", "--child", path, result, outdir]
+    # The child runs in a directory of its own whose name is as long whatever `keep` is, with the same
+    # arguments: their lengths move its memory's layout, hence the order of sets of objects hashed by
+    # address (0.1% of a small edit's count). `-P` keeps that directory off its sys.path, where each
+    # import inside a window would list the dumps so far.
+    rundir = tempfile.mkdtemp(prefix="gwpolicy-callgrind-")
+    result = os.path.join(rundir, "result.json")
+    log = os.path.join(rundir, "valgrind.log")
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--log-file=valgrind.log",
+           "--callgrind-out-file=callgrind.out.%p",
+           sys.executable, "-P", "-m", "gwpolicy.bench.instructions", mode, os.path.abspath(path), "result.json", "."]
     try:
-        done = subprocess.run(cmd, env={**os.environ, "PYTHONHASHSEED": "0"})
+        done = subprocess.run(cmd, cwd=rundir, env={**os.environ, "PYTHONHASHSEED": "0"})
         if done.returncode != 0 or not os.path.exists(result):
-            with open(log, encoding="utf-8", errors="replace") as fh:
-                tail = "".join(fh.readlines()[-15:])
+            tail = ""
+            if os.path.exists(log):
+                with open(log, encoding="utf-8", errors="replace") as fh:
+                    tail = "".join(fh.readlines()[-15:])
             raise RuntimeError(f"the run under callgrind failed (exit {done.returncode}); the end of its log:\n{tail}")
         with open(result, encoding="utf-8") as fh:
             out: dict[str, Any] = json.load(fh)
+        if keep:
+            os.makedirs(keep, exist_ok=True)
+            for name in os.listdir(rundir):
+                if name.startswith("callgrind.out.") or name == "valgrind.log":
+                    shutil.move(os.path.join(rundir, name), os.path.join(keep, name))
+            out["dumps"] = keep
     finally:
-        if keep is None:
-            shutil.rmtree(outdir, ignore_errors=True)
+        shutil.rmtree(rundir, ignore_errors=True)
     out["cluster"] = path
-    if keep:
-        out["dumps"] = keep
     return out
 
 
@@ -179,6 +212,18 @@ def table(rows: list[dict[str, Any]]) -> str:
             lines.append(f"| {e['edit']} | {millions(e['ir'])} | {'yes' if e['in_place'] else 'NO'} | {e['checks']:,} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def engine_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| routes | objects | load | analyse | output (-o json) | status | effective (load + analyse + output) |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['routes']:,} | {r['objects']:,} | {millions(r['load_ir'])} | {millions(r['analyse_ir'])} | "
+                     f"{millions(r['output_ir'])} | {millions(r['status_ir'])} | "
+                     f"{millions(r['load_ir'] + r['analyse_ir'] + r['output_ir'])} |")
+    lines.append("(instructions, callgrind Ir, of each phase of `gwpolicy effective -f FILE -o json` and `gwpolicy status`; "
+                 f"each includes the toggles' own {millions(rows[0]['toggle_ir']) if rows else '0'})")
+    return "\n".join(lines) + "\n"
 
 
 # --- where the instructions go: bytecodes per function and line, for one edit -----------------------
@@ -282,8 +327,8 @@ def opcodes_table(r: dict[str, Any]) -> str:
 
 
 def _main(argv: list[str]) -> int:
-    if argv[:1] == ["--child"]:
-        out = child(argv[1], argv[3])
+    if argv[:1] in (["--child"], ["--engine-child"]):
+        out = (child if argv[0] == "--child" else engine_child)(argv[1], argv[3])
         with open(argv[2], "w", encoding="utf-8") as fh:
             json.dump(out, fh)
         return 0
