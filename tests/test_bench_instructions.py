@@ -108,3 +108,26 @@ def test_verify_goes_with_the_timed_run_only(cluster, capsys):
     with pytest.raises(SystemExit):
         main(["--cluster", cluster, "--instructions", "--verify"])
     assert "--verify goes with the timed run only" in capsys.readouterr().err
+
+
+@needs_valgrind
+def test_bench_run_counts_the_engines_phases(cluster, tmp_path, capsys):
+    from gwpolicy.bench.run import main as bench_main
+
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    shutil.copy(cluster, workdir / "cluster-30.yaml")
+    out = tmp_path / "engine.json"
+    assert bench_main(["run", "--sizes", "30", "--workdir", str(workdir), "--instructions", "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["engine_instructions"][0]
+    assert row["routes"] == 30 and row["items"] > 30 and row["status_items"] > 0
+    # each phase counted, and each more than the toggles alone
+    assert all(row[k] > 10 * row["toggle_ir"] for k in ("load_ir", "analyse_ir", "output_ir", "status_ir")), row
+    assert f"| 30 | {row['objects']:,} | {row['load_ir'] / 1e6:,.2f}M |" in capsys.readouterr().out
+
+
+def test_bench_run_instructions_counts_the_engine_only(tmp_path, capsys):
+    from gwpolicy.bench.run import main as bench_main
+
+    assert bench_main(["run", "--sizes", "30", "--workdir", str(tmp_path), "--instructions", "--controller"]) == 2
+    assert "controller-inproc --instructions" in capsys.readouterr().err

@@ -350,9 +350,9 @@ def main(argv: list[str]) -> int:
 
     if argv[:1] == ["--child"]:
         verify = "--verify" in argv
-        args = [a for a in argv[1:] if a != "--verify"]
-        out = child(args[0], verify)
-        with open(args[1], "w", encoding="utf-8") as fh:
+        rest = [a for a in argv[1:] if a != "--verify"]
+        out = child(rest[0], verify)
+        with open(rest[1], "w", encoding="utf-8") as fh:
             json.dump(out, fh)
         return 0
     parser = Parser(prog="gwpolicy bench controller-inproc", formatter_class=HelpFormatter,
