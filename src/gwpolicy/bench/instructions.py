@@ -5,12 +5,12 @@ instructions executed) repeats from run to run whatever the machine's load. `--o
 in Python, the bytecodes each function and line executes during one edit: where the instructions go.
 
 How the windows are opened and closed: callgrind starts with instrumentation off
-(`--instr-atstart=no`); around each window the child sends its own callgrind the commands
-`callgrind_control -z`, `-i on`, then (after the work) `-i off`, `-d LABEL` send: zero, instrumentation
-on, instrumentation off, dump. The toggles' own cost (the tail of
-the `callgrind_control` call that turns counting on, the head of the one that turns it off) is
-measured as an empty window and reported beside the counts. String hashing is fixed
-(PYTHONHASHSEED=0) so that set and dict orders, hence the counts, repeat.
+(`--instr-atstart=no`); around each window the child sends its own callgrind, through `vgdb`, the
+monitor commands `callgrind_control -z`, `-i on`, then (after the work) `-i off` and `-d LABEL` send:
+zero, instrumentation on, instrumentation off, dump. The toggles' own cost (the return from the call
+that turns counting on, the start of the one that turns it off) is measured as an empty window and
+reported beside the counts. String hashing is fixed (PYTHONHASHSEED=0) so that set and dict
+orders, hence the counts, repeat.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ import sys
 import tempfile
 from typing import Any, Callable
 
-#: what to install when valgrind is missing (Debian's package holds callgrind and callgrind_control)
+#: what to install when valgrind is missing (Debian's package holds callgrind, vgdb and callgrind_control)
 DEBIAN_PACKAGE = "valgrind"
 
 
 class Unavailable(Exception):
-    """valgrind or callgrind_control cannot be run here: the message says what to install."""
+    """valgrind or its vgdb cannot be run here: the message says what to install."""
 
 
 def require_valgrind() -> None:
@@ -41,25 +41,17 @@ def require_valgrind() -> None:
                           f"callgrind (Debian: apt-get install {DEBIAN_PACKAGE})")
 
 
-_LOG: list[int] = []  # one file for vgdb's output, opened once: no Python I/O in a window
-_ENV: dict[str, str] = {}  # the environment as a plain dict, which posix_spawnp reads in C (os.environ: in Python)
-
-
-def _control(*commands: str) -> None:
+def _control(log: int, env: dict[str, str], *commands: str) -> None:
     """Send callgrind monitor commands (`zero`, `instrumentation on`, `dump LABEL`...) to this
     process, as `callgrind_control -z/-i on/-d` does, through `vgdb` (which callgrind_control runs,
     after a search for the process that is not needed here): several commands in one call, spawned
     and waited for with as little Python as possible on either side, since what runs between
-    `instrumentation on` and `instrumentation off` is counted. Quiet unless it fails."""
-    if not _LOG:
-        _LOG.append(os.open(os.path.join(tempfile.gettempdir(), f"gwpolicy-callgrind-control.{os.getpid()}.log"),
-                            os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600))
-        _ENV.update(os.environ)
-    log = _LOG[0]
+    `instrumentation on` and `instrumentation off` is counted (hence the open file `log` for its
+    output and the plain dict `env`, which posix_spawnp reads in C). Quiet unless it fails."""
     argv = ["vgdb", f"--pid={os.getpid()}"]
     for i, command in enumerate(commands):
         argv += (["-c"] if i else []) + command.split()
-    pid = os.posix_spawnp("vgdb", argv, _ENV, file_actions=[(os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)])
+    pid = os.posix_spawnp("vgdb", argv, env, file_actions=[(os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)])
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         os.lseek(log, 0, os.SEEK_SET)
@@ -75,13 +67,15 @@ class Windows:
         self.outdir = outdir
         self.collect = collect
         self.dumps = 0
+        self.log = os.open(os.path.join(outdir, "vgdb.log"), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        self.env = dict(os.environ)
 
     def count(self, label: str, work: Callable[[], Any]) -> tuple[int, Any]:
         if self.collect:
             gc.collect()  # what earlier work left to the collector is collected outside the window
-        _control("zero", "instrumentation on")
+        _control(self.log, self.env, "zero", "instrumentation on")
         result = work()
-        _control("instrumentation off", f"dump {label}")
+        _control(self.log, self.env, "instrumentation off", f"dump {label}")
         self.dumps += 1
         return dump_total(self._dump_file(), label), result
 
@@ -306,7 +300,7 @@ def opcodes(path: str, wanted: int, top: int) -> dict[str, Any]:
     """`opcodes_child` in a fresh process with string hashing fixed, so that the counts repeat."""
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "result.json")
-        cmd = [sys.executable, "-m", "gwpolicy.bench.instructions", "--opcodes-child", path, str(wanted), str(top), result]
+        cmd = [sys.executable, "-P", "-m", "gwpolicy.bench.instructions", "--opcodes-child", path, str(wanted), str(top), result]
         subprocess.run(cmd, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
         with open(result, encoding="utf-8") as fh:
             out: dict[str, Any] = json.load(fh)
