@@ -131,3 +131,16 @@ def test_bench_run_instructions_counts_the_engine_only(tmp_path, capsys):
 
     assert bench_main(["run", "--sizes", "30", "--workdir", str(tmp_path), "--instructions", "--controller"]) == 2
     assert "controller-inproc --instructions" in capsys.readouterr().err
+
+
+@needs_valgrind
+def test_a_failing_vgdb_is_a_clear_error(cluster, tmp_path, monkeypatch, capfd):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "vgdb").write_text("#!/bin/sh\necho 'vgdb error: no FIFO found matching pid' >&2\nexit 1\n")
+    (fake / "vgdb").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{__import__('os').environ['PATH']}")
+    assert main(["--cluster", cluster, "--instructions"]) == 1
+    err = capfd.readouterr().err
+    assert "vgdb zero -c instrumentation on failed: vgdb error: no FIFO found matching pid" in err
+    assert "the run under callgrind failed (exit 1)" in err and "Traceback" not in err

@@ -21,6 +21,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,14 @@ def require_valgrind() -> None:
                           f"callgrind (Debian: apt-get install {DEBIAN_PACKAGE})")
 
 
+_VGDB_TIMEOUT_S = 120
+
+
+def _vgdb_hangs(signum: int, frame: Any) -> None:
+    raise RuntimeError(f"vgdb did not reach this process in {_VGDB_TIMEOUT_S} s: it needs to ptrace it "
+                       "(a container without CAP_SYS_PTRACE, or kernel.yama.ptrace_scope 3, forbids that)")
+
+
 def _control(log: int, env: dict[str, str], *commands: str) -> None:
     """Send callgrind monitor commands (`zero`, `instrumentation on`, `dump LABEL`...) to this
     process, as `callgrind_control -z/-i on/-d` does, through `vgdb` (which callgrind_control runs,
@@ -52,7 +61,9 @@ def _control(log: int, env: dict[str, str], *commands: str) -> None:
     for i, command in enumerate(commands):
         argv += (["-c"] if i else []) + command.split()
     pid = os.posix_spawnp("vgdb", argv, env, file_actions=[(os.POSIX_SPAWN_DUP2, log, 1), (os.POSIX_SPAWN_DUP2, log, 2)])
+    signal.alarm(_VGDB_TIMEOUT_S)  # vgdb reaches a process blocked in a system call through ptrace: never hang
     _, status = os.waitpid(pid, 0)
+    signal.alarm(0)
     if os.waitstatus_to_exitcode(status) != 0:
         os.lseek(log, 0, os.SEEK_SET)
         said = os.read(log, 1 << 16).decode(errors="replace").strip()
@@ -69,6 +80,7 @@ class Windows:
         self.dumps = 0
         self.log = os.open(os.path.join(outdir, "vgdb.log"), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         self.env = dict(os.environ)
+        signal.signal(signal.SIGALRM, _vgdb_hangs)
 
     def count(self, label: str, work: Callable[[], Any]) -> tuple[int, Any]:
         if self.collect:
@@ -322,7 +334,11 @@ def opcodes_table(r: dict[str, Any]) -> str:
 
 def _main(argv: list[str]) -> int:
     if argv[:1] in (["--child"], ["--engine-child"]):
-        out = (child if argv[0] == "--child" else engine_child)(argv[1], argv[3])
+        try:
+            out = (child if argv[0] == "--child" else engine_child)(argv[1], argv[3])
+        except RuntimeError as e:  # vgdb or callgrind failed: the parent says so, with valgrind's log
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         with open(argv[2], "w", encoding="utf-8") as fh:
             json.dump(out, fh)
         return 0
