@@ -151,22 +151,38 @@ EDITS: list[tuple[str, Edit]] = [
 ]
 
 
-def child(path: str, verify: bool = False) -> dict[str, Any]:
-    """Run in the child: feed, analyse, edit; the figures."""
+def informer_objects(path: str) -> list[dict[str, Any]]:
+    """The objects of a cluster file as an informer delivers them: decoded JSON, each object its own."""
     import orjson
 
-    from gwpolicy.controller.model import ClusterModel
     from gwpolicy.load import load_paths
 
     loaded = load_paths([path])
-    # as an informer delivers them: decoded JSON, each object its own
-    raws = [orjson.loads(orjson.dumps(o, default=str)) for o in loaded.objects]
-    del loaded
+    return [orjson.loads(orjson.dumps(o, default=str)) for o in loaded.objects]
+
+
+def fed(raws: list[dict[str, Any]]) -> Any:
+    """A `ClusterModel` fed the objects, one ADDED event each, not yet analysed."""
+    from gwpolicy.controller.model import ClusterModel
+
     model = ClusterModel("gwpolicy.io/policy-controller")
-    out: dict[str, Any] = {"objects": len(raws), "routes": sum(1 for r in raws if r.get("kind") == "HTTPRoute")}
-    w = time.perf_counter()
     for raw in raws:
         model.event("ADDED", raw)
+    return model
+
+
+def fed_model(path: str) -> tuple[Any, int, int]:
+    """`fed` on a cluster file's objects; and the number of objects and of routes."""
+    raws = informer_objects(path)
+    return fed(raws), len(raws), sum(1 for r in raws if r.get("kind") == "HTTPRoute")
+
+
+def child(path: str, verify: bool = False) -> dict[str, Any]:
+    """Run in the child: feed, analyse, edit; the figures."""
+    raws = informer_objects(path)
+    out: dict[str, Any] = {"objects": len(raws), "routes": sum(1 for r in raws if r.get("kind") == "HTTPRoute")}
+    w = time.perf_counter()
+    model = fed(raws)
     out["feed_s"] = round(time.perf_counter() - w, 3)
     del raws
     w, c = time.perf_counter(), time.process_time()
@@ -315,6 +331,18 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of at least 1")
+    return n
+
+
 def main(argv: list[str]) -> int:
     from gwpolicy.bench.generate import write_yaml
     from gwpolicy.bench.run import route_counts
@@ -322,21 +350,52 @@ def main(argv: list[str]) -> int:
 
     if argv[:1] == ["--child"]:
         verify = "--verify" in argv
-        args = [a for a in argv[1:] if a != "--verify"]
-        out = child(args[0], verify)
-        with open(args[1], "w", encoding="utf-8") as fh:
+        rest = [a for a in argv[1:] if a != "--verify"]
+        out = child(rest[0], verify)
+        with open(rest[1], "w", encoding="utf-8") as fh:
             json.dump(out, fh)
         return 0
     parser = Parser(prog="gwpolicy bench controller-inproc", formatter_class=HelpFormatter,
                     description="The controller's analysis in process: full analysis, peak RSS, and each kind of edit.",
                     epilog="examples:\n  gwpolicy bench controller-inproc --routes 1000\n"
-                           "  gwpolicy bench controller-inproc --cluster /work/benchdata/cluster-20000.yaml --json out.json\n")
+                           "  gwpolicy bench controller-inproc --cluster /work/benchdata/cluster-20000.yaml --json out.json\n"
+                           "  gwpolicy bench controller-inproc --routes 4000 --instructions   # callgrind's counts, repeatable\n"
+                           "  gwpolicy bench controller-inproc --routes 4000 --opcodes 4      # where edit 4's work goes\n")
     parser.add_argument("--routes", type=route_counts, default=[], help="route counts to generate, comma-separated")
     parser.add_argument("--cluster", action="append", default=[], help="a generated cluster file (repeatable)")
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gwpolicy-bench"))
     parser.add_argument("--verify", action="store_true", help="compare the analysis after the edits with a full analysis")
     parser.add_argument("--json", help="also write the figures to this file")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--instructions", action="store_true",
+                     help="count instructions (valgrind's callgrind, Ir) instead of time: the full analysis and each "
+                          "edit, from its first event to the end of its reconcile; the counts repeat from run to run")
+    how.add_argument("--opcodes", metavar="EDIT",
+                     help="count the Python bytecodes one edit executes (its number, from 0, or a piece of its name) "
+                          "and print the functions and lines that execute the most")
+    parser.add_argument("--top", type=_positive, default=25, help="with --opcodes: how many functions and lines")
+    parser.add_argument("--keep-dumps", metavar="DIR",
+                        help="with --instructions: leave callgrind's dumps (one per window) in DIR for callgrind_annotate")
     args = parser.parse_args(argv)
+    if args.verify and (args.instructions or args.opcodes is not None):
+        parser.error("--verify goes with the timed run only (not with --instructions or --opcodes)")
+    if args.keep_dumps and not args.instructions:
+        parser.error("--keep-dumps goes with --instructions")
+    if args.opcodes is not None:
+        from gwpolicy.bench.instructions import pick_edit
+
+        try:
+            wanted = pick_edit([name for name, _ in EDITS], args.opcodes)
+        except ValueError as e:
+            parser.error(str(e))
+    if args.instructions:
+        from gwpolicy.bench.instructions import Unavailable, require_valgrind
+
+        try:
+            require_valgrind()
+        except Unavailable as e:
+            print(f"gwpolicy bench controller-inproc: error: {e}", file=sys.stderr)
+            return 2
     paths = list(args.cluster)
     if not paths and not args.routes:
         parser.error("give --routes or --cluster")
@@ -349,11 +408,33 @@ def main(argv: list[str]) -> int:
     for p in paths:
         if not os.path.exists(p):
             parser.error(f"--cluster {p}: no such file")
-    rows = []
-    for p in paths:
-        print(f"measuring {p} ...", file=sys.stderr)
-        rows.append(measure(p, args.verify))
-    print(table(rows))
+    if args.opcodes is not None:
+        from gwpolicy.bench import instructions
+
+        rows = []
+        for p in paths:
+            print(f"counting the bytecodes of edit {wanted} on {p} ...", file=sys.stderr)
+            rows.append(instructions.opcodes(p, wanted, args.top))
+            print(instructions.opcodes_table(rows[-1]))
+    elif args.instructions:
+        from gwpolicy.bench import instructions
+
+        rows = []
+        for i, p in enumerate(paths):
+            print(f"counting instructions on {p} (under valgrind: minutes at 20k routes) ...", file=sys.stderr)
+            keep = None if not args.keep_dumps else args.keep_dumps if len(paths) == 1 else os.path.join(args.keep_dumps, str(i))
+            try:
+                rows.append(instructions.measure(p, keep))
+            except RuntimeError as e:
+                print(f"gwpolicy bench controller-inproc: error: {p}: {e}", file=sys.stderr)
+                return 1
+        print(instructions.table(rows))
+    else:
+        rows = []
+        for p in paths:
+            print(f"measuring {p} ...", file=sys.stderr)
+            rows.append(measure(p, args.verify))
+        print(table(rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(rows, fh, indent=2)

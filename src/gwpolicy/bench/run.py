@@ -210,6 +210,37 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _instructions(args: argparse.Namespace) -> int:
+    """`bench run --instructions`: each size's phases counted under callgrind, one run each."""
+    from gwpolicy.bench import instructions
+
+    if args.controller:
+        print("Error: --instructions counts the engine; the controller's counts: "
+              "gwpolicy bench controller-inproc --instructions", file=sys.stderr)
+        return 2
+    try:
+        instructions.require_valgrind()
+    except instructions.Unavailable as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 2
+    rows = []
+    for size in args.sizes:
+        path = os.path.join(args.workdir, f"cluster-{size}.yaml")
+        if not os.path.exists(path):
+            write_yaml(size, path)
+        print(f"counting the instructions of {size} routes (under valgrind: minutes at 20k routes)...", file=sys.stderr)
+        try:
+            rows.append(instructions.measure(path, mode="--engine-child"))
+        except RuntimeError as e:
+            print(f"Error: {path}: {e}", file=sys.stderr)
+            return 1
+    print(instructions.engine_table(rows), end="")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"engine_instructions": rows}, fh, indent=2)
+    return 0
+
+
 def _main(argv: list[str] | None = None) -> int:
     parser = Parser(prog=f"{program_name()} bench", formatter_class=HelpFormatter, epilog="""examples:
   gwpolicy bench generate --routes 1000 -o /tmp/1k.yaml     # a synthetic cluster
@@ -218,6 +249,8 @@ def _main(argv: list[str] | None = None) -> int:
   gwpolicy bench webhook --routes 1000,20000                 # admission latency
   gwpolicy bench gateway --sizes 1000,10000                  # the NGINX data plane
   gwpolicy bench controller-inproc --routes 1000             # the controller's analysis and edits, in process
+  gwpolicy bench run --sizes 4000 --instructions             # instruction counts (valgrind), repeatable
+  gwpolicy bench controller-inproc --routes 4000 --instructions
 """)
     sub = parser.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="write a synthetic cluster as YAML")
@@ -236,6 +269,9 @@ def _main(argv: list[str] | None = None) -> int:
     r.add_argument("--no-controller-restart", action="store_true",
                    help="skip the second controller process on the cluster with status")
     r.add_argument("--json", help="also write the figures to this file")
+    r.add_argument("--instructions", action="store_true",
+                   help="count each size's instructions (valgrind's callgrind, Ir: load, analyse, output, status) "
+                        "instead of timing them; the counts repeat from run to run")
     w = sub.add_parser("webhook", help="measure the admission webhook's latency on synthetic clusters")
     w.add_argument("--routes", type=route_counts, default="1000,20000", help="route counts, comma-separated")
     w.add_argument("--reviews", type=_at_least(1), default=300, help="reviews of each sort (policy, route, Service, Namespace) per size")
@@ -266,6 +302,8 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"wrote {n} objects to {args.output}", file=sys.stderr)
         return 0
     os.makedirs(args.workdir, exist_ok=True)
+    if args.instructions:
+        return _instructions(args)
     rows = []
     for size in args.sizes:
         print(f"measuring {size} routes...", file=sys.stderr)
