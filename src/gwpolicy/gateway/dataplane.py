@@ -546,6 +546,8 @@ class _Builder:
                         f"for Gateway {first.namespace}/{first.name}")
                     continue
                 servers.append(srv)
+        if len({s.id for s in servers}) != len(servers):  # server_id: cannot be, short of a digest collision
+            raise DataPlaneError("two listeners got one server id: " + ", ".join(sorted(s.id for s in servers)))
         passthrough = [s for s in servers if s.protocol == "TLS"]
         servers = [s for s in servers if s.protocol != "TLS"]
         by_listener = {s.listener: s for s in servers}
@@ -609,7 +611,7 @@ class _Builder:
                     client_ca = f"tls/clientca_{_slug(gw.namespace)}_{_slug(gw.name)}_{port}.pem"
                     client_mode = validation.mode
                     self.secrets[client_ca] = validation.bundle
-            sid = f"s{len(out)}_{_slug(gw.namespace)}_{_slug(gw.name)}_{_slug(name)}"
+            sid = server_id(gw.namespace, gw.name, name)
             out.append(Server(sid, gw.ref, lref, address, port + self.config.port_offset, protocol, hostname, cert,
                               client_ca=client_ca, client_mode=client_mode))
             self.listener_facts[lref] = ListenerFact(True)
@@ -1177,6 +1179,16 @@ def _service_port(svc: Any, port: Any) -> dict[str, Any] | None:
         if isinstance(p, dict) and p.get("port") == port:
             return p
     return None
+
+
+def server_id(namespace: str | None, gateway: str, listener: str) -> str:
+    """A server's id, from what identifies it (its Gateway and listener), so that adding, removing
+    or editing another listener leaves it (and the BuildCache entries of its routes, which key on
+    it) as it was. `[A-Za-z0-9_]` only, as NGINX variable names (`$gw_vh_<id>`) need; the readable
+    slugs can meet (`a-b` and `a_b`), so a digest of the exact names ends it: two servers of one
+    data plane get one id only if SHA-256 collides on 48 bits, which _Builder.build checks."""
+    digest = hashlib.sha256(f"{namespace or ''}/{gateway}/{listener}".encode()).hexdigest()[:12]
+    return f"s_{_slug(namespace)}_{_slug(gateway)}_{_slug(listener)}_{digest}"
 
 
 @functools.lru_cache(maxsize=65536)
