@@ -435,8 +435,11 @@ class BuildCache:
     ReferenceGrant change rebuilds exactly the routes that read it, and the caller need not say
     anything about those kinds. A route reads no Secret (a listener's certificate is its server's,
     and servers are made on every build; a route's entry keys on the server's certificate path, not
-    its content). For Gateways (and whatever else the state does not take in place) the caller
-    says `epoch`, which it changes whenever one may have changed (every entry is dropped)."""
+    its content). A Gateway or Namespace edit needs no epoch: a route's entry keys on its servers
+    (ids from the Gateway and listener, `server_id`, so another listener's edit leaves them) and
+    on its path nodes and their policy lists, which the engine replaces where the edit reaches
+    them. For whatever else the state does not take in place the caller says `epoch`, which it
+    changes whenever one may have changed (every entry is dropped)."""
 
     def __init__(self) -> None:
         self.epoch: Any = None

@@ -25,6 +25,13 @@ one object is applied in place instead where that gives the same result:
   whose TLS read it by itself;
 - a ReferenceGrant: `apply_change`, then the facts of the routes and Gateways in the namespaces
   its `from` names (before or after) that refer into its namespace, as above;
+- a Gateway: the facts are computed again from a fresh index, its new view goes to
+  `apply_change`, then every route whose view changed (a route whose view differs only in the
+  status we wrote keeps the analysis' copy); `epoch` stays, so the BuildCache rebuilds only the
+  routes whose servers, path nodes or policies the edit changed (adding, removing or editing one
+  listener rebuilds the routes of that listener);
+- a Namespace: as any other kind below, but `epoch` stays, as for a Gateway (its labels change
+  which routes Selector listeners admit, i.e. those routes' nodes);
 - any other kind goes to `apply_change` too; when the engine takes it in place, the facts are
   computed again from a fresh index and every Gateway and route whose view changed goes to
   `apply_change` as well.
