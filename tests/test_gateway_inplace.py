@@ -30,7 +30,8 @@ OURS = "gwpolicy.io/gateway-controller"
 OPTS = GatewayOptions(controller_name=OURS, address_pool="127.0.40.0/24", port_offset=20000)
 CHANGES = ["route-backend", "route-hostname", "route-path", "route-parent", "route-delete", "route-new",
            "policy-value", "policy-delete", "policy-new", "policy-retarget", "service-port", "slice", "gateway",
-           "tls-backend", "tls-hostname", "tls-parent", "tls-delete", "tls-new"]
+           "tls-backend", "tls-hostname", "tls-parent", "tls-delete", "tls-new",
+           "gateway-listener-add", "gateway-listener-remove", "gateway-allowed", "namespace-labels"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -182,6 +183,33 @@ def change(objects: dict[Any, dict[str, Any]], what: str, rnd: random.Random) ->
         if l["hostname"] is None:
             del l["hostname"]
         bump(r)
+    elif what == "gateway-listener-add":  # one listener more: a new port, or a hostname beside an existing one
+        r = pick("Gateway")
+        name = f"extra{rnd.randrange(3)}"
+        if any(l["name"] == name for l in r["spec"]["listeners"]):
+            return None
+        r["spec"]["listeners"].append({"name": name, "port": rnd.choice([80, 8081]), "protocol": "HTTP",
+                                       "hostname": rnd.choice(["route-000002.example.com", "*.example.com", "x.test"]),
+                                       "allowedRoutes": {"namespaces": {"from": rnd.choice(["All", "Same"])}}})
+        bump(r)
+    elif what == "gateway-listener-remove":
+        r = pick("Gateway")
+        if len(r["spec"]["listeners"]) < 2:
+            return None
+        r["spec"]["listeners"].pop(rnd.randrange(len(r["spec"]["listeners"])))
+        bump(r)
+    elif what == "gateway-allowed":  # which namespaces a listener admits
+        r = pick("Gateway")
+        l = rnd.choice(r["spec"]["listeners"])
+        l["allowedRoutes"] = rnd.choice([{"namespaces": {"from": "All"}}, {"namespaces": {"from": "Same"}},
+                                         {"namespaces": {"from": "Selector", "selector": {"matchLabels": {"tier": "api"}}}},
+                                         {"namespaces": {"from": "Selector", "selector": {"matchLabels": {"tier": "web"}}}}])
+        bump(r)
+    elif what == "namespace-labels":  # moves its routes in or out of Selector listeners
+        r = pick("Namespace", lambda o: o["metadata"]["name"] != "infra")
+        if r is None:
+            return None
+        r["metadata"]["labels"] = {"tier": rnd.choice(["api", "web", "none"])}
     else:  # pragma: no cover
         raise AssertionError(what)
     objects[object_key(r)] = r

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gwpolicy.gateway import backendtls, frontendtls, pathregex, policyconf
-from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts, takes_part
+from gwpolicy.gateway.listeners import HOSTNAME, tls_pem as _tls_pem
 from gwpolicy.grants import ReferenceGrants, _from_key as grant_from_key
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
@@ -320,9 +320,6 @@ def intersect_hostname(listener: str, route: str) -> str | None:
     return None
 
 
-HOSTNAME = re.compile(r"(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
 def route_hostnames(listener: str, hostnames: list[str]) -> list[str]:
     """Route hostnames intersected with a listener's: what the route serves there (a hostname that
     is not one, e.g. from a server that did not validate it, serves nothing)."""
@@ -438,8 +435,11 @@ class BuildCache:
     ReferenceGrant change rebuilds exactly the routes that read it, and the caller need not say
     anything about those kinds. A route reads no Secret (a listener's certificate is its server's,
     and servers are made on every build; a route's entry keys on the server's certificate path, not
-    its content). For Gateways (and whatever else the state does not take in place) the caller
-    says `epoch`, which it changes whenever one may have changed (every entry is dropped)."""
+    its content). A Gateway or Namespace edit needs no epoch: a route's entry keys on its servers
+    (ids from the Gateway and listener, `server_id`, so another listener's edit leaves them) and
+    on its path nodes and their policy lists, which the engine replaces where the edit reaches
+    them. For whatever else the state does not take in place the caller says `epoch`, which it
+    changes whenever one may have changed (every entry is dropped)."""
 
     def __init__(self) -> None:
         self.epoch: Any = None
@@ -549,6 +549,8 @@ class _Builder:
                         f"for Gateway {first.namespace}/{first.name}")
                     continue
                 servers.append(srv)
+        if len({s.id for s in servers}) != len(servers):  # server_id: cannot be, short of a digest collision
+            raise DataPlaneError("two listeners got one server id: " + ", ".join(sorted(s.id for s in servers)))
         passthrough = [s for s in servers if s.protocol == "TLS"]
         servers = [s for s in servers if s.protocol != "TLS"]
         by_listener = {s.listener: s for s in servers}
@@ -568,26 +570,28 @@ class _Builder:
                          streams, dict(sorted(self.stream_upstreams.items())))
 
     def _gateway_servers(self, gw: Any, address: str) -> list[Server]:
-        listeners = [l for l in _list(_dict(gw.spec).get("listeners")) if isinstance(l, dict) and isinstance(l.get("name"), str)]
-        valid = []
-        for l in listeners:
-            problem = self._listener_problem(l)
-            if problem is not None:
-                self.listener_facts[gw.ref.with_section(l["name"])] = problem
-            else:
-                valid.append(l)
-        # every listener of a conflict is refused, as status says (gateway/listeners.py: among the
-        # listeners status accepts on their own)
-        conflicted = listener_conflicts(Candidate(l["name"], l["port"], l["protocol"], (l.get("hostname") or "").lower())
-                                        for l in valid if takes_part(gw, l, self.index, self.grants))
+        # which listeners are served is status' verdict (status.listener_verdicts: the one rule,
+        # conflicts included); only what needs the data plane itself (the stream module, the
+        # certificate file, address:port ownership across Gateways) is decided here on top
+        from gwpolicy.gateway.status import gateway_acceptance, listener_verdicts  # status imports this module
+
+        verdicts = listener_verdicts(gw, self.index, self.grants)
+        gateway_ok = gateway_acceptance(gw, verdicts)
         out = []
-        for l in valid:
-            lref = gw.ref.with_section(l["name"])
-            port, protocol, hostname = l["port"], l["protocol"], (l.get("hostname") or "").lower()
-            if l["name"] in conflicted:
-                conflict = conflicted[l["name"]]
-                self.listener_facts[lref] = ListenerFact(False, conflict.reason, conflict.message)
+        for name, lf in verdicts.items():
+            lref = gw.ref.with_section(name)
+            if not gateway_ok.status:
+                self.listener_facts[lref] = ListenerFact(False, gateway_ok.reason, f"Gateway {gw.namespace}/{gw.name} is "
+                                                                                   f"not accepted: {gateway_ok.message}")
                 continue
+            if not lf.servable:
+                # the reference's reason first (InvalidCertificateRef, ...), as the data plane said before
+                why = lf.conflicted if lf.conflicted.status else next(c for c in (lf.resolved_refs, lf.accepted) if not c.status)
+                self.listener_facts[lref] = ListenerFact(False, why.reason, why.message)
+                continue
+            l = next(x for x in _list(_dict(gw.spec).get("listeners")) if isinstance(x, dict) and x.get("name") == name)
+            assert lf.port is not None  # servable listeners have a port
+            port, protocol, hostname = lf.port, lf.protocol, (lf.hostname or "").lower()
             if protocol == "TLS" and self.config.stream_module is None:
                 self.listener_facts[lref] = ListenerFact(False, UNSUPPORTED_PROTOCOL,
                                                          f"TLS passthrough needs NGINX's stream module ({STREAM_MODULE}, "
@@ -610,29 +614,11 @@ class _Builder:
                     client_ca = f"tls/clientca_{_slug(gw.namespace)}_{_slug(gw.name)}_{port}.pem"
                     client_mode = validation.mode
                     self.secrets[client_ca] = validation.bundle
-            sid = f"s{len(out)}_{_slug(gw.namespace)}_{_slug(gw.name)}_{_slug(l['name'])}"
+            sid = server_id(gw.namespace, gw.name, name)
             out.append(Server(sid, gw.ref, lref, address, port + self.config.port_offset, protocol, hostname, cert,
                               client_ca=client_ca, client_mode=client_mode))
             self.listener_facts[lref] = ListenerFact(True)
         return out
-
-    @staticmethod
-    def _listener_problem(l: dict[str, Any]) -> ListenerFact | None:
-        """Why a listener cannot be served on its own, whatever the others are; None when it can.
-        Only listeners without one take part in conflicts, as in status."""
-        port, protocol, hostname = l.get("port"), l.get("protocol"), (l.get("hostname") or "").lower()
-        if protocol not in ("HTTP", "HTTPS", "TLS"):
-            return ListenerFact(False, UNSUPPORTED_PROTOCOL, f"protocol {protocol!r} is not served by this data plane (HTTP, HTTPS and TLS are)")
-        mode = _dict(l.get("tls")).get("mode") or "Terminate"
-        if protocol == "TLS" and mode != "Passthrough":
-            return ListenerFact(False, UNSUPPORTED_VALUE, f"tls.mode {mode!r} on a TLS listener is not supported (Passthrough is)")
-        if protocol == "HTTPS" and mode != "Terminate":
-            return ListenerFact(False, UNSUPPORTED_VALUE, f"tls.mode {mode!r} on an HTTPS listener is not supported (Terminate is)")
-        if hostname and not HOSTNAME.fullmatch(hostname):
-            return ListenerFact(False, UNSUPPORTED_VALUE, f"hostname {hostname!r} is not a hostname")
-        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-            return ListenerFact(False, UNSUPPORTED_VALUE, f"port {port!r} is not a port number")
-        return None
 
     def _certificate(self, gw: Any, listener: dict[str, Any]) -> tuple[str | None, tuple[str, str]]:
         tls = _dict(listener.get("tls"))
@@ -1198,17 +1184,14 @@ def _service_port(svc: Any, port: Any) -> dict[str, Any] | None:
     return None
 
 
-def _tls_pem(secret: Any) -> bytes | None:
-    data = _dict(secret.raw.get("data"))
-    string = _dict(secret.raw.get("stringData"))
-    try:
-        crt = base64.b64decode(data["tls.crt"], validate=True) if "tls.crt" in data else str(string.get("tls.crt", "")).encode()
-        key = base64.b64decode(data["tls.key"], validate=True) if "tls.key" in data else str(string.get("tls.key", "")).encode()
-    except (binascii.Error, TypeError, ValueError):
-        return None
-    if b"-----BEGIN CERTIFICATE-----" not in crt or b"PRIVATE KEY-----" not in key:
-        return None
-    return crt.rstrip(b"\n") + b"\n" + key.rstrip(b"\n") + b"\n"
+def server_id(namespace: str | None, gateway: str, listener: str) -> str:
+    """A server's id, from what identifies it (its Gateway and listener), so that adding, removing
+    or editing another listener leaves it (and the BuildCache entries of its routes, which key on
+    it) as it was. `[A-Za-z0-9_]` only, as NGINX variable names (`$gw_vh_<id>`) need; the readable
+    slugs can meet (`a-b` and `a_b`), so a digest of the exact names ends it: two servers of one
+    data plane get one id only if SHA-256 collides on 48 bits, which _Builder.build checks."""
+    digest = hashlib.sha256(f"{namespace or ''}/{gateway}/{listener}".encode()).hexdigest()[:12]
+    return f"s_{_slug(namespace)}_{_slug(gateway)}_{_slug(listener)}_{digest}"
 
 
 @functools.lru_cache(maxsize=65536)

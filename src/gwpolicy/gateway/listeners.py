@@ -14,12 +14,16 @@ earlier one as much as the later (NGF does the same for listeners of one Gateway
 
 Only listeners that are otherwise valid take part (a TCP listener this gateway does not serve does
 not conflict with anything, as the CRD says for implementations without TCP): those status accepts
-on their own (`takes_part`), which includes an HTTPS listener's client-certificate validation (one
-without a valid CA is not Accepted, NoValidCACertificate, and conflicts with nothing).
+on their own, which includes a port and hostname check and an HTTPS listener's client-certificate
+validation (one without a valid CA is not Accepted, NoValidCACertificate, and conflicts with
+nothing). Which listeners are served at all is `status.listener_verdicts`, read by both.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -74,11 +78,28 @@ def conflicts(listeners: Iterable[Candidate]) -> dict[str, Conflict]:
     return out
 
 
-def takes_part(gw: Any, listener: dict[str, Any], index: Any, grants: Any) -> bool:
-    """Does this listener of `gw` take part in conflicts: does status accept it on its own
-    (`status._listener`, before conflicts are looked for)? Status applies the rule to the facts it
-    makes; the data plane asks it here for the listeners it would serve, so `gwpolicy render` (the
-    objects as they are, no status view) finds the conflicts status finds."""
-    from gwpolicy.gateway.status import _listener  # status imports this module
+#: a listener hostname (lower case; the CRD's pattern): an optional leading wildcard label, then DNS labels
+HOSTNAME = re.compile(r"(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
-    return bool(_listener(gw, listener, index, grants).accepted.status)
+
+def valid_hostname(hostname: str) -> bool:
+    """Is this a listener hostname the data plane can put in `server_name` (compared lower-cased,
+    as NGINX matches names)?"""
+    return bool(HOSTNAME.fullmatch(hostname.lower()))
+
+
+def tls_pem(secret: Any) -> bytes | None:
+    """A kubernetes.io/tls Secret's certificate and key as one PEM file (`data`, base64, or
+    `stringData`); None when either is missing or not PEM. Status calls a certificate ref
+    resolved exactly when this gives a file, and the data plane serves this file."""
+    raw = secret.raw
+    data = raw.get("data") if isinstance(raw.get("data"), dict) else {}
+    string = raw.get("stringData") if isinstance(raw.get("stringData"), dict) else {}
+    try:
+        crt = base64.b64decode(data["tls.crt"], validate=True) if "tls.crt" in data else str(string.get("tls.crt", "")).encode()
+        key = base64.b64decode(data["tls.key"], validate=True) if "tls.key" in data else str(string.get("tls.key", "")).encode()
+    except (binascii.Error, TypeError, ValueError):
+        return None
+    if b"-----BEGIN CERTIFICATE-----" not in crt or b"PRIVATE KEY-----" not in key:
+        return None
+    return crt.rstrip(b"\n") + b"\n" + key.rstrip(b"\n") + b"\n"

@@ -25,6 +25,13 @@ one object is applied in place instead where that gives the same result:
   whose TLS read it by itself;
 - a ReferenceGrant: `apply_change`, then the facts of the routes and Gateways in the namespaces
   its `from` names (before or after) that refer into its namespace, as above;
+- a Gateway: the facts are computed again from a fresh index, its new view goes to
+  `apply_change`, then every route whose view changed (a route whose view differs only in the
+  status we wrote keeps the analysis' copy); `epoch` stays, so the BuildCache rebuilds only the
+  routes whose servers, path nodes or policies the edit changed (adding, removing or editing one
+  listener rebuilds the routes of that listener);
+- a Namespace: as any other kind below, but `epoch` stays, as for a Gateway (its labels change
+  which routes Selector listeners admit, i.e. those routes' nodes);
 - any other kind goes to `apply_change` too; when the engine takes it in place, the facts are
   computed again from a fresh index and every Gateway and route whose view changed goes to
   `apply_change` as well.
@@ -112,6 +119,16 @@ def _view_of(gf: GatewayFacts) -> tuple[Any, ...]:
     return (gf.accepted, tuple((name, lf.accepted, lf.protocol) for name, lf in gf.listeners.items()))
 
 
+def _same_but_status(before: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Are two views of a route equal but for `status`? Nothing the data plane or the engine
+    builds reads a route's status (a Gateway's is read: its address), so a route whose status we
+    wrote keeps the analysis' copy, and its BuildCache entry, when a Gateway or Namespace edit
+    looks at every view again."""
+    if now.get("kind") not in ROUTE_KINDS or before.keys() - {"status"} != now.keys() - {"status"}:
+        return False
+    return all(before[k] == now[k] for k in now if k != "status")
+
+
 class GatewayState:
     """The objects (`objects`, shared with the controller, which fills it), the index and facts
     status is computed from, and the analysis of the data plane's view; `changed` records a change,
@@ -132,9 +149,10 @@ class GatewayState:
         self.full_passes = 0
         self.in_place = 0  # changes applied in place
         #: bumped whenever something other than a policy, a route, an EndpointSlice, a Service, a
-        #: Secret, a ConfigMap or a ReferenceGrant changed (and when one of the last three changed
-        #: which listeners a Gateway has): the data plane's caches (dataplane.BuildCache,
-        #: render.RenderCache) key on routes, policies, paths and the objects routes read by reference
+        #: Secret, a ConfigMap, a ReferenceGrant, a Gateway or a Namespace changed (and when one of
+        #: Secret, ConfigMap and ReferenceGrant changed which listeners a Gateway has): the data
+        #: plane's caches (dataplane.BuildCache, render.RenderCache) key on routes, policies, paths,
+        #: servers and the objects routes read by reference
         self.epoch = 0
         self.last_fallback: str | None = None  # the change that needed the full pass, for the log
         #: bumped by every change the data plane may read (every one but a Secret or ConfigMap that
@@ -233,7 +251,10 @@ class GatewayState:
         if (ref.group, ref.kind) == GRANT:
             return self._grant(ref, raw, new)
         if ref.group == GATEWAY_GROUP and ref.kind in _VIEWED:  # a Gateway: its view needs the new facts
-            self._rebuild_facts()
+            # epoch stays: what a route's build reads of a Gateway is its servers (BuildCache keys
+            # on each, and server ids are the Gateway's and listener's, not positions) and its path
+            # nodes and effective policies, which the engine replaces where the edit reaches them
+            self._index_objects()
             old_view = self.views.get(ref, raw)
             got = apply_change(a, old_view, self._set_view(ref, new))
             if got is None:
@@ -242,7 +263,10 @@ class GatewayState:
         got = apply_change(a, raw, new)
         if got is None:
             return None
-        self._rebuild_facts()
+        if (ref.group, ref.kind) == (CORE_GROUP, "Namespace"):  # labels: which routes Selector listeners
+            self._index_objects()  # admit, i.e. those routes' views and nodes, which the BuildCache compares
+        else:
+            self._rebuild_facts()
         return self._rediff(got)
 
     def _route(self, ref: Ref, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
@@ -443,6 +467,8 @@ class GatewayState:
             if before is raw or before == raw:
                 self.views[ref] = raw
                 continue
+            if before is not None and _same_but_status(before, raw):
+                continue  # the analysis keeps its copy: a status write (whose echo the state is not told) changed nothing it reads
             got = apply_change(a, before if before is not None else raw, raw)
             if got is None:
                 return None

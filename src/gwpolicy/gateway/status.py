@@ -12,14 +12,12 @@ it changes nothing: transition times move only when a condition's status changes
 
 from __future__ import annotations
 
-import base64
-import binascii
 import copy
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gwpolicy.gateway import frontendtls, pathregex
-from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts
+from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts, tls_pem, valid_hostname
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
@@ -274,14 +272,33 @@ def _bundle_version(index: ObjectIndex) -> Cond:
                 f"Gateway API {version} is not supported (want {', '.join(SUPPORTED_BUNDLE_PREFIXES)}*).")
 
 
-def _gateway(gw: Obj, gc_ref: Ref, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
-    spec = _dict(gw.spec)
-    raw_listeners = [l for l in spec.get("listeners") or [] if isinstance(l, dict) and isinstance(l.get("name"), str)]
+def listener_verdicts(gw: Obj, index: ObjectIndex, grants: ReferenceGrants) -> dict[str, ListenerFacts]:
+    """Listener name -> what status says of it (conflicts included): THE rule of which listeners
+    are served. The data plane serves exactly the `servable` ones (gateway/dataplane.py asks here),
+    so status and `gwpolicy render` cannot disagree on objects read from files (no CRD validation).
+    Names used by more than one listener (the CRD forbids it) make every one of them not Accepted:
+    status has one entry per name and could not say which one it describes."""
+    raw = [l for l in _dict(gw.spec).get("listeners") or [] if isinstance(l, dict) and isinstance(l.get("name"), str)]
+    uses: dict[str, int] = {}
+    for l in raw:
+        uses[l["name"]] = uses.get(l["name"], 0) + 1
     listeners: dict[str, ListenerFacts] = {}
-    for l in raw_listeners:
-        listeners[l["name"]] = _listener(gw, l, index, grants)
-    _conflicts(raw_listeners, listeners)
+    for l in raw:
+        if l["name"] in listeners:
+            continue
+        lf = listeners[l["name"]] = _listener(gw, l, index, grants)
+        if uses[l["name"]] > 1:
+            lf.accepted = Cond("Accepted", False, "UnsupportedValue",
+                               f"{uses[l['name']]} listeners are named {l['name']!r}; listener names must be unique, "
+                               "so none of them is served.")
+    _conflicts([l for l in raw if uses[l["name"]] == 1], listeners)
+    return listeners
 
+
+def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts]) -> Cond:
+    """The Gateway's Accepted condition from its spec and its listeners' verdicts (the data plane
+    serves nothing of a Gateway that is not accepted)."""
+    spec = _dict(gw.spec)
     accepted = Cond("Accepted", True, "Accepted", "Accepted by the gwpolicy NGINX gateway.")
     infra = _dict(spec.get("infrastructure"))
     addresses = [a for a in spec.get("addresses") or [] if isinstance(a, dict)]
@@ -298,12 +315,20 @@ def _gateway(gw: Obj, gc_ref: Ref, index: ObjectIndex, grants: ReferenceGrants) 
         accepted = Cond("Accepted", False, "UnsupportedAddress",
                         f"spec.addresses: {a.get('type') or 'IPAddress'} {a.get('value')!r} is not a loopback IP address "
                         "(this gateway serves on 127.0.0.0/8 only)")
-    elif raw_listeners and len(invalid) == len(raw_listeners):
+    elif listeners and len(invalid) == len(listeners):
         accepted = Cond("Accepted", False, "ListenersNotValid", f"No listener is valid: {_named(invalid, listeners)}.")
     elif invalid:  # the CRD: say which listeners are conflicted (not valid) and which are accepted
         valid = [n for n in listeners if n not in invalid]
         accepted = Cond("Accepted", True, "ListenersNotValid", f"Some listeners are not valid: {_named(invalid, listeners)}; "
                                                               f"accepted: {', '.join(valid)}.")
+    return accepted
+
+
+def _gateway(gw: Obj, gc_ref: Ref, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
+    spec = _dict(gw.spec)
+    listeners = listener_verdicts(gw, index, grants)
+    accepted = gateway_acceptance(gw, listeners)
+    addresses = [a for a in spec.get("addresses") or [] if isinstance(a, dict)]
 
     resolved = None
     backend = _dict(_dict(spec.get("tls")).get("backend"))
@@ -346,6 +371,13 @@ def _listener(gw: Obj, l: dict[str, Any], index: ObjectIndex, grants: ReferenceG
                                   f"Protocol {protocol!r} is not supported (this gateway serves {', '.join(SUPPORTED_PROTOCOLS)})."),
                              ok_refs, no_conflict)
     lf = ListenerFacts(l["name"], port, protocol, hostname, [], ok_accepted, ok_refs, no_conflict)
+    if port is None or isinstance(port, bool) or not 1 <= port <= 65535:
+        lf.port = None  # takes part in no conflict
+        lf.accepted = Cond("Accepted", False, "UnsupportedValue", f"port {l.get('port')!r} is not a port number (1-65535).")
+        return lf
+    if hostname is not None and not valid_hostname(hostname):
+        lf.accepted = Cond("Accepted", False, "UnsupportedValue", f"hostname {hostname!r} is not a hostname.")
+        return lf
     # supportedKinds: the kinds asked for that we serve; none asked means all we serve for the protocol
     allowed = _dict(l.get("allowedRoutes"))
     kinds = allowed.get("kinds")
@@ -416,20 +448,9 @@ def _secret_problem(owner: Obj, ref: dict[str, Any], index: ObjectIndex, grants:
     secret = index.by_ref.get(Ref(CORE_GROUP, "Secret", ns, name))
     if secret is None:
         return "NotFound", f"{where}: Secret {ns}/{name} does not exist."
-    data = _dict(secret.raw.get("data"))
-    crt, key = _pem(data.get("tls.crt")), _pem(data.get("tls.key"))
-    if "-----BEGIN CERTIFICATE-----" not in crt or "PRIVATE KEY-----" not in key:
+    if tls_pem(secret) is None:  # the data plane's reading of the Secret (stringData too)
         return "Malformed", f"{where}: Secret {ns}/{name} has no PEM certificate and key in tls.crt and tls.key."
     return None
-
-
-def _pem(value: Any) -> str:
-    if not isinstance(value, str):
-        return ""
-    try:
-        return base64.b64decode(value, validate=True).decode("ascii", "replace")
-    except (binascii.Error, ValueError):
-        return ""
 
 
 def _conflicts(raw: list[dict[str, Any]], listeners: dict[str, ListenerFacts]) -> None:
