@@ -367,6 +367,29 @@ def test_a_grant_finds_the_policies_from_other_namespaces_that_came_and_went_in_
             assert from_b not in a.outcomes and from_b not in result
 
 
+def test_the_last_object_of_a_namespace_without_its_namespace_object_takes_the_namespace_with_it() -> None:
+    """S4.5: a namespace exists while a Namespace object names it or an object lives in it. With its
+    Namespace object deleted, the Gateway living there holds it in the hierarchy; deleting that
+    Gateway (a kind with an in-place path of its own) must take the namespace's level away too, as a
+    full analysis does (hypothesis found it: the in-place update kept `Namespace/b`)."""
+    objs = [o for o in _small() if o["kind"] != "HTTPRoute"]
+    gw = next(o for o in objs if o["kind"] == "Gateway")
+    gw["metadata"]["namespace"] = "b"
+    objs.append({"apiVersion": "example.io/v1", "kind": "FieldPolicy", "metadata": meta("on-gw", "a"),
+                 "spec": {"targetRefs": [{"group": GW, "kind": "Gateway", "name": "gw", "namespace": "b"}], "defaults": {}}})
+    state = {key(o): o for o in objs}
+    a = analyse(copy.deepcopy(objs), now=NOW)
+    ns_b = state[("", "Namespace", "", "b")]
+    for old in (ns_b, gw):
+        del state[key(old)]
+        result = apply_change(a, copy.deepcopy(old), None)
+        if result is None:
+            a = analyse(copy.deepcopy(list(state.values())), now=NOW)
+        full = analyse(copy.deepcopy(list(state.values())), now=NOW)
+        assert canonical(a) == canonical(full), old["kind"]
+    assert Ref("", "Namespace", None, "b") not in a.topology.paths
+
+
 UNREAD = [("discovery.k8s.io/v1", "EndpointSlice", {"addressType": "IPv4", "endpoints": []}),
           ("v1", "Secret", {"data": {"tls.crt": "eA=="}}), ("v1", "ConfigMap", {"data": {"ca.crt": "x"}})]
 

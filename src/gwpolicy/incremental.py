@@ -12,7 +12,9 @@ and the status of the policies on the targets whose paths or existence changed.
 What still returns None (the caller runs a full analysis), being rare and costly to follow: a
 GatewayClass (every Gateway of the class moves), a CustomResourceDefinition or PolicyKind (a new
 policy kind, or a kind's schema and rules), an object in a namespace the analysis does not know yet,
-a malformed object (a full analysis leaves it out and says why), and objects of other kinds.
+a malformed object (a full analysis leaves it out and says why), an object deleted from a
+namespace no Namespace object names (it may be the last that makes the namespace exist, S4.5; a
+live cluster always has the Namespace object), and objects of other kinds.
 Property tests hold that the result equals a full analysis of the same objects.
 """
 
@@ -97,6 +99,10 @@ def apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) -
 
 
 def _apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
+    if new is None:
+        ns = (raw.get("metadata") or {}).get("namespace")
+        if ns and namespace_ref(ns) not in a.index.by_ref:
+            return None  # it may be the last object that makes its namespace exist (S4.5): whatever its kind
     ref = policy_ref(a, raw)
     if ref is not None:
         return update_policy(a, ref, new)
@@ -129,15 +135,14 @@ UNREAD_KINDS = {("discovery.k8s.io", "EndpointSlice"), (CORE_GROUP, "Secret"), (
 def update_unread(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] | None:
     """An object of a kind the analysis does not read: its new copy put in the index, nothing to
     recompute. A full analysis when a policy names the kind as a target (the object may be one),
-    when the kind or the namespace would be new to the index, when the kind's last object goes, or
-    when a deleted object may be all that makes its namespace exist."""
+    when the kind or the namespace would be new to the index, or when the kind's last object goes
+    (and, as for every kind, `_apply_change`, when a deleted object may be all that makes its
+    namespace exist)."""
     if ref.namespace is not None and ref.namespace not in a.index.namespaces:
         return None
     same_kind = a.index.of_kind(ref.group, ref.kind)
     if not same_kind or (raw is None and len(same_kind) == 1):
         return None
-    if raw is None and ref.namespace is not None and Ref(CORE_GROUP, "Namespace", None, ref.namespace) not in a.index.by_ref:
-        return None  # it may be the last object that makes its namespace exist (S4.5)
     if _kinds_targeted(a)[ref.kind]:
         return None
     replace_object(a.index, ref, raw)
