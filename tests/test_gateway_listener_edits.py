@@ -9,7 +9,6 @@ import asyncio
 import copy
 import random
 import re
-from typing import Any
 
 from gwpolicy.gateway.dataplane import server_id
 from gwpolicy.refs import GATEWAY_GROUP, Ref

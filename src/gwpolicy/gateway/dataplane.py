@@ -17,15 +17,12 @@ the spec's precedence (render.py makes it a `map`).
 
 from __future__ import annotations
 
-import base64
 import bisect
 import contextlib
 import gc
 import functools
-import binascii
 import hashlib
 import ipaddress
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
