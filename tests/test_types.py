@@ -24,7 +24,8 @@ CORE_MODULES = ("analysis.py", "effective.py", "incremental.py", "topology.py", 
                 "policies.py", "model.py", "refs.py", "merge")
 #: and its edges: input, output, explanations, the CLI, the admission webhook and the sandbox API server
 EDGE_MODULES = ("output.py", "load.py", "yamlfast.py", "explain.py", "effectiveobjects.py", "grants.py",
-                "kinds.py", "shapes.py", "timestamps.py", "serve.py", "cli", "webhook", "sandbox")
+                "kinds.py", "shapes.py", "timestamps.py", "serve.py", "cli", "webhook", "sandbox",
+                "__init__.py", "compiled.py", "corebuild.py")
 
 
 def _source_files() -> list[Path]:

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Mapping
+from typing import AbstractSet, Any, Callable, Iterable, Mapping
 
 from gwpolicy.attach import ACCEPTED, CONFLICTED, TargetOutcome, resolve_targets
 from gwpolicy.effective import EffectivePolicy, Evaluator, KindKey, LevelEntry, Pairs, Result, effective_policies, settings_schema
@@ -29,7 +29,7 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _by_kind(distinct: dict[Result, PolicyKind]) -> dict[KindKey, set[Ref]]:
+def _by_kind(distinct: dict[Result, PolicyKind]) -> dict[KindKey, AbstractSet[Ref]]:
     """Distinct results (a result with leaves belongs to one kind: its ladder holds that kind's
     entries) -> the policies they draw on, by kind, in the order the kinds first appear."""
     kinds: dict[KindKey, set[Ref]] = {}
@@ -42,12 +42,12 @@ def _by_kind(distinct: dict[Result, PolicyKind]) -> dict[KindKey, set[Ref]]:
     return {kk: refs for kk, refs in kinds.items() if refs}
 
 
-def _affected_of(distinct: dict[Ref, dict[Result, PolicyKind]]) -> dict[Ref, dict[KindKey, set[Ref]]]:
+def _affected_of(distinct: dict[Ref, dict[Result, PolicyKind]]) -> dict[Ref, dict[KindKey, AbstractSet[Ref]]]:
     """Object -> the policies of each kind its distinct results draw on. Objects with the same
     results (the routes of a listener that no policy of their own sets apart) share one dict: its
     users read it, and in-place updates replace an object's dict rather than change it."""
-    memo: dict[tuple[Result, ...], dict[KindKey, set[Ref]]] = {}
-    affected: dict[Ref, dict[KindKey, set[Ref]]] = {}
+    memo: dict[tuple[Result, ...], dict[KindKey, AbstractSet[Ref]]] = {}
+    affected: dict[Ref, dict[KindKey, AbstractSet[Ref]]] = {}
     for owner, seen in distinct.items():
         key = tuple(seen)
         kinds = memo.get(key)
@@ -82,7 +82,7 @@ class Analysis:
     warnings: list[str] = field(default_factory=list)
     attached: dict[tuple[KindKey, Ref], list[Policy]] = field(default_factory=dict)  # before conflicts, oldest first
     _status: list[StatusChange] | None = None
-    _affected: dict[Ref, dict[KindKey, set[Ref]]] | None = None
+    _affected: dict[Ref, dict[KindKey, AbstractSet[Ref]]] | None = None
     _by_target: dict[Ref, list[TargetOutcome]] | None = None
     _declaring: dict[Ref, set[Ref]] | None = None  # object -> policies declaring it or a section of it
     _affects: dict[Ref, set[Ref]] | None = None
@@ -103,7 +103,7 @@ class Analysis:
         return self._effective
 
     @property
-    def affected(self) -> dict[Ref, dict[KindKey, set[Ref]]]:
+    def affected(self) -> dict[Ref, dict[KindKey, AbstractSet[Ref]]]:
         """Object -> policy kind -> the policies that supply at least one leaf to it or its sections (S8.4)."""
         if self._affected is None:
             distinct: dict[Ref, dict[Result, PolicyKind]] = {}

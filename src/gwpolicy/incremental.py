@@ -24,7 +24,7 @@ import bisect
 import gc
 from collections import Counter
 from itertools import chain, filterfalse
-from typing import Any, Iterable
+from typing import AbstractSet, Any, Iterable
 
 from gwpolicy.analysis import Analysis, _level_entry
 from gwpolicy.attach import TargetOutcome, resolve_targets
@@ -352,8 +352,8 @@ def prepare(a: Analysis) -> None:
     """Build, right after a full analysis, the indexes the first incremental update would otherwise
     build on its own time (at 50k routes, tens of milliseconds of the first edit)."""
     topo = a.topology
-    if getattr(topo, "_nodes_at", None) is None:
-        topo._nodes_at = _nodes_at_of_full_analysis(topo)  # type: ignore[attr-defined]
+    if topo._nodes_at is None:
+        topo._nodes_at = _nodes_at_of_full_analysis(topo)
     route_index(a)
     a.affected  # noqa: B018 - and with it the effective policies by target
     a._declaring_index()
@@ -393,7 +393,7 @@ def _nodes_at_of_full_analysis(topo: Topology) -> dict[Ref, dict[PathNode, None]
 def nodes_at(a: Analysis) -> dict[Ref, dict[PathNode, None]]:
     """Every path node by its level (built by `prepare`, or else on the first incremental update)."""
     topo = a.topology
-    idx = getattr(topo, "_nodes_at", None)
+    idx = topo._nodes_at
     if idx is None:
         idx = {}
         stack = [topo.root]
@@ -403,7 +403,7 @@ def nodes_at(a: Analysis) -> dict[Ref, dict[PathNode, None]]:
                 idx.setdefault(n.level, {})[n] = None
             if n.children:
                 stack.extend(n.children.values())
-        topo._nodes_at = idx  # type: ignore[attr-defined]
+        topo._nodes_at = idx
     return idx
 
 
@@ -608,7 +608,7 @@ def _lists_of(by: dict[Ref, dict[PathNode, Pairs]], sections: dict[Ref, list[str
     return lists
 
 
-def _policies_of_pairs(lists: Iterable[Pairs]) -> dict[KindKey, set[Ref]]:
+def _policies_of_pairs(lists: Iterable[Pairs]) -> dict[KindKey, AbstractSet[Ref]]:
     """Policy kind -> the policies these (kind, result) lists draw on (S8.4), kinds in the order
     they first appear. A kind's set is the result's own (frozen) set where one result gives it
     all: no copy per owner (what affects an object is only read, and replaced as a whole)."""
@@ -630,7 +630,7 @@ def _fold(now: dict[KindKey, Any], kk: KindKey, pol: Any) -> None:
         now[kk] = got | pol
 
 
-def _set_affected(a: Analysis, owner: Ref, now: dict[KindKey, set[Ref]]) -> bool:
+def _set_affected(a: Analysis, owner: Ref, now: dict[KindKey, AbstractSet[Ref]]) -> bool:
     """What affects `owner` set to `now`; True when that changed."""
     if now == a.affected.get(owner, {}):
         return False
@@ -761,8 +761,10 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
                     if grand is not None and grand.summary is None:
                         summary(grand, shared)
                 key = (here, above, cid)
-                pairs = memo.get(key)  # type: ignore[assignment]
-                if pairs is None:
+                got_pairs = memo.get(key)
+                if got_pairs is not None:
+                    pairs = got_pairs
+                else:
                     pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate(target, n) if res.leaves]
             old = per_path.get(n)
             if old is not None:
@@ -897,7 +899,7 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     edit = _Edit(a)
     edit.take_route(ref)
     obj = replace_object(index, ref, raw)
-    ri = getattr(a.topology, "_route_index", None)
+    ri = a.topology._route_index
     if ri is not None:
         ri.put(ref, obj)
     if obj is not None:
@@ -991,25 +993,11 @@ def _names_of_route(route: Obj) -> tuple[set[Ref], set[str], bool]:
 
 def route_index(a: Analysis) -> RouteIndex:
     topo = a.topology
-    ri = getattr(topo, "_route_index", None)
+    ri = topo._route_index
     if ri is None:
         ri = RouteIndex(a.index)
-        topo._route_index = ri  # type: ignore[attr-defined]
+        topo._route_index = ri
     return ri
-
-
-class _Shadow(dict):
-    """Paths a route attaches, written apart from the topology's; the listener paths it attaches
-    below are read from the topology itself."""
-
-    def __init__(self, base: dict[Ref, dict[PathNode, None]]) -> None:
-        super().__init__()
-        self.base = base
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        if dict.__contains__(self, key):
-            return dict.__getitem__(self, key)
-        return self.base.get(key, default)
 
 
 class _Edit:
@@ -1069,10 +1057,10 @@ class _Edit:
     def put_route(self, route: Obj, grants: ReferenceGrants) -> None:
         """The route's paths derived from the objects as they are now."""
         topo = self.topo
-        shadow = Topology(paths=_Shadow(topo.paths), root=topo.root, listeners_of=topo.listeners_of,
-                          ports_of=topo.ports_of)
-        self.backends |= attach_route(shadow, route, self.a.index, grants)
-        for t, nodes in dict.items(shadow.paths):
+        # the route's paths written to a table of their own (the listeners' read from the topology's)
+        shadow = Topology(paths={}, root=topo.root, listeners_of=topo.listeners_of, ports_of=topo.ports_of)
+        self.backends |= attach_route(shadow, route, self.a.index, grants, topo.paths)
+        for t, nodes in shadow.paths.items():
             for n in nodes:
                 self.add(t, n)
         topo.sections[route.ref] = shadow.sections.get(route.ref, [])
@@ -1143,7 +1131,7 @@ class _Edit:
         paths = topo.paths
         nsref = namespace_ref(ns)
         grants = ReferenceGrants(index)
-        shadow = Topology(paths=_Shadow(paths), root=topo.root, listeners_of=topo.listeners_of, ports_of=topo.ports_of)
+        shadow = Topology(paths={}, root=topo.root, listeners_of=topo.listeners_of, ports_of=topo.ports_of)
         for r in routes:
             route = index.by_ref.get(r)
             if route is None or r.namespace == ns:
@@ -1164,7 +1152,7 @@ class _Edit:
                 for bref in rule.get("backendRefs") or []:
                     if isinstance(bref, dict) and (bref.get("namespace") or r.namespace) == ns:
                         _add_backend(route, bref, bases, index, grants, shadow, self.backends, topo.ports_of)
-        for t, nodes in dict.items(shadow.paths):
+        for t, nodes in shadow.paths.items():
             for n in nodes:
                 self.add(t, n)
 
@@ -1395,7 +1383,7 @@ def _forget_object(a: Analysis, edit: _Edit, ref: Ref) -> None:
             edit.refresh.extend(topo.paths.get(t, ()))
 
 
-def _finish(a: Analysis, edit: _Edit, obj: Ref, reresolve: set[Ref], policies: set[Ref] = frozenset()) -> set[Ref] | None:  # type: ignore[assignment]
+def _finish(a: Analysis, edit: _Edit, obj: Ref, reresolve: set[Ref], policies: AbstractSet[Ref] = frozenset()) -> set[Ref] | None:
     """Settle the edit; resolve again the policies given and those declaring the objects given or any
     that came into or went out of the hierarchy (their targets may have appeared or gone); the
     objects to check, among them the policies on every target whose paths changed (their status

@@ -122,6 +122,10 @@ class Topology:
     warnings: list[str] = field(default_factory=list)
     #: (group, kind) of every policy kind: never a target, though its objects are in the input
     policy_kinds: frozenset[tuple[str, str]] = frozenset()
+    #: indexes an in-place update makes the first time it needs them and keeps up to date
+    #: (incremental.nodes_at, incremental.route_index); declared, as a compiled class has no others
+    _nodes_at: dict[Ref, dict[PathNode, None]] | None = field(default=None, repr=False, compare=False)
+    _route_index: Any = field(default=None, repr=False, compare=False)
 
     def exists(self, ref: Ref) -> bool:
         return ref.object in self.paths
@@ -261,13 +265,16 @@ def build_topology(index: ObjectIndex, grants: ReferenceGrants) -> Topology:
     return topo
 
 
-def attach_route(topo: Topology, route: Obj, index: ObjectIndex, grants: ReferenceGrants) -> set[Ref]:
-    """Add a route, its named rules and its backends (and their ports) to the topology; the backends."""
+def attach_route(topo: Topology, route: Obj, index: ObjectIndex, grants: ReferenceGrants,
+                 listener_paths: dict[Ref, dict[PathNode, None]] | None = None) -> set[Ref]:
+    """Add a route, its named rules and its backends (and their ports) to the topology; the backends.
+    `listener_paths`: where the listeners' paths are read, when not `topo.paths` (an in-place update
+    writes a route's paths to a table of its own, apart from the topology it reads)."""
     reached: set[Ref] = set()
-    route_paths = _route_paths(route, index, topo.listeners_of, topo)
+    route_paths = _route_paths(route, index, topo.listeners_of, topo, None, listener_paths)
     ref = route.ref
     paths = topo.paths
-    if route_paths:  # setdefault, not get: an in-place update's paths may be a shadow whose `get` reads through
+    if route_paths:
         registry = paths.setdefault(ref, {})
         for p in route_paths:
             registry[p] = None
@@ -348,9 +355,11 @@ def parent_listeners(route: Obj, pref: dict[str, Any], gw: Obj, listeners: list[
 
 
 def _route_paths(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[dict[str, Any]]],
-                 topo: Topology, admits: dict[tuple[int, str | None, str], bool] | None = None) -> list[PathNode]:
+                 topo: Topology, admits: dict[tuple[int, str | None, str], bool] | None = None,
+                 listener_paths: dict[Ref, dict[PathNode, None]] | None = None) -> list[PathNode]:
     """One path per listener the route is attached to; `Namespace > route` when none (S4.3).
-    `admits`: as `parent_listeners` takes it."""
+    `admits`: as `parent_listeners` takes it; `listener_paths`: as `attach_route` takes it."""
+    lpaths = topo.paths if listener_paths is None else listener_paths
     spec = route.spec
     parent_refs = [p for p in spec.get("parentRefs") or [] if isinstance(p, dict)] if isinstance(spec, dict) else []
     topo.route_parents[route.ref] = parent_refs
@@ -363,7 +372,7 @@ def _route_paths(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[di
         attached, _ = parent_listeners(route, pref, gw, listeners_of.get(gw_ref, []), index, admits)
         for listener in attached:
             lref = _new_ref(Ref, (gw_ref[0], gw_ref[1], gw_ref[2], gw_ref[3], listener["name"]))  # `with_section`
-            for lp in topo.paths.get(lref, ()):
+            for lp in lpaths.get(lref, ()):
                 paths[extend(lp, route.ref)] = None
     if not paths:
         paths[extend(topo.root, route.ref)] = None
@@ -396,7 +405,7 @@ def _add_backend(route: Obj, bref: dict[str, Any], bases: list[PathNode], index:
         topo.virtual.add(ref)
     services_reached.add(ref)
     # the ports this backendRef reaches, each with its registry of paths, found once for all bases
-    paths = topo.paths  # written with setdefault: an in-place update's may be a shadow whose `get` reads through
+    paths = topo.paths
     registry = paths.setdefault(ref, {})
     ports: list[tuple[Ref, dict[PathNode, None]]] = []
     if obj is not None and kind == "Service" and group == CORE_GROUP:

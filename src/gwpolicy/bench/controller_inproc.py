@@ -26,6 +26,8 @@ import tempfile
 import time
 from typing import Any, Callable
 
+from gwpolicy import compiled
+
 GW = "gateway.networking.k8s.io"
 P = "policy.example.io"
 
@@ -312,7 +314,7 @@ def measure(path: str, verify: bool = False) -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = []
+    lines = [compiled.describe()]
     for r in rows:
         lines.append(f"{r['routes']:,} routes, {r['objects']:,} objects ({r['cluster']}): full analysis "
                      f"{r['full_analysis_s']:.2f} s wall, {r['full_analysis_cpu_s']:.2f} s CPU; peak RSS {r['peak_rss_mb']:,.0f} MB"

@@ -27,6 +27,8 @@ import sys
 import tempfile
 from typing import Any, Callable
 
+from gwpolicy import compiled
+
 #: what to install when valgrind is missing (Debian's package holds callgrind, vgdb and callgrind_control)
 DEBIAN_PACKAGE = "valgrind"
 
@@ -309,11 +311,12 @@ def opcodes_child(path: str, wanted: int, top: int) -> dict[str, Any]:
 
 
 def opcodes(path: str, wanted: int, top: int) -> dict[str, Any]:
-    """`opcodes_child` in a fresh process with string hashing fixed, so that the counts repeat."""
+    """`opcodes_child` in a fresh process with string hashing fixed, so that the counts repeat; on the
+    interpreted core (a compiled module runs no bytecodes: its work would not be counted)."""
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "result.json")
         cmd = [sys.executable, "-P", "-m", "gwpolicy.bench.instructions", "--opcodes-child", path, str(wanted), str(top), result]
-        subprocess.run(cmd, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+        subprocess.run(cmd, check=True, env={**os.environ, "PYTHONHASHSEED": "0", compiled.PURE_ENV: "1"})
         with open(result, encoding="utf-8") as fh:
             out: dict[str, Any] = json.load(fh)
     return out

@@ -18,6 +18,7 @@ import tempfile
 import time
 from typing import Any
 
+from gwpolicy import compiled
 from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.bench.generate import write_yaml
 
@@ -78,7 +79,7 @@ def exponents(rows: list[dict[str, Any]], key: str) -> list[str]:
 
 def report(rows: list[dict[str, Any]], controller: list[dict[str, Any]] | None = None) -> str:
     lines = [f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-             f"{platform.platform()}", ""]
+             f"{platform.platform()}; {compiled.describe()}", ""]
     if rows:
         lines += _engine_table(rows)
     if controller:
