@@ -79,3 +79,18 @@ def path_lists(a: Any) -> list[tuple[list, tuple]]:
 def assert_lists_unchanged(held: list[tuple[list, tuple]]) -> None:
     changed = [was for pairs, was in held if tuple(pairs) != was]
     assert not changed, f"{len(changed)} path lists changed in place, e.g. {changed[0]}"
+
+
+def interpreted(module: str) -> Any:
+    """A fresh copy of a core module run from its source, whichever core is imported: a test that
+    patches a function the module calls patches this copy (a compiled module calls its functions
+    directly, past a patched module attribute). The copy's own classes are its own."""
+    import importlib.util
+
+    from gwpolicy import compiled
+    spec = importlib.util.spec_from_file_location(f"_interpreted_{module.replace('.', '_')}", compiled._source(module))
+    assert spec is not None and spec.loader is not None
+    copy = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = copy  # dataclasses look their module up while it runs
+    spec.loader.exec_module(copy)
+    return copy

@@ -106,3 +106,15 @@ def test_the_compiled_and_the_interpreted_core_give_the_same_answers(tmp_path: P
             assert both[0].returncode == both[1].returncode, (cmd, both[0].stderr, both[1].stderr)
             assert both[0].stdout == both[1].stdout, cmd
             assert both[0].stdout.strip(), (cmd, both[0].stderr)
+
+
+def test_the_compiled_modules_are_the_core_that_mypy_holds() -> None:
+    """A module added to the core is compiled with it (and held to the annotations mypyc checks)."""
+    from test_types import CORE_MODULES, PACKAGE
+    core = set()
+    for name in CORE_MODULES:
+        path = PACKAGE / name
+        for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            if f.name != "__init__.py":
+                core.add("gwpolicy." + ".".join(f.relative_to(PACKAGE).with_suffix("").parts))
+    assert set(compiled.MODULES) == core

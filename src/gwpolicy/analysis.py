@@ -7,6 +7,7 @@ walks is sorted, so a shuffled input gives the same effective policies and statu
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from operator import attrgetter
@@ -91,6 +92,9 @@ class Analysis:
     # sorted; one list shared by the paths with the same results): an incremental update replaces
     # one path's list without walking a target's other paths
     _by_effective_target: dict[Ref, dict[PathNode, Pairs]] | None = None
+    # made by incremental.prepare and kept by its updates (`_kinds_targeted`, `_named_across` there)
+    _kinds_targeted: Counter[Any] | None = None
+    _named_across: dict[str, set[Ref]] | None = None
 
     @property
     def effective(self) -> list[EffectivePolicy]:

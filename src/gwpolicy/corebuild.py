@@ -41,8 +41,8 @@ def _sources() -> list[Path]:
 
 
 def _built_files() -> list[Path]:
-    names = [m.rsplit(".", 1)[1] for m in MODULES] + [GROUP.rsplit(".", 1)[1] + "__mypyc"]
-    return [p for n in names for p in PACKAGE_DIR.glob(n + ".*") if p.suffix in (".so", ".pyd")]
+    stems = [_source(m).with_suffix("") for m in MODULES] + [_source(GROUP + "__mypyc").with_suffix("")]
+    return [p for s in stems for p in s.parent.glob(s.name + ".*") if p.suffix in (".so", ".pyd")]
 
 
 def clean() -> None:
@@ -86,7 +86,7 @@ def build(workdir: Path) -> None:
             ext = mypycify([str(_source(m).relative_to(PACKAGE_DIR.parent)) for m in MODULES],
                            opt_level="3", group_name=GROUP, target_dir=str(workdir / "c"))
             setup(name="gwpolicy-core", ext_modules=ext,
-                  script_args=["-q", "build_ext", "--inplace", "--build-temp", str(workdir / "o"),
+                  script_args=["-q", "build_ext", "--inplace", "--build-temp", str(workdir / "o"), "--build-lib", str(workdir / "lib"),
                                "--parallel", str(os.cpu_count() or 1)])
         finally:
             os.chdir(here)

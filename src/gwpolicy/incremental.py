@@ -153,10 +153,10 @@ def _kinds_targeted(a: Analysis) -> Counter[Any]:
     """How many targetRefs of the policies name each kind: made with the first unread object's
     change (a Secret renewed: at 10k routes, 4,000 policies scanned each time), then kept by
     `update_policy`."""
-    got: Counter[Any] | None = getattr(a, "_kinds_targeted", None)
+    got: Counter[Any] | None = a._kinds_targeted
     if got is None:
         got = Counter(t.get("kind") for p in a.policies.values() for t in p.target_refs if isinstance(t, dict))
-        a._kinds_targeted = got  # type: ignore[attr-defined]
+        a._kinds_targeted = got
     return got
 
 
@@ -164,12 +164,12 @@ def _named_across(a: Analysis) -> dict[str, set[Ref]]:
     """Namespace -> the policies of other namespaces with a targetRef naming it (a ReferenceGrant
     there may change what they attach to, S3.4): made with the first grant change (at 20k routes,
     a scan of every policy's outcomes was a tenth of a grant edit), then kept by `update_policy`."""
-    got: dict[str, set[Ref]] | None = getattr(a, "_named_across", None)
+    got: dict[str, set[Ref]] | None = a._named_across
     if got is None:
         got = {}
         for p in a.policies.values():
             _name_across(got, p, True)
-        a._named_across = got  # type: ignore[attr-defined]
+        a._named_across = got
     return got
 
 
@@ -187,12 +187,12 @@ def _name_across(got: dict[str, set[Ref]], p: Policy, add: bool) -> None:
 def _count_targets(a: Analysis, p: Policy, by: int) -> None:
     """`_kinds_targeted` and `_named_across` kept up to date as a policy goes (-1) or comes (+1),
     once they are made."""
-    got: Counter[Any] | None = getattr(a, "_kinds_targeted", None)
+    got: Counter[Any] | None = a._kinds_targeted
     if got is not None:
         for t in p.target_refs:
             if isinstance(t, dict):
                 got[t.get("kind")] += by
-    across: dict[str, set[Ref]] | None = getattr(a, "_named_across", None)
+    across: dict[str, set[Ref]] | None = a._named_across
     if across is not None:
         _name_across(across, p, by > 0)
 
