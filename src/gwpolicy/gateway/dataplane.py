@@ -25,13 +25,16 @@ import hashlib
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gwpolicy.gateway import backendtls, frontendtls, pathregex, policyconf
-from gwpolicy.gateway.listeners import HOSTNAME, tls_pem as _tls_pem
+from gwpolicy.gateway import backendtls, pathregex, policyconf
+from gwpolicy.gateway.listeners import HOSTNAME
 from gwpolicy.grants import ReferenceGrants, _from_key as grant_from_key
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
+
+if TYPE_CHECKING:  # status imports this module
+    from gwpolicy.gateway.status import ListenerFacts
 
 DEFAULT_CONTROLLER_NAME = "gwpolicy.io/gateway-controller"
 DEFAULT_ADDRESS_POOL = "127.0.1.0/24"
@@ -45,7 +48,6 @@ INVALID_KIND = "InvalidKind"
 NO_ENDPOINTS = "NoReadyEndpoints"  # ResolvedRefs stays True; traffic gets 500
 BACKEND_TLS_INVALID = "BackendTLSPolicyInvalid"  # the BackendTLSPolicy cannot be programmed: fail closed, 500
 UNSUPPORTED_VALUE = "UnsupportedValue"
-INVALID_CERTIFICATE_REF = "InvalidCertificateRef"
 UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
 PORT_UNAVAILABLE = "PortUnavailable"
 
@@ -586,7 +588,6 @@ class _Builder:
                 why = lf.conflicted if lf.conflicted.status else next(c for c in (lf.resolved_refs, lf.accepted) if not c.status)
                 self.listener_facts[lref] = ListenerFact(False, why.reason, why.message)
                 continue
-            l = next(x for x in _list(_dict(gw.spec).get("listeners")) if isinstance(x, dict) and x.get("name") == name)
             assert lf.port is not None  # servable listeners have a port
             port, protocol, hostname = lf.port, lf.protocol, (lf.hostname or "").lower()
             if protocol == "TLS" and self.config.stream_module is None:
@@ -594,54 +595,28 @@ class _Builder:
                                                          f"TLS passthrough needs NGINX's stream module ({STREAM_MODULE}, "
                                                          "Debian package libnginx-mod-stream), which is not installed")
                 continue
-            cert = None
-            if protocol == "HTTPS":
-                cert, problem = self._certificate(gw, l)
-                if cert is None:
-                    self.listener_facts[lref] = ListenerFact(False, problem[0], problem[1])
-                    continue
-            client_ca, client_mode = None, ""
-            if protocol == "HTTPS":
-                validation = frontendtls.listener_validation(gw, port, self.index, self.grants)
-                if validation is not None and not validation.ok:  # fail closed, never a weaker check
-                    reason, message = validation.problems[0]
-                    self.listener_facts[lref] = ListenerFact(False, reason, f"Gateway {gw.namespace}/{gw.name}: {message}")
-                    continue
-                if validation is not None:
+            cert, client_ca, client_mode = None, None, ""
+            if protocol == "HTTPS":  # the certificate and client CAs status resolved (servable: all of them)
+                cert = self._certificate(lf)
+                if lf.client_cas:  # a listener whose validation has a problem is not servable (fail closed)
                     client_ca = f"tls/clientca_{_slug(gw.namespace)}_{_slug(gw.name)}_{port}.pem"
-                    client_mode = validation.mode
-                    self.secrets[client_ca] = validation.bundle
+                    client_mode = lf.client_mode
+                    self.secrets[client_ca] = lf.client_bundle
             sid = server_id(gw.namespace, gw.name, name)
             out.append(Server(sid, gw.ref, lref, address, port + self.config.port_offset, protocol, hostname, cert,
                               client_ca=client_ca, client_mode=client_mode))
             self.listener_facts[lref] = ListenerFact(True)
         return out
 
-    def _certificate(self, gw: Any, listener: dict[str, Any]) -> tuple[str | None, tuple[str, str]]:
-        tls = _dict(listener.get("tls"))
-        where = f"Gateway {gw.namespace}/{gw.name} listener {listener['name']}"
-        if tls.get("mode", "Terminate") != "Terminate":
-            return None, (UNSUPPORTED_VALUE, f"{where}: tls.mode {tls.get('mode')!r} is not supported (Terminate is)")
-        refs = [r for r in _list(tls.get("certificateRefs")) if isinstance(r, dict)]
-        if not refs:
-            return None, (INVALID_CERTIFICATE_REF, f"{where}: tls.certificateRefs is empty")
-        r = refs[0]
-        group, kind = r.get("group") or CORE_GROUP, r.get("kind") or "Secret"
-        ns = r.get("namespace") or gw.namespace
-        name = str(r.get("name", ""))
-        if (group, kind) != (CORE_GROUP, "Secret"):
-            return None, (INVALID_CERTIFICATE_REF, f"{where}: certificateRefs[0] is a {kind}; a Secret is needed")
-        if ns != gw.namespace and not self.grants.allows(GATEWAY_GROUP, "Gateway", gw.namespace or "", CORE_GROUP, "Secret", ns, name):
-            return None, (REF_NOT_PERMITTED, f"{where}: Secret {ns}/{name} is in another namespace and no ReferenceGrant allows it")
-        secret = self.index.by_ref.get(Ref(CORE_GROUP, "Secret", ns, name))
-        if secret is None:
-            return None, (INVALID_CERTIFICATE_REF, f"{where}: Secret {ns}/{name} does not exist")
-        pem = _tls_pem(secret)
-        if pem is None:
-            return None, (INVALID_CERTIFICATE_REF, f"{where}: Secret {ns}/{name} has no valid PEM tls.crt and tls.key")
-        path = f"secrets/{ns}_{name}.pem"
-        self.secrets[path] = pem
-        return path, ("", "")
+    def _certificate(self, lf: "ListenerFacts") -> str:
+        """The file of a servable HTTPS listener's certificate: its first certificateRef, as status
+        resolved it (status.certificate_secret, the one check of a certificate Secret)."""
+        if not lf.certificates:  # status leaves an HTTPS listener without a certificate unservable
+            raise DataPlaneError(f"listener {lf.name}: servable HTTPS listener without a resolved certificate")
+        cert = lf.certificates[0]
+        path = f"secrets/{cert.secret.namespace}_{cert.secret.name}.pem"
+        self.secrets[path] = cert.pem
+        return path
 
     # -- TLS passthrough ----------------------------------------------------------------------
 

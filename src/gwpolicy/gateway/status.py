@@ -81,6 +81,24 @@ class Cond:
                          generation, find_condition(previous, self.type), now)
 
 
+@dataclass(frozen=True)
+class Certificate:
+    """A certificate Secret that resolved: its reference and the PEM file (certificate, then key)
+    that `listeners.tls_pem` read from it, which is what the data plane serves."""
+
+    secret: Ref
+    pem: bytes
+
+
+@dataclass(frozen=True)
+class SecretProblem:
+    """Why a Secret reference is unusable as a certificate: `kind` is InvalidKind, RefNotPermitted,
+    NotFound or Malformed; `message` names the field and the Secret."""
+
+    kind: str
+    message: str
+
+
 @dataclass
 class ListenerFacts:
     name: str
@@ -91,9 +109,11 @@ class ListenerFacts:
     accepted: Cond
     resolved_refs: Cond
     conflicted: Cond
-    certificates: list[Ref] = field(default_factory=list)  # Secrets (valid, permitted) to serve
+    #: HTTPS: every certificateRef resolved (the data plane serves the first); empty unless all resolve
+    certificates: list[Certificate] = field(default_factory=list)
     client_cas: list[Ref] = field(default_factory=list)  # ConfigMaps with ca.crt for client validation
     client_mode: str = ""  # frontendtls.ALLOW_VALID_ONLY | ALLOW_INSECURE_FALLBACK when client_cas
+    client_bundle: bytes = b""  # their ca.crt, concatenated: what NGINX verifies clients against
     attached_routes: int = 0
 
     @property
@@ -333,14 +353,14 @@ def _gateway(gw: Obj, gc_ref: Ref, index: ObjectIndex, grants: ReferenceGrants) 
     resolved = None
     backend = _dict(_dict(spec.get("tls")).get("backend"))
     if isinstance(backend.get("clientCertificateRef"), dict):
-        problem = _secret_problem(gw, backend["clientCertificateRef"], index, grants, "spec.tls.backend.clientCertificateRef")
-        if problem is None:  # resolved, but said plainly: NGINX does not present it (not in supportedFeatures)
+        got = certificate_secret(gw, backend["clientCertificateRef"], index, grants, "spec.tls.backend.clientCertificateRef")
+        if isinstance(got, Certificate):  # resolved, but said plainly: NGINX does not present it (not in supportedFeatures)
             resolved = Cond("ResolvedRefs", True, "ResolvedRefs",
                             "The backend client certificate is resolved, but this data plane does not present client "
                             "certificates to backends (GatewayBackendClientCertificate is not supported).")
         else:
-            reason = "RefNotPermitted" if problem[0] == "RefNotPermitted" else "InvalidClientCertificateRef"
-            resolved = Cond("ResolvedRefs", False, reason, problem[1])
+            reason = "RefNotPermitted" if got.kind == "RefNotPermitted" else "InvalidClientCertificateRef"
+            resolved = Cond("ResolvedRefs", False, reason, got.message)
     return GatewayFacts(gw.ref, gw, gc_ref, listeners, accepted, resolved, addresses)
 
 
@@ -413,44 +433,49 @@ def _listener(gw: Obj, l: dict[str, Any], index: ObjectIndex, grants: ReferenceG
         if not refs:
             lf.resolved_refs = Cond("ResolvedRefs", False, "InvalidCertificateRef", "tls.certificateRefs is empty.")
         for i, ref in enumerate(refs):
-            problem = _secret_problem(gw, ref, index, grants, f"tls.certificateRefs[{i}]")
-            if problem is not None:
-                reason = "RefNotPermitted" if problem[0] == "RefNotPermitted" else "InvalidCertificateRef"
-                lf.resolved_refs = Cond("ResolvedRefs", False, reason, problem[1])
+            got = certificate_secret(gw, ref, index, grants, f"tls.certificateRefs[{i}]")
+            if isinstance(got, SecretProblem):
+                reason = "RefNotPermitted" if got.kind == "RefNotPermitted" else "InvalidCertificateRef"
+                lf.resolved_refs = Cond("ResolvedRefs", False, reason, got.message)
                 lf.certificates = []
                 break
-            lf.certificates.append(Ref(CORE_GROUP, "Secret", ref.get("namespace") or gw.namespace, str(ref["name"])))
+            lf.certificates.append(got)
         # frontend client certificate validation (gateway/frontendtls.py, shared with the data plane)
         validation = frontendtls.listener_validation(gw, port, index, grants) if lf.resolved_refs.status else None
         if validation is not None:
             lf.client_cas = list(validation.cas)
             lf.client_mode = validation.mode
+            lf.client_bundle = validation.bundle
             if validation.problems:
                 reason, msg = validation.problems[0]
                 lf.resolved_refs = Cond("ResolvedRefs", False, reason, msg)
                 if not validation.cas or reason == "UnsupportedValue":
                     lf.accepted = Cond("Accepted", False, frontendtls.NO_VALID_CA if reason != "UnsupportedValue" else reason, msg)
                     lf.client_cas = []
+                    lf.client_bundle = b""
     return lf
 
 
-def _secret_problem(owner: Obj, ref: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants,
-                    where: str) -> tuple[str, str] | None:
-    """Why a Secret reference of a Gateway is unusable as a TLS certificate; None when it is usable."""
+def certificate_secret(owner: Obj, ref: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants,
+                       where: str) -> Certificate | SecretProblem:
+    """A Secret reference of a Gateway, resolved to the certificate the data plane serves, or why
+    it is unusable: the one place that decides (the data plane takes `ListenerFacts.certificates`)."""
     group = ref.get("group") or CORE_GROUP
     kind = ref.get("kind") or "Secret"
     ns = ref.get("namespace") or owner.namespace or ""
     name = str(ref.get("name", ""))
     if group != CORE_GROUP or kind != "Secret":
-        return "InvalidKind", f"{where}: {group + '/' if group else ''}{kind} is not a Secret."
+        return SecretProblem("InvalidKind", f"{where}: {group + '/' if group else ''}{kind} is not a Secret.")
     if ns != owner.namespace and not grants.allows(GATEWAY_GROUP, "Gateway", owner.namespace or "", CORE_GROUP, "Secret", ns, name):
-        return "RefNotPermitted", f"{where}: Secret {ns}/{name} is in another namespace and no ReferenceGrant allows it."
-    secret = index.by_ref.get(Ref(CORE_GROUP, "Secret", ns, name))
+        return SecretProblem("RefNotPermitted", f"{where}: Secret {ns}/{name} is in another namespace and no ReferenceGrant allows it.")
+    secret_ref = Ref(CORE_GROUP, "Secret", ns, name)
+    secret = index.by_ref.get(secret_ref)
     if secret is None:
-        return "NotFound", f"{where}: Secret {ns}/{name} does not exist."
-    if tls_pem(secret) is None:  # the data plane's reading of the Secret (stringData too)
-        return "Malformed", f"{where}: Secret {ns}/{name} has no PEM certificate and key in tls.crt and tls.key."
-    return None
+        return SecretProblem("NotFound", f"{where}: Secret {ns}/{name} does not exist.")
+    pem = tls_pem(secret)  # `data` or `stringData`
+    if pem is None:
+        return SecretProblem("Malformed", f"{where}: Secret {ns}/{name} has no PEM certificate and key in tls.crt and tls.key.")
+    return Certificate(secret_ref, pem)
 
 
 def _conflicts(raw: list[dict[str, Any]], listeners: dict[str, ListenerFacts]) -> None:
