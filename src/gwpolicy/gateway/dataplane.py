@@ -34,7 +34,7 @@ from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
 
 if TYPE_CHECKING:  # status imports this module
-    from gwpolicy.gateway.status import ListenerFacts
+    from gwpolicy.gateway.status import Cond, ListenerFacts
 
 DEFAULT_CONTROLLER_NAME = "gwpolicy.io/gateway-controller"
 DEFAULT_ADDRESS_POOL = "127.0.1.0/24"
@@ -295,6 +295,9 @@ class DataPlane:
     warnings: list[str] = field(default_factory=list)
     passthrough: list[PassthroughServer] = field(default_factory=list)
     stream_upstreams: dict[str, Upstream] = field(default_factory=dict)  # of the passthrough servers
+    #: Gateway -> why nothing of it is served: not ours (no such GatewayClass, another controller's)
+    #: or not accepted (its class or itself, as status says)
+    unserved: dict[Ref, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -510,6 +513,7 @@ class _Builder:
         self.listener_facts: dict[Ref, ListenerFact] = {}
         self.route_facts: dict[Ref, RouteFact] = {}
         self.warnings: list[str] = []
+        self.unserved: dict[Ref, str] = {}  # Gateway -> why none of its listeners is served
         self._slices: dict[tuple[str, str], tuple[Any, ...]] | None = None
         self._grants_by_ns: dict[tuple[str, tuple[str, str, str]], tuple[Any, ...]] | None = None
         #: what the route being built reads by reference, of EndpointSlices and of ReferenceGrants
@@ -523,24 +527,35 @@ class _Builder:
 
     # -- gateways and listeners ---------------------------------------------------------------
 
-    def _our_gateways(self) -> list[Any]:
+    def _our_gateways(self) -> list[tuple[Any, "Cond"]]:
+        """The Gateways of our GatewayClasses, each with its class' Accepted condition (as status
+        says it: a Gateway of a class that is not accepted is served nothing); why each other
+        Gateway is not ours goes to `unserved`."""
+        from gwpolicy.gateway.status import class_acceptance  # status imports this module
+
         out = []
         for gw in self.index.of_kind(GATEWAY_GROUP, "Gateway"):
-            cls = self.index.by_ref.get(Ref(GATEWAY_GROUP, "GatewayClass", None, str(_dict(gw.spec).get("gatewayClassName", ""))))
+            class_name = str(_dict(gw.spec).get("gatewayClassName", ""))
+            cls = self.index.by_ref.get(Ref(GATEWAY_GROUP, "GatewayClass", None, class_name))
             if cls is None:
+                self.unserved[gw.ref] = f"GatewayClass {class_name!r} does not exist"
                 continue
-            if self.config.controller_name is not None and _dict(cls.spec).get("controllerName") != self.config.controller_name:
+            controller = _dict(cls.spec).get("controllerName")
+            if self.config.controller_name is not None and controller != self.config.controller_name:
+                self.unserved[gw.ref] = (f"GatewayClass {class_name} belongs to controller {controller!r}, "
+                                         f"not {self.config.controller_name!r}")
                 continue
-            out.append(gw)
+            out.append((gw, class_acceptance(cls)))
         return out
 
     def build(self) -> DataPlane:
-        gateways = self._our_gateways()
+        ours = self._our_gateways()
+        gateways = [gw for gw, _ in ours]
         addresses = gateway_addresses(gateways, self.config)
         servers: list[Server] = []
         owner: dict[tuple[str, int], Ref] = {}  # address:port -> the Gateway serving it
-        for gw in sorted(gateways, key=lambda g: g.age_key):  # the older Gateway keeps a shared address:port
-            for srv in self._gateway_servers(gw, addresses[gw.ref]):
+        for gw, class_ok in sorted(ours, key=lambda g: g[0].age_key):  # the older Gateway keeps a shared address:port
+            for srv in self._gateway_servers(gw, class_ok, addresses[gw.ref]):
                 first = owner.setdefault((srv.address, srv.port), gw.ref)
                 if first != gw.ref:  # two Gateways on one address:port would make NGINX refuse everything
                     self.listener_facts[srv.listener] = ListenerFact(
@@ -566,16 +581,18 @@ class _Builder:
                     shared.https_names.append(s.hostname)
         return DataPlane(servers, dict(sorted(self.upstreams.items())), self.actions, dict(sorted(self.secrets.items())),
                          addresses, self.listener_facts, self.route_facts, self.config, self.warnings,
-                         streams, dict(sorted(self.stream_upstreams.items())))
+                         streams, dict(sorted(self.stream_upstreams.items())), self.unserved)
 
-    def _gateway_servers(self, gw: Any, address: str) -> list[Server]:
+    def _gateway_servers(self, gw: Any, class_ok: "Cond", address: str) -> list[Server]:
         # which listeners are served is status' verdict (status.listener_verdicts: the one rule,
         # conflicts included); only what needs the data plane itself (the stream module, the
         # certificate file, address:port ownership across Gateways) is decided here on top
         from gwpolicy.gateway.status import gateway_acceptance, listener_verdicts  # status imports this module
 
         verdicts = listener_verdicts(gw, self.index, self.grants)
-        gateway_ok = gateway_acceptance(gw, verdicts)
+        gateway_ok = gateway_acceptance(gw, verdicts, class_ok)
+        if not gateway_ok.status:
+            self.unserved[gw.ref] = f"it is not accepted ({gateway_ok.reason}): {gateway_ok.message}"
         out = []
         for name, lf in verdicts.items():
             lref = gw.ref.with_section(name)

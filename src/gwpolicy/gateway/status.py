@@ -220,12 +220,7 @@ def gateway_facts(index: ObjectIndex, controller: str = GATEWAY_CONTROLLER,
     facts = Facts(controller, {}, {}, {}, {})
     version = _bundle_version(index)
     for ref, gc in classes.items():
-        params = _dict(gc.spec).get("parametersRef")
-        if isinstance(params, dict):
-            facts.classes[ref] = Cond("Accepted", False, "InvalidParameters",
-                                      f"parametersRef {params.get('kind')}/{params.get('name')}: this gateway takes no parameters")
-        else:
-            facts.classes[ref] = Cond("Accepted", True, "Accepted", "Handled by the gwpolicy NGINX gateway.")
+        facts.classes[ref] = class_acceptance(gc)
         facts.class_versions[ref] = version
     for gw in index.of_kind(GATEWAY_GROUP, "Gateway"):
         gc_ref = Ref(GATEWAY_GROUP, "GatewayClass", None, str(_dict(gw.spec).get("gatewayClassName", "")))
@@ -241,14 +236,20 @@ def gateway_facts(index: ObjectIndex, controller: str = GATEWAY_CONTROLLER,
     return facts
 
 
+def class_acceptance(gc: Obj) -> Cond:
+    """A GatewayClass of ours' Accepted condition (its Gateways are served only when it is True:
+    status and the data plane both ask here)."""
+    params = _dict(gc.spec).get("parametersRef")
+    if isinstance(params, dict):
+        return Cond("Accepted", False, "InvalidParameters",
+                    f"parametersRef {params.get('kind')}/{params.get('name')}: this gateway takes no parameters")
+    return Cond("Accepted", True, "Accepted", "Handled by the gwpolicy NGINX gateway.")
+
+
 def gateway_fact(gw: Obj, gc_ref: Ref, facts: Facts, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
     """One Gateway of ours (its class `gc_ref` in `facts.classes`), as gateway_facts makes it; its
     listeners' `attached_routes` are left at 0 (they count routes, which the caller knows)."""
-    gf = _gateway(gw, gc_ref, index, grants)
-    if not facts.classes[gc_ref].status:
-        gf.accepted = Cond("Accepted", False, "Pending",
-                           f"GatewayClass {gc_ref.name} is not accepted: {facts.classes[gc_ref].message}")
-    return gf
+    return _gateway(gw, gc_ref, facts.classes[gc_ref], index, grants)
 
 
 def gateway_references(gw: Obj) -> set[Ref]:
@@ -315,9 +316,12 @@ def listener_verdicts(gw: Obj, index: ObjectIndex, grants: ReferenceGrants) -> d
     return listeners
 
 
-def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts]) -> Cond:
-    """The Gateway's Accepted condition from its spec and its listeners' verdicts (the data plane
-    serves nothing of a Gateway that is not accepted)."""
+def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_class: Cond) -> Cond:
+    """The Gateway's Accepted condition from its GatewayClass' (`class_acceptance`), its spec and
+    its listeners' verdicts (the data plane serves nothing of a Gateway that is not accepted)."""
+    if not gateway_class.status:
+        return Cond("Accepted", False, "Pending",
+                    f"GatewayClass {str(_dict(gw.spec).get('gatewayClassName', ''))} is not accepted: {gateway_class.message}")
     spec = _dict(gw.spec)
     accepted = Cond("Accepted", True, "Accepted", "Accepted by the gwpolicy NGINX gateway.")
     infra = _dict(spec.get("infrastructure"))
@@ -344,10 +348,10 @@ def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts]) -> Cond:
     return accepted
 
 
-def _gateway(gw: Obj, gc_ref: Ref, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
+def _gateway(gw: Obj, gc_ref: Ref, gateway_class: Cond, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
     spec = _dict(gw.spec)
     listeners = listener_verdicts(gw, index, grants)
-    accepted = gateway_acceptance(gw, listeners)
+    accepted = gateway_acceptance(gw, listeners, gateway_class)
     addresses = [a for a in spec.get("addresses") or [] if isinstance(a, dict)]
 
     resolved = None
