@@ -681,7 +681,7 @@ class _Builder:
                 sport = _service_port(svc, port) if svc is not None else None
                 if (group, kind) != (CORE_GROUP, "Service"):
                     pb.error, pb.message = INVALID_KIND, f"{where}: kind {group or 'core'}/{kind} is not supported (Service is)"
-                elif ns != route.namespace and not self.grants.allows(route.group, route.kind, route.namespace or "", CORE_GROUP, "Service", ns, name):
+                elif ns is not None and ns != route.namespace and not self.grants.allows(route.group, route.kind, route.namespace or "", CORE_GROUP, "Service", ns, name):
                     pb.error, pb.message = REF_NOT_PERMITTED, f"{where}: Service {ns}/{name} is in another namespace and no ReferenceGrant allows the reference"
                 elif svc is None:
                     pb.error, pb.message = BACKEND_NOT_FOUND, f"{where}: Service {ns}/{name} does not exist"
@@ -740,7 +740,8 @@ class _Builder:
                     rules_of.setdefault(key, []).extend(matches)
             if entry is None and self.cache is not None:
                 actions = self._new_actions
-                used = {b.upstream for a in actions.values() for b in (*a.backends, *a.mirrors) if b.upstream is not None}
+                used = {b.upstream for a in actions.values() for b in a.backends if b.upstream is not None}
+                used.update(m.upstream for a in actions.values() for m in a.mirrors if m.upstream is not None)
                 self.cache.routes[route.ref] = _RouteEntry(
                     inputs if inputs is not None else self._inputs(route, nodes, servers),
                     [_server_key(sv) for sv in servers], built,
@@ -868,7 +869,8 @@ class _Builder:
             for mi, m in enumerate(matches):
                 path = _dict(m.get("path"))
                 ptype = path.get("type") or "PathPrefix"
-                pvalue = path.get("value") if isinstance(path.get("value"), str) else "/"
+                raw_value = path.get("value")
+                pvalue = raw_value if isinstance(raw_value, str) else "/"
                 aid = f"{server.id}_{_slug(route.namespace)}_{_slug(route.name)}_r{ri}_m{mi}"
                 if aid in self.actions:
                     action = self.actions[aid]
@@ -978,7 +980,7 @@ class _Builder:
             backend = Backend(ref, weight, None, filters=filters)
             if (group, kind) != (CORE_GROUP, "Service"):
                 backend.error, backend.message = INVALID_KIND, f"backendRefs[{bi}] of rule {ri}: kind {group or 'core'}/{kind} is not supported (Service is)"
-            elif ns != route.namespace and not self._allows(route, ns, name):
+            elif ns is not None and ns != route.namespace and not self._allows(route, ns, name):
                 backend.error, backend.message = REF_NOT_PERMITTED, f"backendRefs[{bi}] of rule {ri}: Service {ns}/{name} is in another namespace and no ReferenceGrant allows the reference"
             else:
                 svc = self._service(ref)
@@ -1205,9 +1207,10 @@ def _descend(node: PathNode, ref: Ref) -> PathNode | None:
     """topology.extend without creating anything: the node one level down, if it exists."""
     ns = ref.namespace
     if ns is not None and ref.section is None and ns not in node.namespaces:
-        node = _child(node, namespace_ref(ns))
-        if node is None:
+        in_namespace = _child(node, namespace_ref(ns))
+        if in_namespace is None:
             return None
+        node = in_namespace
     return _child(node, ref)
 
 

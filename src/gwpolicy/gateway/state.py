@@ -204,6 +204,7 @@ class GatewayState:
         gc.disable()  # an analysis allocates millions of objects and makes no cycles worth a collection
         try:
             raws = self._index_objects()
+            assert self.facts is not None  # _index_objects made them
             view = dataplane_objects(raws, self.facts)
             self.views = {}
             for raw in view:
@@ -423,7 +424,7 @@ class GatewayState:
             view = self._set_view(ref, raw)
             if before_view is view or before_view == view:
                 continue
-            got = apply_change(a, before_view if before_view is not None else raw, view)  # type: ignore[arg-type]
+            got = apply_change(a, before_view if before_view is not None else raw, view)
             if got is None:
                 return None
             out |= got
@@ -433,6 +434,7 @@ class GatewayState:
         """The data plane's view of a Gateway or route's new copy (None: deleted), recorded as the
         copy the analysis holds. When the engine then declines it, the full pass that follows
         starts the views afresh."""
+        assert self.facts is not None  # made by every pass before any view
         view = dataplane_objects([new], self.facts)[0] if new is not None else None
         if view is None:
             self.views.pop(ref, None)

@@ -47,6 +47,7 @@ def route_objects(index: ObjectIndex) -> list[Obj]:
 
 #: HTTPRoute filter types the data plane renders (its own list); anything else makes the route
 #: Accepted=False/UnsupportedValue
+_RENDERED: tuple[str, ...]
 try:
     from gwpolicy.gateway.dataplane import SUPPORTED_FILTERS as _RENDERED
 except ImportError:  # pragma: no cover - the data plane model is part of the package
@@ -383,9 +384,10 @@ def _is_loopback(value: Any) -> bool:
 
 
 def _listener(gw: Obj, l: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants) -> ListenerFacts:
-    protocol = l.get("protocol") if isinstance(l.get("protocol"), str) else ""
-    port = l.get("port") if isinstance(l.get("port"), int) else None
-    hostname = l.get("hostname") if isinstance(l.get("hostname"), str) else None
+    raw_protocol, raw_port, raw_hostname = l.get("protocol"), l.get("port"), l.get("hostname")
+    protocol = raw_protocol if isinstance(raw_protocol, str) else ""
+    port = raw_port if isinstance(raw_port, int) else None
+    hostname = raw_hostname if isinstance(raw_hostname, str) else None
     ok_accepted = Cond("Accepted", True, "Accepted", "Listener is valid.")
     ok_refs = Cond("ResolvedRefs", True, "ResolvedRefs", "All references are resolved.")
     no_conflict = Cond("Conflicted", False, "NoConflicts", "No conflicts.")
@@ -501,9 +503,9 @@ def _route(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGrants
         if not isinstance(pref, dict):
             continue
         gw_ref = parent_gateway(route, pref)
-        gf = facts.gateways.get(gw_ref) if gw_ref is not None else None
-        if gf is None:
+        if gw_ref is None or gw_ref not in facts.gateways:
             continue  # not ours (another class, or no such Gateway): we say nothing about it
+        gf = facts.gateways[gw_ref]
         full = dict(pref)
         full["group"] = GATEWAY_GROUP
         full["kind"] = "Gateway"
@@ -634,8 +636,9 @@ def _backend(route: Obj, ri: int, bi: int, b: dict[str, Any], index: ObjectIndex
     kind = b.get("kind") or "Service"
     ns = b.get("namespace") or route.namespace or ""
     name = str(b.get("name", ""))
-    port = b.get("port") if isinstance(b.get("port"), int) else None
-    weight = b.get("weight") if isinstance(b.get("weight"), int) else 1
+    raw_port, raw_weight = b.get("port"), b.get("weight")
+    port = raw_port if isinstance(raw_port, int) else None
+    weight = raw_weight if isinstance(raw_weight, int) else 1
     where = where or f"spec.rules[{ri}].backendRefs[{bi}]"
     ref = Ref(group, kind, ns, name)
     if group != CORE_GROUP or kind != "Service":
