@@ -2,7 +2,10 @@
 
 Prints every file render() produces, each under a `# ==== <path> ====` header, so a user can see
 what a change does to the data plane before applying it. Private keys are never printed: a
-certificate file is shown as a one-line note naming its Secret.
+certificate file is shown as a one-line note naming its Secret. What is not served, a Gateway (not
+ours, not accepted) or a listener of a served one, is said on stderr, one `Warning:` line each,
+with the reason status gives (docs/gateway.md, "One certificate rule; what `gwpolicy render -f`
+leaves out and why").
 """
 
 from __future__ import annotations
