@@ -9,8 +9,11 @@ from the new backend ends it) and an EndpointSlice edit (svc-edit's slice gains 
 third echo server on 127.0.45.2: the first answer from it ends it) and a Service edit (svc-edit's
 port renamed, so no slice port matches it: the first 500 ends it), a Secret edit (the listeners'
 certificate Secret replaced by a new certificate, as cert-manager renews one: the first TLS
-handshake with gw-001's HTTPS listener that shows the new certificate ends it) and a Secret no one
-reads created (nothing to show: its cost is the reconcile's), each applied in place; then the
+handshake with gw-001's HTTPS listener that shows the new certificate ends it), a Secret no one
+reads created (nothing to show: its cost is the reconcile's) and a Gateway edit (gw-001's plain
+HTTP listener, which route-000000 and every tenth route are on, gets the hostname
+`edited.example.com`, so they all leave it: the first 404 for route-000000 there ends it), each
+applied in place; then the
 same edits through a full pass (`--full`: the state invalidated first, `nginx -t` before the
 reload, as before this path existed). Per edit: the reconcile's steps (CPU and wall), NGINX's CPU
 for the reload, wall time from the event to the first request that shows the change. Loopback
@@ -42,7 +45,10 @@ from gwpolicy.webhook.certs import make_ca, make_serving
 ADDRESS_POOL = "127.0.44.0/24"
 BACKEND = "127.0.45.1"
 BACKEND_ADDED = "127.0.45.2"  # the endpoint the EndpointSlice edit adds
-EDITS = ("policy_edit", "route_edit", "endpoint_edit", "service_edit", "secret_edit", "unread_secret_edit")
+EDITS = ("policy_edit", "route_edit", "endpoint_edit", "service_edit", "secret_edit", "unread_secret_edit",
+         "listener_hostname_edit")
+#: the hostname the Gateway edit gives gw-001's plain HTTP listener (no route's hostname is under it)
+EDITED_LISTENER_HOSTNAME = "edited.example.com"
 OURS = "gwpolicy.io/gateway-controller"
 
 
@@ -135,9 +141,9 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
     builds = [0]  # the controller does not build what no change it took can alter
     build = driver.build
 
-    def counted(*args: Any) -> Any:
+    def counted(analysis: Any, epoch: Any = None) -> tuple[Any, dict[str, bytes]]:
         builds[0] += 1
-        return build(*args)
+        return build(analysis, epoch)
 
     driver.build = counted  # type: ignore[method-assign]
     driver.nginx.verify_timeout = 300
@@ -235,6 +241,16 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
                   "data": {"tls.crt": base64.b64encode(renewed.cert_pem).decode(),
                            "tls.key": base64.b64encode(renewed.key_pem).decode()}}
         await edit("unread_secret_edit", unread, lambda: True, "ADDED")
+
+        def listener_hostname(raw: dict[str, Any]) -> None:  # the routes on gw-001's http listener leave it
+            for listener in raw["spec"]["listeners"]:
+                if listener["name"] == "http":
+                    listener["hostname"] = EDITED_LISTENER_HOSTNAME
+
+        if request(server, host)[0] != 500:  # the Service edit left route-000000 without endpoints
+            raise RuntimeError(f"route-000000 before the Gateway edit: {request(server, host)}")
+        await edit("listener_hostname_edit", edited("Gateway", "gw-001", listener_hostname),
+                   lambda: request(server, host)[0] == 404)
 
     try:
         asyncio.run(go())

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable
 
 from gwpolicy import compiled
 from gwpolicy.cli.args import HelpFormatter, Parser, program_name
@@ -191,7 +191,7 @@ def route_counts(text: str) -> list[int]:
     return counts
 
 
-def _at_least(low: int):
+def _at_least(low: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             n = int(text)

@@ -100,14 +100,14 @@ class _FullAnalyses:
 
         self.count = 0
         self._review, self._analyse = review, review.analyse
-        review.analyse = self._counted  # type: ignore[assignment]
+        review.analyse = self._counted
 
     def _counted(self, *args: Any, **kw: Any) -> Any:
         self.count += 1
         return self._analyse(*args, **kw)
 
     def restore(self) -> None:
-        self._review.analyse = self._analyse  # type: ignore[assignment]
+        self._review.analyse = self._analyse
 
 
 def measure_webhook(routes: int, reviews: int = 300) -> dict[str, Any]:

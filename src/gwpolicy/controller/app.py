@@ -183,7 +183,7 @@ class Controller:
         analysis takes back what they caused (their breadcrumbs on routes, Gateways and Services)."""
         kind = self.kinds.pop((group, kind_name), None)
         inf = self.informers.pop(kind, None) if kind is not None else None
-        if inf is None:
+        if kind is None or inf is None:
             return
         await inf.stop()
         for raw in inf.tombstones():
@@ -301,7 +301,7 @@ class Controller:
                     return ref, queue is not self.high
         return None, False
 
-    def _next_write(self) -> Job | None:
+    def _next_write(self) -> Job[Ref] | None:
         """The writers' next job (controller/writer.py): the next object and its write."""
         ref, paced = self._take()
         if ref is None:

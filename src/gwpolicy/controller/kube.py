@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import weakref
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator
 from urllib.parse import quote
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
@@ -66,7 +66,7 @@ def _raise(e: Exception, count: int) -> OnErrorResult:
 
 
 def watch(client: AsyncClient, k: Kind, resource_version: str, namespace: str | None = None,
-          timeout_seconds: int = 300) -> AsyncIterator[tuple[str, Any]]:
+          timeout_seconds: int = 300) -> AsyncGenerator[tuple[str, Any], None]:
     """Events from `resource_version` on, BOOKMARKs included; every error is raised to the caller."""
     br = client._client.prepare_request(  # noqa: SLF001 - see the module docstring
         "list", res=resource_class(k), namespace=namespace, watch=True,

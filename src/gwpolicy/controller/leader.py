@@ -122,10 +122,10 @@ class LeaderElector:
         except ApiError as exc:
             if exc.status.code != 404:
                 raise
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": dict(spec, acquireTime=_fmt(now), leaseTransitions=0)}
-            await self.client.create(kube.resource_class(LEASE)(body), namespace=self.namespace)
+            body: dict[str, Any] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                    "metadata": {"name": self.name, "namespace": self.namespace},
+                                    "spec": dict(spec, acquireTime=_fmt(now), leaseTransitions=0)}
+            await self.client.create(kube.resource_class(LEASE)(body), namespace=self.namespace)  # type: ignore[call-overload]  # lightkube's overloads omit the namespace= it takes
             self._last_renew = time.monotonic()
             self._set(True)
             return
@@ -143,12 +143,12 @@ class LeaderElector:
         if holder != self.identity:
             new["acquireTime"] = _fmt(now)
             new["leaseTransitions"] = int(held.get("leaseTransitions") or 0) + 1
-        body: dict[str, Any] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                                "metadata": {"name": self.name, "namespace": self.namespace,
-                                             "resourceVersion": lease["metadata"]["resourceVersion"]},
-                                "spec": new}
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace,
+                             "resourceVersion": lease["metadata"]["resourceVersion"]},
+                "spec": new}
         try:  # the resourceVersion makes this a compare-and-swap: of two contenders one gets 409
-            await self.client.replace(kube.resource_class(LEASE)(body), namespace=self.namespace)
+            await self.client.replace(kube.resource_class(LEASE)(body), namespace=self.namespace)  # type: ignore[call-overload]  # lightkube's overloads omit the namespace= it takes
         except ApiError as exc:
             if exc.status.code == 409:
                 self._set(False)
@@ -168,7 +168,7 @@ class LeaderElector:
                 lease["spec"]["holderIdentity"] = ""
                 lease["spec"]["leaseDurationSeconds"] = 1
                 lease["spec"]["renewTime"] = _fmt(_now() - timedelta(days=1))
-                await self.client.replace(kube.resource_class(LEASE)(lease), namespace=self.namespace)
+                await self.client.replace(kube.resource_class(LEASE)(lease), namespace=self.namespace)  # type: ignore[call-overload]  # lightkube's overloads omit the namespace= it takes
         except Exception:  # noqa: BLE001
             pass
         self._set(False)

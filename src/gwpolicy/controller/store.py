@@ -232,6 +232,8 @@ class _Shared:
         t = type(value)
         if t is str:
             return _intern(value) if len(value) <= _INTERN_UP_TO else value
+        out: Any  # a dict or a list, and the table of its kind (annotations only: this runs per value)
+        table: dict[tuple[Any, ...], Any]
         if t is dict:
             out = {}
             key: list[Any] = []

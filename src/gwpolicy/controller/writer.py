@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable, Hashable, Optional, Tuple
+from typing import Awaitable, Callable, Generic, Hashable, Optional, Tuple, TypeVar
 
 log = logging.getLogger("gwpolicy.writer")
 
@@ -26,23 +26,25 @@ IDLE_LOOK = 0.2
 #: seconds a worker pauses after a write raised (the object is back in its owner's queue)
 RETRY_AFTER = 0.2
 
+#: what an owner names the objects it writes by (a Ref for both owners)
+K = TypeVar("K", bound=Hashable)
 #: the next write: the object (held while it is written) and the coroutine that writes it
-Job = Tuple[Hashable, Callable[[], Awaitable[None]]]
+Job = Tuple[K, Callable[[], Awaitable[None]]]
 
 
-class StatusWriters:
+class StatusWriters(Generic[K]):
     """`start(n)` runs n workers. `take()` returns the next job, never one whose object is in
     `writing`, or None when there is nothing to write now; `requeue(ref)` puts back an object whose
     write raised; `failed()` counts such a write (the owner's metrics); `after()`, when given, runs
     after every write (the owner's queue gauges)."""
 
-    def __init__(self, take: Callable[[], Optional[Job]], requeue: Callable[[Hashable], None],
+    def __init__(self, take: Callable[[], Optional[Job[K]]], requeue: Callable[[K], None],
                  failed: Callable[[], None], wake: asyncio.Event | None = None,
                  after: Callable[[], None] | None = None,
                  idle_look: float = IDLE_LOOK, retry_after: float = RETRY_AFTER) -> None:
         self.take, self.requeue, self.failed, self.after = take, requeue, failed, after
         self.wake = wake if wake is not None else asyncio.Event()  # the owner sets it when it queues
-        self.writing: set[Hashable] = set()  # objects a worker holds
+        self.writing: set[K] = set()  # objects a worker holds
         self.idle_look, self.retry_after = idle_look, retry_after
 
     @property

@@ -582,7 +582,7 @@ class GatewayController:
     def leading(self) -> bool:
         return not self.opts.leader_election or (self.elector is not None and self.elector.is_leader)
 
-    def _next_write(self) -> Job | None:
+    def _next_write(self) -> Job[Ref] | None:
         """The writers' next job (controller/writer.py): the first queued object no worker holds."""
         if not self.leading:
             return None

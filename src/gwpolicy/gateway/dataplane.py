@@ -25,13 +25,16 @@ import hashlib
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gwpolicy.gateway import backendtls, frontendtls, pathregex, policyconf
-from gwpolicy.gateway.listeners import HOSTNAME, tls_pem as _tls_pem
+from gwpolicy.gateway import backendtls, pathregex, policyconf
+from gwpolicy.gateway.listeners import HOSTNAME
 from gwpolicy.grants import ReferenceGrants, _from_key as grant_from_key
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
+
+if TYPE_CHECKING:  # status imports this module
+    from gwpolicy.gateway.status import Cond, ListenerFacts
 
 DEFAULT_CONTROLLER_NAME = "gwpolicy.io/gateway-controller"
 DEFAULT_ADDRESS_POOL = "127.0.1.0/24"
@@ -45,7 +48,6 @@ INVALID_KIND = "InvalidKind"
 NO_ENDPOINTS = "NoReadyEndpoints"  # ResolvedRefs stays True; traffic gets 500
 BACKEND_TLS_INVALID = "BackendTLSPolicyInvalid"  # the BackendTLSPolicy cannot be programmed: fail closed, 500
 UNSUPPORTED_VALUE = "UnsupportedValue"
-INVALID_CERTIFICATE_REF = "InvalidCertificateRef"
 UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
 PORT_UNAVAILABLE = "PortUnavailable"
 
@@ -293,6 +295,9 @@ class DataPlane:
     warnings: list[str] = field(default_factory=list)
     passthrough: list[PassthroughServer] = field(default_factory=list)
     stream_upstreams: dict[str, Upstream] = field(default_factory=dict)  # of the passthrough servers
+    #: Gateway -> why nothing of it is served: not ours (no such GatewayClass, another controller's)
+    #: or not accepted (its class or itself, as status says)
+    unserved: dict[Ref, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -508,6 +513,7 @@ class _Builder:
         self.listener_facts: dict[Ref, ListenerFact] = {}
         self.route_facts: dict[Ref, RouteFact] = {}
         self.warnings: list[str] = []
+        self.unserved: dict[Ref, str] = {}  # Gateway -> why none of its listeners is served
         self._slices: dict[tuple[str, str], tuple[Any, ...]] | None = None
         self._grants_by_ns: dict[tuple[str, tuple[str, str, str]], tuple[Any, ...]] | None = None
         #: what the route being built reads by reference, of EndpointSlices and of ReferenceGrants
@@ -521,24 +527,35 @@ class _Builder:
 
     # -- gateways and listeners ---------------------------------------------------------------
 
-    def _our_gateways(self) -> list[Any]:
+    def _our_gateways(self) -> list[tuple[Any, "Cond"]]:
+        """The Gateways of our GatewayClasses, each with its class' Accepted condition (as status
+        says it: a Gateway of a class that is not accepted is served nothing); why each other
+        Gateway is not ours goes to `unserved`."""
+        from gwpolicy.gateway.status import class_acceptance  # status imports this module
+
         out = []
         for gw in self.index.of_kind(GATEWAY_GROUP, "Gateway"):
-            cls = self.index.by_ref.get(Ref(GATEWAY_GROUP, "GatewayClass", None, str(_dict(gw.spec).get("gatewayClassName", ""))))
+            class_name = str(_dict(gw.spec).get("gatewayClassName", ""))
+            cls = self.index.by_ref.get(Ref(GATEWAY_GROUP, "GatewayClass", None, class_name))
             if cls is None:
+                self.unserved[gw.ref] = f"GatewayClass {class_name!r} does not exist"
                 continue
-            if self.config.controller_name is not None and _dict(cls.spec).get("controllerName") != self.config.controller_name:
+            controller = _dict(cls.spec).get("controllerName")
+            if self.config.controller_name is not None and controller != self.config.controller_name:
+                self.unserved[gw.ref] = (f"GatewayClass {class_name} belongs to controller {controller!r}, "
+                                         f"not {self.config.controller_name!r}")
                 continue
-            out.append(gw)
+            out.append((gw, class_acceptance(cls)))
         return out
 
     def build(self) -> DataPlane:
-        gateways = self._our_gateways()
+        ours = self._our_gateways()
+        gateways = [gw for gw, _ in ours]
         addresses = gateway_addresses(gateways, self.config)
         servers: list[Server] = []
         owner: dict[tuple[str, int], Ref] = {}  # address:port -> the Gateway serving it
-        for gw in sorted(gateways, key=lambda g: g.age_key):  # the older Gateway keeps a shared address:port
-            for srv in self._gateway_servers(gw, addresses[gw.ref]):
+        for gw, class_ok in sorted(ours, key=lambda g: g[0].age_key):  # the older Gateway keeps a shared address:port
+            for srv in self._gateway_servers(gw, class_ok, addresses[gw.ref]):
                 first = owner.setdefault((srv.address, srv.port), gw.ref)
                 if first != gw.ref:  # two Gateways on one address:port would make NGINX refuse everything
                     self.listener_facts[srv.listener] = ListenerFact(
@@ -564,16 +581,18 @@ class _Builder:
                     shared.https_names.append(s.hostname)
         return DataPlane(servers, dict(sorted(self.upstreams.items())), self.actions, dict(sorted(self.secrets.items())),
                          addresses, self.listener_facts, self.route_facts, self.config, self.warnings,
-                         streams, dict(sorted(self.stream_upstreams.items())))
+                         streams, dict(sorted(self.stream_upstreams.items())), self.unserved)
 
-    def _gateway_servers(self, gw: Any, address: str) -> list[Server]:
+    def _gateway_servers(self, gw: Any, class_ok: "Cond", address: str) -> list[Server]:
         # which listeners are served is status' verdict (status.listener_verdicts: the one rule,
         # conflicts included); only what needs the data plane itself (the stream module, the
         # certificate file, address:port ownership across Gateways) is decided here on top
         from gwpolicy.gateway.status import gateway_acceptance, listener_verdicts  # status imports this module
 
         verdicts = listener_verdicts(gw, self.index, self.grants)
-        gateway_ok = gateway_acceptance(gw, verdicts)
+        gateway_ok = gateway_acceptance(gw, verdicts, class_ok)
+        if not gateway_ok.status:
+            self.unserved[gw.ref] = f"it is not accepted ({gateway_ok.reason}): {gateway_ok.message}"
         out = []
         for name, lf in verdicts.items():
             lref = gw.ref.with_section(name)
@@ -586,7 +605,6 @@ class _Builder:
                 why = lf.conflicted if lf.conflicted.status else next(c for c in (lf.resolved_refs, lf.accepted) if not c.status)
                 self.listener_facts[lref] = ListenerFact(False, why.reason, why.message)
                 continue
-            l = next(x for x in _list(_dict(gw.spec).get("listeners")) if isinstance(x, dict) and x.get("name") == name)
             assert lf.port is not None  # servable listeners have a port
             port, protocol, hostname = lf.port, lf.protocol, (lf.hostname or "").lower()
             if protocol == "TLS" and self.config.stream_module is None:
@@ -594,54 +612,28 @@ class _Builder:
                                                          f"TLS passthrough needs NGINX's stream module ({STREAM_MODULE}, "
                                                          "Debian package libnginx-mod-stream), which is not installed")
                 continue
-            cert = None
-            if protocol == "HTTPS":
-                cert, problem = self._certificate(gw, l)
-                if cert is None:
-                    self.listener_facts[lref] = ListenerFact(False, problem[0], problem[1])
-                    continue
-            client_ca, client_mode = None, ""
-            if protocol == "HTTPS":
-                validation = frontendtls.listener_validation(gw, port, self.index, self.grants)
-                if validation is not None and not validation.ok:  # fail closed, never a weaker check
-                    reason, message = validation.problems[0]
-                    self.listener_facts[lref] = ListenerFact(False, reason, f"Gateway {gw.namespace}/{gw.name}: {message}")
-                    continue
-                if validation is not None:
+            cert, client_ca, client_mode = None, None, ""
+            if protocol == "HTTPS":  # the certificate and client CAs status resolved (servable: all of them)
+                cert = self._certificate(lf)
+                if lf.client_cas:  # a listener whose validation has a problem is not servable (fail closed)
                     client_ca = f"tls/clientca_{_slug(gw.namespace)}_{_slug(gw.name)}_{port}.pem"
-                    client_mode = validation.mode
-                    self.secrets[client_ca] = validation.bundle
+                    client_mode = lf.client_mode
+                    self.secrets[client_ca] = lf.client_bundle
             sid = server_id(gw.namespace, gw.name, name)
             out.append(Server(sid, gw.ref, lref, address, port + self.config.port_offset, protocol, hostname, cert,
                               client_ca=client_ca, client_mode=client_mode))
             self.listener_facts[lref] = ListenerFact(True)
         return out
 
-    def _certificate(self, gw: Any, listener: dict[str, Any]) -> tuple[str | None, tuple[str, str]]:
-        tls = _dict(listener.get("tls"))
-        where = f"Gateway {gw.namespace}/{gw.name} listener {listener['name']}"
-        if tls.get("mode", "Terminate") != "Terminate":
-            return None, (UNSUPPORTED_VALUE, f"{where}: tls.mode {tls.get('mode')!r} is not supported (Terminate is)")
-        refs = [r for r in _list(tls.get("certificateRefs")) if isinstance(r, dict)]
-        if not refs:
-            return None, (INVALID_CERTIFICATE_REF, f"{where}: tls.certificateRefs is empty")
-        r = refs[0]
-        group, kind = r.get("group") or CORE_GROUP, r.get("kind") or "Secret"
-        ns = r.get("namespace") or gw.namespace
-        name = str(r.get("name", ""))
-        if (group, kind) != (CORE_GROUP, "Secret"):
-            return None, (INVALID_CERTIFICATE_REF, f"{where}: certificateRefs[0] is a {kind}; a Secret is needed")
-        if ns != gw.namespace and not self.grants.allows(GATEWAY_GROUP, "Gateway", gw.namespace or "", CORE_GROUP, "Secret", ns, name):
-            return None, (REF_NOT_PERMITTED, f"{where}: Secret {ns}/{name} is in another namespace and no ReferenceGrant allows it")
-        secret = self.index.by_ref.get(Ref(CORE_GROUP, "Secret", ns, name))
-        if secret is None:
-            return None, (INVALID_CERTIFICATE_REF, f"{where}: Secret {ns}/{name} does not exist")
-        pem = _tls_pem(secret)
-        if pem is None:
-            return None, (INVALID_CERTIFICATE_REF, f"{where}: Secret {ns}/{name} has no valid PEM tls.crt and tls.key")
-        path = f"secrets/{ns}_{name}.pem"
-        self.secrets[path] = pem
-        return path, ("", "")
+    def _certificate(self, lf: "ListenerFacts") -> str:
+        """The file of a servable HTTPS listener's certificate: its first certificateRef, as status
+        resolved it (status.certificate_secret, the one check of a certificate Secret)."""
+        if not lf.certificates:  # status leaves an HTTPS listener without a certificate unservable
+            raise DataPlaneError(f"listener {lf.name}: servable HTTPS listener without a resolved certificate")
+        cert = lf.certificates[0]
+        path = f"secrets/{cert.secret.namespace}_{cert.secret.name}.pem"
+        self.secrets[path] = cert.pem
+        return path
 
     # -- TLS passthrough ----------------------------------------------------------------------
 
@@ -689,7 +681,7 @@ class _Builder:
                 sport = _service_port(svc, port) if svc is not None else None
                 if (group, kind) != (CORE_GROUP, "Service"):
                     pb.error, pb.message = INVALID_KIND, f"{where}: kind {group or 'core'}/{kind} is not supported (Service is)"
-                elif ns != route.namespace and not self.grants.allows(route.group, route.kind, route.namespace or "", CORE_GROUP, "Service", ns, name):
+                elif ns is not None and ns != route.namespace and not self.grants.allows(route.group, route.kind, route.namespace or "", CORE_GROUP, "Service", ns, name):
                     pb.error, pb.message = REF_NOT_PERMITTED, f"{where}: Service {ns}/{name} is in another namespace and no ReferenceGrant allows the reference"
                 elif svc is None:
                     pb.error, pb.message = BACKEND_NOT_FOUND, f"{where}: Service {ns}/{name} does not exist"
@@ -748,7 +740,8 @@ class _Builder:
                     rules_of.setdefault(key, []).extend(matches)
             if entry is None and self.cache is not None:
                 actions = self._new_actions
-                used = {b.upstream for a in actions.values() for b in (*a.backends, *a.mirrors) if b.upstream is not None}
+                used = {b.upstream for a in actions.values() for b in a.backends if b.upstream is not None}
+                used.update(m.upstream for a in actions.values() for m in a.mirrors if m.upstream is not None)
                 self.cache.routes[route.ref] = _RouteEntry(
                     inputs if inputs is not None else self._inputs(route, nodes, servers),
                     [_server_key(sv) for sv in servers], built,
@@ -876,7 +869,8 @@ class _Builder:
             for mi, m in enumerate(matches):
                 path = _dict(m.get("path"))
                 ptype = path.get("type") or "PathPrefix"
-                pvalue = path.get("value") if isinstance(path.get("value"), str) else "/"
+                raw_value = path.get("value")
+                pvalue = raw_value if isinstance(raw_value, str) else "/"
                 aid = f"{server.id}_{_slug(route.namespace)}_{_slug(route.name)}_r{ri}_m{mi}"
                 if aid in self.actions:
                     action = self.actions[aid]
@@ -986,7 +980,7 @@ class _Builder:
             backend = Backend(ref, weight, None, filters=filters)
             if (group, kind) != (CORE_GROUP, "Service"):
                 backend.error, backend.message = INVALID_KIND, f"backendRefs[{bi}] of rule {ri}: kind {group or 'core'}/{kind} is not supported (Service is)"
-            elif ns != route.namespace and not self._allows(route, ns, name):
+            elif ns is not None and ns != route.namespace and not self._allows(route, ns, name):
                 backend.error, backend.message = REF_NOT_PERMITTED, f"backendRefs[{bi}] of rule {ri}: Service {ns}/{name} is in another namespace and no ReferenceGrant allows the reference"
             else:
                 svc = self._service(ref)
@@ -1213,9 +1207,10 @@ def _descend(node: PathNode, ref: Ref) -> PathNode | None:
     """topology.extend without creating anything: the node one level down, if it exists."""
     ns = ref.namespace
     if ns is not None and ref.section is None and ns not in node.namespaces:
-        node = _child(node, namespace_ref(ns))
-        if node is None:
+        in_namespace = _child(node, namespace_ref(ns))
+        if in_namespace is None:
             return None
+        node = in_namespace
     return _child(node, ref)
 
 

@@ -133,8 +133,8 @@ class EchoServer:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.load_cert_chain(cert, key)
 
-            def remember_sni(sock: ssl.SSLSocket, name: str | None, _ctx: ssl.SSLContext) -> None:
-                sock.gw_sni = name or ""  # type: ignore[attr-defined]
+            def remember_sni(sock: ssl.SSLSocket | ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
+                sock.gw_sni = name or ""  # type: ignore[union-attr]  # our mark, read back by getattr
 
             ctx.sni_callback = remember_sni
             self._httpd.socket = ctx.wrap_socket(self._httpd.socket, server_side=True)

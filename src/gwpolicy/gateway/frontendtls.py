@@ -95,6 +95,6 @@ def _ca(gw: Obj, ref: Any, index: ObjectIndex, grants: ReferenceGrants,
         return None, b"", (REF_NOT_PERMITTED, f"{where}: ConfigMap {ns}/{name} is in another namespace and no ReferenceGrant allows it.")
     cm = index.by_ref.get(Ref(CORE_GROUP, "ConfigMap", ns, name))
     pem = _dict(cm.raw.get("data")).get("ca.crt") if cm is not None else None
-    if not isinstance(pem, str) or "-----BEGIN CERTIFICATE-----" not in pem:
+    if cm is None or not isinstance(pem, str) or "-----BEGIN CERTIFICATE-----" not in pem:
         return None, b"", (INVALID_REF, f"{where}: ConfigMap {ns}/{name} does not exist or has no PEM certificate in ca.crt.")
     return cm.ref, pem.rstrip("\n").encode() + b"\n", ("", "")

@@ -15,7 +15,7 @@ import ctypes
 import ctypes.util
 import functools
 
-import re2
+import re2  # type: ignore[import-untyped]  # google-re2 ships neither stubs nor py.typed
 
 #: the expression is matched against the whole path: render.py wraps it in this
 ANCHORED = r"^(?:{})\z"  # \z: the end of the path (a `$` also matches before a final newline)
@@ -71,9 +71,9 @@ def _problem(value: str, max_length: int) -> str | None:
     if compiled.groupindex:
         return ("named groups are not accepted (NGINX would turn them into variables); "
                 "use (?:...) or an unnamed group")
-    why = _pcre2_error(ANCHORED.format(value))
-    if why is not None:
-        return f"NGINX's PCRE2 does not accept it ({why})"
+    pcre_why = _pcre2_error(ANCHORED.format(value))
+    if pcre_why is not None:
+        return f"NGINX's PCRE2 does not accept it ({pcre_why})"
     return None
 
 

@@ -433,7 +433,7 @@ def _specs(effective: Mapping[Any, Any] | None) -> dict[str, dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------
 # the route's own fields (HTTPRoute rules[].timeouts, rules[].retry) as the kinds' fieldMappings
 
-class Effective(dict):  # type: ignore[type-arg]
+class Effective(dict[str, Any]):
     """An effective spec (a plain dict to every reader) that also knows which fields an `overrides`
     stanza supplied: those beat the route's own fields, everything else loses to them."""
 

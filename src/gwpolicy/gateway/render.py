@@ -431,13 +431,13 @@ def _uri_lines(collected: list[tuple[str, ...]]) -> list[str]:
     if not by_name and not any(collected):
         return []
     out: list[str] = []
-    for name, lines in sorted(by_name.items()):
+    for name, variants in sorted(by_name.items()):
         unset = any(not any(l.split()[0] == name for l in c) for c in collected)
-        if len(lines) == 1 and not unset:
-            out.extend(lines)
+        if len(variants) == 1 and not unset:
+            out.extend(variants)
             continue
         if name == "client_max_body_size":
-            chosen = max(lines, key=_size)
+            chosen = max(variants, key=_size)
             if unset and _size(chosen) < 1024 ** 2:
                 chosen = "client_max_body_size 1m;"  # NGINX's default, which the other rules have
             out += [f"# the rules of this location differ in {name}; NGINX checks it before it knows the rule,",
@@ -479,7 +479,7 @@ def _action(s: Server, a: Action, prefix: str, st: _State, named_done: set[str])
 
 
 def _filters(fs: tuple[dict[str, Any], ...], kind: str, key: str) -> list[dict[str, Any]]:
-    return [f.get(key) for f in fs if f.get("type") == kind and isinstance(f.get(key), dict)]
+    return [v for f in fs if f.get("type") == kind for v in (f.get(key),) if isinstance(v, dict)]
 
 
 def _policy_lines(eff: dict[str, dict[str, Any]], st: _State) -> tuple[list[str], int]:
@@ -701,9 +701,8 @@ def _match_map(cands: list[tuple[str | None, tuple[tuple[str, str, str], ...], t
     fields: list[tuple[str, str]] = []  # (kind, name)
     if any(c[0] for c in cands):
         fields.append(("method", ""))
-    for kind, idx in (("header", 1), ("query", 2)):
-        names = sorted({c[1] if kind == "header" else c[1].lower() for cand in cands for c in cand[idx]})
-        fields += [(kind, n) for n in names]
+    fields += [("header", n) for n in sorted({c[1] for cand in cands for c in cand[1]})]
+    fields += [("query", n) for n in sorted({c[1].lower() for cand in cands for c in cand[2]})]
     regex_vars = {rx: _path_regex(rx, st) for rx in {c[4] for c in cands if c[4] is not None}}
     if regex_vars:
         fields += [("path", v) for v in sorted(set(regex_vars.values()))]

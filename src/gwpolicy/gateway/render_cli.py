@@ -2,7 +2,10 @@
 
 Prints every file render() produces, each under a `# ==== <path> ====` header, so a user can see
 what a change does to the data plane before applying it. Private keys are never printed: a
-certificate file is shown as a one-line note naming its Secret.
+certificate file is shown as a one-line note naming its Secret. What is not served, a Gateway (not
+ours, not accepted) or a listener of a served one, is said on stderr, one `Warning:` line each,
+with the reason status gives (docs/gateway.md, "One certificate rule; what `gwpolicy render -f`
+leaves out and why").
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ import sys
 
 from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.analysis import analyse
-from gwpolicy.gateway.dataplane import DEFAULT_ADDRESS_POOL, DEFAULT_CONTROLLER_NAME, DataPlaneConfig, DataPlaneError, build_dataplane
+from gwpolicy.gateway.dataplane import (DEFAULT_ADDRESS_POOL, DEFAULT_CONTROLLER_NAME, DataPlane, DataPlaneConfig, DataPlaneError,
+                                        build_dataplane)
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.render import render
 from gwpolicy.load import LoadError, load_paths
@@ -34,10 +38,13 @@ def run(args: argparse.Namespace) -> int:
         analysis = analyse(loaded.objects, loaded.origins, kind_checks=policyconf.kind_checks(), by_target=True)
         config = DataPlaneConfig(controller_name=None if args.controller_name == "*" else args.controller_name,
                                  address_pool=args.address_pool)
-        files = render(build_dataplane(analysis, config))
+        dataplane = build_dataplane(analysis, config)
+        files = render(dataplane)
     except (LoadError, DataPlaneError, ValueError) as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
+    for line in not_served(dataplane, args.controller_name):
+        print(f"Warning: {line}", file=sys.stderr)
     out = sys.stdout
     shown = [k for k in files if not args.only or k in args.only]
     if args.only and not shown:
@@ -53,6 +60,20 @@ def run(args: argparse.Namespace) -> int:
         out.write(text if text.endswith("\n") else text + "\n")
         out.write("\n")
     return 0
+
+
+def not_served(dataplane: DataPlane, controller_name: str) -> list[str]:
+    """Why each Gateway, and each listener of a served Gateway, has no server block (what the
+    gateway's status says of it), one line each, in Gateway order: a user who sees nothing
+    rendered for a Gateway learns why without running the controller."""
+    out = []
+    for gw, why in sorted(dataplane.unserved.items(), key=lambda kv: kv[0].sort_key()):
+        hint = " (--controller-name '*' renders every GatewayClass)" if "belongs to controller" in why else ""
+        out.append(f"Gateway {gw.namespace}/{gw.name} is not served: {why}{hint}")
+    for ref, fact in sorted(dataplane.listeners.items(), key=lambda kv: kv[0].sort_key()):
+        if not fact.programmed and ref.object not in dataplane.unserved:
+            out.append(f"Gateway {ref.namespace}/{ref.name} listener {ref.section} is not served ({fact.reason}): {fact.message}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -119,6 +119,12 @@ def _view_of(gf: GatewayFacts) -> tuple[Any, ...]:
     return (gf.accepted, tuple((name, lf.accepted, lf.protocol) for name, lf in gf.listeners.items()))
 
 
+def _class_name(gateway: dict[str, Any]) -> str:
+    """The GatewayClass a Gateway names, as status.gateway_facts reads it."""
+    spec = gateway.get("spec")
+    return str((spec if isinstance(spec, dict) else {}).get("gatewayClassName", ""))
+
+
 def _same_but_status(before: dict[str, Any], now: dict[str, Any]) -> bool:
     """Are two views of a route equal but for `status`? Nothing the data plane or the engine
     builds reads a route's status (a Gateway's is read: its address), so a route whose status we
@@ -204,6 +210,7 @@ class GatewayState:
         gc.disable()  # an analysis allocates millions of objects and makes no cycles worth a collection
         try:
             raws = self._index_objects()
+            assert self.facts is not None  # _index_objects made them
             view = dataplane_objects(raws, self.facts)
             self.views = {}
             for raw in view:
@@ -251,7 +258,10 @@ class GatewayState:
         if (ref.group, ref.kind) == GRANT:
             return self._grant(ref, raw, new)
         if ref.group == GATEWAY_GROUP and ref.kind in _VIEWED:  # a Gateway: its view needs the new facts
-            # epoch stays: what a route's build reads of a Gateway is its servers (BuildCache keys
+            before = facts.gateways.get(ref)
+            if before is not None and new is not None and _class_name(new) == before.gateway_class.name:
+                return self._gateway_edit(ref, before, raw, new)
+            # created, deleted, or its class changed: everything afresh; epoch stays: what a route's build reads of a Gateway is its servers (BuildCache keys
             # on each, and server ids are the Gateway's and listener's, not positions) and its path
             # nodes and effective policies, which the engine replaces where the edit reaches them
             self._index_objects()
@@ -268,6 +278,50 @@ class GatewayState:
         else:
             self._rebuild_facts()
         return self._rediff(got)
+
+    def _gateway_edit(self, ref: Ref, before: GatewayFacts, raw: dict[str, Any], new: dict[str, Any]) -> set[Ref] | None:
+        """A Gateway of ours edited, still of the same GatewayClass (so still ours): of the facts only
+        its own (status.gateway_fact reads no other Gateway) and those of the routes that name it
+        (every such route has a parent entry for it) read it, and of the views only its own and
+        those routes'. Those are computed again, not every Gateway's and route's (the full
+        `_index_objects`, O(cluster), which a listener's hostname edit paid before). The epoch
+        stays, as for every Gateway edit (see `_apply`)."""
+        a, index, facts = self.analysis, self.index, self.facts
+        assert a is not None and index is not None and facts is not None and self.grants is not None
+        obj = replace_object(index, ref, new)
+        assert obj is not None  # `new` is a copy, not a deletion
+        facts.gateways[ref] = gateway_fact(obj, before.gateway_class, facts, index, self.grants)
+        routes = [r for r, rf in facts.routes.items() if any(p.gateway == ref for p in rf.parents)]
+        for r in routes:
+            if not self._route_facts_again(r):
+                return None
+        gateways = {ref} | {p.gateway for r in routes for p in facts.routes[r].parents}
+        for g in gateways:  # attachedRoutes: the routes that name it may have moved
+            gf = facts.gateways.get(g)
+            if gf is not None:
+                for lf in gf.listeners.values():
+                    lf.attached_routes = len(facts.attached(g, lf.name))
+        got = apply_change(a, self.views.get(ref, raw), self._set_view(ref, new))
+        if got is None:
+            return None
+        out = got | gateways | set(routes)
+        for r in routes:  # as _rediff does, for the views that may have changed
+            route = index.by_ref.get(r)  # the copy its facts were computed from
+            if route is None:  # cannot be: what the facts hold is in the index
+                return None
+            view = dataplane_objects([route.raw], facts)[0]
+            was = self.views.get(r)
+            if was is view or was == view:
+                self.views[r] = view
+                continue
+            if was is not None and _same_but_status(was, view):
+                continue  # the analysis keeps its copy (see _same_but_status)
+            got = apply_change(a, was if was is not None else route.raw, view)
+            if got is None:
+                return None
+            self.views[r] = view
+            out |= got | {r}
+        return out
 
     def _route(self, ref: Ref, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
         a, index, facts = self.analysis, self.index, self.facts
@@ -423,7 +477,7 @@ class GatewayState:
             view = self._set_view(ref, raw)
             if before_view is view or before_view == view:
                 continue
-            got = apply_change(a, before_view if before_view is not None else raw, view)  # type: ignore[arg-type]
+            got = apply_change(a, before_view if before_view is not None else raw, view)
             if got is None:
                 return None
             out |= got
@@ -433,6 +487,7 @@ class GatewayState:
         """The data plane's view of a Gateway or route's new copy (None: deleted), recorded as the
         copy the analysis holds. When the engine then declines it, the full pass that follows
         starts the views afresh."""
+        assert self.facts is not None  # made by every pass before any view
         view = dataplane_objects([new], self.facts)[0] if new is not None else None
         if view is None:
             self.views.pop(ref, None)

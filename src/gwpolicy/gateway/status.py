@@ -47,6 +47,7 @@ def route_objects(index: ObjectIndex) -> list[Obj]:
 
 #: HTTPRoute filter types the data plane renders (its own list); anything else makes the route
 #: Accepted=False/UnsupportedValue
+_RENDERED: tuple[str, ...]
 try:
     from gwpolicy.gateway.dataplane import SUPPORTED_FILTERS as _RENDERED
 except ImportError:  # pragma: no cover - the data plane model is part of the package
@@ -81,6 +82,24 @@ class Cond:
                          generation, find_condition(previous, self.type), now)
 
 
+@dataclass(frozen=True)
+class Certificate:
+    """A certificate Secret that resolved: its reference and the PEM file (certificate, then key)
+    that `listeners.tls_pem` read from it, which is what the data plane serves."""
+
+    secret: Ref
+    pem: bytes
+
+
+@dataclass(frozen=True)
+class SecretProblem:
+    """Why a Secret reference is unusable as a certificate: `kind` is InvalidKind, RefNotPermitted,
+    NotFound or Malformed; `message` names the field and the Secret."""
+
+    kind: str
+    message: str
+
+
 @dataclass
 class ListenerFacts:
     name: str
@@ -91,9 +110,11 @@ class ListenerFacts:
     accepted: Cond
     resolved_refs: Cond
     conflicted: Cond
-    certificates: list[Ref] = field(default_factory=list)  # Secrets (valid, permitted) to serve
+    #: HTTPS: every certificateRef resolved (the data plane serves the first); empty unless all resolve
+    certificates: list[Certificate] = field(default_factory=list)
     client_cas: list[Ref] = field(default_factory=list)  # ConfigMaps with ca.crt for client validation
     client_mode: str = ""  # frontendtls.ALLOW_VALID_ONLY | ALLOW_INSECURE_FALLBACK when client_cas
+    client_bundle: bytes = b""  # their ca.crt, concatenated: what NGINX verifies clients against
     attached_routes: int = 0
 
     @property
@@ -200,12 +221,7 @@ def gateway_facts(index: ObjectIndex, controller: str = GATEWAY_CONTROLLER,
     facts = Facts(controller, {}, {}, {}, {})
     version = _bundle_version(index)
     for ref, gc in classes.items():
-        params = _dict(gc.spec).get("parametersRef")
-        if isinstance(params, dict):
-            facts.classes[ref] = Cond("Accepted", False, "InvalidParameters",
-                                      f"parametersRef {params.get('kind')}/{params.get('name')}: this gateway takes no parameters")
-        else:
-            facts.classes[ref] = Cond("Accepted", True, "Accepted", "Handled by the gwpolicy NGINX gateway.")
+        facts.classes[ref] = class_acceptance(gc)
         facts.class_versions[ref] = version
     for gw in index.of_kind(GATEWAY_GROUP, "Gateway"):
         gc_ref = Ref(GATEWAY_GROUP, "GatewayClass", None, str(_dict(gw.spec).get("gatewayClassName", "")))
@@ -221,14 +237,20 @@ def gateway_facts(index: ObjectIndex, controller: str = GATEWAY_CONTROLLER,
     return facts
 
 
+def class_acceptance(gc: Obj) -> Cond:
+    """A GatewayClass of ours' Accepted condition (its Gateways are served only when it is True:
+    status and the data plane both ask here)."""
+    params = _dict(gc.spec).get("parametersRef")
+    if isinstance(params, dict):
+        return Cond("Accepted", False, "InvalidParameters",
+                    f"parametersRef {params.get('kind')}/{params.get('name')}: this gateway takes no parameters")
+    return Cond("Accepted", True, "Accepted", "Handled by the gwpolicy NGINX gateway.")
+
+
 def gateway_fact(gw: Obj, gc_ref: Ref, facts: Facts, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
     """One Gateway of ours (its class `gc_ref` in `facts.classes`), as gateway_facts makes it; its
     listeners' `attached_routes` are left at 0 (they count routes, which the caller knows)."""
-    gf = _gateway(gw, gc_ref, index, grants)
-    if not facts.classes[gc_ref].status:
-        gf.accepted = Cond("Accepted", False, "Pending",
-                           f"GatewayClass {gc_ref.name} is not accepted: {facts.classes[gc_ref].message}")
-    return gf
+    return _gateway(gw, gc_ref, facts.classes[gc_ref], index, grants)
 
 
 def gateway_references(gw: Obj) -> set[Ref]:
@@ -295,9 +317,12 @@ def listener_verdicts(gw: Obj, index: ObjectIndex, grants: ReferenceGrants) -> d
     return listeners
 
 
-def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts]) -> Cond:
-    """The Gateway's Accepted condition from its spec and its listeners' verdicts (the data plane
-    serves nothing of a Gateway that is not accepted)."""
+def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_class: Cond) -> Cond:
+    """The Gateway's Accepted condition from its GatewayClass' (`class_acceptance`), its spec and
+    its listeners' verdicts (the data plane serves nothing of a Gateway that is not accepted)."""
+    if not gateway_class.status:
+        return Cond("Accepted", False, "Pending",
+                    f"GatewayClass {str(_dict(gw.spec).get('gatewayClassName', ''))} is not accepted: {gateway_class.message}")
     spec = _dict(gw.spec)
     accepted = Cond("Accepted", True, "Accepted", "Accepted by the gwpolicy NGINX gateway.")
     infra = _dict(spec.get("infrastructure"))
@@ -324,23 +349,23 @@ def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts]) -> Cond:
     return accepted
 
 
-def _gateway(gw: Obj, gc_ref: Ref, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
+def _gateway(gw: Obj, gc_ref: Ref, gateway_class: Cond, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
     spec = _dict(gw.spec)
     listeners = listener_verdicts(gw, index, grants)
-    accepted = gateway_acceptance(gw, listeners)
+    accepted = gateway_acceptance(gw, listeners, gateway_class)
     addresses = [a for a in spec.get("addresses") or [] if isinstance(a, dict)]
 
     resolved = None
     backend = _dict(_dict(spec.get("tls")).get("backend"))
     if isinstance(backend.get("clientCertificateRef"), dict):
-        problem = _secret_problem(gw, backend["clientCertificateRef"], index, grants, "spec.tls.backend.clientCertificateRef")
-        if problem is None:  # resolved, but said plainly: NGINX does not present it (not in supportedFeatures)
+        got = certificate_secret(gw, backend["clientCertificateRef"], index, grants, "spec.tls.backend.clientCertificateRef")
+        if isinstance(got, Certificate):  # resolved, but said plainly: NGINX does not present it (not in supportedFeatures)
             resolved = Cond("ResolvedRefs", True, "ResolvedRefs",
                             "The backend client certificate is resolved, but this data plane does not present client "
                             "certificates to backends (GatewayBackendClientCertificate is not supported).")
         else:
-            reason = "RefNotPermitted" if problem[0] == "RefNotPermitted" else "InvalidClientCertificateRef"
-            resolved = Cond("ResolvedRefs", False, reason, problem[1])
+            reason = "RefNotPermitted" if got.kind == "RefNotPermitted" else "InvalidClientCertificateRef"
+            resolved = Cond("ResolvedRefs", False, reason, got.message)
     return GatewayFacts(gw.ref, gw, gc_ref, listeners, accepted, resolved, addresses)
 
 
@@ -359,9 +384,10 @@ def _is_loopback(value: Any) -> bool:
 
 
 def _listener(gw: Obj, l: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants) -> ListenerFacts:
-    protocol = l.get("protocol") if isinstance(l.get("protocol"), str) else ""
-    port = l.get("port") if isinstance(l.get("port"), int) else None
-    hostname = l.get("hostname") if isinstance(l.get("hostname"), str) else None
+    raw_protocol, raw_port, raw_hostname = l.get("protocol"), l.get("port"), l.get("hostname")
+    protocol = raw_protocol if isinstance(raw_protocol, str) else ""
+    port = raw_port if isinstance(raw_port, int) else None
+    hostname = raw_hostname if isinstance(raw_hostname, str) else None
     ok_accepted = Cond("Accepted", True, "Accepted", "Listener is valid.")
     ok_refs = Cond("ResolvedRefs", True, "ResolvedRefs", "All references are resolved.")
     no_conflict = Cond("Conflicted", False, "NoConflicts", "No conflicts.")
@@ -413,44 +439,49 @@ def _listener(gw: Obj, l: dict[str, Any], index: ObjectIndex, grants: ReferenceG
         if not refs:
             lf.resolved_refs = Cond("ResolvedRefs", False, "InvalidCertificateRef", "tls.certificateRefs is empty.")
         for i, ref in enumerate(refs):
-            problem = _secret_problem(gw, ref, index, grants, f"tls.certificateRefs[{i}]")
-            if problem is not None:
-                reason = "RefNotPermitted" if problem[0] == "RefNotPermitted" else "InvalidCertificateRef"
-                lf.resolved_refs = Cond("ResolvedRefs", False, reason, problem[1])
+            got = certificate_secret(gw, ref, index, grants, f"tls.certificateRefs[{i}]")
+            if isinstance(got, SecretProblem):
+                reason = "RefNotPermitted" if got.kind == "RefNotPermitted" else "InvalidCertificateRef"
+                lf.resolved_refs = Cond("ResolvedRefs", False, reason, got.message)
                 lf.certificates = []
                 break
-            lf.certificates.append(Ref(CORE_GROUP, "Secret", ref.get("namespace") or gw.namespace, str(ref["name"])))
+            lf.certificates.append(got)
         # frontend client certificate validation (gateway/frontendtls.py, shared with the data plane)
         validation = frontendtls.listener_validation(gw, port, index, grants) if lf.resolved_refs.status else None
         if validation is not None:
             lf.client_cas = list(validation.cas)
             lf.client_mode = validation.mode
+            lf.client_bundle = validation.bundle
             if validation.problems:
                 reason, msg = validation.problems[0]
                 lf.resolved_refs = Cond("ResolvedRefs", False, reason, msg)
                 if not validation.cas or reason == "UnsupportedValue":
                     lf.accepted = Cond("Accepted", False, frontendtls.NO_VALID_CA if reason != "UnsupportedValue" else reason, msg)
                     lf.client_cas = []
+                    lf.client_bundle = b""
     return lf
 
 
-def _secret_problem(owner: Obj, ref: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants,
-                    where: str) -> tuple[str, str] | None:
-    """Why a Secret reference of a Gateway is unusable as a TLS certificate; None when it is usable."""
+def certificate_secret(owner: Obj, ref: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants,
+                       where: str) -> Certificate | SecretProblem:
+    """A Secret reference of a Gateway, resolved to the certificate the data plane serves, or why
+    it is unusable: the one place that decides (the data plane takes `ListenerFacts.certificates`)."""
     group = ref.get("group") or CORE_GROUP
     kind = ref.get("kind") or "Secret"
     ns = ref.get("namespace") or owner.namespace or ""
     name = str(ref.get("name", ""))
     if group != CORE_GROUP or kind != "Secret":
-        return "InvalidKind", f"{where}: {group + '/' if group else ''}{kind} is not a Secret."
+        return SecretProblem("InvalidKind", f"{where}: {group + '/' if group else ''}{kind} is not a Secret.")
     if ns != owner.namespace and not grants.allows(GATEWAY_GROUP, "Gateway", owner.namespace or "", CORE_GROUP, "Secret", ns, name):
-        return "RefNotPermitted", f"{where}: Secret {ns}/{name} is in another namespace and no ReferenceGrant allows it."
-    secret = index.by_ref.get(Ref(CORE_GROUP, "Secret", ns, name))
+        return SecretProblem("RefNotPermitted", f"{where}: Secret {ns}/{name} is in another namespace and no ReferenceGrant allows it.")
+    secret_ref = Ref(CORE_GROUP, "Secret", ns, name)
+    secret = index.by_ref.get(secret_ref)
     if secret is None:
-        return "NotFound", f"{where}: Secret {ns}/{name} does not exist."
-    if tls_pem(secret) is None:  # the data plane's reading of the Secret (stringData too)
-        return "Malformed", f"{where}: Secret {ns}/{name} has no PEM certificate and key in tls.crt and tls.key."
-    return None
+        return SecretProblem("NotFound", f"{where}: Secret {ns}/{name} does not exist.")
+    pem = tls_pem(secret)  # `data` or `stringData`
+    if pem is None:
+        return SecretProblem("Malformed", f"{where}: Secret {ns}/{name} has no PEM certificate and key in tls.crt and tls.key.")
+    return Certificate(secret_ref, pem)
 
 
 def _conflicts(raw: list[dict[str, Any]], listeners: dict[str, ListenerFacts]) -> None:
@@ -472,9 +503,9 @@ def _route(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGrants
         if not isinstance(pref, dict):
             continue
         gw_ref = parent_gateway(route, pref)
-        gf = facts.gateways.get(gw_ref) if gw_ref is not None else None
-        if gf is None:
+        if gw_ref is None or gw_ref not in facts.gateways:
             continue  # not ours (another class, or no such Gateway): we say nothing about it
+        gf = facts.gateways[gw_ref]
         full = dict(pref)
         full["group"] = GATEWAY_GROUP
         full["kind"] = "Gateway"
@@ -605,8 +636,9 @@ def _backend(route: Obj, ri: int, bi: int, b: dict[str, Any], index: ObjectIndex
     kind = b.get("kind") or "Service"
     ns = b.get("namespace") or route.namespace or ""
     name = str(b.get("name", ""))
-    port = b.get("port") if isinstance(b.get("port"), int) else None
-    weight = b.get("weight") if isinstance(b.get("weight"), int) else 1
+    raw_port, raw_weight = b.get("port"), b.get("weight")
+    port = raw_port if isinstance(raw_port, int) else None
+    weight = raw_weight if isinstance(raw_weight, int) else 1
     where = where or f"spec.rules[{ri}].backendRefs[{bi}]"
     ref = Ref(group, kind, ns, name)
     if group != CORE_GROUP or kind != "Service":
