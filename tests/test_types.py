@@ -22,10 +22,11 @@ PACKAGE = ROOT / "src" / "gwpolicy"
 #: the modules held to mypy: the engine from objects to effective policy and status
 CORE_MODULES = ("analysis.py", "effective.py", "incremental.py", "topology.py", "attach.py", "status.py",
                 "policies.py", "model.py", "refs.py", "merge")
-#: and its edges: input, output, explanations, the CLI, the admission webhook and the sandbox API server
+#: and its edges: input, output, explanations, the CLI, the admission webhook, the sandbox API server,
+#: the controller, the gateway, the benchmarks and the compiled core's guard and build
 EDGE_MODULES = ("output.py", "load.py", "yamlfast.py", "explain.py", "effectiveobjects.py", "grants.py",
                 "kinds.py", "shapes.py", "timestamps.py", "serve.py", "cli", "webhook", "sandbox",
-                "__init__.py", "compiled.py", "corebuild.py")
+                "__init__.py", "compiled.py", "corebuild.py", "controller", "gateway", "bench")
 
 
 def _source_files() -> list[Path]:
