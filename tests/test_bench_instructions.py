@@ -39,7 +39,10 @@ def test_counts_are_there_repeat_and_grow_with_the_work(cluster, tmp_path, capsy
     assert [e["edit"] for e in first["edits"]] == NAMES
     for a, b in [(first["full_analysis_ir"], second["full_analysis_ir"]), (first["toggle_ir"], second["toggle_ir"])] + \
             [(x["ir"], y["ir"]) for x, y in zip(first["edits"], second["edits"])]:
-        assert abs(a - b) <= 0.001 * a, (a, b)  # the same work, the same count, to 0.1%
+        # the same work, the same count: to 0.1%, or to 60k instructions, the most that where a window
+        # closes can move (vgdb's command lands within valgrind's poll, 5,000 basic blocks, when the
+        # child is not yet blocked waiting for it: seen on a loaded machine, 5k of a 94k window)
+        assert abs(a - b) <= max(0.001 * a, 60_000), (a, b)
     ir = [e["ir"] for e in first["edits"]]
     # each edit is counted, not only the toggles (the compiled core's smallest edit at 30 routes is
     # about twice the toggles' own count)
