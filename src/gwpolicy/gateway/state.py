@@ -44,7 +44,7 @@ files and the same status as the full pass.
 from __future__ import annotations
 
 import gc
-from typing import Any, Callable, Iterator, Mapping
+from typing import AbstractSet, Any, Callable, Iterator, Mapping
 
 from gwpolicy.analysis import Analysis, analyse
 from gwpolicy.grants import ReferenceGrants
@@ -123,6 +123,10 @@ def _class_name(gateway: dict[str, Any]) -> str:
     """The GatewayClass a Gateway names, as status.gateway_facts reads it."""
     spec = gateway.get("spec")
     return str((spec if isinstance(spec, dict) else {}).get("gatewayClassName", ""))
+
+
+#: no object to check: a view that is the same as the copy the analysis holds
+_NOTHING: frozenset[Ref] = frozenset()
 
 
 def _same_but_status(before: dict[str, Any], now: dict[str, Any]) -> bool:
@@ -305,22 +309,14 @@ class GatewayState:
         if got is None:
             return None
         out = got | gateways | set(routes)
-        for r in routes:  # as _rediff does, for the views that may have changed
+        for r in routes:  # the views that may have changed
             route = index.by_ref.get(r)  # the copy its facts were computed from
             if route is None:  # cannot be: what the facts hold is in the index
                 return None
-            view = dataplane_objects([route.raw], facts)[0]
-            was = self.views.get(r)
-            if was is view or was == view:
-                self.views[r] = view
-                continue
-            if was is not None and _same_but_status(was, view):
-                continue  # the analysis keeps its copy (see _same_but_status)
-            got = apply_change(a, was if was is not None else route.raw, view)
-            if got is None:
+            checks = self._view_again(r, dataplane_objects([route.raw], facts)[0], route.raw)
+            if checks is None:
                 return None
-            self.views[r] = view
-            out |= got | {r}
+            out |= checks
         return out
 
     def _route(self, ref: Ref, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
@@ -507,6 +503,24 @@ class GatewayState:
         self.facts = gateway_facts(self.index, self.controller, self.grants)
         return raws
 
+    def _view_again(self, ref: Ref, view: dict[str, Any], raw: dict[str, Any]) -> AbstractSet[Ref] | None:
+        """A Gateway's or route's new view given to the engine where it differs from the copy the
+        analysis holds (`raw`: the old copy to give when none is recorded): the objects to check
+        (none when it is the same), None when the engine declines it."""
+        a = self.analysis
+        assert a is not None
+        before = self.views.get(ref)
+        if before is view or before == view:
+            self.views[ref] = view
+            return _NOTHING
+        if before is not None and _same_but_status(before, view):
+            return _NOTHING  # the analysis keeps its copy: a status write (whose echo the state is not told) changed nothing it reads
+        got = apply_change(a, before if before is not None else raw, view)
+        if got is None:
+            return None
+        self.views[ref] = view
+        return got | {ref}
+
     def _rediff(self, touched: set[Ref]) -> set[Ref] | None:
         """After a change of another kind that the engine took in place (facts computed again):
         every Gateway and route whose view changed is applied too."""
@@ -518,17 +532,10 @@ class GatewayState:
         for raw in dataplane_objects(raws, self.facts):
             ref = key_ref(object_key(raw))
             seen.add(ref)
-            before = self.views.get(ref)
-            if before is raw or before == raw:
-                self.views[ref] = raw
-                continue
-            if before is not None and _same_but_status(before, raw):
-                continue  # the analysis keeps its copy: a status write (whose echo the state is not told) changed nothing it reads
-            got = apply_change(a, before if before is not None else raw, raw)
+            got = self._view_again(ref, raw, raw)
             if got is None:
                 return None
-            self.views[ref] = raw
-            out |= got | {ref}
+            out |= got
         for ref in [r for r in self.views if r not in seen]:
             got = apply_change(a, self.views.pop(ref), None)
             if got is None:
