@@ -16,7 +16,6 @@ from pathlib import Path
 from gwpolicy.compiled import GROUP, MANIFEST, MODULES, PACKAGE_DIR, _digest, _source, check, describe
 
 
-
 def _imports(path: Path) -> set[str]:
     """The gwpolicy modules a source imports (their types are compiled into it)."""
     found = set()
@@ -38,6 +37,11 @@ def _sources() -> list[Path]:
                 if cand.is_file():
                     out.add(cand)
     return sorted(out)
+
+
+def _hashes() -> dict[str, str]:
+    """Each source's SHA-256, by its path from `src`: what the manifest records and the guard checks."""
+    return {str(p.relative_to(PACKAGE_DIR.parent)): _digest(p) for p in _sources()}
 
 
 def _built_files() -> list[Path]:
@@ -72,7 +76,7 @@ def build(workdir: Path) -> None:
     from setuptools import setup  # type: ignore[import-untyped, unused-ignore]  # typed from setuptools 71 on
 
     clean()
-    hashes = {str(p.relative_to(PACKAGE_DIR.parent)): _digest(p) for p in _sources()}
+    hashes = _hashes()
     workdir.mkdir(parents=True, exist_ok=True)
     here = os.getcwd()
     sys.stdout.flush()
@@ -96,7 +100,7 @@ def build(workdir: Path) -> None:
             os.dup2(saved[1], 2)
             os.close(saved[0])
             os.close(saved[1])
-    if hashes != {str(p.relative_to(PACKAGE_DIR.parent)): _digest(p) for p in _sources()}:
+    if hashes != _hashes():
         clean()
         raise RuntimeError("the sources changed during the build; build again")
     MANIFEST.write_text(json.dumps({"python": sys.implementation.cache_tag, "modules": list(MODULES),
