@@ -439,7 +439,7 @@ class GatewayState:
         that leaves which listeners are accepted as it was, nothing else reads the change (routes'
         facts and the view read only that of a Gateway's facts); otherwise the routes attached to
         it are computed again too and the Gateway's and their new views go to the engine, with a
-        new `epoch` as for a Gateway edit."""
+        new `epoch` (unlike a Gateway's own edit, which keeps it: see `_apply`)."""
         a, index, facts = self.analysis, self.index, self.facts
         assert a is not None and index is not None and facts is not None and self.grants is not None
         moved: list[Ref] = []
