@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gwpolicy.gateway import frontendtls, pathregex
+from gwpolicy.gateway.dataplane import SUPPORTED_FILTERS as RENDERED_FILTERS
 from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts, tls_pem, valid_hostname
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
@@ -47,12 +48,7 @@ def route_objects(index: ObjectIndex) -> list[Obj]:
 
 #: HTTPRoute filter types the data plane renders (its own list); anything else makes the route
 #: Accepted=False/UnsupportedValue
-_RENDERED: tuple[str, ...]
-try:
-    from gwpolicy.gateway.dataplane import SUPPORTED_FILTERS as _RENDERED
-except ImportError:  # pragma: no cover - the data plane model is part of the package
-    _RENDERED = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite")
-SUPPORTED_FILTERS = frozenset(_RENDERED)
+SUPPORTED_FILTERS = frozenset(RENDERED_FILTERS)
 SUPPORTED_PATH_TYPES = frozenset({"Exact", "PathPrefix", "RegularExpression"})
 
 #: Gateway API features (conformance names) this gateway claims in GatewayClass.status.supportedFeatures;
