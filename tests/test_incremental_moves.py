@@ -323,3 +323,32 @@ def test_a_policy_on_a_service_port_is_checked_when_only_the_ports_paths_change(
     assert canonical(a) == canonical(full)
     assert policy in moved_status(base, full)  # its ancestors now hold the Gateway
     assert {policy, svc} <= result
+
+
+def test_a_gateway_edit_after_routes_came_and_went_moves_the_routes_naming_it_now() -> None:
+    """The routes naming a Gateway are sorted once and kept (`RouteIndex.routes_naming`) until a route
+    naming it changes: after a Gateway edit, a route that comes naming it, one that goes and one that
+    names it no more are what the next Gateway edit works on (else the new route would stay on the
+    listener that no longer admits it, and the gone one be derived again)."""
+    state = {key(o): o for o in _three_routes()}
+    a = analyse(copy.deepcopy(list(state.values())), now=NOW)
+    base = analyse(copy.deepcopy(list(state.values())), now=NOW)
+    gw = state[(GW, "Gateway", "a", "gw0")]
+    away = copy.deepcopy(gw)
+    away["spec"]["listeners"][0]["hostname"] = "*.example.org"
+    a, base = apply_and_compare(state, gw, away, a, base)
+    r0 = state[(GW, "HTTPRoute", "a", "r0")]
+    r3 = copy.deepcopy(r0)
+    r3["metadata"] = meta("r3", "a")
+    a, base = apply_and_compare(state, None, r3, a, base)  # comes, naming gw0
+    a, base = apply_and_compare(state, state[(GW, "HTTPRoute", "b", "r1")], None, a, base)  # goes
+    r2 = state[(GW, "HTTPRoute", "b", "r2")]
+    elsewhere = copy.deepcopy(r2)
+    elsewhere["spec"]["parentRefs"] = [{"name": "gw9", "namespace": "a"}]  # names another Gateway now
+    a, base = apply_and_compare(state, r2, elsewhere, a, base)
+    back = copy.deepcopy(away)
+    back["spec"]["listeners"][0]["hostname"] = "*.example.com"
+    a, base = apply_and_compare(state, away, back, a, base)
+    on = {str(t) for t, ns in a.topology.paths.items() if t.kind == "HTTPRoute" and t.section is None
+          for n in ns if any(lv.section == "one" for lv in n.levels)}
+    assert on == {"HTTPRoute/a/r0", "HTTPRoute/a/r3"}

@@ -154,7 +154,8 @@ class Evaluator:
         self._value_contributions: dict[tuple, Contribution | None] = {}
         # `contexts`: (object -> (its copy, its context), owner -> (its copy, whether it holds
         # policies, its sections' context), the interned contexts, the mapped kinds)
-        self._kept: tuple[dict, dict, dict, dict] | None = None
+        self._kept: tuple[dict[Ref, tuple[Obj | None, tuple]], dict[Ref, tuple[Obj | None, bool, tuple]],
+                          dict[tuple, tuple], dict[KindKey, tuple[PolicyKind, ...]]] | None = None  # typed: read natively
         self.kinds_at: dict[Ref, list[KindKey]] = {}
         self.entries_at: dict[Ref, dict[KindKey, LevelEntry]] = {}
         for (kk, ref), entry in entries.items():

@@ -401,8 +401,10 @@ def nodes_at(a: Analysis) -> dict[Ref, dict[PathNode, None]]:
             n = stack.pop()
             if n.level is not None:
                 idx.setdefault(n.level, {})[n] = None
-            if n.children:
-                stack.extend(n.children.values())
+            ch = n.children
+            if ch:
+                for c in ch.values():  # not `stack.extend(...values())`: mypyc walks a dict natively
+                    stack.append(c)
         topo._nodes_at = idx
     return idx
 
@@ -421,7 +423,6 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
     idx = nodes_at(a)
     paths = a.topology.paths
     ev = a.evaluator
-    summary, evaluate = ev.summary, ev.evaluate_node
     kind = a.kinds[kk]
     only = (kk,)
     by = a._by_effective_target
@@ -477,13 +478,13 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
             res = remap.get(was, _UNSEEN)
         if res is not _UNSEEN:
             pass
-        elif (t_here := (n.summary or summary(n)).trails.get(kk)) is None:
+        elif (t_here := (n.summary or ev.summary(n)).trails.get(kk)) is None:
             res = None
         else:
             parent = n.parent
             above = parent.summary  # type: ignore[union-attr]
             if above is None:
-                above = summary(parent)
+                above = ev.summary(parent)
             if mapped:
                 value = values.get(target, _UNSEEN)  # type: ignore[arg-type]
                 if value is _UNSEEN:
@@ -500,13 +501,13 @@ def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand
                 grand = parent.parent  # type: ignore[union-attr]
                 above_owner = grand.summary  # type: ignore[union-attr]
                 if above_owner is None:
-                    above_owner = summary(grand)
+                    above_owner = ev.summary(grand)
                 at_owner = entries_at.get(parent.level)  # type: ignore[union-attr, arg-type]
                 key = (t_here, above.trails.get(kk), above_owner.trails.get(kk), own,
                        at_owner.get(kk) if at_owner is not None else None, value)
             res = done.get(key, _UNSEEN)
             if res is _UNSEEN:
-                res = evaluate(target, n, only)[0][1]  # type: ignore[arg-type]
+                res = ev.evaluate_node(target, n, only)[0][1]  # type: ignore[arg-type]
                 if not res.leaves:
                     res = None
                 done[key] = res
@@ -597,14 +598,18 @@ def _refresh_affected(a: Analysis, owner: Ref) -> bool:
 
 def _lists_of(by: dict[Ref, dict[PathNode, Pairs]], sections: dict[Ref, list[str]], owner: Ref) -> list[Pairs]:
     """The list of every path of `owner` and of its sections (one list per path: paths share lists)."""
+    lists: list[Pairs] = []
     pp = by.get(owner)
-    lists = [*pp.values()] if pp else []
+    if pp:
+        for pairs in pp.values():  # appended one by one: mypyc walks a dict natively, `+=` of a view does not
+            lists.append(pairs)
     secs = sections.get(owner)
     if secs:
         for s in secs:
             pp = by.get(_new_ref(Ref, (owner[0], owner[1], owner[2], owner[3], s)))  # `owner.with_section(s)`: thousands of owners
             if pp:
-                lists += pp.values()
+                for pairs in pp.values():
+                    lists.append(pairs)
     return lists
 
 
@@ -653,8 +658,10 @@ def _drop_summaries(starts: list[PathNode]) -> list[PathNode]:
         seen.add(id(n))
         n.summary = None
         out.append(n)
-        if n.children:
-            stack.extend(n.children.values())
+        ch = n.children
+        if ch:
+            for c in ch.values():  # not `stack.extend(...values())`: mypyc walks a dict natively
+                stack.append(c)
     out.reverse()  # popped from the end: parents first, as a walk would meet them
     return out
 
@@ -710,7 +717,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     assert by is not None
     ev = a.evaluator
     context_of = ev.contexts()
-    summary, evaluate, kinds, kinds_at = ev.summary, ev.evaluate_node, ev.kinds, ev.kinds_at
+    kinds, kinds_at = ev.kinds, ev.kinds_at  # `ev.summary` and `ev.evaluate_node` called as methods: compiled, a native call
     # Results by context for this batch (nothing changes while it runs): summaries derived through
     # `shared` (`Evaluator.summary`), so that a node's summary and its parent's fix its level (a
     # level holding policies gets summaries of its own) and, with the target's context
@@ -748,24 +755,24 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
                 if here is not None and not kinds_at.get(n.level):  # type: ignore[arg-type]  # a level holding no policy: its parent's summary
                     n.summary = here
                 else:
-                    here = summary(n, shared)
+                    here = ev.summary(n, shared)
             if not here.kinds:
                 pairs: list = _NO_PAIRS
             else:
                 parent = n.parent
                 above = parent.summary  # type: ignore[union-attr]
                 if above is None:
-                    above = summary(parent, shared)
+                    above = ev.summary(parent, shared)
                 if is_section:  # the owner's summary above is read too: derive it shared
                     grand = parent.parent  # type: ignore[union-attr]
                     if grand is not None and grand.summary is None:
-                        summary(grand, shared)
+                        ev.summary(grand, shared)
                 key = (here, above, cid)
                 got_pairs = memo.get(key)
                 if got_pairs is not None:
                     pairs = got_pairs
                 else:
-                    pairs = memo[key] = [(kinds[kk], res) for kk, res in evaluate(target, n) if res.leaves]
+                    pairs = memo[key] = [(kinds[kk], res) for kk, res in ev.evaluate_node(target, n) if res.leaves]
             old = per_path.get(n)
             if old is not None:
                 if len(old) == len(pairs):
@@ -835,8 +842,8 @@ class _PoliciesOfLists:
         self.of_list: dict[int, dict[KindKey, Any]] = {}
         self.of_set: dict[tuple[int, ...], dict[KindKey, Any]] = {}
 
-    def __call__(self, lists: list[list]) -> dict[KindKey, Any]:
-        key = tuple(map(id, lists))  # the lists as they come: owners alike come with them alike
+    def __call__(self, lists: list[Pairs]) -> dict[KindKey, Any]:
+        key = tuple([id(pairs) for pairs in lists])  # the lists as they come: owners alike come with them alike
         now = self.of_set.get(key)
         if now is not None:
             return now
@@ -872,8 +879,10 @@ def _subtree(node: PathNode) -> list[PathNode]:
     while stack:
         n = stack.pop()
         out.append(n)
-        if n.children:
-            stack.extend(n.children.values())
+        ch = n.children
+        if ch:
+            for c in ch.values():  # not `stack.extend(...values())`: mypyc walks a dict natively
+                stack.append(c)
     return out
 
 
@@ -923,6 +932,9 @@ class RouteIndex:
         # route -> (what it names, the namespaces it sends to, whether it names a backend other
         # than a Service: one that may be a Gateway)
         self._of: dict[Ref, tuple[set[Ref], set[str], bool]] = {}
+        # Gateway or backend -> `routes_naming`'s sorted list, kept until a route naming it changes
+        # (a Gateway edited twice sorts its thousand routes once)
+        self._sorted: dict[Ref, list[Ref]] = {}
         for kind in ROUTE_KINDS:
             for route in index.of_kind(GATEWAY_GROUP, kind):
                 self.put(route.ref, route)
@@ -930,6 +942,10 @@ class RouteIndex:
     def put(self, ref: Ref, route: Obj | None) -> None:
         """The route's names, replacing those it had (None: it is gone)."""
         names, into, _ = self._of.pop(ref, ((), (), False))
+        sorted_ = self._sorted
+        if sorted_:  # none while the index is built
+            for n in names:
+                sorted_.pop(n, None)
         _untie(self.naming, names, ref)
         _untie(self.into, into, ref)
         if route is None:
@@ -938,11 +954,17 @@ class RouteIndex:
         self._of[ref] = (names, into, odd)
         for n in names:
             self.naming.setdefault(n, set()).add(ref)
+            if sorted_:
+                sorted_.pop(n, None)
         for ns in into:
             self.into.setdefault(ns, set()).add(ref)
 
     def routes_naming(self, ref: Ref) -> list[Ref]:
-        return sorted(self.naming.get(ref, ()))  # routes: namespaced, no section (compared as tuples, as by sort_key)
+        """The routes naming `ref`, sorted (the callers' order of work); the list is shared: read it only."""
+        got = self._sorted.get(ref)
+        if got is None:
+            got = self._sorted[ref] = sorted(self.naming.get(ref, ()))  # routes: namespaced, no section (compared as tuples, as by sort_key)
+        return got
 
     def sends_only_to(self, ref: Ref, namespaces: frozenset[str]) -> bool:
         """Does the route name only Services as backends, none in these namespaces? (Then every
@@ -1318,8 +1340,10 @@ def _same_shape_below(node: PathNode, differ: frozenset[str], changed: Ref | Non
             return False
         if lv[3] == name and lv[:4] == changed[:4]:  # type: ignore[index]  # the object or one of its sections
             return False
-        if m.children:
-            stack.extend(m.children.values())
+        ch = m.children
+        if ch:
+            for c in ch.values():  # not `stack.extend(...values())`: mypyc walks a dict natively
+                stack.append(c)
     return True
 
 
@@ -1342,8 +1366,10 @@ def _graft(node: PathNode, place: PathNode, idx: dict[Ref, dict[PathNode, None]]
     stack = [node]
     while stack:  # each node before those below it: its namespaces are its parent's and its level's
         m = stack.pop()
-        if m.children:
-            stack.extend(m.children.values())
+        ch = m.children
+        if ch:
+            for c in ch.values():  # not `stack.extend(...values())`: mypyc walks a dict natively
+                stack.append(c)
         lv = m.level
         m.namespaces = (m.parent.namespaces | {lv[3]}  # type: ignore[union-attr, index, operator]  # below a route: never the root
                         if lv[1] == "Namespace" and lv[0] == CORE_GROUP and lv[2] is None and lv[4] is None  # type: ignore[index]

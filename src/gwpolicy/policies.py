@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Callable
 
 from gwpolicy.model import Obj, ObjectIndex
@@ -42,11 +41,12 @@ class PolicyKind:
     # a data plane's check of a policy's spec (e.g. the gateway's unsupported fields): a message
     # makes the policy Invalid, so it contributes nothing anywhere (set by analyse(kind_checks=))
     check: Callable[[dict[str, Any]], str | None] | None = None
+    # (group, kind), built once: it is read for every item of the output and every merge. A field,
+    # not a cached property: the compiled core reads a field directly, a property by name
+    key: tuple[str, str] = field(init=False, repr=False, compare=False)
 
-    @cached_property
-    def key(self) -> tuple[str, str]:
-        """(group, kind), built once: it is read for every item of the output and every merge."""
-        return (self.group, self.kind)
+    def __post_init__(self) -> None:
+        self.key = (self.group, self.kind)
 
     def to_json(self) -> dict[str, str]:
         return {"group": self.group, "kind": self.kind}
