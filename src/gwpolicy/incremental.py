@@ -24,7 +24,7 @@ import bisect
 import gc
 from collections import Counter
 from itertools import chain, filterfalse
-from typing import AbstractSet, Any, Iterable
+from typing import AbstractSet, Any, Iterable, cast
 
 from gwpolicy.analysis import Analysis, _level_entry
 from gwpolicy.attach import TargetOutcome, resolve_targets
@@ -606,7 +606,9 @@ def _lists_of(by: dict[Ref, dict[PathNode, Pairs]], sections: dict[Ref, list[str
     secs = sections.get(owner)
     if secs:
         for s in secs:
-            pp = by.get(_new_ref(Ref, (owner[0], owner[1], owner[2], owner[3], s)))  # `owner.with_section(s)`: thousands of owners
+            # `owner.with_section(s)`, as a plain tuple: only looked up (a tuple equals the Ref with
+            # its fields, and hashes alike), and half the cost of making a Ref, for thousands of owners
+            pp = by.get(cast(Ref, (owner[0], owner[1], owner[2], owner[3], s)))
             if pp:
                 for pairs in pp.values():
                     lists.append(pairs)
@@ -724,7 +726,8 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     # (`Evaluator.contexts`: interned, keyed by identity), every result
     memo: dict[tuple, Pairs] = {}
     shared: dict = {}
-    of_sections: dict[Ref, int] = {}
+    # a context's id kept as an object: boxed once per target, not once per node's memo key
+    of_sections: dict[Ref, object] = {}
     # owner -> what its paths in the batch had and have: (the old lists those paths replaced, the
     # (kind, result) lists of the paths that changed), appended as the nodes come. What affects
     # an owner with a few paths (a route, its Service) is read again from them all; one with many
@@ -736,6 +739,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
             per_path = by[target] = {}
         is_section = target[4] is not None
         owner: Ref
+        cid: object
         if is_section:  # a section's node hangs from its owner's (S5.5): the owner is its parent's level
             owner = fresh_nodes[0].parent.level  # type: ignore[union-attr,assignment]  # a section's node has a parent with a level
             cid = of_sections.get(owner)  # a section's context is its owner's sections': one per owner
@@ -839,18 +843,22 @@ class _PoliciesOfLists:
     whole). A kind's set is the result's own (frozen) set where one result gives it all."""
 
     def __init__(self) -> None:
-        self.of_list: dict[int, dict[KindKey, Any]] = {}
-        self.of_set: dict[tuple[int, ...], dict[KindKey, Any]] = {}
+        self.of_list: dict[object, dict[KindKey, Any]] = {}
+        self.of_set: dict[tuple[object, ...], dict[KindKey, Any]] = {}
 
     def __call__(self, lists: list[Pairs]) -> dict[KindKey, Any]:
-        key = tuple([id(pairs) for pairs in lists])  # the lists as they come: owners alike come with them alike
+        # the lists' ids as objects: each boxed once (a native int is boxed again each time it is a key)
+        ids: list[object] = [id(pairs) for pairs in lists]
+        key = tuple(ids)  # the lists as they come: owners alike come with them alike
         now = self.of_set.get(key)
         if now is not None:
             return now
         of_list = self.of_list
         now = {}
         owned = False  # `now` a copy of our own, not one list's dict
-        distinct = {id(pairs): pairs for pairs in lists}  # one list is shared by many nodes
+        distinct: dict[object, Pairs] = {}  # one list is shared by many nodes
+        for j in range(len(lists)):
+            distinct[ids[j]] = lists[j]
         for i, pairs in distinct.items():
             one = of_list.get(i)
             if one is None:  # one list holds one result per kind: nothing to fold
