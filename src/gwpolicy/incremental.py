@@ -596,10 +596,15 @@ def _refresh_affected(a: Analysis, owner: Ref) -> bool:
     return _set_affected(a, owner, _policies_of_pairs({id(pairs): pairs for pairs in lists}.values()))
 
 
-def _lists_of(by: dict[Ref, dict[PathNode, Pairs]], sections: dict[Ref, list[str]], owner: Ref) -> list[Pairs]:
-    """The list of every path of `owner` and of its sections (one list per path: paths share lists)."""
+def _lists_of(by: dict[Ref, dict[PathNode, Pairs]], sections: dict[Ref, list[str]], owner: Ref,
+              fetched: dict[Ref, dict[PathNode, Pairs]] | None = None) -> list[Pairs]:
+    """The list of every path of `owner` and of its sections (one list per path: paths share lists).
+    `fetched`: the targets' tables the caller has just read from `by` (a small table, in the cache:
+    `by` is one entry per target of the cluster, and reading it is most of the cost here)."""
     lists: list[Pairs] = []
-    pp = by.get(owner)
+    pp = fetched.get(owner) if fetched is not None else None
+    if pp is None:
+        pp = by.get(owner)
     if pp:
         for pairs in pp.values():  # appended one by one: mypyc walks a dict natively, `+=` of a view does not
             lists.append(pairs)
@@ -608,7 +613,10 @@ def _lists_of(by: dict[Ref, dict[PathNode, Pairs]], sections: dict[Ref, list[str
         for s in secs:
             # `owner.with_section(s)`, as a plain tuple: only looked up (a tuple equals the Ref with
             # its fields, and hashes alike), and half the cost of making a Ref, for thousands of owners
-            pp = by.get(cast(Ref, (owner[0], owner[1], owner[2], owner[3], s)))
+            sec = cast(Ref, (owner[0], owner[1], owner[2], owner[3], s))
+            pp = fetched.get(sec) if fetched is not None else None
+            if pp is None:
+                pp = by.get(sec)
             if pp:
                 for pairs in pp.values():
                     lists.append(pairs)
@@ -728,6 +736,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     shared: dict = {}
     # a context's id kept as an object: boxed once per target, not once per node's memo key
     of_sections: dict[Ref, object] = {}
+    fetched: dict[Ref, dict[PathNode, Pairs]] = {}  # target -> its table in `by` (empty: taken out of `by`)
     # owner -> what its paths in the batch had and have: (the old lists those paths replaced, the
     # (kind, result) lists of the paths that changed), appended as the nodes come. What affects
     # an owner with a few paths (a route, its Service) is read again from them all; one with many
@@ -737,6 +746,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
         per_path = by.get(target)
         if per_path is None:
             per_path = by[target] = {}
+        fetched[target] = per_path  # `by` is not written again meanwhile: what `_lists_of` reads below
         is_section = target[4] is not None
         owner: Ref
         cid: object
@@ -802,7 +812,7 @@ def _recompute_nodes(a: Analysis, per_target: dict[Ref, list[PathNode]], lost: d
     visit = list(lost)
     visit.extend(o for o, rec in owners.items() if (rec[0] or rec[1]) and o not in lost)
     for owner in visit:
-        lists = _lists_of(by, sections, owner)
+        lists = _lists_of(by, sections, owner, fetched)
         if len(lists) <= _FEW_PATHS:  # a handful of paths: what affects it gathered again at once
             now = of_lists(lists)
             if now != affected.get(owner, _NO_POLICIES):  # `_set_affected`, inline: thousands of owners
