@@ -237,6 +237,18 @@ def _three_routes() -> list[dict[str, Any]]:
     return objs
 
 
+def _listener_away() -> tuple[dict, Any, Any, dict, dict]:
+    """`_three_routes` analysed twice (one to edit in place, one to compare with), its Gateway, and
+    that Gateway with the routes' listener's hostname changed so that it admits none of them."""
+    state = {key(o): o for o in _three_routes()}
+    a = analyse(copy.deepcopy(list(state.values())), now=NOW)
+    base = analyse(copy.deepcopy(list(state.values())), now=NOW)
+    gw = state[(GW, "Gateway", "a", "gw0")]
+    away = copy.deepcopy(gw)
+    away["spec"]["listeners"][0]["hostname"] = "*.example.org"
+    return state, a, base, gw, away
+
+
 def _parents(a: Any) -> dict[int, int]:
     """Each route path node (by identity) -> its parent (by identity)."""
     return {id(n): id(n.parent) for t, ns in a.topology.paths.items()
@@ -254,12 +266,7 @@ def test_a_hostname_change_moves_every_route_of_the_listener_and_back() -> None:
     """The listener's routes leave it (to their own paths), a namespace's new labels bring two of
     them to the other listener, and the first comes back: each moves the routes' subtrees in place
     (no route is derived from scratch), and the result is a full analysis'."""
-    state = {key(o): o for o in _three_routes()}
-    a = analyse(copy.deepcopy(list(state.values())), now=NOW)
-    base = analyse(copy.deepcopy(list(state.values())), now=NOW)
-    gw = state[(GW, "Gateway", "a", "gw0")]
-    away = copy.deepcopy(gw)
-    away["spec"]["listeners"][0]["hostname"] = "*.example.org"
+    state, a, base, gw, away = _listener_away()
     back = copy.deepcopy(away)
     back["spec"]["listeners"][0]["hostname"] = "*.example.com"
     team_c = copy.deepcopy(state[("", "Namespace", "", "b")])
@@ -330,12 +337,7 @@ def test_a_gateway_edit_after_routes_came_and_went_moves_the_routes_naming_it_no
     naming it changes: after a Gateway edit, a route that comes naming it, one that goes and one that
     names it no more are what the next Gateway edit works on (else the new route would stay on the
     listener that no longer admits it, and the gone one be derived again)."""
-    state = {key(o): o for o in _three_routes()}
-    a = analyse(copy.deepcopy(list(state.values())), now=NOW)
-    base = analyse(copy.deepcopy(list(state.values())), now=NOW)
-    gw = state[(GW, "Gateway", "a", "gw0")]
-    away = copy.deepcopy(gw)
-    away["spec"]["listeners"][0]["hostname"] = "*.example.org"
+    state, a, base, gw, away = _listener_away()
     a, base = apply_and_compare(state, gw, away, a, base)
     r0 = state[(GW, "HTTPRoute", "a", "r0")]
     r3 = copy.deepcopy(r0)
