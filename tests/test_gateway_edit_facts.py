@@ -22,7 +22,7 @@ def _names(route: dict[str, Any], gateway: str) -> bool:
     return any(p.get("name") == gateway for p in route["spec"].get("parentRefs") or [])
 
 
-@pytest.mark.parametrize("edit", ["hostname", "remove-listener", "gateway-class-gone"])
+@pytest.mark.parametrize("edit", ["hostname", "remove-listener", "gateway-class-gone", "listener-to-tls"])
 def test_a_gateway_edit_reads_only_that_gateway_and_its_routes(monkeypatch: pytest.MonkeyPatch, edit: str) -> None:
     async def go() -> None:
         objects = {object_key(o): o for o in base_cluster(40, 2)}
@@ -38,6 +38,14 @@ def test_a_gateway_edit_reads_only_that_gateway_and_its_routes(monkeypatch: pyte
             gw["spec"]["listeners"][0]["hostname"] = "edited.example.com"
         elif edit == "remove-listener":
             gw["spec"]["listeners"].pop()
+        elif edit == "listener-to-tls":
+            # the routes' listener made TLS, its allowedRoutes naming HTTPRoute: the engine's own
+            # attachment lets the routes hang there, status does not (NotAllowedByListeners: no
+            # HTTPRoute on a TLS listener), so their views (what the analysis reads) change: the
+            # in-place step must give the analysis those views too (`_gateway_edit`'s route loop)
+            https = next(l for l in gw["spec"]["listeners"] if l["name"] == "https")
+            https["protocol"], https["tls"] = "TLS", {"mode": "Passthrough"}
+            https["allowedRoutes"]["kinds"] = [{"kind": "HTTPRoute"}]
         else:  # its class named another (no such GatewayClass): no longer ours, the full facts again
             gw["spec"]["gatewayClassName"] = "nowhere"
         gw["metadata"]["generation"] += 1
