@@ -401,12 +401,19 @@ def nodes_at(a: Analysis) -> dict[Ref, dict[PathNode, None]]:
             n = stack.pop()
             if n.level is not None:
                 idx.setdefault(n.level, {})[n] = None
-            ch = n.children
-            if ch:
-                for c in ch.values():  # not `stack.extend(...values())`: mypyc walks a dict natively
-                    stack.append(c)
+            _push_children(stack, n)
         topo._nodes_at = idx
     return idx
+
+
+def _push_children(stack: list[PathNode], node: PathNode) -> None:
+    """A tree walk's step: the node's children onto the stack, one by one (not
+    `stack.extend(children.values())`: mypyc iterates a dict natively, while `extend` of a view goes
+    through the generic iterator, 1.7k instructions a call in the compiled core)."""
+    ch = node.children
+    if ch:
+        for c in ch.values():
+            stack.append(c)
 
 
 def _recompute_below(a: Analysis, levels: set[Ref], kk: KindKey, summaries_stand: bool = False) -> set[Ref]:
@@ -587,6 +594,9 @@ class _NewLists:
         return got[1]
 
 
+_NO_TABLES: dict = {}  # `_lists_of` with no batch: every table read from `by`
+
+
 def _refresh_affected(a: Analysis, owner: Ref) -> bool:
     """What affects `owner` (on itself and its sections) gathered again from its paths' effective
     policies, each distinct list read once however many paths share it; True when that changed."""
@@ -597,14 +607,13 @@ def _refresh_affected(a: Analysis, owner: Ref) -> bool:
 
 
 def _lists_of(by: dict[Ref, dict[PathNode, Pairs]], sections: dict[Ref, list[str]], owner: Ref,
-              fetched: dict[Ref, dict[PathNode, Pairs]] | None = None) -> list[Pairs]:
+              fetched: dict[Ref, dict[PathNode, Pairs]] = _NO_TABLES) -> list[Pairs]:
     """The list of every path of `owner` and of its sections (one list per path: paths share lists).
     `fetched`: the targets' tables the caller has just read from `by` (a small table, in the cache:
-    `by` is one entry per target of the cluster, and reading it is most of the cost here)."""
+    `by` is one entry per target of the cluster, and reading it is most of the cost here); an empty
+    one there is one `by` no longer holds, so `by` is asked again and gives none."""
     lists: list[Pairs] = []
-    pp = fetched.get(owner) if fetched is not None else None
-    if pp is None:
-        pp = by.get(owner)
+    pp = fetched.get(owner) or by.get(owner)
     if pp:
         for pairs in pp.values():  # appended one by one: mypyc walks a dict natively, `+=` of a view does not
             lists.append(pairs)
@@ -614,9 +623,7 @@ def _lists_of(by: dict[Ref, dict[PathNode, Pairs]], sections: dict[Ref, list[str
             # `owner.with_section(s)`, as a plain tuple: only looked up (a tuple equals the Ref with
             # its fields, and hashes alike), and half the cost of making a Ref, for thousands of owners
             sec = cast(Ref, (owner[0], owner[1], owner[2], owner[3], s))
-            pp = fetched.get(sec) if fetched is not None else None
-            if pp is None:
-                pp = by.get(sec)
+            pp = fetched.get(sec) or by.get(sec)
             if pp:
                 for pairs in pp.values():
                     lists.append(pairs)
@@ -668,10 +675,7 @@ def _drop_summaries(starts: list[PathNode]) -> list[PathNode]:
         seen.add(id(n))
         n.summary = None
         out.append(n)
-        ch = n.children
-        if ch:
-            for c in ch.values():  # not `stack.extend(...values())`: mypyc walks a dict natively
-                stack.append(c)
+        _push_children(stack, n)
     out.reverse()  # popped from the end: parents first, as a walk would meet them
     return out
 
@@ -867,7 +871,7 @@ class _PoliciesOfLists:
         now = {}
         owned = False  # `now` a copy of our own, not one list's dict
         distinct: dict[object, Pairs] = {}  # one list is shared by many nodes
-        for j in range(len(lists)):
+        for j in range(len(lists)):  # not dict(zip(...)): a zip object and a tuple for each item
             distinct[ids[j]] = lists[j]
         for i, pairs in distinct.items():
             one = of_list.get(i)
@@ -897,10 +901,7 @@ def _subtree(node: PathNode) -> list[PathNode]:
     while stack:
         n = stack.pop()
         out.append(n)
-        ch = n.children
-        if ch:
-            for c in ch.values():  # not `stack.extend(...values())`: mypyc walks a dict natively
-                stack.append(c)
+        _push_children(stack, n)
     return out
 
 
@@ -1358,10 +1359,7 @@ def _same_shape_below(node: PathNode, differ: frozenset[str], changed: Ref | Non
             return False
         if lv[3] == name and lv[:4] == changed[:4]:  # type: ignore[index]  # the object or one of its sections
             return False
-        ch = m.children
-        if ch:
-            for c in ch.values():  # not `stack.extend(...values())`: mypyc walks a dict natively
-                stack.append(c)
+        _push_children(stack, m)
     return True
 
 
@@ -1384,10 +1382,7 @@ def _graft(node: PathNode, place: PathNode, idx: dict[Ref, dict[PathNode, None]]
     stack = [node]
     while stack:  # each node before those below it: its namespaces are its parent's and its level's
         m = stack.pop()
-        ch = m.children
-        if ch:
-            for c in ch.values():  # not `stack.extend(...values())`: mypyc walks a dict natively
-                stack.append(c)
+        _push_children(stack, m)
         lv = m.level
         m.namespaces = (m.parent.namespaces | {lv[3]}  # type: ignore[union-attr, index, operator]  # below a route: never the root
                         if lv[1] == "Namespace" and lv[0] == CORE_GROUP and lv[2] is None and lv[4] is None  # type: ignore[index]
