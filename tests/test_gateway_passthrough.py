@@ -22,7 +22,7 @@ from gateway_kit import (Echoes, Served, backend, endpoints, free_port, gateway,
                          route, service, tls_secret)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
-from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
+from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane, tls_upstream_name
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.status import Programming, all_desired, gateway_facts
@@ -155,13 +155,13 @@ def test_rendered_stream_block_and_load_module(world):
     assert "stream {\n    include stream.conf;\n}" in main
     stream = files["stream.conf"].decode()
     assert "ssl_preread on;" in stream and "map $ssl_preread_server_name" in stream
-    assert "    app.pass.test tls_infra_app_443;\n" in stream  # the older route keeps the name
+    assert f"    app.pass.test {tls_upstream_name('infra', 'app', 443)};\n" in stream  # the older route keeps the name
     assert "ssl_certificate" not in stream and "proxy_protocol" not in stream  # no HTTPS listener on that port
     # an HTTPS listener on the passthrough port: its server moves behind the stream server
     objs = objects(9443, {"app": 1, "wild": 2}) + [tls_secret("web-cert", "infra", *gc.make_cert(["web.pass.test"]))]
     objs[1]["spec"]["listeners"].append(listener("web", 9443, "HTTPS", "web.pass.test", tls={"certificateRefs": [{"name": "web-cert"}]}))
     files = world["served"].files(objs)
-    sock = "unix:@gwpolicy-sockets@/h_127_0_15_1_9443.sock"
+    sock = "unix:@gwpolicy-sockets@/h_7f000f01_9443.sock"  # the address' bytes in hex
     assert f"    listen {sock} ssl proxy_protocol;\n" in files["servers.conf"].decode()
     assert f"    listen {sock} default_server ssl proxy_protocol;\n" in files["servers.conf"].decode()  # 404/refusal
     stream = files["stream.conf"].decode()

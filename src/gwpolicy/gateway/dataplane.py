@@ -576,7 +576,7 @@ class _Builder:
         for s in servers:  # HTTPS on a passthrough port: behind the stream server, on a unix socket
             shared = by_port.get((s.address, s.port)) if s.protocol == "HTTPS" else None
             if shared is not None:
-                shared.https_socket = s.socket = f"{SOCKET_DIR}/h_{_slug(s.address)}_{s.port}.sock"
+                shared.https_socket = s.socket = f"{SOCKET_DIR}/h_{_address_key(s.address)}_{s.port}.sock"
                 if s.hostname not in shared.https_names:
                     shared.https_names.append(s.hostname)
         return DataPlane(servers, dict(sorted(self.upstreams.items())), self.actions, dict(sorted(self.secrets.items())),
@@ -616,7 +616,7 @@ class _Builder:
             if protocol == "HTTPS":  # the certificate and client CAs status resolved (servable: all of them)
                 cert = self._certificate(lf)
                 if lf.client_cas:  # a listener whose validation has a problem is not servable (fail closed)
-                    client_ca = f"tls/clientca_{_slug(gw.namespace)}_{_slug(gw.name)}_{port}.pem"
+                    client_ca = client_ca_path(gw.namespace or "", gw.name, port)
                     client_mode = lf.client_mode
                     self.secrets[client_ca] = lf.client_bundle
             sid = server_id(gw.namespace, gw.name, name)
@@ -692,7 +692,11 @@ class _Builder:
                     if not endpoints:
                         pb.error, pb.message = NO_ENDPOINTS, f"{where}: Service {ns}/{name} port {port} has no ready endpoints"
                     else:
-                        uname = f"tls_{_slug(ns)}_{_slug(name)}_{port}"
+                        uname = tls_upstream_name(ns or "", name, int(port))
+                        was = self.stream_upstreams.get(uname)
+                        if was is not None and (was.service, was.port) != (ref, int(port)):
+                            raise DataPlaneError(f"Service {ns}/{name} port {port} and Service {was.service.namespace}/"
+                                                 f"{was.service.name} port {was.port} got one upstream name {uname}")
                         self.stream_upstreams[uname] = Upstream(uname, ref, int(port), endpoints)
                         pb.upstream = uname
                 if pb.error and pb.error != NO_ENDPOINTS and not any(u[:2] == (ri, bi) for u in fact.unresolved):
@@ -871,9 +875,12 @@ class _Builder:
                 ptype = path.get("type") or "PathPrefix"
                 raw_value = path.get("value")
                 pvalue = raw_value if isinstance(raw_value, str) else "/"
-                aid = f"{server.id}_{_slug(route.namespace)}_{_slug(route.name)}_r{ri}_m{mi}"
+                aid = action_id(server.id, route.ref, ri, mi)
                 if aid in self.actions:
                     action = self.actions[aid]
+                    if action.route != route.ref or action.listener != server.listener:
+                        raise DataPlaneError(f"HTTPRoute {route.namespace}/{route.name} and HTTPRoute "
+                                             f"{action.route.namespace}/{action.route.name} got one action id {aid}")
                 else:
                     if backends is None:
                         backends = self._backends(route, rule, ri, rule_node, fact, server)
@@ -1051,7 +1058,7 @@ class _Builder:
 
     def _upstream(self, svc: Ref, port: int, endpoints: tuple[Endpoint, ...], eff: dict[str, dict[str, Any]],
                   tls: Any = None) -> str:
-        base = f"{_slug(svc.namespace)}_{_slug(svc.name)}_{port}"
+        base = upstream_base(svc.namespace or "", svc.name, port)
         usable = _programmable(eff)
         if usable:
             copies = memo("copies", usable, lambda: policyconf.retry_peer_copies(usable))
@@ -1066,10 +1073,15 @@ class _Builder:
         # differ in their first characters make each comparison stop at once: with names sharing
         # the prefix `<namespace>_svc_...`, 20k upstreams cost 7.8 s of `nginx -t`, like this 3.1 s
         name = f"u{hashlib.sha1(name.encode()).hexdigest()[:5]}_{name}"
-        if name not in self.upstreams:
-            lines = tuple(l.replace(f"zone {base} ", f"zone {name} ") for l in conf.lines)
+        was = self.upstreams.get(name)
+        lines = tuple(l.replace(f"zone {base} ", f"zone {name} ") for l in conf.lines)
+        if was is None:
             self.upstreams[name] = Upstream(name, svc, port, endpoints, lines, conf.server_params, copies,
                                             conf.keepalive, tls)
+        elif (was.service, was.port, was.lines, was.server_params, was.peer_copies) != (svc, port, lines, conf.server_params, copies) \
+                or (was.tls is None) != (tls is None) or (tls is not None and was.tls.key != tls.key):
+            raise DataPlaneError(f"Service {svc.namespace}/{svc.name} port {port} and Service {was.service.namespace}/"
+                                 f"{was.service.name} port {was.port} (or their settings) got one upstream name {name}")
         return name
 
     # -- endpoints ------------------------------------------------------------------------------
@@ -1183,6 +1195,44 @@ def server_id(namespace: str | None, gateway: str, listener: str) -> str:
     data plane get one id only if SHA-256 collides on 48 bits, which _Builder.build checks."""
     digest = hashlib.sha256(f"{namespace or ''}/{gateway}/{listener}".encode()).hexdigest()[:12]
     return f"s_{_slug(namespace)}_{_slug(gateway)}_{_slug(listener)}_{digest}"
+
+
+def _digest(*parts: object) -> str:
+    """48 bits of SHA-256 over the exact parts (their repr: one-to-one, whatever characters the
+    names hold). Every generated name that comes from object names carries one, so names whose
+    readable slugs meet (`team`/`x-api` and `team-x`/`api`) stay apart; _Builder raises if two
+    different keys ever give one name."""
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:12]
+
+
+def action_id(server: str, route: Ref, rule: int, match: int) -> str:
+    """The id of one match of one rule of one route through one listener's server."""
+    return f"{server}_{_slug(route.namespace)}_{_slug(route.name)}_{_digest(route.namespace, route.name)}_r{rule}_m{match}"
+
+
+def upstream_base(namespace: str, name: str, port: int) -> str:
+    """The readable, one-to-one part of the name of a Service port's upstreams (`_upstream` adds
+    what tells its settings and TLS apart)."""
+    return f"{_slug(namespace)}_{_slug(name)}_{port}_{_digest(namespace, name, port)}"
+
+
+def tls_upstream_name(namespace: str, name: str, port: int) -> str:
+    """The stream upstream of a TLSRoute backend (a Service port)."""
+    return f"tls_{_slug(namespace)}_{_slug(name)}_{port}_{_digest(namespace, name, port)}"
+
+
+def client_ca_path(namespace: str, gateway: str, port: int) -> str:
+    """The file of the CA bundle an HTTPS port of a Gateway checks client certificates against."""
+    return f"tls/clientca_{_slug(namespace)}_{_slug(gateway)}_{port}_{_digest(namespace, gateway, port)}.pem"
+
+
+def _address_key(address: str) -> str:
+    """An address as a short name part, one-to-one (the packed bytes in hex; `::ffff:1.2.3.4` and
+    `::ffff:1:2:3:4` slug alike)."""
+    try:
+        return ipaddress.ip_address(address).packed.hex()
+    except ValueError:
+        return _digest(address)
 
 
 @functools.lru_cache(maxsize=65536)

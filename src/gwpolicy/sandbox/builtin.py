@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
+from gwpolicy import names
 from gwpolicy.sandbox.schema import FieldError, required
 
 Check = Callable[[str, Any], list[FieldError]]  # (path, value) -> errors
@@ -57,8 +58,8 @@ def too_long(path: str, most: int, unit: str = "bytes") -> FieldError:
 
 # ---------- the formats of k8s.io/apimachinery/pkg/util/validation ----------
 
-_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_SUBDOMAIN = _LABEL + r"(\." + _LABEL + ")*"
+_LABEL = names.LABEL
+_SUBDOMAIN = names.SUBDOMAIN
 _DNS1035 = "[a-z]([-a-z0-9]*[a-z0-9])?"
 _CONFIG_KEY = "[-._a-zA-Z0-9]+"
 _QUALIFIED = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
