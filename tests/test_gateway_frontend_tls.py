@@ -18,7 +18,7 @@ import gwconformance as gc
 from gateway_kit import Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener, route, tls_secret
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
-from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
+from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane, client_ca_path
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.status import gateway_facts
 from gwpolicy.model import build_index
@@ -151,7 +151,7 @@ def test_rendered_directives_and_a_bad_reference_is_never_served_weaker(pki):
     files = render(dp)
     servers = files["servers.conf"].decode()
     assert servers.count("ssl_verify_client on;") == 2 and servers.count("ssl_verify_client optional_no_ca;") == 1
-    assert files["tls/clientca_infra_gw_7443.pem"] == pki["ca"]
+    assert files[client_ca_path("infra", "gw", 7443)] == pki["ca"]
     # a missing ConfigMap on the strict port: those listeners are not served at all (fail closed),
     # status says why with the CRD's reasons; the other ports are untouched
     objs[1]["spec"]["tls"]["frontend"]["perPort"][0]["tls"]["validation"] = validation("nope")

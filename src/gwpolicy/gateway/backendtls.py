@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gwpolicy import names
 from gwpolicy.attach import ACCEPTED
 from gwpolicy.model import ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
@@ -132,6 +133,9 @@ def resolve(spec: Mapping[str, Any], policy: Ref, index: Lookup) -> TLSProfile |
         if (group, kind) != (CORE_GROUP, "ConfigMap"):
             return TLSFailure(policy, R_NO_CA, R_INVALID_KIND,
                               f"{where}: kind {kind!r} (group {group!r}) is not supported; use a core ConfigMap")
+        bad_name = names.name_problem("ConfigMap", name)
+        if bad_name is not None:  # no such ConfigMap can exist; the name is repr()-ed, never spelt as given
+            return TLSFailure(policy, R_NO_CA, R_INVALID_CA_REF, f"{where}: ConfigMap {bad_name}")
         cm = index.get(Ref(CORE_GROUP, "ConfigMap", policy.namespace, str(name)))
         if cm is None:
             return TLSFailure(policy, R_NO_CA, R_INVALID_CA_REF,

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gwpolicy import names
 from gwpolicy.gateway import backendtls, pathregex, policyconf
 from gwpolicy.gateway.listeners import HOSTNAME
 from gwpolicy.grants import ReferenceGrants, _from_key as grant_from_key
@@ -677,10 +678,13 @@ class _Builder:
                 group, kind, ns, name = ref.group, ref.kind, ref.namespace, ref.name
                 pb = PassthroughBackend(ref, weight, None)
                 where = f"TLSRoute {route.namespace}/{route.name} spec.rules[{ri}].backendRefs[{bi}]"
-                svc = self.index.by_ref.get(ref) if (group, kind) == (CORE_GROUP, "Service") else None
+                bad_name = names.reference_problem("Service", ns, name)
+                svc = self.index.by_ref.get(ref) if (group, kind) == (CORE_GROUP, "Service") and bad_name is None else None
                 sport = _service_port(svc, port) if svc is not None else None
                 if (group, kind) != (CORE_GROUP, "Service"):
                     pb.error, pb.message = INVALID_KIND, f"{where}: kind {group or 'core'}/{kind} is not supported (Service is)"
+                elif bad_name is not None:
+                    pb.error, pb.message = BACKEND_NOT_FOUND, f"{where}: Service {bad_name}"
                 elif ns is not None and ns != route.namespace and not self.grants.allows(route.group, route.kind, route.namespace or "", CORE_GROUP, "Service", ns, name):
                     pb.error, pb.message = REF_NOT_PERMITTED, f"{where}: Service {ns}/{name} is in another namespace and no ReferenceGrant allows the reference"
                 elif svc is None:
@@ -920,6 +924,10 @@ class _Builder:
                 _not_served(fact, action.rule, action.error)
             if f.get("type") == "URLRewrite" or f.get("type") == "RequestRedirect":
                 conf = _dict(f.get("urlRewrite") if f.get("type") == "URLRewrite" else f.get("requestRedirect"))
+                why = redirect_problem(conf) if f.get("type") == "RequestRedirect" else None
+                if why is not None:
+                    action.error = why
+                    _not_served(fact, action.rule, why)
                 p = _dict(conf.get("path"))
                 if p.get("type") == "ReplacePrefixMatch" and action.path_type != "PathPrefix":
                     action.error = "ReplacePrefixMatch needs a PathPrefix match"
@@ -943,6 +951,8 @@ class _Builder:
                 m.error, m.message = UNSUPPORTED_VALUE, f"{where}: percent or fraction of 0 mirrors nothing"
             elif (ref.group, ref.kind) != (CORE_GROUP, "Service"):
                 m.error, m.message = INVALID_KIND, f"{where}: kind {ref.group or 'core'}/{ref.kind} is not supported (Service is)"
+            elif names.reference_problem("Service", ref.namespace, ref.name) is not None:
+                m.error, m.message = BACKEND_NOT_FOUND, f"{where}: Service {names.reference_problem('Service', ref.namespace, ref.name)}"
             elif ref.namespace != route.namespace and not self._allows(route, ref.namespace or "", ref.name):
                 m.error, m.message = REF_NOT_PERMITTED, f"{where}: Service {ref.namespace}/{ref.name} is in another namespace and no ReferenceGrant allows the reference"
             else:
@@ -985,8 +995,11 @@ class _Builder:
             group, kind, ns, name = ref.group, ref.kind, ref.namespace, ref.name
             filters = tuple(f for f in _list(b.get("filters")) if isinstance(f, dict))
             backend = Backend(ref, weight, None, filters=filters)
+            bad_name = names.reference_problem("Service", ns, name)
             if (group, kind) != (CORE_GROUP, "Service"):
                 backend.error, backend.message = INVALID_KIND, f"backendRefs[{bi}] of rule {ri}: kind {group or 'core'}/{kind} is not supported (Service is)"
+            elif bad_name is not None:
+                backend.error, backend.message = BACKEND_NOT_FOUND, f"backendRefs[{bi}] of rule {ri}: Service {bad_name}"
             elif ns is not None and ns != route.namespace and not self._allows(route, ns, name):
                 backend.error, backend.message = REF_NOT_PERMITTED, f"backendRefs[{bi}] of rule {ri}: Service {ns}/{name} is in another namespace and no ReferenceGrant allows the reference"
             else:
@@ -1157,6 +1170,18 @@ def _conditions(items: Any, *, lower: bool) -> tuple[tuple[str, str, str], ...]:
         names.add(name)
         out.append((str(h.get("type") or "Exact"), name, str(h.get("value", ""))))
     return tuple(out)
+
+
+#: the schemes a RequestRedirect may name (the API's enum)
+REDIRECT_SCHEMES = ("http", "https")
+
+
+def redirect_problem(conf: dict[str, Any]) -> str | None:
+    """Why a requestRedirect cannot be served (None: it can); status says the same."""
+    scheme = conf.get("scheme")
+    if scheme is not None and scheme not in REDIRECT_SCHEMES:
+        return f"requestRedirect.scheme {scheme!r} is not one of {', '.join(REDIRECT_SCHEMES)}"
+    return None
 
 
 def _mirror_share(conf: dict[str, Any]) -> float:

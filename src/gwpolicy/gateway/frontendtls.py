@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gwpolicy import names
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
@@ -91,6 +92,9 @@ def _ca(gw: Obj, ref: Any, index: ObjectIndex, grants: ReferenceGrants,
     name = str(ref.get("name", ""))
     if group != CORE_GROUP or kind != "ConfigMap":
         return None, b"", (INVALID_KIND, f"{where}: {group + '/' if group else ''}{kind} is not a ConfigMap (ConfigMaps with ca.crt are supported).")
+    bad_name = names.reference_problem("ConfigMap", ns, name)
+    if bad_name is not None:
+        return None, b"", (INVALID_REF, f"{where}: ConfigMap {bad_name}.")
     if ns != gw.namespace and not grants.allows(GATEWAY_GROUP, "Gateway", gw.namespace or "", CORE_GROUP, "ConfigMap", ns, name):
         return None, b"", (REF_NOT_PERMITTED, f"{where}: ConfigMap {ns}/{name} is in another namespace and no ReferenceGrant allows it.")
     cm = index.by_ref.get(Ref(CORE_GROUP, "ConfigMap", ns, name))

@@ -16,8 +16,9 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from gwpolicy import names
 from gwpolicy.gateway import frontendtls, pathregex
-from gwpolicy.gateway.dataplane import SUPPORTED_FILTERS as RENDERED_FILTERS
+from gwpolicy.gateway.dataplane import SUPPORTED_FILTERS as RENDERED_FILTERS, redirect_problem
 from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts, tls_pem, valid_hostname
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
@@ -468,6 +469,9 @@ def certificate_secret(owner: Obj, ref: dict[str, Any], index: ObjectIndex, gran
     name = str(ref.get("name", ""))
     if group != CORE_GROUP or kind != "Secret":
         return SecretProblem("InvalidKind", f"{where}: {group + '/' if group else ''}{kind} is not a Secret.")
+    bad_name = names.reference_problem("Secret", ns, name)
+    if bad_name is not None:  # no such Secret can exist (and its name is part of a file name NGINX reads)
+        return SecretProblem("NotFound", f"{where}: Secret {bad_name}.")
     if ns != owner.namespace and not grants.allows(GATEWAY_GROUP, "Gateway", owner.namespace or "", CORE_GROUP, "Secret", ns, name):
         return SecretProblem("RefNotPermitted", f"{where}: Secret {ns}/{name} is in another namespace and no ReferenceGrant allows it.")
     secret_ref = Ref(CORE_GROUP, "Secret", ns, name)
@@ -583,6 +587,9 @@ def _unsupported(spec: dict[str, Any]) -> str | None:
             ftype = _dict(f).get("type")
             if ftype not in SUPPORTED_FILTERS:
                 return f"spec.rules[{i}]: filter type {ftype} is not supported by this data plane."
+            why = redirect_problem(_dict(_dict(f).get("requestRedirect"))) if ftype == "RequestRedirect" else None
+            if why is not None:
+                return f"spec.rules[{i}]: {why}."
     return None
 
 
@@ -640,6 +647,9 @@ def _backend(route: Obj, ri: int, bi: int, b: dict[str, Any], index: ObjectIndex
     if group != CORE_GROUP or kind != "Service":
         return BackendFacts(ri, bi, None, port, weight, Cond("ResolvedRefs", False, "InvalidKind",
                                                              f"{where}: {group + '/' if group else ''}{kind} is not a supported backend kind (Service)."))
+    bad_name = names.reference_problem("Service", ns, name)
+    if bad_name is not None:
+        return BackendFacts(ri, bi, None, port, weight, Cond("ResolvedRefs", False, "BackendNotFound", f"{where}: Service {bad_name}."))
     if ns != route.namespace and not grants.allows(GATEWAY_GROUP, route.kind, route.namespace or "", CORE_GROUP, "Service", ns, name):
         return BackendFacts(ri, bi, None, port, weight, Cond("ResolvedRefs", False, "RefNotPermitted",
                                                              f"{where}: Service {ns}/{name} is in another namespace and no ReferenceGrant allows it."))
