@@ -533,3 +533,55 @@ def test_replace_prefix_match_on_a_regex_rule_is_refused_in_the_route_fact() -> 
     fact = dp.routes[Ref(GATEWAY_GROUP, "HTTPRoute", "infra", "r")]
     assert fact.unsupported == [(0, "ReplacePrefixMatch needs a PathPrefix match")]
     assert "return 500;" in render(dp)["servers.conf"].decode()
+
+
+# ---------------------------------------------------------------------------------------------
+# repetition a backtracking matcher may take exponential time over
+
+
+@pytest.mark.parametrize("value, part", [
+    ("/r/(a|aa)+[bc]", "(a|aa)+"), ("(a+)+", "(a+)+"), ("/([a-z]+-?)+", "([a-z]+-?)+"), ("(a?a)+", "(a?a)+"),
+    ("(x+x+)+y", "(x+x+)+"), ("(ab|ac)*", "(ab|ac)*"), ("(?i)(a|A)+", "(a|A)+"), (r"(\d+)+", r"(\d+)+"),
+    ("(a{1,2})+", "(a{1,2})+"), ("(.*a){9}", "(.*a){9}"), (r"(\w+\s?)+$", r"(\w+\s?)+"),
+])
+def test_nested_or_overlapping_repetition_is_refused_naming_the_part(value: str, part: str) -> None:
+    got = pathregex.problem(value)
+    assert got is not None and "repetition" in got and f"`{part}`" in got, got
+
+
+@pytest.mark.parametrize("value", ["(a*)*", "(.*)+", "(a|)+", "(a?)+"])
+def test_repeating_what_can_match_nothing_is_refused(value: str) -> None:
+    got = pathregex.problem(value)
+    assert got is not None and "empty text" in got, got
+
+
+@pytest.mark.parametrize("value", [
+    "(/[a-z]+)+", r"(\d+\.)+", "(a|b)+", "(ab)+", "(?:/[^/]+)*", "(a+b)+", "(a{2})+", "(a{2}){3}", "/a(/b)?",
+    "(?i)(a|B)+", r"(\Qab\E)+", "/users/[0-9]+/.*", "[[:alpha:]]+(-[[:alpha:]]+)*",
+])
+def test_repetition_that_matches_one_way_only_is_accepted(value: str) -> None:
+    assert pathregex.problem(value) is None
+
+
+def test_a_hostile_regex_is_refused_with_status_on_path_and_header() -> None:
+    objs = [gatewayclass(), gateway("gw", "infra", listener("http", 8080)), *_services(["v1"]),
+            route("p", "infra", [rule(rx("/r/(a|aa)+[bc]"))]),
+            route("h", "infra", [rule(path("/h", headers=[{"name": "X-A", "type": "RegularExpression", "value": "(a|aa)+b"}]))])]
+    facts = gateway_facts(build_index(objs), GATEWAY_CONTROLLER)
+    for name, field in (("p", "path.value"), ("h", "headers[0].value")):
+        accepted = facts.routes[Ref(GATEWAY_GROUP, "HTTPRoute", "infra", name)].parents[0].accepted
+        assert (accepted.status, accepted.reason) == (False, "UnsupportedValue")
+        assert f"spec.rules[0].matches[0].{field}: nested or overlapping repetition in `(a|aa)+`" in accepted.message
+    dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(addresses={GW_REF: ADDR}))
+    assert "(a|aa)" not in "".join(v.decode() for k, v in render(dp).items() if k.endswith(".conf"))
+
+
+def test_nginx_compiles_expressions_to_machine_code_and_runs_a_worker_per_core() -> None:
+    """`pcre_jit on` and `worker_processes auto` (gwpolicy gateway --worker-processes N sets it)."""
+    from gwpolicy.gateway.controller import Renderer, parse
+
+    objs = [gatewayclass(), gateway("gw", "infra", listener("http", 8080)), *_services(["v1"])]
+    main = render(build_dataplane(analyse(objs), DataPlaneConfig(addresses={GW_REF: ADDR})))["nginx.conf"].decode()
+    assert "\nworker_processes auto;\npcre_jit on;\n" in main
+    three = Renderer(parse(["--worker-processes", "3"])).build(analyse(objs))[1]["nginx.conf"].decode()
+    assert "\nworker_processes 3;\n" in three

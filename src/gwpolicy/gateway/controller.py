@@ -15,6 +15,7 @@ The informers, the Lease and the Kubernetes client are the policy controller's
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import copy
 import dataclasses
@@ -115,6 +116,7 @@ class GatewayOptions:
     debounce: float = 0.05
     write_workers: int = 4
     nginx: str = "/usr/sbin/nginx"
+    worker_processes: int | str = "auto"  # NGINX's worker_processes: "auto" (one per core) or a number
 
 
 # ---------------------------------------------------------------- defaults a server may not apply
@@ -254,7 +256,8 @@ class Renderer:
     def config(self) -> Any:
         from gwpolicy.gateway.dataplane import DataPlaneConfig
 
-        kw: dict[str, Any] = {"controller_name": self.opts.controller_name, "port_offset": self.opts.port_offset}
+        kw: dict[str, Any] = {"controller_name": self.opts.controller_name, "port_offset": self.opts.port_offset,
+                              "worker_processes": self.opts.worker_processes}
         if self.opts.address_pool:
             kw["address_pool"] = self.opts.address_pool
         return DataPlaneConfig(**kw)
@@ -721,6 +724,15 @@ stops NGINX. Ports below 1024 need root (or CAP_NET_BIND_SERVICE); without it NG
 them, and the Gateway's Programmed condition says so (see --port-offset)."""
 
 
+def worker_processes(text: str) -> int | str:
+    """`auto` or a number of NGINX worker processes (1-1024), for --worker-processes."""
+    if text == "auto":
+        return text
+    if text.isdigit() and 1 <= int(text) <= 1024:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not auto or a number of processes from 1 to 1024")
+
+
 def parse(argv: list[str]) -> GatewayOptions:
     p = Parser(prog=f"{program_name()} gateway", formatter_class=HelpFormatter, description=DESCRIPTION,
                epilog="""examples:
@@ -747,6 +759,8 @@ def parse(argv: list[str]) -> GatewayOptions:
     p.add_argument("--debounce", type=float, default=0.05, help="seconds to gather a burst of changes into one reload")
     p.add_argument("--write-workers", type=int, default=4, help="status writes in flight at most")
     p.add_argument("--nginx", default="/usr/sbin/nginx", help="the NGINX binary (1.22 or newer, with njs)")
+    p.add_argument("--worker-processes", type=worker_processes, default="auto",
+                   help="NGINX worker processes: auto (one per CPU core, the default) or a number")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     serve.setup_logging(a.verbose)
@@ -754,7 +768,7 @@ def parse(argv: list[str]) -> GatewayOptions:
                           lease_namespace=a.lease_namespace, lease_duration=a.lease_duration, identity=a.identity,
                           leader_election=not a.no_leader_election, state_dir=a.state_dir, address_pool=a.address_pool,
                           port_offset=a.port_offset, debounce=a.debounce, write_workers=a.write_workers,
-                          nginx=a.nginx)
+                          nginx=a.nginx, worker_processes=a.worker_processes)
 
 
 def main(argv: list[str]) -> int:

@@ -81,7 +81,9 @@ class DataPlaneConfig:
     addresses: Mapping[Ref, str] = field(default_factory=dict)  # Gateway -> address, wins over all
     address_pool: str = DEFAULT_ADDRESS_POOL  # loopback network new Gateways get addresses from
     port_offset: int = 0  # added to every listener port (tests on high ports)
-    worker_processes: int | str = 1
+    #: NGINX's worker processes: "auto" is one per core (a regex a hostile client makes slow, or
+    #: any other request's cost, then takes one core, not the whole gateway)
+    worker_processes: int | str = "auto"
     worker_shutdown_timeout: str = "10s"
     #: NGINX's stream module (TLS passthrough), `load_module`d when a passthrough listener is
     #: served; None: not installed, such listeners are not programmed (Debian: libnginx-mod-stream)

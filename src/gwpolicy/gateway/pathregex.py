@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+from dataclasses import dataclass, field
 
 import re2  # type: ignore[import-untyped]  # google-re2 ships neither stubs nor py.typed
 
@@ -74,7 +75,7 @@ def _problem(value: str, max_length: int) -> str | None:
     pcre_why = _pcre2_error(ANCHORED.format(value))
     if pcre_why is not None:
         return f"NGINX's PCRE2 does not accept it ({pcre_why})"
-    return None
+    return _repetition_problem(value)
 
 
 @functools.lru_cache(maxsize=1)
@@ -169,3 +170,374 @@ def _top_level_alternation(value: str) -> bool:
             return True
         i += 1
     return False
+
+
+# ---------------------------------------------------------------------------------------------
+# repetition that a backtracking matcher may take exponential time over
+#
+# NGINX runs the expressions with PCRE2, which backtracks: where the text inside a repetition can
+# be matched in more than one way -- `(a+)+`, `(a|aa)+`, `(a?a)+`, `([a-z]+-?)+` -- a text that
+# almost matches makes it try every way, exponentially many. RE2 (what Envoy-based gateways run)
+# has no such case, so such expressions are valid RE2 and are refused here alone. The rule, on
+# the expression's position automaton (Glushkov): the part a `*`, `+` or `{n,m}` (m > 1) repeats
+# must not match the empty text, and at every point of it (its start, after each character, and
+# at its end, where the next iteration may start) each character must continue it in one way
+# only. `(/[a-z]+)+` passes (a `/` starts the next iteration, a letter continues this one);
+# `(a|aa)+` does not (an `a` may start either branch).
+
+_ALL = (1 << 256) - 1
+#: a repetition of at most this many times is checked as that many copies (a{2} as aa); one of
+#: more, or without a bound, as a loop
+UNROLLED = 8
+
+
+def _bits(chars: str) -> int:
+    out = 0
+    for c in chars:
+        out |= 1 << ord(c)
+    return out
+
+
+def _range(lo: int, hi: int) -> int:
+    return ((1 << (hi + 1)) - 1) ^ ((1 << lo) - 1) if lo <= hi else 0
+
+
+_DIGIT = _range(48, 57)
+_WORD = _DIGIT | _range(65, 90) | _range(97, 122) | _bits("_")
+_SPACE = _bits(" \t\n\v\f\r")
+_PERL = {"d": _DIGIT, "w": _WORD, "s": _SPACE}
+_POSIX = {"alnum": _DIGIT | _range(65, 90) | _range(97, 122), "alpha": _range(65, 90) | _range(97, 122),
+          "ascii": _range(0, 127), "blank": _bits(" \t"), "cntrl": _range(0, 31) | _bits("\x7f"), "digit": _DIGIT,
+          "graph": _range(33, 126), "lower": _range(97, 122), "print": _range(32, 126),
+          "punct": _range(33, 47) | _range(58, 64) | _range(91, 96) | _range(123, 126), "space": _SPACE,
+          "upper": _range(65, 90), "word": _WORD, "xdigit": _DIGIT | _range(65, 70) | _range(97, 102)}
+_SIMPLE_ESCAPES = {"a": 7, "f": 12, "t": 9, "n": 10, "r": 13, "v": 11}
+
+
+class _Unsure(Exception):
+    """A construct this reader does not model: refused (only valid RE2 reaches it, so that is rare)."""
+
+
+@dataclass
+class _Node:
+    kind: str  # "char" (a set of bytes), "empty" (anchors, empty groups), "cat", "alt", "rep"
+    chars: int = 0
+    parts: list["_Node"] = field(default_factory=list)
+    min: int = 0
+    max: int | None = 0  # None: unbounded
+    span: tuple[int, int] = (0, 0)  # where in the expression (for the message)
+
+
+class _Reader:
+    """RE2's syntax (printable ASCII, as _problem has checked) as a tree of _Node."""
+
+    def __init__(self, text: str) -> None:
+        self.s, self.i = text, 0
+        self.flags = {"i": False, "s": False}
+
+    def parse(self) -> _Node:
+        node = self._alt()
+        if self.i != len(self.s):
+            raise _Unsure(f"unexpected {self.s[self.i]!r}")
+        return node
+
+    def _alt(self) -> _Node:
+        start = self.i
+        branches = [self._cat()]
+        while self.i < len(self.s) and self.s[self.i] == "|":
+            self.i += 1
+            branches.append(self._cat())
+        return branches[0] if len(branches) == 1 else _Node("alt", parts=branches, span=(start, self.i))
+
+    def _cat(self) -> _Node:
+        start = self.i
+        items: list[_Node] = []
+        while self.i < len(self.s) and self.s[self.i] not in "|)":
+            items.extend(self._repeated())
+        return _Node("cat", parts=items, span=(start, self.i))
+
+    def _repeated(self) -> list[_Node]:
+        start = self.i
+        atoms = self._atom()
+        if len(atoms) != 1:  # \Q...\E: literals, each its own atom (a quantifier takes the last)
+            if self.i < len(self.s) and self.s[self.i] in "*+?{" and atoms:
+                last = atoms.pop()
+                return atoms + self._repeated_of(last, last.span[0])
+            return atoms
+        return self._repeated_of(atoms[0], start)
+
+    def _repeated_of(self, atom: _Node, start: int) -> list[_Node]:
+        s = self.s
+        while self.i < len(s):
+            c = s[self.i]
+            if c in "*+?":
+                lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
+                self.i += 1
+            elif c == "{":
+                got = _counted(s, self.i)
+                if got is None:
+                    if s.startswith("{,", self.i):
+                        raise _Unsure("`{,n}` is a literal in RE2 and a repetition in newer PCRE2; write `{0,n}` or `\\{`")
+                    break
+                lo, hi, self.i = got
+            else:
+                break
+            if self.i < len(s) and s[self.i] == "?":  # lazy: the same texts
+                self.i += 1
+            atom = _Node("rep", parts=[atom], min=lo, max=hi, span=(start, self.i))
+        return [atom]
+
+    def _atom(self) -> list[_Node]:
+        s, start = self.s, self.i
+        c = s[self.i]
+        if c == "(":
+            return [self._group()]
+        self.i += 1
+        if c == ".":
+            return [_Node("char", chars=_ALL if self.flags["s"] else _ALL & ~_bits("\n"), span=(start, self.i))]
+        if c in "^$":
+            return [_Node("empty", span=(start, self.i))]
+        if c == "[":
+            self.i = start
+            return [_Node("char", chars=self._fold(self._class()), span=(start, self.i))]
+        if c == "\\":
+            return self._escape(start)
+        return [_Node("char", chars=self._fold(1 << ord(c)), span=(start, self.i))]
+
+    def _group(self) -> _Node:
+        s, start = self.s, self.i
+        self.i += 1
+        saved = dict(self.flags)
+        if s.startswith("?", self.i):
+            j = self.i + 1
+            on = True
+            while j < len(s) and s[j] not in ":)":
+                if s[j] == "-":
+                    on = False
+                elif s[j] in "is":
+                    self.flags[s[j]] = on
+                elif s[j] not in "mU":
+                    raise _Unsure(f"group flag {s[j]!r}")
+                j += 1
+            if j >= len(s):
+                raise _Unsure("unterminated group")
+            self.i = j + 1
+            if s[j] == ")":  # (?i): to the end of the enclosing group
+                return _Node("empty", span=(start, self.i))
+        node = self._alt()
+        if self.i >= len(s) or s[self.i] != ")":
+            raise _Unsure("unterminated group")
+        self.i += 1
+        self.flags = saved
+        node.span = (start, self.i)
+        return node
+
+    def _escape(self, start: int) -> list[_Node]:
+        s = self.s
+        if self.i >= len(s):
+            raise _Unsure("trailing backslash")
+        c = s[self.i]
+        self.i += 1
+        if c == "Q":
+            end = s.find("\\E", self.i)
+            text = s[self.i:] if end < 0 else s[self.i:end]
+            self.i = len(s) if end < 0 else end + 2
+            return [_Node("char", chars=self._fold(1 << ord(ch)), span=(start, self.i)) for ch in text]
+        if c in "bBAz":
+            return [_Node("empty", span=(start, self.i))]
+        return [_Node("char", chars=self._fold(self._escape_set(c)), span=(start, self.i))]
+
+    def _escape_set(self, c: str) -> int:
+        """The bytes of the escape whose letter (already read) is `c`."""
+        s = self.s
+        if c.lower() in _PERL:
+            got = _PERL[c.lower()]
+            return _ALL & ~got if c.isupper() else got
+        if c in "pP":  # Unicode classes: any byte may be part of one (conservative)
+            if s.startswith("{", self.i):
+                end = s.find("}", self.i)
+                self.i = end + 1 if end > 0 else len(s)
+            else:
+                self.i += 1
+            return _ALL
+        if c == "C":
+            return _ALL
+        if c == "x":
+            if s.startswith("{", self.i):
+                end = s.find("}", self.i)
+                value, self.i = int(s[self.i + 1:end], 16), end + 1
+            else:
+                value, self.i = int(s[self.i:self.i + 2], 16), self.i + 2
+            return 1 << value if value < 256 else _ALL
+        if c in "01234567":
+            j = self.i
+            while j < len(s) and j < self.i + 2 and s[j] in "01234567":
+                j += 1
+            value, self.i = int(s[self.i - 1:j], 8), j
+            return 1 << value if value < 256 else _ALL
+        if c in _SIMPLE_ESCAPES:
+            return 1 << _SIMPLE_ESCAPES[c]
+        if c.isalnum():
+            raise _Unsure(f"escape \\{c}")
+        return 1 << ord(c)
+
+    def _class(self) -> int:
+        s = self.s
+        self.i += 1  # [
+        negate = s.startswith("^", self.i)
+        if negate:
+            self.i += 1
+        out = 0
+        first = True
+        while self.i < len(s) and (s[self.i] != "]" or first):
+            first = False
+            if s.startswith("[:", self.i):
+                end = s.find(":]", self.i)
+                name = s[self.i + 2:end]
+                got = _POSIX.get(name.lstrip("^"))
+                if end < 0 or got is None:
+                    raise _Unsure(f"class [:{name}:]")
+                out |= (_ALL & ~got) if name.startswith("^") else got
+                self.i = end + 2
+                continue
+            lo = self._class_char()
+            if isinstance(lo, int) and s.startswith("-", self.i) and not s.startswith("-]", self.i):
+                self.i += 1
+                hi = self._class_char()
+                if not isinstance(hi, int):
+                    raise _Unsure("a range ending in a class")
+                out |= _range(lo, hi)
+            else:
+                out |= (1 << lo) if isinstance(lo, int) else lo[0]
+        if self.i >= len(s):
+            raise _Unsure("unterminated class")
+        self.i += 1  # ]
+        return (_ALL & ~out) if negate else out
+
+    def _class_char(self) -> int | tuple[int]:
+        """A character of a class (its code) or an escaped set ((bits,))."""
+        s = self.s
+        c = s[self.i]
+        self.i += 1
+        if c != "\\":
+            return ord(c)
+        e = s[self.i]
+        self.i += 1
+        if e.lower() in _PERL or e in "pPC":
+            return (self._escape_set(e),)
+        bits = self._escape_set(e)
+        return bits.bit_length() - 1 if bits and bits & (bits - 1) == 0 else (bits,)
+
+    def _fold(self, bits: int) -> int:
+        if not self.flags["i"]:
+            return bits
+        upper, lower = bits & _range(65, 90), bits & _range(97, 122)
+        return bits | (upper << 32) | (lower >> 32)
+
+
+def _counted(s: str, i: int) -> tuple[int, int | None, int] | None:
+    """`{n}`, `{n,}`, `{n,m}` at s[i]: (min, max, index after it); None when it is a literal `{`."""
+    j = s.find("}", i)
+    if j < 0:
+        return None
+    body = s[i + 1:j]
+    lo, sep, hi = body.partition(",")
+    if not lo.isdigit() or (hi and not hi.isdigit()):
+        return None
+    return int(lo), (int(lo) if not sep else (int(hi) if hi else None)), j + 1
+
+
+class _Positions:
+    """The Glushkov position automaton of a tree: nullable, first, last and follow per node."""
+
+    def __init__(self) -> None:
+        self.chars: list[int] = []
+        self.follow: list[set[int]] = []
+
+    def of(self, n: _Node) -> tuple[bool, set[int], set[int]]:
+        if n.kind == "char":
+            p = len(self.chars)
+            self.chars.append(n.chars)
+            self.follow.append(set())
+            return False, {p}, {p}
+        if n.kind == "empty":
+            return True, set(), set()
+        if n.kind == "alt":
+            nullable, first, last = False, set[int](), set[int]()
+            for part in n.parts:
+                a, f, l = self.of(part)
+                nullable, first, last = nullable or a, first | f, last | l
+            return nullable, first, last
+        if n.kind == "cat":
+            nullable, first, last = True, set[int](), set[int]()
+            for part in n.parts:
+                a, f, l = self.of(part)
+                for p in last:
+                    self.follow[p] |= f
+                first = first | f if nullable else first
+                last = last | l if a else l
+                nullable = nullable and a
+            return nullable, first, last
+        if n.max == 0:  # rep
+            return True, set(), set()
+        if n.max is not None and n.max <= UNROLLED:  # X{n,m} as n copies of X and m-n optional ones
+            nullable, first, last = True, set[int](), set[int]()
+            for k in range(n.max):
+                a, f, l = self.of(n.parts[0])
+                a = a or k >= n.min
+                for p in last:
+                    self.follow[p] |= f
+                first = first | f if nullable else first
+                last = last | l if a else l
+                nullable = nullable and a
+            return nullable, first, last
+        a, f, l = self.of(n.parts[0])
+        for p in l:
+            self.follow[p] |= f
+        return a or n.min == 0, f, l
+
+
+def _ambiguous(states: list[set[int]], chars: list[int]) -> bool:
+    """Does some state have two successors that one character leads to?"""
+    for succ in states:
+        seen = 0
+        for p in succ:
+            if chars[p] & seen:
+                return True
+            seen |= chars[p]
+    return False
+
+
+def _repetition_problem(value: str) -> str | None:
+    """Why `value` (valid RE2) has a repetition a backtracking matcher may take exponential time
+    over (see above), naming the part; None when it has none."""
+    try:
+        tree = _Reader(value).parse()
+    except _Unsure as e:
+        return f"this gateway cannot tell how NGINX's backtracking matcher would run it ({e})"
+    except (ValueError, IndexError):
+        return "this gateway cannot tell how NGINX's backtracking matcher would run it"
+    stack = [tree]
+    while stack:
+        n = stack.pop()
+        stack.extend(n.parts)
+        if n.kind != "rep" or not (n.max is None or n.max > UNROLLED):
+            continue  # a repetition of at most UNROLLED times is checked as copies, inside any around it
+        inner = _Positions()
+        nullable, first, last = inner.of(n.parts[0])
+        part = value[n.span[0]:n.span[1]]
+        if nullable:
+            return (f"`{part}` repeats a part that can match the empty text; NGINX's backtracking matcher (PCRE2) "
+                    "may take exponential time on it, RE2 would not: make the repeated part match at least one character")
+        starts = 0
+        for q in first:
+            starts |= inner.chars[q]
+        # at the end of an iteration a character either continues it or starts the next one, never both
+        ends_overlap = any(inner.chars[q] & starts for p in last for q in inner.follow[p])
+        states = [first] + [inner.follow[p] | (first if p in last else set()) for p in range(len(inner.chars))]
+        if ends_overlap or _ambiguous(states, inner.chars):
+            return (f"nested or overlapping repetition in `{part}`: a text can match it in more than one way, which "
+                    "NGINX's backtracking matcher (PCRE2) may take exponential time to try (RE2 would not); write it "
+                    "so that each character continues the repetition in one way only, e.g. `(a|aa)+` as `a+`, "
+                    "`(ab|ac)+` as `(a(b|c))+`, `([a-z]+-?)+` as `[a-z]+(-[a-z]+)*`")
+    return None
