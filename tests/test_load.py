@@ -131,3 +131,64 @@ def test_streamed_effective_json_is_byte_for_byte_the_whole_document(tmp_path):
     write_effective(a, buf, "yaml", "payments")
     import yaml
     assert yaml.safe_load(buf.getvalue()) == effective_list(a, "payments")
+
+
+def _alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """A ConfigMap whose field `x` is a "billion laughs": `levels` anchors of `width` aliases each."""
+    lines = ["apiVersion: v1", "kind: ConfigMap", "metadata: {name: bomb, namespace: default}", "x:",
+             "  a0: &a0 [" + ",".join(['"lol"'] * width) + "]"]
+    lines += [f"  a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once_naming_the_file(tmp_path):
+    """9 anchors of 9 aliases each expand to 9^10 nodes: refused while composing, in a new
+    process bounded to 30 s (it ran for minutes before)."""
+    import subprocess
+    import sys
+    import time
+
+    f = tmp_path / "bomb.yaml"
+    f.write_text(_alias_bomb())
+    t0 = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "gwpolicy.cli.main", "render", "-f", str(f)], capture_output=True,
+                         text=True, timeout=30)
+    assert time.monotonic() - t0 < 30
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert f"{f}:1: invalid YAML: its aliases expand" in run.stderr and "excessive aliasing" in run.stderr
+
+
+def test_an_alias_that_contains_itself_is_refused(tmp_path):
+    run = run_cli("get", "configmaps", "-A", "-f", _write(tmp_path, "apiVersion: v1\nkind: ConfigMap\n"
+                                                         "metadata: {name: loop, namespace: default}\nx: &a [*a]\n"))
+    assert run.code == 1 and "an alias that contains itself" in run.err
+
+
+def test_anchors_and_aliases_of_ordinary_size_still_load(tmp_path):
+    text = ("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n"
+            "  metadata: {name: ok, namespace: default, labels: &l {app: web}}\n"
+            "  data: &big {" + ", ".join(f"k{i}: v" for i in range(2000)) + "}\n"
+            "- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: ok2, namespace: default, labels: *l}\n  data: *big\n")
+    loaded = load_text(text, "x.yaml")
+    assert [o["metadata"]["labels"] for o in loaded.objects] == [{"app": "web"}, {"app": "web"}]
+    assert len(loaded.objects[1]["data"]) == 2000
+
+
+def test_the_sandbox_refuses_an_alias_bomb_in_a_request_body():
+    import time
+
+    import pytest
+    import yaml
+
+    from gwpolicy.sandbox.server import _YAML_LOADER
+
+    t0 = time.monotonic()
+    with pytest.raises(yaml.YAMLError, match="excessive aliasing"):
+        yaml.load(_alias_bomb(), Loader=_YAML_LOADER)
+    assert time.monotonic() - t0 < 5
+
+
+def _write(tmp_path, text: str) -> str:
+    f = tmp_path / "m.yaml"
+    f.write_text(text)
+    return str(f)

@@ -18,6 +18,7 @@ import orjson
 import yaml
 from aiohttp import web
 
+from gwpolicy.load import BoundedLoader
 from gwpolicy.sandbox import protobuf
 from gwpolicy.sandbox.admission import Admission, Call, warning_header
 from gwpolicy.sandbox.persist import DataDirError
@@ -27,7 +28,7 @@ from gwpolicy.sandbox.store import LIST_EXPIRED, ApiFailure, Event, FaultRule, S
 from gwpolicy.sandbox.table import table
 
 log = logging.getLogger("gwpolicy.sandbox")
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_YAML_LOADER = BoundedLoader  # PyYAML's safe loader that refuses an alias bomb
 
 MAX_REQUEST_BYTES = 3 * 1024 * 1024  # kube-apiserver's limit on a write's body
 
