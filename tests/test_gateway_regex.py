@@ -585,3 +585,23 @@ def test_nginx_compiles_expressions_to_machine_code_and_runs_a_worker_per_core()
     assert "\nworker_processes auto;\npcre_jit on;\n" in main
     three = Renderer(parse(["--worker-processes", "3"])).build(analyse(objs))[1]["nginx.conf"].decode()
     assert "\nworker_processes 3;\n" in three
+
+
+@pytest.mark.parametrize("value, parts", [
+    (r"/r/\d+\d+x", r"`\d+`, `\d+` one after"), ("/r/.*x.*x", "`.*`, `.*` one after"), ("/r/a*a*b", "`a*`, `a*` one after"),
+    ("/r/(.*a){2}", "`.*` (2 times) one after"), ("/a/.*/b/.*/c/.*", "`.*`, `.*` one after"),
+    ("(a|b)*a(a|b)*c", "`(a|b)*`, `(a|b)*` one after"), (r"\w+\s*\w+", r"`\w+`, `\w+` one after"),
+])
+def test_overlapping_repetitions_in_a_row_are_refused(value: str, parts: str) -> None:
+    """n^2 steps and more on a hostile text: with 8 clients sending one, `.*x.*x` held another
+    tenant's requests for 0.2-0.5 s (docs/gateway.md, `gwpolicy bench regex --refused`)."""
+    got = pathregex.problem(value)
+    assert got is not None and got.startswith("overlapping repetition: ") and parts in got, got
+
+
+@pytest.mark.parametrize("value", ["/api/.*/items/.*", "/files/.*\\.png", "/.*/.*", "/a/.*/b/[0-9]+", "[a-z]+-[a-z]+",
+                                   "/users/[0-9]+/.*", "/[^/]+/[^/]+"])
+def test_repetitions_that_cannot_take_the_same_text_one_after_the_other_are_accepted(value: str) -> None:
+    """A final `.*` takes whatever is left (nothing after it can fail); a `/` or `-` between two
+    repetitions that cannot take it splits the text one way only."""
+    assert pathregex.problem(value) is None
