@@ -96,7 +96,7 @@ def _a_echo(world: World) -> str:
     return f"{s.address}:{s.port}"
 
 
-#: the review's payloads: a `return`, a `server` serving the filesystem, a regex location that
+#: known payloads: a `return`, a `server` serving the filesystem, a regex location that
 #: takes every other tenant's path (filled in with the test's addresses)
 PAYLOADS = {
     "return": "nope\n        return 200 pwned-by-tenant-a;\n        #",
@@ -220,7 +220,7 @@ def test_gwpolicy_render_prints_no_injected_directive(tmp_path: Any) -> None:
 
 def test_a_sink_that_skips_the_escaping_fails_closed_for_its_rule_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """The final guard: were a future sink to write text with a line break, the rule it serves
-    answers 500 and the rest of the configuration is as before."""
+    answers 500 and the rest of the configuration is unchanged."""
     from gateway_kit import endpoints
     from gwpolicy.analysis import analyse
     from gwpolicy.gateway import policyconf
@@ -246,7 +246,7 @@ def test_a_sink_that_skips_the_escaping_fails_closed_for_its_rule_alone(monkeypa
     assert not [l for l in files["servers.conf"].decode().splitlines() if l.strip().startswith("return 200")]
     leak = next(d for d in tree if d.name == "location" and d.args and d.args[-1].endswith("/leak/"))
     assert [(d.name, d.args) for d in leak.block or []] == [("return", ["500"])]
-    assert any(d.name == "proxy_pass" for d in tree)  # the other rule proxies as before
+    assert any(d.name == "proxy_pass" for d in tree)  # the other rule still proxies
 
 
 @pytest.mark.parametrize("names", [("'A", "B'"), ("#A", "B")])

@@ -59,14 +59,20 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         echoes.stop()
 
 
+def _victim_and_attacker(world: World, victim: tuple[str, str], attacker: tuple[str, str], victim_first: bool) -> None:
+    """Routes (name, Service) in team (victim.example) and team-x (attacker.example), the
+    victim's created first or last."""
+    old, new = "2024-01-01T00:00:00Z", "2024-06-01T00:00:00Z"
+    world.serve(route(victim[0], "team", [_rule(victim[1])], hostnames=["victim.example"], ts=old if victim_first else new),
+                route(attacker[0], "team-x", [_rule(attacker[1])], hostnames=["attacker.example"],
+                      ts=new if victim_first else old))
+
+
 @pytest.mark.parametrize("victim_first", [True, False])
 def test_services_whose_namespace_and_name_join_alike_get_their_own_upstreams(world: World, victim_first: bool) -> None:
     """team/x-api and team-x/api: each route reaches its own namespace's Service, with the
     victim's credentials never at the other namespace's pod."""
-    old, new = "2024-01-01T00:00:00Z", "2024-06-01T00:00:00Z"
-    victim = route("victim", "team", [_rule("x-api")], hostnames=["victim.example"], ts=old if victim_first else new)
-    attacker = route("attacker", "team-x", [_rule("api")], hostnames=["attacker.example"], ts=new if victim_first else old)
-    world.serve(victim, attacker)
+    _victim_and_attacker(world, ("victim", "x-api"), ("attacker", "api"), victim_first)
     assert world.pod("victim.example", Cookie="session=victim-secret").startswith("x-api-")
     assert world.pod("attacker.example").startswith("api-")
 
@@ -75,10 +81,7 @@ def test_services_whose_namespace_and_name_join_alike_get_their_own_upstreams(wo
 def test_routes_whose_namespace_and_name_join_alike_keep_their_own_rules(world: World, victim_first: bool) -> None:
     """Route team/x-api (to Service web) and route team-x/api (to Service evil): whichever is
     older, each host is served by its own route's backend."""
-    old, new = "2024-01-01T00:00:00Z", "2024-06-01T00:00:00Z"
-    victim = route("x-api", "team", [_rule("web")], hostnames=["victim.example"], ts=old if victim_first else new)
-    attacker = route("api", "team-x", [_rule("evil")], hostnames=["attacker.example"], ts=new if victim_first else old)
-    world.serve(victim, attacker)
+    _victim_and_attacker(world, ("x-api", "web"), ("api", "evil"), victim_first)
     assert world.pod("victim.example", Authorization="Basic dmljdGltOnB3").startswith("web-")
     assert world.pod("attacker.example").startswith("evil-")
 

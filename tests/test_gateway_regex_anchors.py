@@ -81,7 +81,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def test_an_anchored_header_expression_after_another_condition_matches(world: World) -> None:
-    """The reported case: `^u[0-9]+$` on X-User, with an Exact header match before it."""
+    """The common way to write one: `^u[0-9]+$` on X-User, after an Exact header condition."""
     world.serve([{"matches": [{"path": {"type": "PathPrefix", "value": "/"},
                                "headers": [{"name": "X-Env", "value": "canary"},
                                            {"name": "X-User", "type": "RegularExpression", "value": "^u[0-9]+$"}]}],

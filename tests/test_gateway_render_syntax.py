@@ -196,8 +196,8 @@ def test_strings_with_nginx_metacharacters_never_change_the_directives(tmp_path:
 
 
 def test_the_property_sees_an_injection(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The comparison is not blind: with names unchecked and comments written raw (as before),
-    the twin of a backend name with a line break renders another tree."""
+    """The comparison is not blind: with names unchecked and comments written raw (an unescaped
+    sink), the twin of a backend name with a line break renders another tree."""
     from gwpolicy import names
     from gwpolicy.gateway import render as render_mod
 

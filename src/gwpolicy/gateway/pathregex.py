@@ -470,34 +470,31 @@ class _Positions:
                 nullable, first, last = nullable or a, first | f, last | l
             return nullable, first, last
         if n.kind == "cat":
-            nullable, first, last = True, set[int](), set[int]()
-            for part in n.parts:
-                a, f, l = self.of(part)
-                for p in last:
-                    self.follow[p] |= f
-                first = first | f if nullable else first
-                last = last | l if a else l
-                nullable = nullable and a
-            return nullable, first, last
+            return self._sequence(n.parts, len(n.parts))
         if n.max == 0:  # rep
             return True, set(), set()
         if n.max is not None and n.max <= UNROLLED:  # X{n,m} as n copies of X and m-n optional ones
-            nullable, first, last = True, set[int](), set[int]()
-            for k in range(n.max):
-                a, f, l = self.of(n.parts[0])
-                a = a or k >= n.min
-                for p in last:
-                    self.follow[p] |= f
-                first = first | f if nullable else first
-                last = last | l if a else l
-                nullable = nullable and a
-            return nullable, first, last
+            return self._sequence([n.parts[0]] * n.max, n.min)
         a, f, l = self.of(n.parts[0])
         for p in l:
             self.follow[p] |= f
         for p in l & f:
             self.loop_of.setdefault(p, n.span)
         return a or n.min == 0, f, l
+
+
+    def _sequence(self, parts: list[_Node], required: int) -> tuple[bool, set[int], set[int]]:
+        """Parts one after the other, those from index `required` on optional."""
+        nullable, first, last = True, set[int](), set[int]()
+        for k, part in enumerate(parts):
+            a, f, l = self.of(part)
+            a = a or k >= required
+            for p in last:
+                self.follow[p] |= f
+            first = first | f if nullable else first
+            last = last | l if a else l
+            nullable = nullable and a
+        return nullable, first, last
 
 
 def _ambiguous(states: list[set[int]], chars: list[int]) -> bool:
