@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import pytest
 import re2
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gateway_kit import Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener, request, route
@@ -44,7 +44,7 @@ def expressions(draw: Any) -> str:
     value = anchored(seq())
     if draw(st.integers(0, 3)) == 0:
         value = value + "|" + anchored(seq())
-    assert pathregex.problem(value) is None, value
+    assume(pathregex.problem(value) is None)  # e.g. `a*a*`: refused, see test_gateway_regex.py
     return value
 
 
