@@ -128,6 +128,13 @@ class Nginx:
         self._serving: dict[str, bytes] | None = None
         for d in ("run", "logs"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
+        # generations an earlier process left here (a restart on the same --state-dir): nothing this
+        # process starts reads them, and they may hold private keys of Secrets deleted since; the
+        # numbering goes on after the highest, so a new generation never takes an old one's number
+        old = self._generations()
+        self._attempt = max((n for n, _ in old), default=0)
+        for _, p in old:
+            shutil.rmtree(p, ignore_errors=True)
         self._sockdir = tempfile.mkdtemp(prefix="gwng-")  # unix socket paths must stay short
         # NGINX's workers (another user when the master runs as root) connect to the sockets of a
         # passthrough port's HTTPS servers and relays: they must be able to pass through the directory
@@ -348,10 +355,19 @@ class Nginx:
             return [], ""
         return [l for l in text.splitlines() if _SEVERE.search(l)], text
 
+    def _generations(self) -> list[tuple[int, Path]]:
+        return sorted((int(p.name[4:]), p) for p in self.root.glob("gen-*") if p.name[4:].isdigit())
+
     def _prune(self) -> None:
-        gens = sorted((int(p.name[4:]), p) for p in self.root.glob("gen-*") if p.name[4:].isdigit())
-        for _, p in gens[:-self.keep]:
+        """Keep the last `keep` generations (the serving one and those before it, to look at), but
+        only the serving one's private keys: NGINX reads certificates and keys when it loads a
+        configuration, never later, so an older generation's `secrets/` are of no use to it."""
+        gens = self._generations()
+        for n, p in gens[:-self.keep]:
             shutil.rmtree(p, ignore_errors=True)
+        for n, p in gens[-self.keep:]:
+            if n != self._generation:
+                shutil.rmtree(p / "secrets", ignore_errors=True)
 
 
 def _clean(text: str) -> str:
