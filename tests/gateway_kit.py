@@ -32,6 +32,11 @@ from gwpolicy.refs import Ref
 
 GW = "gateway.networking.k8s.io"
 CONTROLLER = "gwpolicy.io/gateway-controller"
+#: the tests' backends run on loopback, published as EndpointSlices the tests write themselves: the
+#: data plane's two opt-ins (`--allow-unmanaged-endpointslices --allow-loopback-endpoints`), which
+#: a gateway in a cluster leaves off
+TEST_ENDPOINTS: dict[str, Any] = {"allow_unmanaged_endpointslices": True, "allow_loopback_endpoints": True}
+TEST_ENDPOINT_FLAGS = ("--allow-unmanaged-endpointslices", "--allow-loopback-endpoints")
 
 
 def have_nginx() -> bool:
@@ -237,7 +242,7 @@ class Served:
 
     def files(self, objects: list[dict[str, Any]]) -> dict[str, bytes]:
         self.dataplane = build_dataplane(analyse(objects, kind_checks=policyconf.kind_checks()),
-                                         DataPlaneConfig(addresses={self.gateway: self.address}))
+                                         DataPlaneConfig(addresses={self.gateway: self.address}, **TEST_ENDPOINTS))
         return render(self.dataplane)
 
     def apply(self, objects: list[dict[str, Any]]) -> ReloadResult:

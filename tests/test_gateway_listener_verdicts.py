@@ -20,6 +20,7 @@ from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.status import GATEWAY_CONTROLLER, Programming, all_desired, gateway_facts
 from gwpolicy.refs import GATEWAY_GROUP, Ref
+from gateway_kit import TEST_ENDPOINTS
 
 GW = "gateway.networking.k8s.io/v1"
 NOW = "2026-12-01T00:00:00Z"
@@ -96,7 +97,7 @@ def _served(files: dict[str, bytes]) -> dict[tuple[str, str, str], list[tuple[st
 
 def _status(objs: list[dict[str, Any]], stream_module: str | None) -> tuple[dict[Ref, dict[str, Any]], Any]:
     analysis = analyse(objs, kind_checks=policyconf.kind_checks())
-    dp = build_dataplane(analysis, DataPlaneConfig(stream_module=stream_module))
+    dp = build_dataplane(analysis, DataPlaneConfig(**TEST_ENDPOINTS, stream_module=stream_module))
     facts = gateway_facts(analysis.index)
     running = {gw.ref: gw.generation for gw in analysis.index.of_kind(GATEWAY_GROUP, "Gateway")}
     programming = Programming(running, None, {r: [a] for r, a in dp.addresses.items()},

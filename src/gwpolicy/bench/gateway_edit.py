@@ -135,7 +135,9 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
     echo_c = EchoServer("bench-c-x-y", "bench", address=BACKEND_ADDED, port=echo_b.port).start()  # a slice has one port
     state_dir = tempfile.mkdtemp(prefix=f"gwedit{routes}-", dir=workdir)
     opts = GatewayOptions(controller_name=OURS, address_pool=ADDRESS_POOL, port_offset=port_offset,
-                          state_dir=state_dir, leader_election=False)
+                          state_dir=state_dir, leader_election=False,
+                          # its backends: EndpointSlices it writes, on loopback
+                          allow_unmanaged_endpointslices=True, allow_loopback_endpoints=True)
     driver = DataPlaneDriver(opts)
     assert driver.nginx is not None
     builds = [0]  # the controller does not build what no change it took can alter

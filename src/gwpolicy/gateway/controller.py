@@ -115,6 +115,8 @@ class GatewayOptions:
     debounce: float = 0.05
     write_workers: int = 4
     nginx: str = "/usr/sbin/nginx"
+    allow_unmanaged_endpointslices: bool = False  # see DataPlaneConfig
+    allow_loopback_endpoints: bool = False
 
 
 # ---------------------------------------------------------------- defaults a server may not apply
@@ -250,11 +252,16 @@ class Renderer:
         self.opts = opts
         self.build_cache = BuildCache()
         self.render_cache = RenderCache()
+        #: this process' health and metrics endpoint (address, port): never an endpoint of a route
+        self.own_endpoints: frozenset[tuple[str, int]] = frozenset()
 
     def config(self) -> Any:
         from gwpolicy.gateway.dataplane import DataPlaneConfig
 
-        kw: dict[str, Any] = {"controller_name": self.opts.controller_name, "port_offset": self.opts.port_offset}
+        kw: dict[str, Any] = {"controller_name": self.opts.controller_name, "port_offset": self.opts.port_offset,
+                              "allow_unmanaged_endpointslices": self.opts.allow_unmanaged_endpointslices,
+                              "allow_loopback_endpoints": self.opts.allow_loopback_endpoints,
+                              "own_addresses": pod_addresses(), "own_endpoints": self.own_endpoints}
         if self.opts.address_pool:
             kw["address_pool"] = self.opts.address_pool
         return DataPlaneConfig(**kw)
@@ -272,6 +279,27 @@ class Renderer:
             self.render_cache.clear()
         dp = build_dataplane(analysis, self.config(), self.build_cache.use(epoch))
         return dp, render(dp, self.render_cache)
+
+
+def pod_addresses() -> frozenset[str]:
+    """The addresses of the gateway's own pod (the downward API's status.podIPs in POD_IPS, or
+    POD_IP), which no route may send to."""
+    raw = os.environ.get("POD_IPS") or os.environ.get("POD_IP") or ""
+    return frozenset(a.strip() for a in raw.split(",") if a.strip())
+
+
+def own_endpoints(listen: str, port: int) -> frozenset[tuple[str, int]]:
+    """The addresses and port the health and metrics server answers on (every loopback and pod
+    address when --listen names no host or an unspecified one)."""
+    import ipaddress
+
+    host = listen.rpartition(":")[0].strip("[]")
+    try:
+        specific = not ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        specific = False
+    hosts = {host} if specific else {"127.0.0.1", "::1", *pod_addresses()}
+    return frozenset((h, port) for h in hosts)
 
 
 class DataPlaneDriver(Renderer):
@@ -347,6 +375,7 @@ class GatewayController:
         self.policy_wanted: dict[Ref, Any] = {}  # the policies' part of `wanted`
         self.recheck_all = True  # the next reconcile compares every object of ours, changed or not
         self.last_reconcile: dict[str, float] = {}  # seconds per step of the last reconcile (/statusz, the bench)
+        self.warned: set[str] = set()  # the data plane's warnings already logged
 
     # ---------- watching ----------
     def _watch(self, kind: Kind) -> None:
@@ -525,6 +554,10 @@ class GatewayController:
             self.metrics.errors.labels("render").inc()
             self.error = f"cannot build the configuration: {exc}"
             return
+        for warning in dict.fromkeys(dp.warnings):
+            if warning not in self.warned:  # said once, while it holds (an endpoint left out, ...)
+                log.warning("%s", warning)
+        self.warned = self.warned | set(dp.warnings) if len(self.warned) < 10_000 else set(dp.warnings)
         self.addresses = {ref: [addr] for ref, addr in dp.addresses.items()}
         self.listener_facts = {ref: (lf.programmed, lf.reason, lf.message) for ref, lf in dp.listeners.items()}
         generations = {o.ref: o.generation for kind in ("Gateway", *ROUTE_KINDS)
@@ -659,6 +692,8 @@ class GatewayController:
         self.runner, self.port = await serve_endpoints(
             self.opts.listen,
             {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics(self.metrics.registry), "/statusz": statusz})
+        if self.driver is not None and self.port is not None:
+            self.driver.own_endpoints = own_endpoints(self.opts.listen, self.port)
 
     # ---------- lifecycle ----------
     async def start(self) -> None:
@@ -722,6 +757,8 @@ them, and the Gateway's Programmed condition says so (see --port-offset)."""
 
 
 def parse(argv: list[str]) -> GatewayOptions:
+    from gwpolicy.gateway.render_cli import add_endpoint_arguments  # `render -f` takes the same flags
+
     p = Parser(prog=f"{program_name()} gateway", formatter_class=HelpFormatter, description=DESCRIPTION,
                epilog="""examples:
   # against the sandbox, one replica; Gateways of GatewayClasses whose controllerName is ours
@@ -747,6 +784,7 @@ def parse(argv: list[str]) -> GatewayOptions:
     p.add_argument("--debounce", type=float, default=0.05, help="seconds to gather a burst of changes into one reload")
     p.add_argument("--write-workers", type=int, default=4, help="status writes in flight at most")
     p.add_argument("--nginx", default="/usr/sbin/nginx", help="the NGINX binary (1.22 or newer, with njs)")
+    add_endpoint_arguments(p)
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     serve.setup_logging(a.verbose)
@@ -754,7 +792,8 @@ def parse(argv: list[str]) -> GatewayOptions:
                           lease_namespace=a.lease_namespace, lease_duration=a.lease_duration, identity=a.identity,
                           leader_election=not a.no_leader_election, state_dir=a.state_dir, address_pool=a.address_pool,
                           port_offset=a.port_offset, debounce=a.debounce, write_workers=a.write_workers,
-                          nginx=a.nginx)
+                          nginx=a.nginx, allow_unmanaged_endpointslices=a.allow_unmanaged_endpointslices,
+                          allow_loopback_endpoints=a.allow_loopback_endpoints)
 
 
 def main(argv: list[str]) -> int:

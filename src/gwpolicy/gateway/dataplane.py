@@ -39,6 +39,10 @@ if TYPE_CHECKING:  # status imports this module
 DEFAULT_CONTROLLER_NAME = "gwpolicy.io/gateway-controller"
 DEFAULT_ADDRESS_POOL = "127.0.1.0/24"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+#: who made an EndpointSlice: the gateway trusts only the EndpointSlice controller's (from the
+#: Service's selector and the Pods), unless DataPlaneConfig.allow_unmanaged_endpointslices
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+ENDPOINTSLICE_CONTROLLER = "endpointslice-controller.k8s.io"
 POLICY_GROUP = "gwpolicy.io"  # the kinds this data plane enforces (policyconf.GROUP)
 
 # reasons recorded for the status layer (GEP-1364 words where one exists)
@@ -65,6 +69,34 @@ STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"  # Debian's libngi
 SOCKET_DIR = "@gwpolicy-sockets@"
 
 
+def endpoint_problem(address: Any, address_type: str, config: DataPlaneConfig,
+                     gateways: frozenset[str] = frozenset()) -> tuple[str | None, str]:
+    """(None, the address as NGINX is given it) when the gateway may connect to this endpoint
+    address, else (why not, the address as written). Only an IP address of the slice's type is
+    one (parsed, so nothing else reaches nginx.conf); never link-local (cloud metadata at
+    169.254.169.254), multicast, unspecified, the gateway's own or a Gateway's address, nor
+    loopback unless the configuration allows it."""
+    if not isinstance(address, str):
+        return f"{address!r} is not an IP address", repr(address)
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return f"{address!r} is not an IP address", repr(address)
+    if f"IPv{ip.version}" != address_type:
+        return f"{address} is not an {address_type} address (the slice's addressType)", address
+    seen = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None else ip
+    text = str(ip)
+    if seen.is_unspecified or seen.is_multicast:
+        return f"{address} is {'unspecified' if seen.is_unspecified else 'a multicast address'}", address
+    if seen.is_link_local:
+        return f"{address} is link-local (169.254.0.0/16, fe80::/10: node-local and cloud metadata services)", address
+    if text in config.own_addresses or str(seen) in config.own_addresses or str(seen) in gateways:
+        return f"{address} is the gateway's own address", address
+    if seen.is_loopback and not config.allow_loopback_endpoints:
+        return f"{address} is a loopback address (gwpolicy gateway --allow-loopback-endpoints allows it)", address
+    return None, text
+
+
 def stream_module_path() -> str | None:
     """Debian's stream module when it is installed (the one file this pure module looks at)."""
     import os
@@ -85,6 +117,16 @@ class DataPlaneConfig:
     #: NGINX's stream module (TLS passthrough), `load_module`d when a passthrough listener is
     #: served; None: not installed, such listeners are not programmed (Debian: libnginx-mod-stream)
     stream_module: str | None = field(default_factory=lambda: stream_module_path())
+    #: use EndpointSlices whoever made them (a tenant who may write EndpointSlices then chooses
+    #: where the gateway connects); by default only those the EndpointSlice controller manages
+    allow_unmanaged_endpointslices: bool = False
+    #: use loopback endpoint addresses (tests and demos whose backends run on this machine); never
+    #: by default: the gateway's own endpoints, the API server of a sandbox, node-local services
+    allow_loopback_endpoints: bool = False
+    #: the gateway process' own addresses (its pod's) and endpoints (address, port of its health
+    #: and metrics server): never endpoints, whatever is allowed (the Gateways' addresses neither)
+    own_addresses: frozenset[str] = frozenset()
+    own_endpoints: frozenset[tuple[str, int]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -445,6 +487,7 @@ class BuildCache:
 
     def __init__(self) -> None:
         self.epoch: Any = None
+        self.gateway_addresses: frozenset[str] = frozenset()  # what the entries' endpoints were checked against
         self.routes: dict[Ref, _RouteEntry] = {}
         self.hits = 0
         self.misses = 0
@@ -524,6 +567,9 @@ class _Builder:
         self._effective = analysis._effective_by_target()
         self._at: dict[int, dict[str, dict[str, Any]]] = {}  # path node -> effective_at (nodes live in the analysis)
         self._specs: dict[int, tuple[Any, Any]] = {}  # id(Result) -> (Result, Effective)
+        self._gateway_addresses: frozenset[str] = frozenset()  # never endpoints (see endpoint_problem)
+        #: Service (namespace, name) -> why endpoint addresses of its slices were not used
+        self._refused: dict[tuple[str, str], list[str]] = {}
 
     # -- gateways and listeners ---------------------------------------------------------------
 
@@ -552,6 +598,10 @@ class _Builder:
         ours = self._our_gateways()
         gateways = [gw for gw, _ in ours]
         addresses = gateway_addresses(gateways, self.config)
+        self._gateway_addresses = frozenset(addresses.values())
+        if self.cache is not None and self.cache.gateway_addresses != self._gateway_addresses:
+            self.cache.routes.clear()  # the endpoints routes were built with may be a Gateway's address now
+            self.cache.gateway_addresses = self._gateway_addresses
         servers: list[Server] = []
         owner: dict[tuple[str, int], Ref] = {}  # address:port -> the Gateway serving it
         for gw, class_ok in sorted(ours, key=lambda g: g[0].age_key):  # the older Gateway keeps a shared address:port
@@ -690,7 +740,7 @@ class _Builder:
                 else:
                     endpoints = self._endpoints(svc, sport)
                     if not endpoints:
-                        pb.error, pb.message = NO_ENDPOINTS, f"{where}: Service {ns}/{name} port {port} has no ready endpoints"
+                        pb.error, pb.message = NO_ENDPOINTS, f"{where}: {self._no_endpoints(ns, name, port)}"
                     else:
                         uname = f"tls_{_slug(ns)}_{_slug(name)}_{port}"
                         self.stream_upstreams[uname] = Upstream(uname, ref, int(port), endpoints)
@@ -843,13 +893,15 @@ class _Builder:
         return self._grants_by_ns.get((namespace, referrer), ())
 
     def _slices_of(self, namespace: str, name: str) -> tuple[Any, ...]:
-        """The EndpointSlices of a Service (by their `kubernetes.io/service-name` label), in the
-        index's order; recorded for the route being built."""
+        """The EndpointSlices of a Service (by their `kubernetes.io/service-name` label) the gateway
+        trusts (those the EndpointSlice controller manages, unless the configuration allows every
+        one), in the index's order; recorded for the route being built."""
         if self._slices is None:
             grouped: dict[tuple[str, str], list[Any]] = {}
+            unmanaged = self.config.allow_unmanaged_endpointslices
             for es in self.index.of_kind("discovery.k8s.io", "EndpointSlice"):
                 label = es.labels.get(SERVICE_NAME_LABEL)
-                if label:
+                if label and (unmanaged or es.labels.get(MANAGED_BY_LABEL) == ENDPOINTSLICE_CONTROLLER):
                     grouped.setdefault((es.namespace or "", label), []).append(es)
             self._slices = {k: tuple(v) for k, v in grouped.items()}
         got = self._slices.get((namespace, name), ())
@@ -949,7 +1001,7 @@ class _Builder:
                 else:
                     endpoints = self._endpoints(svc, sport)
                     if not endpoints:
-                        m.error, m.message = NO_ENDPOINTS, f"{where}: Service {ref.namespace}/{ref.name} port {port} has no ready endpoints"
+                        m.error, m.message = NO_ENDPOINTS, f"{where}: {self._no_endpoints(ref.namespace, ref.name, port)}"
                     else:
                         m.upstream = self._upstream(ref, int(port), endpoints, {})
             if m.error is not None and m.error != NO_ENDPOINTS:
@@ -1003,7 +1055,7 @@ class _Builder:
                     if isinstance(tls, backendtls.TLSFailure):
                         backend.error, backend.message = BACKEND_TLS_INVALID, f"Service {ns}/{name} port {port}: {tls.message}"
                     elif not endpoints:
-                        backend.error, backend.message = NO_ENDPOINTS, f"Service {ns}/{name} port {port} has no ready endpoints"
+                        backend.error, backend.message = NO_ENDPOINTS, self._no_endpoints(ns, name, port)
                     else:
                         backend.tls = tls
                         backend.upstream = self._upstream(ref, int(port), endpoints, eff, tls)
@@ -1078,7 +1130,8 @@ class _Builder:
         out: dict[Endpoint, None] = {}
         pname = sport.get("name") or ""
         for es in self._slices_of(svc.namespace or "", svc.name):
-            if es.raw.get("addressType", "IPv4") not in ("IPv4", "IPv6"):
+            address_type = es.raw.get("addressType", "IPv4")
+            if address_type not in ("IPv4", "IPv6"):
                 continue
             ports = [p for p in _list(es.raw.get("ports")) if isinstance(p, dict)]
             if ports:
@@ -1096,9 +1149,24 @@ class _Builder:
                 if ready is False:
                     continue
                 for addr in _list(ep.get("addresses")):
-                    if isinstance(addr, str):
-                        out[Endpoint(addr, int(number))] = None
+                    why, text = endpoint_problem(addr, address_type, self.config, self._gateway_addresses)
+                    if why is None and isinstance(number, int) and (text, number) in self.config.own_endpoints:
+                        why = f"{text}:{number} is the gateway's own health and metrics endpoint"
+                    if why is not None:
+                        refused = self._refused.setdefault((svc.namespace or "", svc.name), [])
+                        if why not in refused:
+                            refused.append(why)
+                            self.warnings.append(f"EndpointSlice {es.namespace}/{es.name} of Service "
+                                                 f"{svc.namespace}/{svc.name}: endpoint {why}: not used")
+                        continue
+                    out[Endpoint(text, int(number))] = None
         return tuple(sorted(out, key=lambda e: (e.address, e.port)))
+
+    def _no_endpoints(self, ns: str | None, name: str, port: Any) -> str:
+        """The message of a Service port without a usable endpoint, with the addresses refused."""
+        refused = self._refused.get((ns or "", name))
+        return (f"Service {ns}/{name} port {port} has no ready endpoints"
+                + (f" (not used: {'; '.join(refused)})" if refused else ""))
 
 
 _MEMO: dict[Any, Any] = {}  # signature of an effective-policy dict -> what policyconf made of it
