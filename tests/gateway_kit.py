@@ -8,6 +8,7 @@ free at run time.
 from __future__ import annotations
 
 import base64
+import functools
 import http.client
 import json
 import random
@@ -154,6 +155,29 @@ def reference_grant(name: str, ns: str, from_ns: str, to_kind: str = "Service", 
 def tls_secret(name: str, ns: str, cert_pem: bytes, key_pem: bytes) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Secret", "metadata": meta(name, ns), "type": "kubernetes.io/tls",
             "data": {"tls.crt": base64.b64encode(cert_pem).decode(), "tls.key": base64.b64encode(key_pem).decode()}}
+
+
+@functools.lru_cache(maxsize=None)
+def key_pair(cn: str = "test.example") -> tuple[bytes, bytes]:
+    """A self-signed certificate for `cn` and its private key (EC P-256, `cryptography`), as PEM:
+    what NGINX loads (the gateway parses every certificate and key before it renders one)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(cn)]), critical=False)
+            .sign(key, hashes.SHA256()))
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
 
 
 def self_signed(tmp: Path, name: str, hosts: list[str]) -> tuple[Path, Path]:

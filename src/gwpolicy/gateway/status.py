@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 from gwpolicy.gateway import frontendtls, pathregex
 from gwpolicy.gateway.dataplane import SUPPORTED_FILTERS as RENDERED_FILTERS
-from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts, tls_pem, valid_hostname
+from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts, tls_pem, tls_problem, valid_hostname
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
@@ -477,6 +477,9 @@ def certificate_secret(owner: Obj, ref: dict[str, Any], index: ObjectIndex, gran
     pem = tls_pem(secret)  # `data` or `stringData`
     if pem is None:
         return SecretProblem("Malformed", f"{where}: Secret {ns}/{name} has no PEM certificate and key in tls.crt and tls.key.")
+    problem = tls_problem(secret)
+    if problem is not None:  # NGINX would refuse the whole configuration for it
+        return SecretProblem("Malformed", f"{where}: Secret {ns}/{name}: {problem}.")
     return Certificate(secret_ref, pem)
 
 
@@ -583,6 +586,10 @@ def _unsupported(spec: dict[str, Any]) -> str | None:
             ftype = _dict(f).get("type")
             if ftype not in SUPPORTED_FILTERS:
                 return f"spec.rules[{i}]: filter type {ftype} is not supported by this data plane."
+    from gwpolicy.gateway import routevalues  # render's escaping, which imports the data plane
+
+    for field, why in routevalues.problems(spec)[:1]:  # a value NGINX 1.22 could not read
+        return f"{field}: {why}."
     return None
 
 
