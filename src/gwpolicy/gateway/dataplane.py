@@ -127,6 +127,10 @@ class DataPlaneConfig:
     #: and metrics server): never endpoints, whatever is allowed (the Gateways' addresses neither)
     own_addresses: frozenset[str] = frozenset()
     own_endpoints: frozenset[tuple[str, int]] = frozenset()
+    #: routes (HTTPRoute, TLSRoute) and listeners (a Gateway Ref with its section) the data plane
+    #: leaves out, with (reason, message): those NGINX refused (gateway/isolate.py) and routes over
+    #: their namespace's budget; a route left out is built as if it did not exist
+    left_out: Mapping[Ref, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -669,6 +673,9 @@ class _Builder:
                     client_ca = f"tls/clientca_{_slug(gw.namespace)}_{_slug(gw.name)}_{port}.pem"
                     client_mode = lf.client_mode
                     self.secrets[client_ca] = lf.client_bundle
+            if lref in self.config.left_out:
+                self.listener_facts[lref] = ListenerFact(False, *self.config.left_out[lref])
+                continue
             sid = server_id(gw.namespace, gw.name, name)
             out.append(Server(sid, gw.ref, lref, address, port + self.config.port_offset, protocol, hostname, cert,
                               client_ca=client_ca, client_mode=client_mode))
@@ -702,6 +709,8 @@ class _Builder:
         if not listeners:
             return []
         for route in sorted(self.index.of_kind(GATEWAY_GROUP, "TLSRoute"), key=lambda o: o.age_key):
+            if route.ref in self.config.left_out:
+                continue
             attached = [by_listener[lref] for lref in map(_listener_of, self.topo.paths.get(route.ref, {}))
                         if lref is not None and lref in by_listener]
             if not attached:
@@ -755,7 +764,8 @@ class _Builder:
     def _attach_routes(self, by_listener: dict[Ref, Server]) -> None:
         vhosts: dict[tuple[str, str], VirtualHost] = {}
         rules_of: dict[tuple[str, str], list[MatchRule]] = {}
-        routes = sorted(self.index.of_kind(GATEWAY_GROUP, "HTTPRoute"), key=lambda o: o.age_key)
+        routes = sorted((r for r in self.index.of_kind(GATEWAY_GROUP, "HTTPRoute") if r.ref not in self.config.left_out),
+                        key=lambda o: o.age_key)
         for route in routes:
             nodes = list(self.topo.paths.get(route.ref, {}))
             servers = [by_listener.get(lref) if lref is not None else None for lref in map(_listener_of, nodes)]

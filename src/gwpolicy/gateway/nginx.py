@@ -183,6 +183,10 @@ class Nginx:
             t_reload = time.perf_counter()
             if self.pid is None:
                 error = self._start(gen, offset)
+                if error and self._proc is not None:  # a master that gave up may still hold the ports it bound
+                    self._proc.kill()
+                    self._proc.wait(10)
+                    self._proc = None
             else:
                 old_workers = self._workers()
                 os.kill(self._proc.pid, signal.SIGHUP)  # type: ignore[union-attr]
@@ -199,6 +203,22 @@ class Nginx:
             self._prune()
             now = time.perf_counter()
             return ReloadResult(gen, True, seconds=now - t0, test_seconds=test_s, reload_seconds=now - t_reload)
+
+    def check(self, files: dict[str, bytes]) -> str:
+        """`nginx -t` of `files` in a scratch directory, loading nothing: "" when NGINX would take
+        them, else its messages (what finding the object NGINX refuses runs, gateway/isolate.py)."""
+        with self._lock:
+            try:
+                check_modules(files)
+            except NginxError as e:
+                return str(e)
+            cdir = self.root / "check"
+            shutil.rmtree(cdir, ignore_errors=True)
+            try:
+                self._write(cdir, files, 0)
+                return self._test(cdir)
+            finally:
+                shutil.rmtree(cdir, ignore_errors=True)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Quit NGINX gracefully (SIGQUIT), then SIGTERM, then SIGKILL; idempotent."""
@@ -282,6 +302,10 @@ class Nginx:
 
     def _start(self, gen: int, offset: int) -> str:
         cur = self.root / "current"
+        # a master that failed to start (a port another process held) leaves its unix sockets
+        # behind, and the next one could not bind them: no NGINX of ours runs now, so they are stale
+        for sock in Path(self._sockdir).glob("**/*.sock"):
+            sock.unlink(missing_ok=True)
         with open(self.root / "logs" / "stderr.log", "ab") as err:
             self._proc = subprocess.Popen(
                 [self.binary, "-p", f"{cur}/", "-c", str(cur / "nginx.conf"), "-e", str(self.error_log), "-g", "daemon off;"],
