@@ -169,3 +169,26 @@ def test_a_listener_whose_port_another_process_holds_is_left_out_until_the_port_
         holder.close()
         live.stop()
         echoes.stop()
+
+
+def test_statusz_gives_a_summary_not_nginx_s_own_words() -> None:
+    """/statusz answers whoever reaches it: NGINX's message (state-dir paths, a piece of a tenant's
+    value) stays in the log and in the status of the object concerned."""
+    import json
+    import urllib.request
+
+    from gwpolicy.gateway.controller import GatewayController, GatewayOptions
+
+    async def go() -> dict[str, Any]:
+        c = GatewayController(GatewayOptions(listen="127.0.0.1:0"))
+        c.error = 'NGINX exited: [emerg] too long parameter "aaaa-tenant-secret" in /var/lib/state/gen-7/servers.conf:66'
+        await c.http()
+        try:
+            body = await asyncio.to_thread(lambda: urllib.request.urlopen(f"http://127.0.0.1:{c.port}/statusz", timeout=5).read())
+            return json.loads(body)
+        finally:
+            assert c.runner is not None
+            await c.runner.cleanup()
+    got = asyncio.run(go())
+    assert got["nginxError"] == "NGINX did not load the newest configuration; the gateway's log says why"
+    assert "tenant-secret" not in json.dumps(got) and "/var/lib" not in json.dumps(got)

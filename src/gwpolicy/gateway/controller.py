@@ -809,9 +809,13 @@ class GatewayController:
             return web.Response(text="ok")
 
         async def statusz(_: web.Request) -> web.Response:
+            # NGINX's own words (file paths, a piece of a tenant's value) stay in the log and in the
+            # status of the object concerned; whoever can reach this endpoint gets a summary
             return web.json_response({"leader": self.leading, "synced": self.synced, "reconciles": self.reconciles,
                                       "busy": self.busy or self.wake.is_set(), "queued": len(self.queue),
-                                      "nginxError": self.error, "lastReconcile": self.last_reconcile,
+                                      "nginxError": None if self.error is None else
+                                      "NGINX did not load the newest configuration; the gateway's log says why",
+                                      "leftOut": len(self.left_out), "lastReconcile": self.last_reconcile,
                                       "fullPasses": self.state.full_passes, "inPlace": self.state.in_place,
                                       "addresses": {str(k): v for k, v in self.addresses.items()}})
 

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 
 from gwpolicy.gateway import frontendtls, pathregex
 from gwpolicy.gateway.dataplane import SUPPORTED_FILTERS as RENDERED_FILTERS
+from gwpolicy.gateway.isolate import without_paths
 from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts, tls_pem, tls_problem, valid_hostname
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
@@ -732,12 +733,12 @@ def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Progra
     if not gf.accepted.status:
         programmed = Cond("Programmed", False, "Invalid", "The Gateway is not accepted: " + gf.accepted.message)
     elif programming.error and not running:
-        programmed = Cond("Programmed", False, "Invalid",
-                          f"The Gateway is not programmed due to a failure to reload nginx with the configuration: {programming.error}")
+        programmed = Cond("Programmed", False, "Invalid", "The Gateway is not programmed due to a failure to reload nginx "
+                                                          f"with the configuration: {without_paths(programming.error)}")
     elif programming.error:  # the Gateway is as NGINX last loaded it, but other objects changed since
         programmed = Cond("Programmed", False, "Pending",
                           "NGINX serves an older configuration: it did not load the newest one, which nothing could be "
-                          f"left out of to make it load: {programming.error}")
+                          f"left out of to make it load: {without_paths(programming.error)}")
     elif not addresses:
         programmed = Cond("Programmed", False, "AddressNotAssigned", "No address is assigned yet.")
     elif running:
