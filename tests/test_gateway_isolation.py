@@ -58,7 +58,8 @@ def test_suspects_are_searched_first_and_nothing_is_found_when_the_base_fails() 
     assert isolate.isolate([list(range(1000))], [7, 8], fails) == {7: "refused 7"}
     assert len(calls) <= 6
     assert isolate.isolate([[1], [2]], [], lambda out: "the base fails") is None
-    assert isolate.unbindable("[emerg] bind() to 127.0.54.1:20080 failed (98: Address already in use)") == {("127.0.54.1", 20080)}
+    assert isolate.unbindable("[emerg] bind() to 127.0.54.1:20080 failed (98: Address already in use)") == \
+        {("127.0.54.1", 20080): "Address already in use"}
     assert isolate.without_paths('open() "/tmp/x/state/gen-4/servers.conf" failed in /tmp/x/state/gen-4/servers.conf:66') == \
         'open() "servers.conf" failed in servers.conf:66'
 

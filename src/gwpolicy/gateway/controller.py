@@ -290,6 +290,14 @@ def pod_addresses() -> frozenset[str]:
     return frozenset(a.strip() for a in raw.split(",") if a.strip())
 
 
+def _cannot_listen(address: str, port: int, why: str) -> str:
+    if why == "Address already in use":
+        why = "another process holds that address and port (Address already in use)"
+    elif why == "Permission denied":
+        why = "Permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE; see --port-offset)"
+    return f"NGINX could not listen on {address}:{port}: {why or 'bind() failed'}"
+
+
 def _port_free(address: str, port: int) -> bool:
     """Could NGINX bind this address and port now (no other process holds it)? Unknown: yes."""
     if not address or not port:
@@ -687,10 +695,15 @@ class GatewayController:
             if bind:
                 hit = [s.listener for s in dp.servers if (s.address, s.port) in bind]
                 hit += [l for p in dp.passthrough if (p.address, p.port) in bind for l in p.listeners]
-                for ref in hit:
-                    addr, port = next(((a, p) for a, p in bind), ("", 0))
-                    left[ref] = (isolate.PORT_UNAVAILABLE, f"NGINX could not listen on {addr}:{port - self.opts.port_offset}: "
-                                                           "another process holds that address and port")
+                for s in dp.servers:
+                    if s.listener in hit and (s.address, s.port) in bind:
+                        why = bind[(s.address, s.port)]
+                        left[s.listener] = (isolate.PORT_UNAVAILABLE, _cannot_listen(s.address, s.port - self.opts.port_offset, why))
+                for p in dp.passthrough:
+                    for ref in p.listeners:
+                        if ref in hit:
+                            why = bind[(p.address, p.port)]
+                            left[ref] = (isolate.PORT_UNAVAILABLE, _cannot_listen(p.address, p.port - self.opts.port_offset, why))
                 if not hit:
                     break
             else:

@@ -28,7 +28,7 @@ T = TypeVar("T", bound=Hashable)
 #: the reason a unit NGINX refused is left out with (a listener whose port another process holds: PortUnavailable)
 REFUSED = "UnsupportedValue"
 PORT_UNAVAILABLE = "PortUnavailable"
-_BIND = re.compile(r"bind\(\) to ([0-9A-Fa-f.:\[\]]+):(\d+) failed")
+_BIND = re.compile(r"bind\(\) to ([0-9A-Fa-f.:\[\]]+):(\d+) failed(?: \(\d+: ([^)]*)\))?")
 _PATHS = re.compile(r"(?:/[^\s\"'()]*)?/(?:gen-\d+|check)/")
 
 
@@ -63,9 +63,10 @@ def isolate(groups: Sequence[Sequence[T]], suspects: Sequence[T],
     return None
 
 
-def unbindable(error: str) -> set[tuple[str, int]]:
-    """The address:port pairs NGINX says it could not bind (another process holds them)."""
-    return {(m.group(1).strip("[]"), int(m.group(2))) for m in _BIND.finditer(error)}
+def unbindable(error: str) -> dict[tuple[str, int], str]:
+    """The address:port pairs NGINX says it could not bind, with why (`Address already in use`:
+    another process holds it; `Permission denied`: a port below 1024 without the privilege)."""
+    return {(m.group(1).strip("[]"), int(m.group(2))): m.group(3) or "" for m in _BIND.finditer(error)}
 
 
 def without_paths(text: str) -> str:
