@@ -117,6 +117,7 @@ class GatewayOptions:
     nginx: str = "/usr/sbin/nginx"
     allow_unmanaged_endpointslices: bool = False  # see DataPlaneConfig
     allow_loopback_endpoints: bool = False
+    namespace_budget: int | None = None  # DataPlaneConfig.namespace_budget
 
 
 # ---------------------------------------------------------------- defaults a server may not apply
@@ -262,7 +263,7 @@ class Renderer:
                               "allow_unmanaged_endpointslices": self.opts.allow_unmanaged_endpointslices,
                               "allow_loopback_endpoints": self.opts.allow_loopback_endpoints,
                               "own_addresses": pod_addresses(), "own_endpoints": self.own_endpoints,
-                              "left_out": dict(left_out or {})}
+                              "left_out": dict(left_out or {}), "namespace_budget": self.opts.namespace_budget}
         if self.opts.address_pool:
             kw["address_pool"] = self.opts.address_pool
         return DataPlaneConfig(**kw)
@@ -420,6 +421,7 @@ class GatewayController:
         self.good_units: dict[Ref, tuple[Any, ...]] = {}
         self.tried_again: list[Ref] = []  # units left out before, in the configuration again
         self.routes_left_out: dict[Ref, tuple[str, str]] = {}  # what status was last told (Programming.left_out)
+        self.over_budget: dict[Ref, tuple[str, str]] = {}  # HTTPRoutes over their namespace's budget (the last build)
 
     # ---------- watching ----------
     def _watch(self, kind: Kind) -> None:
@@ -499,6 +501,7 @@ class GatewayController:
         if self.driver is not None and self.leading:  # a standby serves nothing: the addresses are the leader's
             await self._program(analysis, facts, clock)
         self.routes_left_out = {r: why for r, why in self.left_out.items() if r.kind in ROUTE_KINDS}
+        self.routes_left_out.update(self.over_budget)
         programming = Programming(dict(self.running), self.error, dict(self.addresses), dict(self.listener_facts),
                                   dict(self.routes_left_out))
         moved = [r for r in set(left_before) | set(self.routes_left_out) if left_before.get(r) != self.routes_left_out.get(r)]
@@ -612,6 +615,7 @@ class GatewayController:
         self.warned = self.warned | set(dp.warnings) if len(self.warned) < 10_000 else set(dp.warnings)
         self.addresses = {ref: [addr] for ref, addr in dp.addresses.items()}
         self.listener_facts = {ref: (lf.programmed, lf.reason, lf.message) for ref, lf in dp.listeners.items()}
+        self.over_budget = dict(dp.over_budget)
         generations = {o.ref: o.generation for kind in ("Gateway", *ROUTE_KINDS)
                        for o in analysis.index.of_kind(GATEWAY_GROUP, kind)}
         if clock is not None:
@@ -936,7 +940,7 @@ def parse(argv: list[str]) -> GatewayOptions:
                           leader_election=not a.no_leader_election, state_dir=a.state_dir, address_pool=a.address_pool,
                           port_offset=a.port_offset, debounce=a.debounce, write_workers=a.write_workers,
                           nginx=a.nginx, allow_unmanaged_endpointslices=a.allow_unmanaged_endpointslices,
-                          allow_loopback_endpoints=a.allow_loopback_endpoints)
+                          allow_loopback_endpoints=a.allow_loopback_endpoints, namespace_budget=a.namespace_match_budget)
 
 
 def main(argv: list[str]) -> int:

@@ -55,6 +55,8 @@ UNSUPPORTED_VALUE = "UnsupportedValue"
 UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
 PORT_UNAVAILABLE = "PortUnavailable"
 
+BUDGET_EXCEEDED = "NamespaceBudgetExceeded"  # a route of a namespace over its budget (DataPlaneConfig.namespace_budget)
+
 SUPPORTED_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite", "CORS",
                      "RequestMirror")
 
@@ -131,6 +133,9 @@ class DataPlaneConfig:
     #: leaves out, with (reason, message): those NGINX refused (gateway/isolate.py) and routes over
     #: their namespace's budget; a route left out is built as if it did not exist
     left_out: Mapping[Ref, tuple[str, str]] = field(default_factory=dict)
+    #: per namespace, how many route matches (times hostnames) its HTTPRoutes may ask for; over it
+    #: the newest routes are left out (`route_cost`); None: no budget
+    namespace_budget: int | None = None
 
 
 @dataclass(frozen=True)
@@ -344,6 +349,8 @@ class DataPlane:
     #: Gateway -> why nothing of it is served: not ours (no such GatewayClass, another controller's)
     #: or not accepted (its class or itself, as status says)
     unserved: dict[Ref, str] = field(default_factory=dict)
+    #: HTTPRoutes left out because their namespace's budget is spent -> (reason, message)
+    over_budget: dict[Ref, tuple[str, str]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -574,6 +581,7 @@ class _Builder:
         self._gateway_addresses: frozenset[str] = frozenset()  # never endpoints (see endpoint_problem)
         #: Service (namespace, name) -> why endpoint addresses of its slices were not used
         self._refused: dict[tuple[str, str], list[str]] = {}
+        self.over_budget: dict[Ref, tuple[str, str]] = {}
 
     # -- gateways and listeners ---------------------------------------------------------------
 
@@ -635,7 +643,7 @@ class _Builder:
                     shared.https_names.append(s.hostname)
         return DataPlane(servers, dict(sorted(self.upstreams.items())), self.actions, dict(sorted(self.secrets.items())),
                          addresses, self.listener_facts, self.route_facts, self.config, self.warnings,
-                         streams, dict(sorted(self.stream_upstreams.items())), self.unserved)
+                         streams, dict(sorted(self.stream_upstreams.items())), self.unserved, self.over_budget)
 
     def _gateway_servers(self, gw: Any, class_ok: "Cond", address: str) -> list[Server]:
         # which listeners are served is status' verdict (status.listener_verdicts: the one rule,
@@ -766,6 +774,8 @@ class _Builder:
         rules_of: dict[tuple[str, str], list[MatchRule]] = {}
         routes = sorted((r for r in self.index.of_kind(GATEWAY_GROUP, "HTTPRoute") if r.ref not in self.config.left_out),
                         key=lambda o: o.age_key)
+        if self.config.namespace_budget is not None:
+            routes = self._within_budget(routes, self.config.namespace_budget)
         for route in routes:
             nodes = list(self.topo.paths.get(route.ref, {}))
             servers = [by_listener.get(lref) if lref is not None else None for lref in map(_listener_of, nodes)]
@@ -816,6 +826,27 @@ class _Builder:
             for r in rules:
                 seen.setdefault((r.action.id, r.action.match), r)
             _locations(vhosts[key], list(seen.values()))
+
+    def _within_budget(self, routes: list[Any], budget: int) -> list[Any]:
+        """The routes (oldest first) whose namespace's budget holds them: each namespace's routes
+        count, in age order, until the next one would take it over; that one and every newer one of
+        the namespace are left out (a route created later can never push an older one out)."""
+        used: dict[str, int] = {}
+        full: set[str] = set()
+        out = []
+        for r in routes:
+            ns = r.namespace or ""
+            cost = route_cost(r.spec)
+            if ns not in full and used.get(ns, 0) + cost <= budget:
+                used[ns] = used.get(ns, 0) + cost
+                out.append(r)
+                continue
+            full.add(ns)
+            self.over_budget[r.ref] = (BUDGET_EXCEEDED, (
+                f"over the budget of namespace {ns}: {budget} route matches (older routes of {ns}: {used.get(ns, 0)}, "
+                f"this route: {cost}; a match counts once per hostname); this route and the newer ones of {ns} are "
+                "not served (gwpolicy gateway --namespace-match-budget)"))
+        return out
 
     def _inputs(self, route: Any, nodes: list[PathNode], servers: list[Server | None]) -> list[Any]:
         """The objects a route's part of the data plane is built from (see BuildCache)."""
@@ -1209,6 +1240,14 @@ def _programmable_now(eff: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any
     """The kinds whose effective spec this data plane can honour in full (a safety net: the engine,
     given policyconf.kind_checks(), already leaves policies with such fields out of every path)."""
     return {k: v for k, v in eff.items() if k in policyconf.KINDS and not policyconf.unsupported_fields(k, v)}
+
+
+def route_cost(spec: Any) -> int:
+    """What an HTTPRoute counts against its namespace's budget: its matches (a rule without one
+    counts one), times its hostnames (at least one): roughly the locations and map entries it adds."""
+    spec = _dict(spec)
+    matches = sum(max(1, len(_list(_dict(r).get("matches")))) for r in _list(spec.get("rules"))) or 1
+    return matches * max(1, len(_list(spec.get("hostnames"))))
 
 
 def _conditions(items: Any, *, lower: bool) -> tuple[tuple[str, str, str], ...]:
