@@ -94,7 +94,7 @@ def _policy(kind: str, name: str, settings: dict[str, Any], target: tuple[str, s
 
 
 def freezing_objects(other_cert: tuple[bytes, bytes], a_cert: tuple[bytes, bytes]) -> list[Case]:
-    """The review's values, one case each (every object passes the CRDs' validation)."""
+    """Every case, one object each (every object passes the CRDs' validation)."""
     a_route = (GW, "HTTPRoute", "a-route")
     service = ("", "Service", "web")
     out = []

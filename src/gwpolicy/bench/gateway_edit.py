@@ -143,9 +143,9 @@ def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[st
     builds = [0]  # the controller does not build what no change it took can alter
     build = driver.build
 
-    def counted(analysis: Any, epoch: Any = None) -> tuple[Any, dict[str, bytes]]:
+    def counted(analysis: Any, epoch: Any = None, left_out: Any = None) -> tuple[Any, dict[str, bytes]]:
         builds[0] += 1
-        return build(analysis, epoch)
+        return build(analysis, epoch, left_out)
 
     driver.build = counted  # type: ignore[method-assign]
     driver.nginx.verify_timeout = 300

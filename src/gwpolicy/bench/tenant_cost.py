@@ -78,8 +78,9 @@ def measure(routes: int, path_length: int, budget: int | None, port_offset: int,
 
     echo = EchoServer("b-pod", "tenant-b", address=BACKEND).start()
     fields = {f.name for f in dataclasses.fields(GatewayOptions)}
-    extra = {k: v for k, v in {"allow_unmanaged_endpointslices": True, "allow_loopback_endpoints": True,
-                               "namespace_budget": budget}.items() if k in fields}
+    wanted: dict[str, Any] = {"allow_unmanaged_endpointslices": True, "allow_loopback_endpoints": True,
+                              "namespace_budget": budget}
+    extra = {k: v for k, v in wanted.items() if k in fields}  # a commit before these options: without them
     with tempfile.TemporaryDirectory() as tmp:
         opts = GatewayOptions(address_pool=ADDRESS_POOL, port_offset=port_offset, state_dir=tmp, leader_election=False,
                               **extra)

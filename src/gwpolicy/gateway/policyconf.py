@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +72,8 @@ class Bounds:
     maximum: int
 
     def describe(self) -> str:
-        show = {DURATION: _show_ms, SIZE: _show_bytes, ZONE: _show_bytes, COUNT: str}[self.kind]
+        shows: dict[str, Callable[[int], str]] = {DURATION: _show_ms, SIZE: _show_bytes, ZONE: _show_bytes, COUNT: str}
+        show = shows[self.kind]
         if self.kind == DURATION and self.minimum == 0:
             return f"at most {show(self.maximum)}"
         return f"{show(self.minimum)} to {show(self.maximum)}"

@@ -743,8 +743,8 @@ def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Progra
         programmed = Cond("Programmed", False, "AddressNotAssigned", "No address is assigned yet.")
     elif gf.listeners and all(programming.listeners.get(gf.ref.with_section(n), (True, "", ""))[1] == "PortUnavailable"
                               for n in gf.listeners):  # NGINX could bind none of its ports: it serves nothing of it
-        why = "; ".join(f"{n}: {programming.listeners[gf.ref.with_section(n)][2]}" for n in gf.listeners)
-        programmed = Cond("Programmed", False, "Invalid", f"No listener of this Gateway is served: {why}")
+        ports = "; ".join(f"{n}: {programming.listeners[gf.ref.with_section(n)][2]}" for n in gf.listeners)
+        programmed = Cond("Programmed", False, "Invalid", f"No listener of this Gateway is served: {ports}")
     elif running:
         programmed = Cond("Programmed", True, "Programmed", "NGINX serves the configuration of this Gateway.")
     else:
