@@ -159,25 +159,13 @@ def tls_secret(name: str, ns: str, cert_pem: bytes, key_pem: bytes) -> dict[str,
 
 @functools.lru_cache(maxsize=None)
 def key_pair(cn: str = "test.example") -> tuple[bytes, bytes]:
-    """A self-signed certificate for `cn` and its private key (EC P-256, `cryptography`), as PEM:
-    what NGINX loads (the gateway parses every certificate and key before it renders one)."""
-    import datetime
+    """A certificate for `cn` and its private key (EC P-256, signed by a CA of its own, made with the
+    webhook's `cryptography` helpers), as PEM: what NGINX loads (the gateway parses every
+    certificate and key before it renders one)."""
+    from gwpolicy.webhook import certs
 
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(cn)]), critical=False)
-            .sign(key, hashes.SHA256()))
-    return (cert.public_bytes(serialization.Encoding.PEM),
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    pair = certs.make_serving(certs.make_ca(f"{cn}-ca"), [cn])
+    return pair.cert_pem, pair.key_pem
 
 
 def self_signed(tmp: Path, name: str, hosts: list[str]) -> tuple[Path, Path]:
