@@ -17,8 +17,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from gateway_kit import (Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener, meta, request,
-                         route, service)
+from gateway_kit import (TEST_ENDPOINTS, Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener,
+                         meta, request, route, service)
 from gwpolicy.gateway import render as render_mod
 from gwpolicy.gateway.status import gateway_facts
 from gwpolicy.model import build_index
@@ -240,7 +240,7 @@ def test_a_sink_that_skips_the_escaping_fails_closed_for_its_rule_alone(monkeypa
                                       "filters": tag, "backendRefs": [backend("web")]},
                                      {"backendRefs": [backend("web")]}])]
     files = render_mod.render(build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()),
-                                              DataPlaneConfig(addresses={GW_REF: ADDR})))
+                                              DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR})))
     tree = [d for _, d in (x for top in nginx_conf.parse_files(files) for x in top.walk())]
     assert not [d for d in tree if "pwned" in d.args]
     assert not [l for l in files["servers.conf"].decode().splitlines() if l.strip().startswith("return 200")]
@@ -266,7 +266,7 @@ def test_a_header_name_that_starts_a_string_or_a_comment_is_refused(names: tuple
             route("r", "infra", [{"matches": [{"path": {"type": "PathPrefix", "value": "/h"}}], "filters": [mod],
                                   "backendRefs": [backend("web")]}, {"backendRefs": [backend("web")]}])]
     files = render_mod.render(build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()),
-                                              DataPlaneConfig(addresses={GW_REF: ADDR})))
+                                              DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR})))
     tree = [d for _, d in (x for top in nginx_conf.parse_files(files) for x in top.walk())]
     assert not [d for d in tree if any("\n" in a for a in d.args)]
     h = next(d for d in tree if d.name == "location" and d.args and d.args[-1].endswith("/h/"))

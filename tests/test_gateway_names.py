@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_kit import (Echoes, Served, backend, endpoints, free_port, gateway, gatewayclass, have_nginx, listener,
-                         meta, request, route, service)
+from gateway_kit import (TEST_ENDPOINTS, Echoes, Served, backend, endpoints, free_port, gateway, gatewayclass, have_nginx,
+                         listener, meta, request, route, service)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import dataplane, policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, DataPlaneError, build_dataplane
@@ -113,7 +113,7 @@ def test_tls_passthrough_services_whose_names_join_alike_get_their_own_upstreams
             *_tls_service("x-db", "team", 1001), *_tls_service("db", "team-x", 1002),
             _tls_route("victim", "team", "victim.example", "x-db"), _tls_route("attacker", "team-x", "attacker.example", "db")]
     dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()),
-                         DataPlaneConfig(addresses={GW_REF: ADDR}, stream_module="/dev/null"))
+                         DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR}, stream_module="/dev/null"))
     hosts = dp.passthrough[0].hosts
     ports = {h: {e.port for b in r.backends for e in dp.stream_upstreams[b.upstream].endpoints}  # type: ignore[index]
              for h, r in hosts.items()}
@@ -162,7 +162,7 @@ def test_built_from_random_names_no_two_services_or_routes_share_an_upstream_or_
     for i, (ns, name) in enumerate(pairs):
         objs += [service(name, ns), *endpoints(name, ns, [(BACKENDS, 2000 + i)]),
                  route(name, ns, [_rule(name)], hostnames=[f"h{i}.example"])]
-    dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(addresses={GW_REF: ADDR}))
+    dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR}))
     owners: dict[str, set[tuple[str | None, str]]] = {}
     for a in dp.actions.values():
         owners.setdefault(a.id, set()).add((a.route.namespace, a.route.name))
@@ -185,4 +185,4 @@ def test_the_builder_refuses_two_keys_that_give_one_name(monkeypatch: pytest.Mon
             route("victim", "team", [_rule("x-api")], hostnames=["v.example"]),
             route("attacker", "team-x", [_rule("api")], hostnames=["a.example"])]
     with pytest.raises(DataPlaneError, match="team-x/api|team/x-api"):
-        build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(addresses={GW_REF: ADDR}))
+        build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR}))

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import nginx_conf
-from gateway_kit import backend, endpoints, gateway, gatewayclass, have_nginx, listener, meta, service
+from gateway_kit import TEST_ENDPOINTS, backend, endpoints, gateway, gatewayclass, have_nginx, listener, meta, service
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
@@ -164,7 +164,7 @@ def _swapped(value: Any) -> Any:
 
 def _render(objs: list[dict[str, Any]]) -> dict[str, bytes]:
     analysis = analyse(POLICY_KINDS + objs, kind_checks=policyconf.kind_checks())
-    return render(build_dataplane(analysis, DataPlaneConfig(addresses={GW_REF: ADDR}, stream_module=None)))
+    return render(build_dataplane(analysis, DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR}, stream_module=None)))
 
 
 def _nginx_t(tmp: Path, files: dict[str, bytes]) -> subprocess.CompletedProcess[str]:

@@ -119,7 +119,8 @@ def measure(args: argparse.Namespace) -> list[str]:
             "|---|---|---:|---:|---:|"]
     try:
         objs = _objects(port, [e for e, _ in cases]) + _web("tenant-a", echo.port) + _web("tenant-b", echo.port)
-        config = DataPlaneConfig(addresses={Ref(GW, "Gateway", "infra", "gw"): ADDR},
+        config = DataPlaneConfig(addresses={Ref(GW, "Gateway", "infra", "gw"): ADDR},  # the echo backend is on loopback
+                                 allow_unmanaged_endpointslices=True, allow_loopback_endpoints=True,
                                  worker_processes=args.workers if args.workers == "auto" else int(args.workers))
         result = nginx.apply(render(build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), config)))
         if not result.ok:
