@@ -17,7 +17,11 @@ GW_CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-ap
 
 class SandboxProcess:
     """`gwpolicy sandbox` in a process of its own. `port=` starts it on a given port (a restarted
-    sandbox where a client's kubeconfig still points); `kill()` ends it with SIGKILL, as a crash."""
+    sandbox where a client's kubeconfig still points); `kill()` ends it with SIGKILL, as a crash.
+    It has tests/kube_apiserver.py's KubeApiServer's face (tests/live_server.py): the sandbox
+    authorizes every request, so every identity is the one kubeconfig and nothing is refused."""
+
+    kind = "sandbox"
 
     def __init__(self, tmp: Path, *extra: str, port: int = 0) -> None:
         self.kubeconfig = tmp / "kubeconfig"
@@ -39,6 +43,22 @@ class SandboxProcess:
         if check:
             assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
         return out
+
+    def identity(self, sa: str, namespace: str = "gwpolicy-system") -> Path:
+        return self.kubeconfig
+
+    def refused(self, sa: str, namespace: str = "gwpolicy-system") -> list[str]:
+        return []
+
+    def apply(self, objects, manager: str = "gwpolicy-test") -> list[dict]:
+        from gwpolicy.sandbox.seed import apply_all
+
+        return apply_all(self.url, objects, manager)
+
+    def install_deploy(self, *files: str) -> None:
+        from kube_apiserver import deploy_objects
+
+        self.apply(deploy_objects(*files))
 
     def kill(self) -> None:
         """SIGKILL: no shutdown, nothing flushed that was not already written."""
