@@ -373,16 +373,17 @@ class KubeApiServer:
         self.close()
 
     def controller_manager(self) -> None:
-        """kube-controller-manager with the namespace and garbage-collector controllers (a namespace
-        deleted empties and goes; an object whose owners are gone is deleted). Start it once the CRDs
-        are in: it reads the API's kinds when it starts (and again every 30 s)."""
+        """kube-controller-manager with the controllers a cluster's API objects rely on: ClusterRole
+        aggregation (deploy/'s roles are aggregated), namespace deletion (a namespace deleted empties
+        and goes) and garbage collection (an object whose owners are gone is deleted; it reads the
+        API's kinds when it starts and again every 30 s, so start it once the CRDs are in)."""
         if self.kcm is not None:
             return
         log = self.folder / "kube-controller-manager.log"
         port = free_port()
         self.kcm = _spawn([str(BIN_DIR / "kube-controller-manager"), f"--kubeconfig={self.kubeconfig}",
                            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
-                           "--controllers=namespace-controller,garbage-collector-controller",
+                           "--controllers=clusterrole-aggregation-controller,namespace-controller,garbage-collector-controller",
                            "--leader-elect=false", f"--bind-address={ADDRESS}", f"--secure-port={port}",
                            f"--cert-dir={self.folder / 'kcm-certs'}", "--concurrent-gc-syncs=5", "--v=1"], log)
 
@@ -453,7 +454,18 @@ class KubeApiServer:
         return n
 
     def install_deploy(self, *files: str) -> None:
-        self.apply(deploy_objects(*files))
+        """deploy/'s namespace and RBAC and `files` of deploy/; kube-controller-manager then fills in the
+        aggregated ClusterRoles (waited for)."""
+        objs = deploy_objects(*files)
+        self.apply(objs)
+        self.controller_manager()
+        aggregated = [o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRole" and o.get("aggregationRule")]
+        end = time.monotonic() + 30
+        while aggregated and time.monotonic() < end:
+            aggregated = [n for n in aggregated
+                          if not self.http.get(f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{n}").json().get("rules")]
+            time.sleep(0.05)
+        assert not aggregated, f"ClusterRoles not aggregated in 30s: {aggregated}"
 
 
 def deploy_objects(*files: str) -> list[dict[str, Any]]:
