@@ -453,10 +453,11 @@ class KubeApiServer:
                 n += 1
         return n
 
-    def install_deploy(self, *files: str) -> None:
-        """deploy/'s namespace and RBAC and `files` of deploy/; kube-controller-manager then fills in the
-        aggregated ClusterRoles (waited for)."""
-        objs = deploy_objects(*files)
+    def install_deploy(self, *files: str, policy_groups: Iterable[str] = ()) -> None:
+        """deploy/'s namespace and RBAC and `files` of deploy/, with the roles of `policy_groups`
+        (`policy_group_roles`); kube-controller-manager then fills in the aggregated ClusterRoles
+        (waited for)."""
+        objs = deploy_objects(*files) + [r for g in policy_groups for r in policy_group_roles(g)]
         self.apply(objs)
         self.controller_manager()
         aggregated = [o["metadata"]["name"] for o in objs if o["kind"] == "ClusterRole" and o.get("aggregationRule")]
@@ -474,6 +475,20 @@ def deploy_objects(*files: str) -> list[dict[str, Any]]:
     for name in ("00-namespace.yaml", "20-rbac.yaml", *files):
         objs += [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
     return objs
+
+
+def policy_group_roles(group: str) -> list[dict[str, Any]]:
+    """The ClusterRoles deploy/'s comments tell a user to add for policy kinds of a group of their own
+    (the parable's policy.acme.io): read them (controller, webhook, gateway) and write their status
+    (controller, gateway), joined to each process' role by its aggregation label."""
+    def role(component: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": f"gwpolicy-{component}-{group}",
+                             "labels": {f"gwpolicy.io/aggregate-to-{component}": "true"}},
+                "rules": rules}
+    read = {"apiGroups": [group], "resources": ["*"], "verbs": ["get", "list", "watch"]}
+    status = {"apiGroups": [group], "resources": ["*/status"], "verbs": ["get", "patch"]}
+    return [role("controller", [read, status]), role("webhook", [read]), role("gateway", [read, status])]
 
 
 def describe(ev: dict[str, Any]) -> str:

@@ -55,10 +55,10 @@ class SandboxProcess:
 
         return apply_all(self.url, objects, manager)
 
-    def install_deploy(self, *files: str) -> None:
-        from kube_apiserver import deploy_objects
+    def install_deploy(self, *files: str, policy_groups=()) -> None:
+        from kube_apiserver import deploy_objects, policy_group_roles
 
-        self.apply(deploy_objects(*files))
+        self.apply(deploy_objects(*files) + [r for g in policy_groups for r in policy_group_roles(g)])
 
     def kill(self) -> None:
         """SIGKILL: no shutdown, nothing flushed that was not already written."""
