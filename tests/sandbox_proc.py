@@ -60,6 +60,12 @@ class SandboxProcess:
 
         self.apply(deploy_objects(*files) + [r for g in policy_groups for r in policy_group_roles(g)])
 
+    def writes(self, sa: str | None = None, resources: set[str] | None = None,
+               exclude: frozenset[str] = frozenset({"leases"})) -> int:
+        """Writes the sandbox took (by anyone: it knows no ServiceAccounts), by resource."""
+        by = self.http.get("/sandbox/stats").json()["writesByResource"]
+        return sum(n for res, n in by.items() if res not in exclude and (resources is None or res in resources))
+
     def kill(self) -> None:
         """SIGKILL: no shutdown, nothing flushed that was not already written."""
         self.http.close()

@@ -521,6 +521,9 @@ class Store:
         self.listeners: list[Callable[[Event], None]] = []
         self.writes = 0
         self.writes_by: dict[str, int] = {}
+        #: owner uid -> the keys of objects that named it in their ownerReferences (garbage collection;
+        #: an entry whose object no longer names that owner is passed over and dropped when it is read)
+        self.owned_by: dict[str, set[tuple[str, str, str, str]]] = {}
         self._dry = False
         self.field_validation = "Warn"  # of the request in hand: Strict, Warn or Ignore (?fieldValidation=)
         self.warnings: list[str] = []  # for the request in hand's Warning headers
@@ -545,6 +548,7 @@ class Store:
             self.objects[key] = obj
         self.restored = bool(self.objects)
         for key, obj in self.objects.items():
+            self._index_owners(key, obj)
             if key[:2] == ("apiextensions.k8s.io", "customresourcedefinitions"):
                 try:
                     self.registry.apply_crd(obj)
@@ -843,6 +847,9 @@ class Store:
     def _after_write(self, r: Resource, obj: dict[str, Any], deleted: bool = False) -> None:
         if self._dry:
             return
+        if not deleted and obj["metadata"].get("ownerReferences"):
+            meta = obj["metadata"]
+            self._index_owners((r.group, r.plural, (meta.get("namespace") or "") if r.namespaced else "", meta["name"]), obj)
         if r.group == "apiextensions.k8s.io" and r.kind == "CustomResourceDefinition":
             self.registry.apply_crd(obj, deleted)
             if not deleted and not (obj.get("status") or {}).get("conditions"):
@@ -1088,7 +1095,45 @@ class Store:
         self._bump(result)
         self._after_write(r, result, deleted=True)
         self._emit("DELETED", r, key[2], result, live)
+        self._collect(live)
         return clone(result)  # the event holds `result`: the caller gets its own copy
+
+    def _index_owners(self, key: tuple[str, str, str, str], obj: dict[str, Any]) -> None:
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            uid = ref.get("uid") if isinstance(ref, dict) else None
+            if isinstance(uid, str) and uid:
+                self.owned_by.setdefault(uid, set()).add(key)
+
+    def _owner_there(self, ref: dict[str, Any], namespace: str) -> bool:
+        """Whether the owner a reference names exists with that uid (an owner of a kind not served is
+        taken as there: kube-controller-manager cannot tell, and deletes nothing on its account)."""
+        group = ref.get("apiVersion", "").rpartition("/")[0] if "/" in ref.get("apiVersion", "") else ""
+        r = self.registry.by_kind.get((group, ref.get("kind", "")))
+        if r is None:
+            return True
+        owner = self.objects.get((r.group, r.plural, namespace if r.namespaced else "", ref.get("name", "")))
+        return owner is not None and owner["metadata"].get("uid") == ref.get("uid")
+
+    def _collect(self, gone: dict[str, Any]) -> None:
+        """Garbage collection, as kube-controller-manager's collector does it in the background, here at
+        once: an object whose every owner is gone is deleted (and its own dependents after it); one that
+        still has an owner loses its references to those that are gone."""
+        if self._dry:
+            return
+        uid = gone["metadata"].get("uid")
+        for key in sorted(self.owned_by.pop(uid, ()) if isinstance(uid, str) else ()):
+            dep = self.objects.get(key)
+            r = self.registry.by_plural.get(key[:2])
+            refs = [ref for ref in (dep["metadata"].get("ownerReferences") or []) if isinstance(ref, dict)] if dep else []
+            if dep is None or r is None or not any(ref.get("uid") == uid for ref in refs):
+                continue
+            there = [ref for ref in refs if self._owner_there(ref, key[2])]
+            if not there:
+                self.delete(r, key[2], key[3])
+            elif len(there) < len(refs):
+                new = clone(dep)
+                new["metadata"]["ownerReferences"] = there
+                self.update(r, key[2], key[3], new, manager="generic-garbage-collector", check_rv=False)
 
     def _drop_custom_resources(self, crd: dict[str, Any]) -> None:
         """A CRD going away takes its custom resources with it, each with a DELETED event (as the
@@ -1102,6 +1147,7 @@ class Store:
             gone = _deleted_version(live)
             self._bump(gone)
             self._emit("DELETED", cr, key[2], gone, live)
+            self._collect(live)
 
     def events_since(self, rv: int) -> builtins.list[Event]:
         """The events a watch from `rv` replays; 410 Gone in the watch cache's words below the oldest
