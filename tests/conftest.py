@@ -12,28 +12,19 @@ import os
 import pytest
 
 import kube_apiserver
+from live_server import require
 
 SERVERS = [s.strip() for s in os.environ.get("GWPOLICY_TEST_SERVERS", "sandbox,kube").split(",") if s.strip()]
 
 
-def _require(kind: str) -> str:
-    if kind == "kube":
-        why = kube_apiserver.missing()
-        if why:
-            if os.environ.get("CI") or os.environ.get("GWPOLICY_REQUIRE_KUBE"):
-                pytest.fail(why)
-            pytest.skip(why)
-    return kind
-
-
 @pytest.fixture(params=SERVERS)
 def server_kind(request: pytest.FixtureRequest) -> str:
-    return _require(request.param)
+    return require(request.param)
 
 
 @pytest.fixture(scope="module", params=SERVERS)
 def module_server_kind(request: pytest.FixtureRequest) -> str:
-    return _require(request.param)
+    return require(request.param)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -229,7 +229,6 @@ class Etcd:
 
 
 _ETCD: Etcd | None = None
-_COUNT = 0
 _RUN_FOLDER: Path | None = None
 
 
@@ -249,9 +248,20 @@ def etcd() -> Etcd:
     return _ETCD
 
 
+#: called first by `shutdown` (the cluster made ahead is closed there)
+BEFORE_SHUTDOWN: list = []
+
+
+def cluster_folder() -> Path:
+    """A folder of its own for the next cluster, in the run's folder."""
+    return _run_folder() / f"cluster-{time.monotonic_ns()}"
+
+
 def shutdown() -> None:
     """Stop etcd and anything still running, and remove the run's folder."""
     global _ETCD, _RUN_FOLDER
+    for f in BEFORE_SHUTDOWN:
+        f()
     _kill_all()
     if _ETCD is not None:
         _ETCD.stop()
@@ -280,12 +290,10 @@ class KubeApiServer:
     kind = "kube"
 
     def __init__(self, folder: Path) -> None:
-        global _COUNT
         self.etcd = etcd()
-        _COUNT += 1
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.prefix = f"/gwpolicy-test-{os.getpid()}-{_COUNT}"
+        self.prefix = f"/gwpolicy-test-{os.getpid()}-{time.monotonic_ns()}"
         self.keys = Keys(folder / "pki")
         self.audit = folder / "audit.log"
         self.policy = folder / "audit-policy.yaml"
@@ -555,7 +563,12 @@ class Resources:
 def apply_objects(http: httpx.Client, objects: Iterable[dict[str, Any]], manager: str) -> list[dict[str, Any]]:
     resources = Resources(http)
     out = []
+    crds: list[str] = []  # waited for together, before the first object that is not a CRD
     for obj in _ordered(objects):
+        if crds and obj["kind"] != "CustomResourceDefinition":
+            for name in crds:
+                _established(http, name)
+            crds = []
         meta = obj.setdefault("metadata", {})
         for k in ("creationTimestamp", "resourceVersion", "uid", "generation", "managedFields"):
             meta.pop(k, None)
@@ -566,7 +579,7 @@ def apply_objects(http: httpx.Client, objects: Iterable[dict[str, Any]], manager
         assert r.status_code < 300, f"apply {obj['kind']} {meta.get('namespace', '')}/{meta['name']}: {r.status_code} {r.text}"
         created = r.json()
         if obj["kind"] == "CustomResourceDefinition":
-            _established(http, meta["name"])
+            crds.append(meta["name"])
         if obj.get("status"):
             st = {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": {"name": meta["name"]},
                   "status": obj["status"]}
@@ -575,6 +588,8 @@ def apply_objects(http: httpx.Client, objects: Iterable[dict[str, Any]], manager
             if r.status_code < 300:  # a kind without a status subresource keeps none
                 created = r.json()
         out.append(created)
+    for name in crds:
+        _established(http, name)
     return out
 
 

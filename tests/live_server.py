@@ -6,6 +6,7 @@ admin's), `kubectl()`, `apply()`, `identity(sa)` (the kubeconfig a process of de
 from __future__ import annotations
 
 import copy
+import threading
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -13,10 +14,29 @@ import yaml
 
 from gwpolicy.load import load_paths
 from gwpolicy.sandbox.seed import synthesize_crds
+import kube_apiserver
 from kube_apiserver import DEPLOY, KubeApiServer
 from sandbox_proc import GW_CRDS, SandboxProcess
 
 LiveServer = SandboxProcess | KubeApiServer
+
+
+def require(kind: str) -> str:
+    """`kind`, when it can run here; else the test is skipped with the reason (and fails under CI,
+    which must run both servers)."""
+    import os
+
+    import pytest
+
+    import kube_apiserver
+
+    if kind == "kube":
+        why = kube_apiserver.missing()
+        if why:
+            if os.environ.get("CI") or os.environ.get("GWPOLICY_REQUIRE_KUBE"):
+                pytest.fail(why)
+            pytest.skip(why)
+    return kind
 
 
 def gateway_api_crds(channel: Path = GW_CRDS) -> list[dict[str, Any]]:
@@ -39,6 +59,62 @@ def real_objects(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
     return synthesize_crds(objs) + objs
 
 
+class _Warm:
+    """A cluster made ready ahead: a real API server with the Gateway API CRDs (standard channel), the
+    PolicyKind and EffectivePolicy CRDs and deploy/'s RBAC (its ClusterRoles aggregated), as a cluster
+    gwpolicy is installed on has them. Making one takes 8-10 s on 2 cores, most of it the CRDs; the
+    next is made while a test uses the last, so a test waits for none of it."""
+
+    def __init__(self) -> None:
+        self.ready: KubeApiServer | None = None
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+
+    @staticmethod
+    def make() -> KubeApiServer:
+        server = KubeApiServer(kube_apiserver.cluster_folder())
+        try:
+            server.apply(gateway_api_crds() + policykind_crd())
+            server.install_deploy("50-effectivepolicy-crd.yaml")
+        except BaseException:
+            server.close()
+            raise
+        return server
+
+    def _fill(self) -> None:
+        try:
+            self.ready = self.make()
+        except BaseException as exc:  # noqa: BLE001 - handed to the next take()
+            self.error = exc
+
+    def take(self) -> KubeApiServer:
+        if self.thread is not None:
+            self.thread.join()
+        server, self.ready, self.error = self.ready, None, None
+        if server is None:
+            server = self.make()
+        self.thread = threading.Thread(target=self._fill, name="warm-cluster", daemon=True)
+        self.thread.start()
+        return server
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        if self.ready is not None:
+            self.ready.close()
+            self.ready = None
+
+
+WARM = _Warm()
+kube_apiserver.BEFORE_SHUTDOWN.append(WARM.close)
+
+
+def fresh_kube() -> KubeApiServer:
+    """An empty cluster (but for what `_Warm` installs) on a real API server of its own."""
+    return WARM.take()
+
+
 def start(kind: str, tmp: Path, *sandbox_flags: str, files: Iterable[Path | str] = (),
           keep_creation_timestamp: bool = True) -> LiveServer:
     """A server of `kind` ("sandbox" or "kube") holding `files`. The sandbox keeps the files'
@@ -49,7 +125,7 @@ def start(kind: str, tmp: Path, *sandbox_flags: str, files: Iterable[Path | str]
         for f in files:
             flags += ["-f", str(f)]
         return SandboxProcess(tmp, *flags)
-    server = KubeApiServer(tmp / "kube")
+    server = fresh_kube()
     try:
         if files:
             server.apply(real_objects(files))
