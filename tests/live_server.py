@@ -116,15 +116,17 @@ def fresh_kube() -> KubeApiServer:
 
 
 def start(kind: str, tmp: Path, *sandbox_flags: str, files: Iterable[Path | str] = (),
-          keep_creation_timestamp: bool = True) -> LiveServer:
+          keep_creation_timestamp: bool = True, loopback_endpoints: bool = True) -> LiveServer:
     """A server of `kind` ("sandbox" or "kube") holding `files`. The sandbox keeps the files'
-    creationTimestamps (with `keep_creation_timestamp`); a real API server stamps its own."""
+    creationTimestamps (with `keep_creation_timestamp`); a real API server stamps its own. The
+    sandbox takes loopback addresses in EndpointSlices unless `loopback_endpoints` is False (a
+    real API server never does)."""
     files = list(files)
     if kind == "sandbox":
         flags = list(sandbox_flags) + (["--keep-creation-timestamp"] if keep_creation_timestamp else [])
         for f in files:
             flags += ["-f", str(f)]
-        return SandboxProcess(tmp, *flags)
+        return SandboxProcess(tmp, *flags, loopback_endpoints=loopback_endpoints)
     server = fresh_kube()
     try:
         if files:

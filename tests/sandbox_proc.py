@@ -23,10 +23,13 @@ class SandboxProcess:
 
     kind = "sandbox"
 
-    def __init__(self, tmp: Path, *extra: str, port: int = 0) -> None:
+    def __init__(self, tmp: Path, *extra: str, port: int = 0, loopback_endpoints: bool = True) -> None:
         self.kubeconfig = tmp / "kubeconfig"
+        # the tests' echo backends listen on loopback, which kube-apiserver (and the sandbox without
+        # the switch) refuses in an EndpointSlice
+        loopback = ["--allow-loopback-endpoints"] if loopback_endpoints else []
         self.proc = subprocess.Popen([str(BIN / "gwpolicy"), "sandbox", "--port", str(port), "--kubeconfig-out",
-                                      str(self.kubeconfig), "--bookmark-interval", "0.2", *extra],
+                                      str(self.kubeconfig), "--bookmark-interval", "0.2", *loopback, *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"http://127\.0\.0\.1:(\d+)", line)

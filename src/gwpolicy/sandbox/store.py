@@ -111,8 +111,11 @@ class ApiFailure(Exception):
         self.list_meta = list_meta or {}  # the Status's metadata (a continue token, for an expired one)
 
     def status(self) -> dict[str, Any]:
-        return {"kind": "Status", "apiVersion": "v1", "metadata": dict(self.list_meta), "status": "Failure",
-                "message": self.message, "reason": self.reason, "details": self.details, "code": self.code}
+        out = {"kind": "Status", "apiVersion": "v1", "metadata": dict(self.list_meta), "status": "Failure",
+               "message": self.message, "reason": self.reason, "details": self.details, "code": self.code}
+        if not self.reason:  # an internal error has none (omitempty)
+            del out["reason"], out["details"]
+        return out
 
 
 def qualified_kind(r: Resource) -> str:
@@ -505,8 +508,11 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 class Store:
     def __init__(self, keep_creation_timestamp: bool = False, window: int = 100_000,
-                 data_dir: str | None = None) -> None:
+                 data_dir: str | None = None, loopback_endpoints: bool = False) -> None:
         self.registry = Registry()
+        #: take loopback addresses in EndpointSlices (kube-apiserver refuses them): backends on this
+        #: machine's loopback, for a demo or a test (`gwpolicy sandbox --allow-loopback-endpoints`)
+        self.loopback_endpoints = loopback_endpoints
         self.objects = Objects()
         self.rv = 0
         self.events: deque[Event] = deque()  # the watch history: the last `window` events
@@ -527,6 +533,7 @@ class Store:
         self._dry = False
         self.field_validation = "Warn"  # of the request in hand: Strict, Warn or Ignore (?fieldValidation=)
         self.warnings: list[str] = []  # for the request in hand's Warning headers
+        self._applied: tuple[str, str, dict[str, Any]] | None = None  # (ns, name, body) of the apply in hand
         self.persist: Persistence | None = None
         self.restored = False  # came back from a data directory with objects in it
         if data_dir is not None:
@@ -658,12 +665,29 @@ class Store:
         under Ignore (they are dropped in every case)."""
         if not unknown:
             return
+        if self._applied is not None:
+            raise self._undeclared(r, version, unknown)
         if self.field_validation == "Strict":
             fields = ", ".join(f'unknown field "{u}"' for u in unknown)
             raise ApiFailure(400, "BadRequest", f'{r.kind} in version "{version or r.versions[0]}" cannot be '
                              f"handled as a {r.kind}: strict decoding error: {fields}")
         if self.field_validation != "Ignore":
             self.warnings.extend(f'unknown field "{u}"' for u in unknown)
+
+    def _undeclared(self, r: Resource, version: str | None, unknown: list[str]) -> ApiFailure:
+        """Server-side apply of a field the type does not declare: kube-apiserver cannot build the typed
+        patch (structured-merge-diff) and answers 500 whatever `fieldValidation` says, naming each field
+        as that library does (`.spec.listeners[name="http"].x`: an item of a list of named objects by its
+        name, others by index)."""
+        assert self._applied is not None
+        ns, name, body = self._applied
+        paths = sorted(_smd_path(body, u) for u in unknown)
+        where = f"{ns}/{name}" if ns else name
+        gv = f"{r.group}/{version or r.versions[0]}"
+        head = f"failed to create typed patch object ({where}; {gv}, Kind={r.kind}): "
+        text = (f"{paths[0]}: field not declared in schema" if len(paths) == 1 else
+                "errors:\n" + "\n".join(f"  {p}: field not declared in schema" for p in paths))
+        return ApiFailure(500, "", head + text)
 
     def _decode(self, r: Resource, obj: dict[str, Any], version: str | None) -> dict[str, Any]:
         """A built-in object read into its Go type, as kube-apiserver's decoder does before anything
@@ -684,6 +708,8 @@ class Store:
         if is_builtin(r):
             builtin.convert(r.group, r.kind, obj, old)
             errors = builtin.KINDS[(r.group, r.kind)].validate(obj, old)
+            if self.loopback_endpoints and r.kind == "EndpointSlice":
+                errors = [e for e in errors if not e.body.endswith(builtin.LOOPBACK_ENDPOINT)]
             if errors:
                 raise invalid_fields(r, obj["metadata"].get("name"), errors)
         if r.group == "apiextensions.k8s.io" and r.kind == "CustomResourceDefinition":
@@ -1015,6 +1041,16 @@ class Store:
         meta = applied.get("metadata") or {}
         if meta.get("name") not in (None, name):
             raise ApiFailure(400, "BadRequest", "the name of the object does not match the name on the URL")
+        self._applied = (ns if r.namespaced else "", name, applied)
+        try:
+            return self._apply(r, ns, name, applied, subresource=subresource, manager=manager, force=force,
+                               version=version)
+        finally:
+            self._applied = None
+
+    def _apply(self, r: Resource, ns: str, name: str, applied: dict[str, Any], *, subresource: str | None,
+               manager: str, force: bool, version: str | None) -> dict[str, Any]:
+        meta = applied.get("metadata") or {}
         key = (r.group, r.plural, ns if r.namespaced else "", name)
         live = self.objects.get(key)
         applied_paths = leaf_paths(applied)
@@ -1163,6 +1199,23 @@ class Store:
         replay of what it may have missed. Lists at an older version and continue tokens are still
         served, as kube-apiserver reads those from etcd."""
         self.watch_floor = self.rv
+
+
+def _smd_path(body: Any, path: str) -> str:
+    """A field path as the sandbox names it (`spec.listeners[0].x`) as structured-merge-diff does
+    (`.spec.listeners[name="http"].x`), reading the list items' names from the applied body."""
+    out = []
+    node = body
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        if part.startswith("["):
+            i = int(part[1:-1])
+            item = node[i] if isinstance(node, list) and i < len(node) else None
+            out.append(f'[name="{item["name"]}"]' if isinstance(item, dict) and isinstance(item.get("name"), str) else part)
+            node = item
+        else:
+            out.append("." + part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return "".join(out)
 
 
 def _deleted_version(live: dict[str, Any]) -> dict[str, Any]:
