@@ -58,6 +58,10 @@ class Cluster:
             await c.stop()
         await self.server.stop()
 
+    async def restart(self) -> None:
+        """The API server goes away and comes back with its data."""
+        await self.server.restart()
+
     async def restart_without_data(self, objects: list[dict[str, Any]], strict: bool = False) -> None:
         """The API server comes back with empty storage (a new etcd), and `objects` are applied again:
         the same objects, new uids, resourceVersions counted from 1 again. `strict`: a watch from a
@@ -198,3 +202,84 @@ def differences(before: list[dict[str, Any]], after: list[dict[str, Any]], expec
             if got != old:
                 problems.append(f"{k}: changed although offline says it needs no write: {old} -> {got}")
     return problems
+
+
+class KubeCluster(Cluster):
+    """`Cluster`'s face on a real kube-apiserver (tests/kube_apiserver.py): the same CRDs and namespace,
+    deploy/'s RBAC (and the ClusterRoles of the seeded policy groups, as deploy/ tells a user to add
+    them), and controllers that run as deploy/'s ServiceAccount with a token from the TokenRequest API.
+    `writes` are that ServiceAccount's, from the audit log; `objects()` lists the kinds seeded and
+    applied."""
+
+    SA = "gwpolicy-controller"
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.kubeconfig = tmp / "kubeconfig"
+        self.controllers = []
+        self.server: Any = None
+        self.kinds: set[tuple[str, str]] = {("v1", "Namespace"), ("v1", "Service"),
+                                            ("apiextensions.k8s.io/v1", "CustomResourceDefinition")}
+        self.groups: set[str] = set()
+
+    async def __aenter__(self) -> "KubeCluster":
+        from live_server import fresh_kube
+
+        self.server = await asyncio.to_thread(fresh_kube)  # the CRDs and deploy/'s RBAC are in
+        try:
+            self.kubeconfig = await asyncio.to_thread(self.server.identity, self.SA)
+        except BaseException:
+            self.server.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        try:
+            for c in self.controllers:
+                await c.stop()
+        finally:
+            self.server.close()
+
+    async def restart(self) -> None:
+        await asyncio.to_thread(self.server.restart)
+
+    async def _grant(self, objects: list[dict[str, Any]]) -> None:
+        """The ClusterRoles of the policy groups among `objects`' CRDs not granted yet."""
+        from kube_apiserver import policy_group_roles
+
+        groups = {o["spec"]["group"] for o in objects if o.get("kind") == "CustomResourceDefinition"}
+        groups -= self.groups | {"gateway.networking.k8s.io", "gwpolicy.io"}
+        if groups:
+            self.groups |= groups
+            await asyncio.to_thread(self.server.install_deploy, policy_groups=sorted(groups))
+
+    async def seed(self, objects: list[dict[str, Any]]) -> None:
+        """As the sandbox's `apply_all`: with a permissive CRD made up for a kind that has none, and the
+        namespaces objects name."""
+        from gwpolicy.sandbox.seed import ordered
+
+        have = {c["metadata"]["name"] for c in CRDS}
+        objects = [o for o in ordered(CRDS + objects)
+                   if not (o.get("kind") == "CustomResourceDefinition" and o["metadata"]["name"] in have)]
+        self.kinds |= {(o["apiVersion"], o["kind"]) for o in objects}
+        await self._grant(objects)
+        await asyncio.to_thread(self.server.apply, copy.deepcopy(objects))
+
+    async def apply(self, obj: dict[str, Any], manager: str = "test") -> dict[str, Any]:
+        self.kinds.add((obj["apiVersion"], obj["kind"]))
+        body = {k: v for k, v in copy.deepcopy(obj).items() if k != "status"}  # as the sandbox's: status not applied
+        return (await asyncio.to_thread(self.server.apply, [body], manager))[0]
+
+    def objects(self) -> list[dict[str, Any]]:
+        from live_server import objects_of
+
+        return objects_of(self.server, sorted(self.kinds))
+
+    @property
+    def writes(self) -> int:
+        return self.server.writes(self.SA)
+
+
+def cluster(kind: str, tmp: Path) -> Cluster:
+    """A `Cluster` on the server of `kind` ("sandbox" or "kube")."""
+    return KubeCluster(tmp) if kind == "kube" else Cluster(tmp)

@@ -19,12 +19,19 @@ GW_CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-ap
 
 class SandboxProcess:
     """`gwpolicy sandbox` in a process of its own. `port=` starts it on a given port (a restarted
-    sandbox where a client's kubeconfig still points); `kill()` ends it with SIGKILL, as a crash."""
+    sandbox where a client's kubeconfig still points); `kill()` ends it with SIGKILL, as a crash.
+    It has tests/kube_apiserver.py's KubeApiServer's face (tests/live_server.py): the sandbox
+    authorizes every request, so every identity is the one kubeconfig and nothing is refused."""
 
-    def __init__(self, tmp: Path, *extra: str, port: int = 0) -> None:
+    kind = "sandbox"
+
+    def __init__(self, tmp: Path, *extra: str, port: int = 0, loopback_endpoints: bool = True) -> None:
         self.kubeconfig = tmp / "kubeconfig"
+        # the tests' echo backends listen on loopback, which kube-apiserver (and the sandbox without
+        # the switch) refuses in an EndpointSlice
+        loopback = ["--allow-loopback-endpoints"] if loopback_endpoints else []
         self.proc = subprocess.Popen([str(BIN / "gwpolicy"), "sandbox", "--port", str(port), "--kubeconfig-out",
-                                      str(self.kubeconfig), "--bookmark-interval", "0.2", *extra],
+                                      str(self.kubeconfig), "--bookmark-interval", "0.2", *loopback, *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
         m = re.search(r"https://127\.0\.0\.1:(\d+)", line)
@@ -44,6 +51,28 @@ class SandboxProcess:
         if check:
             assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
         return out
+
+    def identity(self, sa: str, namespace: str = "gwpolicy-system") -> Path:
+        return self.kubeconfig
+
+    def refused(self, sa: str, namespace: str = "gwpolicy-system") -> list[str]:
+        return []
+
+    def apply(self, objects, manager: str = "gwpolicy-test") -> list[dict]:
+        from gwpolicy.sandbox.seed import apply_all
+
+        return apply_all(self.url, objects, manager, **self.client)
+
+    def install_deploy(self, *files: str, policy_groups=()) -> None:
+        from kube_apiserver import deploy_objects, policy_group_roles
+
+        self.apply(deploy_objects(*files) + [r for g in policy_groups for r in policy_group_roles(g)])
+
+    def writes(self, sa: str | None = None, resources: set[str] | None = None,
+               exclude: frozenset[str] = frozenset({"leases"})) -> int:
+        """Writes the sandbox took (by anyone: it knows no ServiceAccounts), by resource."""
+        by = self.http.get("/sandbox/stats").json()["writesByResource"]
+        return sum(n for res, n in by.items() if res not in exclude and (resources is None or res in resources))
 
     def kill(self) -> None:
         """SIGKILL: no shutdown, nothing flushed that was not already written."""

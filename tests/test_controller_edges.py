@@ -18,7 +18,7 @@ import httpx2 as httpx
 import pytest
 import yaml
 
-from kube_harness import Cluster, key_of, offline_expectation, strip_times
+from kube_harness import Cluster, cluster, key_of, offline_expectation, strip_times
 from sandbox_proc import BIN, SandboxProcess, wait_for
 
 from gwpolicy.controller.app import Controller, Options, default_listen
@@ -56,9 +56,10 @@ def _metric(text: str, line_start: str) -> float:
 
 # ---------- 1. two controllers on the same status lists ----------
 
-def test_two_controllers_share_status_lists_and_stop_writing(tmp_path: Path) -> None:
+def test_two_controllers_share_status_lists_and_stop_writing(tmp_path: Path, server_kind: str) -> None:
+    """Against the sandbox and kube-apiserver (there both as deploy/'s ServiceAccount)."""
     async def go():
-        async with Cluster(tmp_path) as c:
+        async with cluster(server_kind, tmp_path) as c:
             await c.seed(parable())
             ours = await c.controller(controller_name=OURS, leader_election=False)
             theirs = await c.controller(controller_name=THEIRS, leader_election=False, field_manager="other")

@@ -1,6 +1,8 @@
-"""EffectivePolicy objects: `gwpolicy controller --effective-policy-objects` against the sandbox keeps one
-next to every affected object, equal to what the engine computes offline, writes only those an edit
-changes, and deletes those no policy needs any more."""
+"""EffectivePolicy objects: `gwpolicy controller --effective-policy-objects` keeps one next to every
+affected object, equal to what the engine computes from the cluster's objects, writes only those an
+edit changes, and deletes those no policy needs any more; an object whose targets are deleted goes by
+garbage collection (its owner references). Against `gwpolicy sandbox` and a real kube-apiserver
+(conftest.py), the controller as deploy/'s ServiceAccount under deploy/'s RBAC."""
 
 from __future__ import annotations
 
@@ -11,17 +13,20 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gwpolicy import effectiveobjects as eo
+import live_server
 from gwpolicy.analysis import analyse
-from gwpolicy.load import load_paths
+from gwpolicy.cli.live import read_cluster
 from gwpolicy.status import DEFAULT_CONTROLLER
 from helpers import ROOT, run_cli
-from sandbox_proc import BIN, SandboxProcess, wait_for
+from sandbox_proc import BIN, wait_for
 
 PARABLE = ROOT / "examples" / "parable"
 CRD = ROOT / "deploy" / "50-effectivepolicy-crd.yaml"
 HOME = "gwpolicy-system"
+SA = "gwpolicy-controller"
 
 
 def offline(objs) -> dict[tuple[str, str], dict]:
@@ -31,30 +36,59 @@ def offline(objs) -> dict[tuple[str, str], dict]:
 
 
 def live(sb) -> dict[tuple[str, str], dict]:
-    items = sb.http.get("/apis/gwpolicy.io/v1alpha1/effectivepolicies").json()["items"]
+    r = sb.http.get("/apis/gwpolicy.io/v1alpha1/effectivepolicies")
+    if r.status_code in (404, 503):  # a CRD just made can take a moment to be served
+        return {}
+    assert r.status_code == 200, f"{r.status_code} {r.text}"
+    items = r.json()["items"]
     return {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in items}
 
 
 def writes(sb) -> int:
-    return sb.http.get("/sandbox/stats").json()["writesByResource"].get("effectivepolicies", 0)
+    return sb.writes(SA, {"effectivepolicies"})
+
+
+def cluster_objects(sb) -> list[dict]:
+    """What the analysis reads of the cluster (a real API server stamps its own creationTimestamps, so
+    the expectation is computed from what it holds, not from the files)."""
+    return [o for o in read_cluster(str(sb.kubeconfig), None) if o["kind"] != "EffectivePolicy"]
+
+
+class Running:
+    """The server with the parable, deploy/'s RBAC and the EffectivePolicy CRD, and the controller."""
+
+    def __init__(self, sb) -> None:
+        self.sb = sb
+        self.ctl: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.ctl = subprocess.Popen([str(BIN / "gwpolicy"), "controller", "--kubeconfig", str(self.sb.identity(SA)),
+                                     "--no-leader-election", "--effective-policy-objects", "--listen", "127.0.0.1:0",
+                                     "--breadcrumb-qps", "500"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True)
+
+    def stop(self) -> None:
+        if self.ctl is not None:
+            self.ctl.terminate()
+            try:
+                self.ctl.wait(5)
+            except subprocess.TimeoutExpired:
+                self.ctl.kill()
+            self.ctl = None
 
 
 @pytest.fixture
-def running(tmp_path):
-    sb = SandboxProcess(tmp_path, "--keep-creation-timestamp", "-f", str(PARABLE))
-    sb.kubectl("apply", "--server-side", "-f", str(CRD))
-    sb.http.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HOME}})
-    ctl = subprocess.Popen([str(BIN / "gwpolicy"), "controller", "--kubeconfig", str(sb.kubeconfig),
-                            "--no-leader-election", "--effective-policy-objects", "--listen", "127.0.0.1:0",
-                            "--breadcrumb-qps", "500"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def running(tmp_path, server_kind):
+    sb = live_server.start(server_kind, tmp_path, files=[PARABLE])
+    run = Running(sb)
     try:
-        yield sb
+        sb.apply([d for d in yaml.safe_load_all(CRD.read_text()) if d])
+        sb.install_deploy(policy_groups=["policy.acme.io"])
+        run.start()
+        yield run
+        assert sb.refused(SA) == [], "deploy/'s RBAC refused the controller these"
     finally:
-        ctl.terminate()
-        try:
-            ctl.wait(5)
-        except subprocess.TimeoutExpired:
-            ctl.kill()
+        run.stop()
         sb.close()
 
 
@@ -66,13 +100,13 @@ def settled(sb, want: dict) -> dict:
 
 
 def test_effective_policy_objects_follow_the_analysis(running, tmp_path):
-    sb = running
-    objs = load_paths([str(PARABLE)]).objects
+    sb = running.sb
+    objs = cluster_objects(sb)
     want = offline(objs)
     assert len(want) > 20
     have = settled(sb, want)
     # what `gwpolicy effective` prints offline, item by item, is in the object of its target
-    items = run_cli("effective", "-f", str(PARABLE), "-A", "-o", "json").json()["items"]
+    items = run_cli("effective", "--kubeconfig", str(sb.kubeconfig), "-A", "-o", "json").json()["items"]
     for item in items:
         t = item["target"]
         key = (t["namespace"] or (t["name"] if t["kind"] == "Namespace" else HOME), t["name"])
@@ -124,9 +158,28 @@ def test_effective_policy_objects_follow_the_analysis(running, tmp_path):
 
 
 def test_kubectl_get_effectivepolicies_shows_target_policies_and_age(running):
-    sb = running
+    sb = running.sb
     wait_for(lambda: ("baker", "cake") in live(sb), 60, 0.2)
     listed = sb.kubectl("get", "effectivepolicies", "-n", "baker").stdout.splitlines()
     assert listed[0].split() == ["NAME", "TARGET", "POLICIES", "AGE"]
     cake = next(line.split() for line in listed if line.startswith("cake "))
     assert cake[1:3] == ["HTTPRoute/cake,", "Service/cake"] or "HTTPRoute/cake" in " ".join(cake)
+
+
+def test_an_effective_policy_goes_with_its_targets_by_garbage_collection(running):
+    """With the controller stopped, deleting the objects an EffectivePolicy is about (its owners) deletes
+    it: the cluster's garbage collector follows the owner references, as it does for a ReplicaSet's
+    Pods. One owner gone is not enough: it stays while another is there, without the reference to the
+    one that went."""
+    sb = running.sb
+    cake = wait_for(lambda: live(sb).get(("baker", "cake")), 60, 0.2)
+    owners = {o["kind"] for o in cake["metadata"]["ownerReferences"]}
+    assert owners == {"HTTPRoute", "Service"}, owners
+    running.stop()
+    others = set(live(sb)) - {("baker", "cake")}
+    sb.kubectl("delete", "httproute", "cake", "-n", "baker")
+    # the collector takes the reference to the route out, and keeps the object for its Service
+    wait_for(lambda: {o["kind"] for o in live(sb)[("baker", "cake")]["metadata"]["ownerReferences"]} == {"Service"}, 30, 0.2)
+    sb.kubectl("delete", "service", "cake", "-n", "baker")
+    wait_for(lambda: ("baker", "cake") not in live(sb), 30, 0.2)
+    assert set(live(sb)) == others, "EffectivePolicy objects of targets still there went too"

@@ -1,8 +1,11 @@
-"""Every case of ../shared/gateway-conformance against `gwpolicy sandbox` + `gwpolicy gateway` (real
-processes, real NGINX) with echo backends on loopback, as the README there says: base manifests,
-generated certificates, EndpointSlices for every Service whose selector matches a backend, status
-checks, eventually-consistent requests, weights, steps, cleanup. Each run takes one free network
-of 127.0.23.0/24-127.0.29.0/24: echo backends on .1-.127, Gateways on .128-.254.
+"""Every case of ../shared/gateway-conformance against `gwpolicy gateway` (real processes, real NGINX)
+with echo backends, as the README there says: base manifests, generated certificates, EndpointSlices
+for every Service whose selector matches a backend, status checks, eventually-consistent requests,
+weights, steps, cleanup; once against `gwpolicy sandbox` and once against a real kube-apiserver
+(conftest.py), where the gateway runs as deploy/'s ServiceAccount under deploy/'s RBAC. Each run takes
+one free network of 127.0.23.0/24-127.0.29.0/24: Gateways on .128-.254, echo backends on .1-.127
+against the sandbox; against kube-apiserver, which takes no loopback address in an EndpointSlice, on
+198.18.N.1-127 of a test host (tests/backend_hosts.py).
 
 A case this gateway does not pass is listed in GAPS with the reason (and in docs/gateway.md,
 "Conformance"): it runs, and is reported as an expected failure with that reason, never skipped
@@ -27,29 +30,29 @@ from typing import Any
 import pytest
 import yaml
 
+import backend_hosts
 import gwconformance as gc
+import live_server
 from gateway_proc import GatewayProcess, request, wait_until
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.status import SUPPORTED_FEATURES
-from gwpolicy.sandbox.seed import apply_all
-from sandbox_proc import SandboxProcess
 
 CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-api" / "crd" / "experimental"
-def _free_net() -> int:
+def _free_net() -> tuple[int, Any]:
     """The first of the CP range's networks 127.0.23-29.0/24 nobody serves on (another run of this
-    harness, e.g. by another engineer of the shared worktree, may hold one): the echo backends get
-    .1-.127 of it, Gateways .128-.254."""
+    harness, e.g. by another engineer of the shared worktree, may hold one), and a socket bound on its
+    .1:3000 that holds it until the backends (or, when they are elsewhere, the end of the run) do:
+    the echo backends get .1-.127 of it, Gateways .128-.254."""
     import socket
 
     for n in range(23, 30):
         s = socket.socket()
         try:
             s.bind((f"127.0.{n}.1", 3000))
-            return n
+            return n, s
         except OSError:
-            continue
-        finally:
             s.close()
+            continue
     raise RuntimeError("127.0.23.0/24-127.0.29.0/24 are all in use")
 CONSISTENCY = 30.0  # the suite's MaxTimeToConsistency
 STATUS_TIMEOUT = 30.0  # the suite allows 60-180 s; our gateway converges in well under a second
@@ -84,41 +87,51 @@ def _path(kind: str, ns: str | None, name: str | None = None) -> str:
 
 
 class Suite:
-    """The sandbox, the gateway and the echo backends, started once for every case."""
+    """The API server (of `kind`), the gateway and the echo backends, started once for every case."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, kind: str) -> None:
         self.tmp = tmp
+        self.kind = kind
         self.base = gc.load_base()
-        self.sandbox = SandboxProcess(tmp, "--keep-creation-timestamp")
+        self.net, self._hold = _free_net()
+        self.host: backend_hosts.BackendHost | None = None
+        self.server = live_server.start(kind, tmp)
         self.echoes: list[EchoServer] = []
         self.backends: list[dict[str, Any]] = []  # base.yaml backends we run, with their instances
         self.gateway: GatewayProcess | None = None
         self.trust: dict[tuple[str, str], bytes] = {}
         self.slices: set[tuple[str, str]] = set()
-        self.net = _free_net()
 
     # ---------- set-up ----------
     def start(self) -> None:
-        crds = []
-        for f in sorted(CRDS.glob("gateway.networking.k8s.io_*.yaml")):
-            crds += [d for d in yaml.safe_load_all(f.read_text()) if d and d.get("kind") == "CustomResourceDefinition"]
-        apply_all(self.sandbox.url, crds, **self.sandbox.client)
+        self.server.apply(live_server.gateway_api_crds(CRDS))
+        # the gateway's ServiceAccount and RBAC, as deploy/ installs them
+        self.server.install_deploy("70-gateway-rbac.yaml")
+        if self.kind == "kube":
+            self.host = backend_hosts.BackendHost()
         generated, pems = gc.generated_objects(self.base)
         self.trust = {k: v[0] for k, v in pems.items()}
         self._start_backends(pems)
-        self.gateway = GatewayProcess(self.sandbox.kubeconfig, self.tmp / "state", pool=f"127.0.{self.net}.128/25")
-        apply_all(self.sandbox.url, copy.deepcopy(self.base["manifests"][:1]), **self.sandbox.client)  # the GatewayClass, first
-        wait_until(lambda: self.check([{"object": {"kind": "GatewayClass", "name": "gwpolicy"},
-                                        "conditions": [{"type": "Accepted", "status": "True"}]}]) is None,
-                   30, what="GatewayClass gwpolicy Accepted")
+        self.gateway = GatewayProcess(self.server.identity("gwpolicy-gateway"), self.tmp / "state",
+                                      pool=f"127.0.{self.net}.128/25")
+        self.server.apply(copy.deepcopy(self.base["manifests"][:1]))  # the GatewayClass, first
+        try:
+            wait_until(lambda: self.check([{"object": {"kind": "GatewayClass", "name": "gwpolicy"},
+                                            "conditions": [{"type": "Accepted", "status": "True"}]}]) is None,
+                       30, what="GatewayClass gwpolicy Accepted")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.gateway.tail()}\nrefused: {self.server.refused('gwpolicy-gateway')}") from None
         self.apply(self.base["manifests"][1:] + generated)
         why = self.wait_ready(["gateway-conformance-infra", "gateway-conformance-app-backend",
                                "gateway-conformance-web-backend"], 60)
         assert why is None, f"base not ready: {why}\n{self.gateway.tail()}"
 
     def _start_backends(self, pems: dict[tuple[str, str], tuple[bytes, bytes]]) -> None:
+        """Each backend instance on an address of its own: on loopback beside the sandbox, on the test
+        host against kube-apiserver."""
         n = 0
         certdir = Path(tempfile.mkdtemp(dir=self.tmp))
+        specs: list[dict[str, Any]] = []
         for b in self.base["backends"]:
             needed = set(b.get("neededFor") or [])
             if not needed & {"plainHTTP", "backendTLS"}:
@@ -126,33 +139,45 @@ class Suite:
             instances = []
             for i in range(b["replicas"]):
                 n += 1
-                address = f"127.0.{self.net}.{n}"
+                address = self.host.address(n) if self.host else f"127.0.{self.net}.{n}"
                 pod = f"{b['podNamePrefix']}-{random.randrange(16**8):08x}-{random.randrange(16**5):05x}"
-                ports: dict[int, EchoServer] = {}
+                ports = []
                 for listen in b["listens"]:
-                    if listen["protocol"] == "http":
-                        ports[listen["port"]] = EchoServer(pod, b["namespace"], address=address, port=listen["port"]).start()
-                    elif listen["protocol"] == "https":
+                    spec = {"pod": pod, "namespace": b["namespace"], "address": address, "port": listen["port"]}
+                    if listen["protocol"] == "https":
                         crt, key = pems[(b["namespace"], listen["certificateSecret"])]
                         cf, kf = certdir / f"{pod}.crt", certdir / f"{pod}.key"
                         cf.write_bytes(crt)
                         kf.write_bytes(key)
-                        ports[listen["port"]] = EchoServer(pod, b["namespace"], address=address, port=listen["port"],
-                                                           cert=str(cf), key=str(kf)).start()
-                self.echoes += ports.values()
+                        spec.update(cert=str(cf), key=str(kf))
+                    elif listen["protocol"] != "http":
+                        continue
+                    specs.append(spec)
+                    ports.append(listen["port"])
                 instances.append({"address": address, "ports": sorted(ports)})
             self.backends.append(dict(b, instances=instances))
+        if self.host:
+            self.host.serve(specs)
+        else:
+            self._hold.close()  # the first backend holds the network from here on
+            self.echoes += [EchoServer(s["pod"], s["namespace"], address=s["address"], port=s["port"], cert=s.get("cert"),
+                                       key=s.get("key")).start() for s in specs]
 
     def stop(self) -> None:
-        if self.gateway is not None:
-            self.gateway.stop()
-        for e in self.echoes:
-            e.stop()
-        self.sandbox.close()
+        try:
+            if self.gateway is not None:
+                self.gateway.stop()
+            for e in self.echoes:
+                e.stop()
+            if self.host is not None:
+                self.host.stop()
+        finally:
+            self.server.close()
+            self._hold.close()
 
     # ---------- API ----------
     def get(self, kind: str, ns: str | None, name: str) -> dict[str, Any] | None:
-        r = self.sandbox.http.get(_path(kind, ns, name))
+        r = self.server.http.get(_path(kind, ns, name))
         return r.json() if r.status_code == 200 else None
 
     def apply(self, objects: list[dict[str, Any]]) -> None:
@@ -165,7 +190,7 @@ class Suite:
 
     def _ssa(self, o: dict[str, Any]) -> None:
         ns = o["metadata"].get("namespace") or ("default" if KINDS[o["kind"]][2] else None)
-        r = self.sandbox.http.patch(_path(o["kind"], ns, o["metadata"]["name"]), params={"fieldManager": "conformance", "force": "true"},
+        r = self.server.http.patch(_path(o["kind"], ns, o["metadata"]["name"]), params={"fieldManager": "conformance", "force": "true"},
                                     json=o, headers={"Content-Type": "application/apply-patch+yaml"})
         assert r.status_code < 300, f"apply {o['kind']} {ns}/{o['metadata']['name']}: {r.status_code} {r.text}"
 
@@ -210,10 +235,10 @@ class Suite:
             self._ssa(sl)
 
     def delete(self, kind: str, ns: str | None, name: str) -> None:
-        self.sandbox.http.delete(_path(kind, ns, name))
+        self.server.http.delete(_path(kind, ns, name))
 
     def patch(self, kind: str, ns: str | None, name: str, patch: dict[str, Any]) -> None:
-        r = self.sandbox.http.patch(_path(kind, ns, name), json=self._resolve(patch),
+        r = self.server.http.patch(_path(kind, ns, name), json=self._resolve(patch),
                                     headers={"Content-Type": "application/merge-patch+json"})
         r.raise_for_status()
 
@@ -235,7 +260,7 @@ class Suite:
 
     def not_ready(self, namespaces: list[str]) -> str | None:
         for ns in namespaces:
-            items = self.sandbox.http.get(_path("Gateway", ns)).json().get("items") or []
+            items = self.server.http.get(_path("Gateway", ns)).json().get("items") or []
             for g in items:
                 if not gc.skip_readiness(g):
                     why = gc.gateway_ready(g)
@@ -366,8 +391,12 @@ class Suite:
 
 
 @pytest.fixture(scope="module")
-def suite(tmp_path_factory):
-    s = Suite(tmp_path_factory.mktemp("conformance"))
+def suite(tmp_path_factory, module_server_kind):
+    if module_server_kind == "kube":
+        why = backend_hosts.missing()
+        if why:
+            pytest.skip(why)
+    s = Suite(tmp_path_factory.mktemp("conformance"), module_server_kind)
     try:
         s.start()
         yield s
@@ -488,3 +517,11 @@ def test_supported_features_are_only_what_passes():
         if name in GAPS:
             assert not features & claimed, f"{name} is a gap ({GAPS[name]}) but {sorted(features & claimed)} is claimed"
     assert claimed <= tested, f"claimed without a case: {sorted(claimed - tested)}"
+
+
+def test_the_gateway_was_refused_nothing(suite):
+    """After every case: the gateway, as deploy/'s ServiceAccount under deploy/'s RBAC, was refused
+    nothing it asked kube-apiserver for (a 403 is a defect of deploy/)."""
+    if suite.kind == "sandbox":
+        pytest.skip("the sandbox authorizes every request")
+    assert suite.server.refused("gwpolicy-gateway") == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import glob
+import ipaddress
 import json
 from pathlib import Path
 from typing import Any
@@ -476,7 +477,9 @@ def config_maps(draw) -> dict[str, Any]:
 
 @st.composite
 def endpoint_slices(draw) -> dict[str, Any]:
-    ips = st.ip_addresses(v=4).map(str)
+    # a pod's address: kube-apiserver refuses unspecified, loopback and link-local ones
+    ips = st.ip_addresses(v=4).filter(lambda ip: not (ip.is_unspecified or ip.is_loopback or ip.is_link_local
+                                                       or ip in ipaddress.ip_network("224.0.0.0/24"))).map(str)
     eps = [{"addresses": draw(st.lists(ips, min_size=1, max_size=3)),
             "conditions": {"ready": draw(st.booleans())}} for _ in range(draw(st.integers(0, 3)))]
     ports = [{"name": name, "port": draw(st.integers(1, 65535))} for name in draw(st.lists(_NAMES, max_size=3, unique=True))]

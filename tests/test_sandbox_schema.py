@@ -224,8 +224,13 @@ def test_kubectl_shows_the_fields_a_refused_object_got_wrong(sb):
 def test_kubectl_strict_field_validation_refuses_unknown_fields(sb):
     obj = route(colour="blue")
     obj["metadata"]["name"] = "strict"
-    out = sb.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(obj), check=False)
+    out = sb.kubectl("apply", "-f", "-", input=json.dumps(obj), check=False)
     assert out.returncode != 0 and 'strict decoding error: unknown field "spec.colour"' in out.stderr
+    # server-side apply cannot type the patch, whatever the validation (kube-apiserver's words)
+    out = sb.kubectl("apply", "--server-side", "--validate=false", "-f", "-", input=json.dumps(obj), check=False)
+    assert out.returncode != 0 and out.stderr == ("Error from server: failed to create typed patch object (t/strict; "
+                                                  "gateway.networking.k8s.io/v1, Kind=HTTPRoute): .spec.colour: field "
+                                                  "not declared in schema\n"), out.stderr
     r = sb.http.post(f"{GW}/namespaces/t/httproutes", json=obj)  # no fieldValidation: Warn, and pruned
     assert r.status_code == 201 and "colour" not in r.json()["spec"]
     assert 'unknown field \\"spec.colour\\"' in r.headers.get("Warning", "")

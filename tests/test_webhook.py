@@ -1,5 +1,8 @@
 """The admission webhook: what a review answers (pure, on the parable), and the whole loop as a user
-meets it: real kubectl against `gwpolicy sandbox`, which calls `gwpolicy webhook` over HTTPS."""
+meets it: real kubectl against `gwpolicy sandbox` and against a real kube-apiserver (conftest.py),
+which call `gwpolicy webhook` over HTTPS with the caBundle it registered. The webhook runs as deploy/'s
+ServiceAccount, under deploy/'s RBAC on kube-apiserver, where the configuration deploy/ installs
+points at the webhook's loopback URL (it runs outside the cluster) and the webhook patches it."""
 
 from __future__ import annotations
 
@@ -18,8 +21,10 @@ from gwpolicy.load import load_paths
 from gwpolicy.output import effective_list
 from gwpolicy.refs import Ref
 from gwpolicy.webhook.review import MAX_TOTAL, MAX_WARNING, MAX_WARNINGS, Options, fold, review
+import live_server
 from helpers import NOW, ROOT
-from sandbox_proc import BIN, SandboxProcess, wait_for
+from kube_apiserver import deploy_objects, free_port
+from sandbox_proc import BIN, wait_for
 
 PARABLE = ROOT / "examples" / "parable"
 
@@ -127,10 +132,16 @@ def test_warnings_stay_within_what_kube_apiserver_passes_on():
 
 # ---------- the loop through real kubectl ----------
 
+SA = "gwpolicy-webhook"
+
+
 class Webhook:
-    def __init__(self, sb: SandboxProcess, *flags: str) -> None:
-        self.proc = subprocess.Popen([str(BIN / "gwpolicy"), "webhook", "--kubeconfig", str(sb.kubeconfig),
-                                      "--port", "0", "--health-listen", "127.0.0.1:0", *flags],
+    """`gwpolicy webhook` as deploy/'s ServiceAccount, on a port of 127.0.0.1 picked here."""
+
+    def __init__(self, sb: live_server.LiveServer, *flags: str, port: int | None = None) -> None:
+        self.port = port or free_port("127.0.0.1")
+        self.proc = subprocess.Popen([str(BIN / "gwpolicy"), "webhook", "--kubeconfig", str(sb.identity(SA)),
+                                      "--port", str(self.port), "--health-listen", "127.0.0.1:0", *flags],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.sb = sb
 
@@ -152,11 +163,27 @@ class Webhook:
             self.proc.kill()
 
 
+def install(sb: live_server.LiveServer, port: int) -> None:
+    """deploy/60-webhook.yaml as a cluster admin installs it, for a webhook outside the cluster: its
+    configuration's clientConfig is the URL where the webhook listens (the webhook then registers its
+    caBundle and rules there, with the `patch` its Role allows)."""
+    objs = deploy_objects("60-webhook.yaml")
+    for o in objs:
+        if o["kind"] == "ValidatingWebhookConfiguration":
+            for hook in o["webhooks"]:
+                hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}/validate"}
+    sb.apply(objs)
+    sb.install_deploy(policy_groups=["policy.acme.io"])  # the parable's policy kinds, as deploy/ says to add them
+
+
 @pytest.fixture
-def sandbox(tmp_path):
-    sb = SandboxProcess(tmp_path, "--keep-creation-timestamp", "-f", str(PARABLE))
+def sandbox(tmp_path, server_kind):
+    sb = live_server.start(server_kind, tmp_path, files=[PARABLE])
     try:
+        sb.port = free_port("127.0.0.1")
+        install(sb, sb.port)
         yield sb
+        assert sb.refused(SA) == [], "deploy/'s RBAC refused the webhook these"
     finally:
         sb.close()
 
@@ -180,7 +207,7 @@ def _new_health_policy(tmp: Path) -> Path:
 
 
 def test_kubectl_apply_prints_the_webhooks_warnings(sandbox, tmp_path):
-    wh = Webhook(sandbox)
+    wh = Webhook(sandbox, port=sandbox.port)
     try:
         wh.wait_registered()
         route = _edited_route(tmp_path)
@@ -198,7 +225,7 @@ def test_kubectl_apply_prints_the_webhooks_warnings(sandbox, tmp_path):
 
 
 def test_deny_conflicts_refuses_the_apply_and_says_what_to_change(sandbox, tmp_path):
-    wh = Webhook(sandbox, "--deny-conflicts")
+    wh = Webhook(sandbox, "--deny-conflicts", port=sandbox.port)
     try:
         wh.wait_registered()
         wait_for(lambda: "Warning:" in sandbox.kubectl("apply", "-f", str(_edited_route(tmp_path))).stderr, 30)
@@ -213,7 +240,7 @@ def test_deny_conflicts_refuses_the_apply_and_says_what_to_change(sandbox, tmp_p
 
 
 def test_with_the_webhook_down_and_failure_policy_ignore_the_apply_goes_through(sandbox, tmp_path):
-    wh = Webhook(sandbox)
+    wh = Webhook(sandbox, port=sandbox.port)
     wh.wait_registered()
     wh.close()
     out = sandbox.kubectl("apply", "-f", str(_edited_route(tmp_path)))
@@ -230,8 +257,7 @@ def test_replicas_share_the_certificate_the_registered_ca_bundle_vouches_for(san
     import ssl
     import urllib.request
 
-    sandbox.http.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gwpolicy-system"}})
-    first = Webhook(sandbox, "--cert-secret", "gwpolicy-system/gwpolicy-webhook-tls")
+    first = Webhook(sandbox, "--cert-secret", "gwpolicy-system/gwpolicy-webhook-tls", port=sandbox.port)
     second = Webhook(sandbox, "--cert-secret", "gwpolicy-system/gwpolicy-webhook-tls", "--no-register")
     try:
         first.wait_registered()

@@ -20,7 +20,7 @@ export KUBECONFIG="$work/kubeconfig"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-gwpolicy sandbox --port 0 --kubeconfig-out "$KUBECONFIG" >"$work/sandbox.log" 2>&1 & pids+=($!)
+gwpolicy sandbox --port 0 --allow-loopback-endpoints --kubeconfig-out "$KUBECONFIG" >"$work/sandbox.log" 2>&1 & pids+=($!)
 for _ in $(seq 50); do [ -s "$KUBECONFIG" ] && break; sleep 0.1; done
 kubectl apply --server-side -f "$crds/gateway.networking.k8s.io_gatewayclasses.yaml" \
   -f "$crds/gateway.networking.k8s.io_gateways.yaml" -f "$crds/gateway.networking.k8s.io_httproutes.yaml" \

@@ -472,6 +472,9 @@ def sandbox_main(argv: list[str]) -> int:
                    help="test switch: keep metadata.creationTimestamp from the input, so age decides as written")
     p.add_argument("--bookmark-interval", type=positive_number, default=1.0, help="seconds between watch BOOKMARK events")
     p.add_argument("-f", "--filename", action="append", default=[], help="objects to load at start (CRDs first)")
+    p.add_argument("--allow-loopback-endpoints", action="store_true",
+                   help="take 127.0.0.0/8 and ::1 addresses in EndpointSlices, which kube-apiserver refuses: "
+                   "backends on this machine, for a demo or a test (the gateway quickstart)")
     p.add_argument("--data-dir", metavar="DIR", help="keep objects and resourceVersions in DIR (SQLite) and "
                    "come back with them after a restart, also after kill -9; -f loads only into an empty DIR")
     args = p.parse_args(argv)
@@ -490,7 +493,7 @@ def sandbox_main(argv: list[str]) -> int:
         del loaded  # serve() empties `preload` as it stores it: nothing else may hold the parsed objects
     try:
         asyncio.run(serve(args.port, args.kubeconfig_out, args.keep_creation_timestamp, args.bookmark_interval, preload,
-                          args.data_dir))
+                          args.data_dir, args.allow_loopback_endpoints))
     except KeyboardInterrupt:
         return 0
     except OSError as exc:

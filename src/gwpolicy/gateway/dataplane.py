@@ -399,13 +399,20 @@ def route_hostnames(listener: str, hostnames: list[str]) -> list[str]:
 
 def gateway_addresses(gateways: list[Any], config: DataPlaneConfig) -> dict[Ref, str]:
     """Each Gateway's address: the config's, else `spec.addresses` (IPAddress), else the one in its
-    status (kept across restarts), else the lowest free one of the pool, in Gateway order."""
+    status (kept across restarts) unless another Gateway holds it already (a status written from an
+    allocation that has moved on since), else the lowest free one of the pool, in Gateway order."""
     out: dict[Ref, str] = {}
     pending = []
+    held = {config.addresses[gw.ref] for gw in gateways if gw.ref in config.addresses}
     for gw in gateways:
-        addr = config.addresses.get(gw.ref) or _spec_address(gw) or _status_address(gw)
+        addr = config.addresses.get(gw.ref) or _spec_address(gw)
+        if not addr:
+            addr = _status_address(gw)
+            if addr in held:
+                addr = None
         if addr:
             out[gw.ref] = addr
+            held.add(addr)
         else:
             pending.append(gw)
     used = set(out.values())

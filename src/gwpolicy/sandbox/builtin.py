@@ -483,7 +483,29 @@ def configmap_rules(cm: dict[str, Any], old: dict[str, Any] | None) -> list[Fiel
     return out
 
 
+#: kube-apiserver's ValidateEndpointIP: an endpoint is a pod's (or a node's) address, never one of these
+LOOPBACK_ENDPOINT = "may not be in the loopback range (127.0.0.0/8, ::1/128)"
+_LINK_LOCAL_MULTICAST = (ipaddress.ip_network("224.0.0.0/24"), ipaddress.ip_network("ff02::/16"))
+
+
+def endpoint_ip(path: str, v: str) -> list[FieldError]:
+    """What kube-apiserver refuses in an EndpointSlice's addresses, in its words, in its order."""
+    ip = ipaddress.ip_address(v)
+    out = []
+    if ip.is_unspecified:
+        out.append(bad(path, v, f"may not be unspecified ({v})"))
+    if ip.is_loopback:
+        out.append(bad(path, v, LOOPBACK_ENDPOINT))
+    if ip.is_link_local and not ip.is_multicast:
+        out.append(bad(path, v, "may not be in the link-local range (169.254.0.0/16, fe80::/10)"))
+    if any(ip in net for net in _LINK_LOCAL_MULTICAST if net.version == ip.version):
+        out.append(bad(path, v, "may not be in the link-local multicast range (224.0.0.0/24, ff02::/10)"))
+    return out
+
+
 def endpoint_addresses(eps: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
+    """The endpoints' addresses and counts (left out on an update that keeps the endpoints as they
+    were, as kube-apiserver leaves them: an older server took them), and the ports' names."""
     family = {"IPv4": 4, "IPv6": 6}.get(eps.get("addressType", ""))
     out: list[FieldError] = []
     endpoints = eps.get("endpoints") or []
@@ -499,11 +521,14 @@ def endpoint_addresses(eps: dict[str, Any], old: dict[str, Any] | None) -> list[
         for j, a in enumerate(addrs):
             where = f"endpoints[{i}].addresses[{j}]"
             if family is not None:
-                out += ip_address(family)(where, a)
+                wrong = ip_address(family)(where, a)
+                out += wrong or endpoint_ip(where, a)
             elif eps.get("addressType") == "FQDN":
                 out += dns1123_subdomain(where, a)
         if ep.get("hostname"):
             out += dns1123_label(f"endpoints[{i}].hostname", ep["hostname"])
+    if out and old is not None and old.get("endpoints") == eps.get("endpoints"):
+        out = []
     names: set[str] = set()
     ports = eps.get("ports") or []
     if len(ports) > 20000:

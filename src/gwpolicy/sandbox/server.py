@@ -717,9 +717,10 @@ class SandboxServer:
 
 async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: bool = False,
                 bookmark_interval: float = 1.0, preload: list[dict[str, Any]] | None = None,
-                data_dir: str | None = None) -> None:
+                data_dir: str | None = None, loopback_endpoints: bool = False) -> None:
     try:
-        store = Store(keep_creation_timestamp=keep_creation_timestamp, data_dir=data_dir)
+        store = Store(keep_creation_timestamp=keep_creation_timestamp, data_dir=data_dir,
+                      loopback_endpoints=loopback_endpoints)
     except DataDirError as exc:
         raise SystemExit(f"Error: {exc}") from None
     # other local users can reach 127.0.0.1 too: only the holder of the kubeconfig (0600) gets in,

@@ -111,8 +111,11 @@ class ApiFailure(Exception):
         self.list_meta = list_meta or {}  # the Status's metadata (a continue token, for an expired one)
 
     def status(self) -> dict[str, Any]:
-        return {"kind": "Status", "apiVersion": "v1", "metadata": dict(self.list_meta), "status": "Failure",
-                "message": self.message, "reason": self.reason, "details": self.details, "code": self.code}
+        out = {"kind": "Status", "apiVersion": "v1", "metadata": dict(self.list_meta), "status": "Failure",
+               "message": self.message, "reason": self.reason, "details": self.details, "code": self.code}
+        if not self.reason:  # an internal error has none (omitempty)
+            del out["reason"], out["details"]
+        return out
 
 
 def qualified_kind(r: Resource) -> str:
@@ -505,8 +508,11 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 class Store:
     def __init__(self, keep_creation_timestamp: bool = False, window: int = 100_000,
-                 data_dir: str | None = None) -> None:
+                 data_dir: str | None = None, loopback_endpoints: bool = False) -> None:
         self.registry = Registry()
+        #: take loopback addresses in EndpointSlices (kube-apiserver refuses them): backends on this
+        #: machine's loopback, for a demo or a test (`gwpolicy sandbox --allow-loopback-endpoints`)
+        self.loopback_endpoints = loopback_endpoints
         self.objects = Objects()
         self.rv = 0
         self.events: deque[Event] = deque()  # the watch history: the last `window` events
@@ -521,9 +527,13 @@ class Store:
         self.listeners: list[Callable[[Event], None]] = []
         self.writes = 0
         self.writes_by: dict[str, int] = {}
+        #: owner uid -> the keys of objects that named it in their ownerReferences (garbage collection;
+        #: an entry whose object no longer names that owner is passed over and dropped when it is read)
+        self.owned_by: dict[str, set[tuple[str, str, str, str]]] = {}
         self._dry = False
         self.field_validation = "Warn"  # of the request in hand: Strict, Warn or Ignore (?fieldValidation=)
         self.warnings: list[str] = []  # for the request in hand's Warning headers
+        self._applied: tuple[str, str, dict[str, Any]] | None = None  # (ns, name, body) of the apply in hand
         self.persist: Persistence | None = None
         self.restored = False  # came back from a data directory with objects in it
         if data_dir is not None:
@@ -545,6 +555,7 @@ class Store:
             self.objects[key] = obj
         self.restored = bool(self.objects)
         for key, obj in self.objects.items():
+            self._index_owners(key, obj)
             if key[:2] == ("apiextensions.k8s.io", "customresourcedefinitions"):
                 try:
                     self.registry.apply_crd(obj)
@@ -654,12 +665,29 @@ class Store:
         under Ignore (they are dropped in every case)."""
         if not unknown:
             return
+        if self._applied is not None:
+            raise self._undeclared(r, version, unknown)
         if self.field_validation == "Strict":
             fields = ", ".join(f'unknown field "{u}"' for u in unknown)
             raise ApiFailure(400, "BadRequest", f'{r.kind} in version "{version or r.versions[0]}" cannot be '
                              f"handled as a {r.kind}: strict decoding error: {fields}")
         if self.field_validation != "Ignore":
             self.warnings.extend(f'unknown field "{u}"' for u in unknown)
+
+    def _undeclared(self, r: Resource, version: str | None, unknown: list[str]) -> ApiFailure:
+        """Server-side apply of a field the type does not declare: kube-apiserver cannot build the typed
+        patch (structured-merge-diff) and answers 500 whatever `fieldValidation` says, naming each field
+        as that library does (`.spec.listeners[name="http"].x`: an item of a list of named objects by its
+        name, others by index)."""
+        assert self._applied is not None
+        ns, name, body = self._applied
+        paths = sorted(_smd_path(body, u) for u in unknown)
+        where = f"{ns}/{name}" if ns else name
+        gv = f"{r.group}/{version or r.versions[0]}"
+        head = f"failed to create typed patch object ({where}; {gv}, Kind={r.kind}): "
+        text = (f"{paths[0]}: field not declared in schema" if len(paths) == 1 else
+                "errors:\n" + "\n".join(f"  {p}: field not declared in schema" for p in paths))
+        return ApiFailure(500, "", head + text)
 
     def _decode(self, r: Resource, obj: dict[str, Any], version: str | None) -> dict[str, Any]:
         """A built-in object read into its Go type, as kube-apiserver's decoder does before anything
@@ -680,6 +708,8 @@ class Store:
         if is_builtin(r):
             builtin.convert(r.group, r.kind, obj, old)
             errors = builtin.KINDS[(r.group, r.kind)].validate(obj, old)
+            if self.loopback_endpoints and r.kind == "EndpointSlice":
+                errors = [e for e in errors if not e.body.endswith(builtin.LOOPBACK_ENDPOINT)]
             if errors:
                 raise invalid_fields(r, obj["metadata"].get("name"), errors)
         if r.group == "apiextensions.k8s.io" and r.kind == "CustomResourceDefinition":
@@ -843,6 +873,9 @@ class Store:
     def _after_write(self, r: Resource, obj: dict[str, Any], deleted: bool = False) -> None:
         if self._dry:
             return
+        if not deleted and obj["metadata"].get("ownerReferences"):
+            meta = obj["metadata"]
+            self._index_owners((r.group, r.plural, (meta.get("namespace") or "") if r.namespaced else "", meta["name"]), obj)
         if r.group == "apiextensions.k8s.io" and r.kind == "CustomResourceDefinition":
             self.registry.apply_crd(obj, deleted)
             if not deleted and not (obj.get("status") or {}).get("conditions"):
@@ -1008,6 +1041,16 @@ class Store:
         meta = applied.get("metadata") or {}
         if meta.get("name") not in (None, name):
             raise ApiFailure(400, "BadRequest", "the name of the object does not match the name on the URL")
+        self._applied = (ns if r.namespaced else "", name, applied)
+        try:
+            return self._apply(r, ns, name, applied, subresource=subresource, manager=manager, force=force,
+                               version=version)
+        finally:
+            self._applied = None
+
+    def _apply(self, r: Resource, ns: str, name: str, applied: dict[str, Any], *, subresource: str | None,
+               manager: str, force: bool, version: str | None) -> dict[str, Any]:
+        meta = applied.get("metadata") or {}
         key = (r.group, r.plural, ns if r.namespaced else "", name)
         live = self.objects.get(key)
         applied_paths = leaf_paths(applied)
@@ -1088,7 +1131,45 @@ class Store:
         self._bump(result)
         self._after_write(r, result, deleted=True)
         self._emit("DELETED", r, key[2], result, live)
+        self._collect(live)
         return clone(result)  # the event holds `result`: the caller gets its own copy
+
+    def _index_owners(self, key: tuple[str, str, str, str], obj: dict[str, Any]) -> None:
+        for ref in obj["metadata"].get("ownerReferences") or []:
+            uid = ref.get("uid") if isinstance(ref, dict) else None
+            if isinstance(uid, str) and uid:
+                self.owned_by.setdefault(uid, set()).add(key)
+
+    def _owner_there(self, ref: dict[str, Any], namespace: str) -> bool:
+        """Whether the owner a reference names exists with that uid (an owner of a kind not served is
+        taken as there: kube-controller-manager cannot tell, and deletes nothing on its account)."""
+        group = ref.get("apiVersion", "").rpartition("/")[0] if "/" in ref.get("apiVersion", "") else ""
+        r = self.registry.by_kind.get((group, ref.get("kind", "")))
+        if r is None:
+            return True
+        owner = self.objects.get((r.group, r.plural, namespace if r.namespaced else "", ref.get("name", "")))
+        return owner is not None and owner["metadata"].get("uid") == ref.get("uid")
+
+    def _collect(self, gone: dict[str, Any]) -> None:
+        """Garbage collection, as kube-controller-manager's collector does it in the background, here at
+        once: an object whose every owner is gone is deleted (and its own dependents after it); one that
+        still has an owner loses its references to those that are gone."""
+        if self._dry:
+            return
+        uid = gone["metadata"].get("uid")
+        for key in sorted(self.owned_by.pop(uid, ()) if isinstance(uid, str) else ()):
+            dep = self.objects.get(key)
+            r = self.registry.by_plural.get(key[:2])
+            refs = [ref for ref in (dep["metadata"].get("ownerReferences") or []) if isinstance(ref, dict)] if dep else []
+            if dep is None or r is None or not any(ref.get("uid") == uid for ref in refs):
+                continue
+            there = [ref for ref in refs if self._owner_there(ref, key[2])]
+            if not there:
+                self.delete(r, key[2], key[3])
+            elif len(there) < len(refs):
+                new = clone(dep)
+                new["metadata"]["ownerReferences"] = there
+                self.update(r, key[2], key[3], new, manager="generic-garbage-collector", check_rv=False)
 
     def _drop_custom_resources(self, crd: dict[str, Any]) -> None:
         """A CRD going away takes its custom resources with it, each with a DELETED event (as the
@@ -1102,6 +1183,7 @@ class Store:
             gone = _deleted_version(live)
             self._bump(gone)
             self._emit("DELETED", cr, key[2], gone, live)
+            self._collect(live)
 
     def events_since(self, rv: int) -> builtins.list[Event]:
         """The events a watch from `rv` replays; 410 Gone in the watch cache's words below the oldest
@@ -1117,6 +1199,23 @@ class Store:
         replay of what it may have missed. Lists at an older version and continue tokens are still
         served, as kube-apiserver reads those from etcd."""
         self.watch_floor = self.rv
+
+
+def _smd_path(body: Any, path: str) -> str:
+    """A field path as the sandbox names it (`spec.listeners[0].x`) as structured-merge-diff does
+    (`.spec.listeners[name="http"].x`), reading the list items' names from the applied body."""
+    out = []
+    node = body
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        if part.startswith("["):
+            i = int(part[1:-1])
+            item = node[i] if isinstance(node, list) and i < len(node) else None
+            out.append(f'[name="{item["name"]}"]' if isinstance(item, dict) and isinstance(item.get("name"), str) else part)
+            node = item
+        else:
+            out.append("." + part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return "".join(out)
 
 
 def _deleted_version(live: dict[str, Any]) -> dict[str, Any]:
