@@ -44,9 +44,9 @@ def test_kubectl_applies_the_controller_writes_and_status_follows_a_deletion(clu
             return sb.kubectl("get", kind, name, "-n", ns, "-o",
                               "jsonpath={.status.ancestors[*].conditions[?(@.type==\"Accepted\")].reason}", check=False).stdout
 
-        assert wait_for(lambda: reason("timeoutpolicies", "bad", "other") == "Invalid", 20)
-        assert wait_for(lambda: reason("retrypolicies", "gw", "default") == "Accepted", 20)
-        assert reason("retrypolicies", "bad-route", "other") == "Invalid"
+        assert wait_for(lambda: reason("timeoutpolicies.networking.example.io", "bad", "other") == "Invalid", 20)
+        assert wait_for(lambda: reason("retrypolicies.networking.example.io", "gw", "default") == "Accepted", 20)
+        assert reason("retrypolicies.networking.example.io", "bad-route", "other") == "Invalid"
         crumb = lambda: sb.kubectl("get", "service", "svc", "-n", "default", "-o",
                                    "jsonpath={.metadata.annotations.gwpolicy\\.io/PolicyAffected}").stdout
         assert wait_for(lambda: crumb() == "true", 20)
@@ -55,9 +55,9 @@ def test_kubectl_applies_the_controller_writes_and_status_follows_a_deletion(clu
         assert "gwpolicy.io/RetryPolicyAffected" in gw_cond()
         # deleting the Service: the policy that targeted it can no longer find it
         sb.kubectl("delete", "service", "svc", "-n", "default")
-        assert wait_for(lambda: reason("timeoutpolicies", "svc", "default") == "TargetNotFound", 20)
+        assert wait_for(lambda: reason("timeoutpolicies.networking.example.io", "svc", "default") == "TargetNotFound", 20)
         # deleting the Gateway's policy takes the Gateway's breadcrumb away
-        sb.kubectl("delete", "retrypolicies", "gw", "-n", "default")
+        sb.kubectl("delete", "retrypolicies.networking.example.io", "gw", "-n", "default")
         assert wait_for(lambda: "RetryPolicyAffected" not in gw_cond(), 20)
     finally:
         ctl.terminate()

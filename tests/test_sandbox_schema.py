@@ -181,7 +181,7 @@ def test_admitting_is_fast_enough_for_every_write(schemas):
 
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory):
-    with SandboxProcess(tmp_path_factory.mktemp("sandbox-schema")) as s:
+    with SandboxProcess(tmp_path_factory.mktemp("sandbox-schema"), "--crds", "none") as s:  # the CRDs applied here
         s.kubectl("apply", "--server-side", "-f", str(SHARED / "crd" / "experimental"))
         s.kubectl("create", "namespace", "t")
         yield s

@@ -264,7 +264,8 @@ def test_the_parable_applies_with_plain_kubectl_server_side_apply(sb):
         assert "ensure CRDs are installed first" in first.stderr, first.stderr
         second = sb.kubectl("apply", "--server-side", "-f", str(parable), check=False)
         assert second.returncode == 0, second.stderr
-    assert len(sb.kubectl("get", "retrypolicies,timeoutpolicies,healthcheckpolicies", "-A", "-o", "name").stdout.split()) == 31
+    assert len(sb.kubectl("get", "retrypolicies.policy.acme.io,timeoutpolicies.policy.acme.io,"
+                                "healthcheckpolicies.policy.acme.io", "-A", "-o", "name").stdout.split()) == 31
     assert len(sb.kubectl("get", "httproutes", "-A", "-o", "name").stdout.split()) == 17
 
 
