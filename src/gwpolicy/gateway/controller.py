@@ -244,11 +244,14 @@ class Renderer:
         self.opts = opts
         self.build_cache = BuildCache()
         self.render_cache = RenderCache()
+        #: address:port the gateway holds itself -> what (its health endpoint): no listener is put there
+        self.reserved: dict[tuple[str, int], str] = {}
 
     def config(self) -> Any:
         from gwpolicy.gateway.dataplane import DataPlaneConfig
 
-        kw: dict[str, Any] = {"controller_name": self.opts.controller_name, "port_offset": self.opts.port_offset}
+        kw: dict[str, Any] = {"controller_name": self.opts.controller_name, "port_offset": self.opts.port_offset,
+                              "reserved": dict(self.reserved)}
         if self.opts.address_pool:
             kw["address_pool"] = self.opts.address_pool
         return DataPlaneConfig(**kw)
@@ -655,9 +658,14 @@ class GatewayController:
                                       "fullPasses": self.state.full_passes, "inPlace": self.state.in_place,
                                       "addresses": {str(k): v for k, v in self.addresses.items()}})
 
+        listen = self.opts.listen or defaults.listen("gateway")
         self.runner, self.port = await serve_endpoints(
-            self.opts.listen or defaults.listen("gateway"),
-            {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics(self.metrics.registry), "/statusz": statusz})
+            listen, {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics(self.metrics.registry), "/statusz": statusz})
+        if isinstance(self.driver, Renderer):  # a Gateway's listener can never take this port from us, nor fail on it
+            host = listen.rpartition(":")[0].strip("[]") or "0.0.0.0"
+            self.driver.reserved = {(host, self.port): f"the gateway's own health and metrics endpoint (gwpolicy "
+                                                       f"gateway --listen {host}:{self.port}): give the listener another "
+                                                       "port, or the gateway another --listen"}
 
     # ---------- lifecycle ----------
     async def start(self) -> None:
