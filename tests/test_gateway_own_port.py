@@ -16,7 +16,7 @@ import yaml
 from gateway_proc import GatewayProcess, request, wait_until
 from gwpolicy.gateway.echo import EchoServer
 from sandbox_proc import SandboxProcess
-from test_process_defaults import Command, machine_wide  # noqa: F401 - the fixture, used by name
+from test_process_defaults import Command, gateway_objects, machine_wide  # noqa: F401 - the fixture, used by name
 
 GATEWAY_ADDRESS = "127.0.71.1"  # this module's /24 (tests/gateway_kit.py)
 ECHO_ADDRESS = "127.0.71.2"
@@ -26,21 +26,9 @@ pytestmark = pytest.mark.skipif(not Path("/usr/sbin/nginx").exists(), reason="th
 
 
 def _objects(address: str, listeners: list[dict], echo_port: int) -> list[dict]:
-    return [
-        {"apiVersion": f"{GW}/v1", "kind": "GatewayClass", "metadata": {"name": "gwpolicy"},
-         "spec": {"controllerName": "gwpolicy.io/gateway-controller"}},
-        {"apiVersion": f"{GW}/v1", "kind": "Gateway", "metadata": {"name": "demo", "namespace": "default"},
-         "spec": {"gatewayClassName": "gwpolicy", "addresses": [{"type": "IPAddress", "value": address}],
-                  "listeners": listeners}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "shop", "namespace": "default"},
-         "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": echo_port}]}},
-        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-         "metadata": {"name": "shop-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "shop"}},
-         "addressType": "IPv4", "ports": [{"name": "http", "port": echo_port, "protocol": "TCP"}],
-         "endpoints": [{"addresses": [ECHO_ADDRESS], "conditions": {"ready": True}}]},
+    return gateway_objects(address, listeners, ECHO_ADDRESS, echo_port) + [
         {"apiVersion": f"{GW}/v1", "kind": "HTTPRoute", "metadata": {"name": "shop", "namespace": "default"},
-         "spec": {"parentRefs": [{"name": "demo"}], "rules": [{"backendRefs": [{"name": "shop", "port": 8080}]}]}},
-    ]
+         "spec": {"parentRefs": [{"name": "demo"}], "rules": [{"backendRefs": [{"name": "shop", "port": 8080}]}]}}]
 
 
 def _listeners(sb: SandboxProcess) -> dict[str, dict[str, dict]]:

@@ -88,24 +88,32 @@ class Command:
         self.log.close()
 
 
-def _objects(listener_port: int, echo_port: int) -> list[dict]:
+def gateway_objects(address: str, listeners: list[dict], echo_address: str, echo_port: int) -> list[dict]:
+    """A GatewayClass of gwpolicy's gateway, the Gateway `default/demo` on `address`, and the Service
+    `default/shop` whose one endpoint is an echo server."""
     gw = "gateway.networking.k8s.io"
     return [
         {"apiVersion": f"{gw}/v1", "kind": "GatewayClass", "metadata": {"name": "gwpolicy"},
          "spec": {"controllerName": "gwpolicy.io/gateway-controller"}},
         {"apiVersion": f"{gw}/v1", "kind": "Gateway", "metadata": {"name": "demo", "namespace": "default"},
-         "spec": {"gatewayClassName": "gwpolicy", "addresses": [{"type": "IPAddress", "value": GATEWAY_ADDRESS}],
-                  "listeners": [{"name": "http", "port": listener_port, "protocol": "HTTP"}]}},
+         "spec": {"gatewayClassName": "gwpolicy", "addresses": [{"type": "IPAddress", "value": address}],
+                  "listeners": listeners}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "shop", "namespace": "default"},
          "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": echo_port}]}},
         {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
          "metadata": {"name": "shop-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "shop"}},
          "addressType": "IPv4", "ports": [{"name": "http", "port": echo_port, "protocol": "TCP"}],
-         "endpoints": [{"addresses": [ECHO_ADDRESS], "conditions": {"ready": True}}]},
+         "endpoints": [{"addresses": [echo_address], "conditions": {"ready": True}}]},
+    ]
+
+
+def _objects(listener_port: int, echo_port: int) -> list[dict]:
+    listeners = [{"name": "http", "port": listener_port, "protocol": "HTTP"}]
+    return gateway_objects(GATEWAY_ADDRESS, listeners, ECHO_ADDRESS, echo_port) + [
         {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "TimeoutPolicy",
          "metadata": {"name": "gateway-timeouts", "namespace": "default"},
-         "spec": {"targetRef": {"group": gw, "kind": "Gateway", "name": "demo"}, "override": {"connectionTimeout": "5s"}}},
-    ]
+         "spec": {"targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "demo"},
+                  "override": {"connectionTimeout": "5s"}}}]
 
 
 ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "shop", "namespace": "default"},
