@@ -52,7 +52,8 @@ def test_a_listener_on_the_gateways_own_default_port_gets_traffic(tmp_path: Path
             except AssertionError as exc:
                 raise AssertionError(f"{exc}; listeners: {_listeners(sb)}\n{gateway.tail()}") from None
             assert json.loads(body)["pod"] == "shop-abc-xyz"
-            assert _listeners(sb)["http"]["Programmed"]["status"] == "True"
+            wait_until(lambda: _listeners(sb).get("http", {}).get("Programmed", {}).get("status") == "True", 30,
+                       what="the listener's status")  # written after NGINX serves it
             assert request("127.0.0.1", 8081, "/healthz")[2] == b"ok"  # and the gateway's own endpoint answers
         finally:
             gateway.stop()

@@ -75,7 +75,7 @@ def env(tmp_path_factory: pytest.TempPathFactory):
         crds += [DEPLOY / "10-policykind-crd.yaml"]
         sb.kubectl("apply", "--server-side", *sum((["-f", str(f)] for f in crds), []))
         sb.kubectl("apply", "--server-side", *sum((["-f", str(f)] for f in sorted(DEPLOY.glob("4[0-9]-*.yaml"))), []))
-        sb.kubectl("apply", "--server-side", "-f", str(DEPLOY / "policykinds"))
+        sb.kubectl("apply", "--server-side", "-k", str(DEPLOY / "policykinds"))
         gw = GatewayProcess(sb.kubeconfig, tmp / "state", pool=POOL)
         _apply(sb, *_objects(echo.port))
 
