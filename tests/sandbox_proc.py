@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx2 as httpx
 
 BIN = Path(sys.executable).parent
-GW_CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-api" / "crd" / "standard"
+GW_CRDS = Path(__file__).resolve().parent.parent / "deploy" / "gateway-api" / "standard"  # the shipped bundle
 
 
 class SandboxProcess:

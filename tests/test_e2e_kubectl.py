@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import CONFORMANCE
+from helpers import CONFORMANCE, needs_shared
 from sandbox_proc import BIN, GW_CRDS, SandboxProcess, wait_for
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -24,6 +24,7 @@ def cluster(tmp_path):
         sb.close()
 
 
+@needs_shared
 def test_kubectl_applies_the_controller_writes_and_status_follows_a_deletion(cluster):
     sb, tmp = cluster
     crds = [str(GW_CRDS / f"gateway.networking.k8s.io_{n}.yaml") for n in ("gatewayclasses", "gateways", "httproutes")]
@@ -65,6 +66,7 @@ def test_kubectl_applies_the_controller_writes_and_status_follows_a_deletion(clu
     assert "Traceback" not in err, err
 
 
+@needs_shared
 def test_live_mode_reads_the_cluster(cluster):
     sb, tmp = cluster
     scenario = yaml.safe_load((CONFORMANCE / "seeds" / "seed-two-paths.yaml").read_text())["manifests"]

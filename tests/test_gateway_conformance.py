@@ -34,7 +34,7 @@ from gwpolicy.gateway.status import SUPPORTED_FEATURES
 from gwpolicy.sandbox.seed import apply_all
 from sandbox_proc import SandboxProcess
 
-CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-api" / "crd" / "experimental"
+CRDS = Path(__file__).resolve().parent.parent / "deploy" / "gateway-api" / "experimental"
 def _free_net() -> int:
     """The first of the CP range's networks 127.0.23-29.0/24 nobody serves on (another run of this
     harness, e.g. by another engineer of the shared worktree, may hold one): the echo backends get

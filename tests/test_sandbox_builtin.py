@@ -20,6 +20,7 @@ from gwpolicy.bench.generate import cluster
 from gwpolicy.kinds import split_api_version
 from gwpolicy.sandbox import builtin, gotypes
 from gwpolicy.sandbox.store import ApiFailure, Store, is_builtin
+from helpers import needs_shared
 from sandbox_proc import SandboxProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -392,6 +393,7 @@ def _contains(stored: Any, sent: Any, path: str = "") -> str | None:
     return None if stored == sent else path
 
 
+@needs_shared
 def test_everything_the_project_applies_is_accepted_with_no_unknown_field():
     store = Store()
     store.field_validation = "Strict"
