@@ -8,6 +8,7 @@ free at run time.
 from __future__ import annotations
 
 import base64
+import functools
 import http.client
 import json
 import random
@@ -32,6 +33,11 @@ from gwpolicy.refs import Ref
 
 GW = "gateway.networking.k8s.io"
 CONTROLLER = "gwpolicy.io/gateway-controller"
+#: the tests' backends run on loopback, published as EndpointSlices the tests write themselves: the
+#: data plane's two opt-ins (`--allow-unmanaged-endpointslices --allow-loopback-endpoints`), which
+#: a gateway in a cluster leaves off
+TEST_ENDPOINTS: dict[str, Any] = {"allow_unmanaged_endpointslices": True, "allow_loopback_endpoints": True}
+TEST_ENDPOINT_FLAGS = ("--allow-unmanaged-endpointslices", "--allow-loopback-endpoints")
 
 
 def have_nginx() -> bool:
@@ -151,6 +157,17 @@ def tls_secret(name: str, ns: str, cert_pem: bytes, key_pem: bytes) -> dict[str,
             "data": {"tls.crt": base64.b64encode(cert_pem).decode(), "tls.key": base64.b64encode(key_pem).decode()}}
 
 
+@functools.lru_cache(maxsize=None)
+def key_pair(cn: str = "test.example") -> tuple[bytes, bytes]:
+    """A certificate for `cn` and its private key (EC P-256, signed by a CA of its own, made with the
+    webhook's `cryptography` helpers), as PEM: what NGINX loads (the gateway parses every
+    certificate and key before it renders one)."""
+    from gwpolicy.webhook import certs
+
+    pair = certs.make_serving(certs.make_ca(f"{cn}-ca"), [cn])
+    return pair.cert_pem, pair.key_pem
+
+
 def self_signed(tmp: Path, name: str, hosts: list[str]) -> tuple[Path, Path]:
     """A self-signed certificate for `hosts` (openssl), as (cert, key) files."""
     cert, key = tmp / f"{name}.crt", tmp / f"{name}.key"
@@ -237,7 +254,7 @@ class Served:
 
     def files(self, objects: list[dict[str, Any]]) -> dict[str, bytes]:
         self.dataplane = build_dataplane(analyse(objects, kind_checks=policyconf.kind_checks()),
-                                         DataPlaneConfig(addresses={self.gateway: self.address}))
+                                         DataPlaneConfig(addresses={self.gateway: self.address}, **TEST_ENDPOINTS))
         return render(self.dataplane)
 
     def apply(self, objects: list[dict[str, Any]]) -> ReloadResult:

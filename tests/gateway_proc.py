@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gateway_kit import TEST_ENDPOINT_FLAGS
 from sandbox_proc import BIN
 
 #: the CP engineer's loopback range: Gateways get addresses from here, echo backends from the next
@@ -31,7 +32,7 @@ class GatewayProcess:
                     if lease_namespace else ["--no-leader-election"])
         self.proc = subprocess.Popen([str(BIN / "gwpolicy"), "gateway", "--kubeconfig", str(kubeconfig),
                                       "--listen", "127.0.0.1:0", *election, "--state-dir", str(state_dir),
-                                      "--address-pool", pool, "--debounce", "0.02", *extra],
+                                      "--address-pool", pool, "--debounce", "0.02", *TEST_ENDPOINT_FLAGS, *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.port = None
         end = time.monotonic() + 30

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import httpx2 as httpx
 
+from gwpolicy.sandbox.server import client_options
+
 BIN = Path(sys.executable).parent
 GW_CRDS = Path(__file__).resolve().parent.parent / "deploy" / "gateway-api" / "standard"  # the shipped bundle
 
@@ -25,11 +27,14 @@ class SandboxProcess:
                                       str(self.kubeconfig), "--bookmark-interval", "0.2", *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
-        m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+        m = re.search(r"https://127\.0\.0\.1:(\d+)", line)
         assert m, f"sandbox did not start: {line} {self.proc.stderr.read() if self.proc.poll() is not None else ''}"
         self.port = int(m.group(1))
-        self.url = f"http://127.0.0.1:{m.group(1)}"
-        self.http = httpx.Client(base_url=self.url, timeout=10)
+        self.url = f"https://127.0.0.1:{m.group(1)}"
+        # the sandbox answers only the token it wrote into its kubeconfig, over TLS with its own CA:
+        # raw HTTP clients send the one and verify with the other, as kubectl and lightkube do
+        self.client = client_options(str(self.kubeconfig))
+        self.http = httpx.Client(base_url=self.url, timeout=10, **self.client)
         self.cache = tmp / "kubectl-cache"
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:

@@ -514,7 +514,8 @@ def test_out_of_the_box_against_a_fresh_sandbox(tmp_path: Path) -> None:
     proc = None
     try:
         # every cluster has `default` (kube-apiserver creates it); this sandbox makes namespaces on demand
-        apply_all(sb.url, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}] + parable())
+        apply_all(sb.url, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}] + parable(),
+                  **sb.client)
         env = {k: v for k, v in os.environ.items() if k not in ("KUBERNETES_SERVICE_HOST", "POD_NAMESPACE")}
         proc = subprocess.Popen([str(BIN / "gwpolicy"), "controller", "--kubeconfig", str(sb.kubeconfig)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)

@@ -72,8 +72,9 @@ def test_live_mode_reads_the_cluster(cluster):
     scenario = yaml.safe_load((CONFORMANCE / "seeds" / "seed-two-paths.yaml").read_text())["manifests"]
     from gwpolicy.sandbox.seed import apply_all
     from kube_harness import CRDS
-    apply_all(sb.url, CRDS[:0] + [c for c in CRDS if c["spec"]["names"]["kind"] in ("GatewayClass", "Gateway", "HTTPRoute")])
-    apply_all(sb.url, scenario)
+    apply_all(sb.url, CRDS[:0] + [c for c in CRDS if c["spec"]["names"]["kind"] in ("GatewayClass", "Gateway", "HTTPRoute")],
+              **sb.client)
+    apply_all(sb.url, scenario, **sb.client)
     live = subprocess.run([str(BIN / "gwpolicy"), "effective", "--kubeconfig", str(sb.kubeconfig), "-A",
                            "--now", "2026-01-01T00:00:00Z"], capture_output=True, text=True)
     assert live.returncode == 0, live.stderr

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gwpolicy.refs import GATEWAY_GROUP, Ref
-from test_gateway_listener_verdicts import GW, KEY, PEM, _cond, _objects, _served, _status, listener
+from test_gateway_listener_verdicts import GW, KEY, PEM, PEM_TEXT, _cond, _objects, _served, _status, listener
 
 #: the property's Gateways, each listener's tls.mode drawn again with `mode: null` and "" among them
 modes = st.sampled_from([None, "Terminate", "Passthrough", "null", "null", ""])
@@ -89,4 +89,4 @@ def test_the_served_certificate_is_the_first_ref_status_resolved() -> None:
     assert _cond(ls["conditions"], "ResolvedRefs") == "True" and _cond(ls["conditions"], "Programmed") == "True"
     assert "ssl_certificate secrets/a_strings.pem;" in files["servers.conf"].decode()
     assert [k for k in files if k.startswith("secrets/")] == ["secrets/a_strings.pem"]
-    assert files["secrets/a_strings.pem"].startswith(b"-----BEGIN CERTIFICATE-----\nAAA\n")
+    assert files["secrets/a_strings.pem"].startswith(PEM_TEXT.encode().rstrip(b"\n"))

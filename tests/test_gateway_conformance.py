@@ -102,12 +102,12 @@ class Suite:
         crds = []
         for f in sorted(CRDS.glob("gateway.networking.k8s.io_*.yaml")):
             crds += [d for d in yaml.safe_load_all(f.read_text()) if d and d.get("kind") == "CustomResourceDefinition"]
-        apply_all(self.sandbox.url, crds)
+        apply_all(self.sandbox.url, crds, **self.sandbox.client)
         generated, pems = gc.generated_objects(self.base)
         self.trust = {k: v[0] for k, v in pems.items()}
         self._start_backends(pems)
         self.gateway = GatewayProcess(self.sandbox.kubeconfig, self.tmp / "state", pool=f"127.0.{self.net}.128/25")
-        apply_all(self.sandbox.url, copy.deepcopy(self.base["manifests"][:1]))  # the GatewayClass, first
+        apply_all(self.sandbox.url, copy.deepcopy(self.base["manifests"][:1]), **self.sandbox.client)  # the GatewayClass, first
         wait_until(lambda: self.check([{"object": {"kind": "GatewayClass", "name": "gwpolicy"},
                                         "conditions": [{"type": "Accepted", "status": "True"}]}]) is None,
                    30, what="GatewayClass gwpolicy Accepted")

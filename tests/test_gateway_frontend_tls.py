@@ -15,7 +15,7 @@ import ssl
 import pytest
 
 import gwconformance as gc
-from gateway_kit import Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener, route, tls_secret
+from gateway_kit import TEST_ENDPOINTS, Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener, route, tls_secret
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
@@ -147,7 +147,7 @@ def test_insecure_fallback_and_ports_without_validation_let_every_client_in(worl
 
 def test_rendered_directives_and_a_bad_reference_is_never_served_weaker(pki):
     objs = objects(pki, 7443, 8443, 9443)
-    dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(addresses={GW_REF: ADDR}))
+    dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR}))
     files = render(dp)
     servers = files["servers.conf"].decode()
     assert servers.count("ssl_verify_client on;") == 2 and servers.count("ssl_verify_client optional_no_ca;") == 1
@@ -155,7 +155,7 @@ def test_rendered_directives_and_a_bad_reference_is_never_served_weaker(pki):
     # a missing ConfigMap on the strict port: those listeners are not served at all (fail closed),
     # status says why with the CRD's reasons; the other ports are untouched
     objs[1]["spec"]["tls"]["frontend"]["perPort"][0]["tls"]["validation"] = validation("nope")
-    dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(addresses={GW_REF: ADDR}))
+    dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR}))
     assert {l.section: (f.programmed, f.reason) for l, f in dp.listeners.items()} == {
         "a": (False, "InvalidCACertificateRef"), "b": (False, "InvalidCACertificateRef"),
         "fallback": (True, ""), "open": (True, "")}

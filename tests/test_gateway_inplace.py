@@ -18,6 +18,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway_kit import TEST_ENDPOINTS
 from gwpolicy.bench.gateway import _cert, gateway_cluster
 from gwpolicy.bench.gateway_policies import gateway_policies, policy_kinds
 from gwpolicy.controller.kube import Kind
@@ -27,7 +28,7 @@ from gwpolicy.kinds import split_api_version
 from gwpolicy.refs import Ref
 
 OURS = "gwpolicy.io/gateway-controller"
-OPTS = GatewayOptions(controller_name=OURS, address_pool="127.0.40.0/24", port_offset=20000)
+OPTS = GatewayOptions(controller_name=OURS, address_pool="127.0.40.0/24", port_offset=20000, **TEST_ENDPOINTS)
 CHANGES = ["route-backend", "route-hostname", "route-path", "route-parent", "route-delete", "route-new",
            "policy-value", "policy-delete", "policy-new", "policy-retarget", "service-port", "slice", "gateway",
            "tls-backend", "tls-hostname", "tls-parent", "tls-delete", "tls-new",

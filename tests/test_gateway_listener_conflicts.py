@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gwconformance as gc
-from gateway_kit import (Echoes, backend, free_port, gateway, gatewayclass, have_nginx, listener, request, route,
+from gateway_kit import (TEST_ENDPOINTS, Echoes, backend, free_port, gateway, gatewayclass, have_nginx, listener, request, route,
                          tls_secret)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
@@ -74,7 +74,7 @@ def _controller_dataplane(objs: list[dict]) -> DataPlane:
     state = GatewayState({object_key(o): o for o in objs}, CONTROLLER, policyconf.kind_checks())
     state.refresh()
     assert state.analysis is not None
-    return build_dataplane(state.analysis, DataPlaneConfig(addresses={GW_REF: ADDR}))
+    return build_dataplane(state.analysis, DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ _listeners = st.lists(
 def test_status_says_programmed_exactly_for_the_listeners_nginx_serves(specs):
     ls = [listener(f"l{i}", port, protocol, hostname, **_tls(protocol)) for i, (port, protocol, hostname) in enumerate(specs)]
     objs = [gatewayclass(), gateway("gw", "infra", *ls), SECRET]
-    config = DataPlaneConfig(addresses={GW_REF: ADDR})
+    config = DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR})
     alone = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), config)
     facts = gateway_facts(build_index(objs))
     viewed = build_dataplane(analyse(dataplane_objects(objs, facts), kind_checks=policyconf.kind_checks()), config)
@@ -224,7 +224,7 @@ def test_a_listener_without_a_valid_client_ca_conflicts_with_nothing_in_render_a
     gw = gateway("gw", "infra", listener("plain", 443, "HTTP", "a.test"), https)
     gw["spec"]["tls"] = {"frontend": {"default": {"validation": {"caCertificateRefs": [{"kind": "ConfigMap", "name": "absent"}]}}}}
     objs = [gatewayclass(), gw, SECRET]
-    alone = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(addresses={GW_REF: ADDR}))
+    alone = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR}))
     status = _listener_status(objs, alone)
     assert status["secure"]["Accepted"] == ("False", "NoValidCACertificate")
     assert status["plain"]["Conflicted"] == ("False", "NoConflicts")

@@ -8,25 +8,27 @@ and this property found each of them."""
 
 from __future__ import annotations
 
+import base64
+
 import re
 from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from gateway_kit import key_pair
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.status import GATEWAY_CONTROLLER, Programming, all_desired, gateway_facts
 from gwpolicy.refs import GATEWAY_GROUP, Ref
+from gateway_kit import TEST_ENDPOINTS
 
 GW = "gateway.networking.k8s.io/v1"
 NOW = "2026-12-01T00:00:00Z"
-PEM = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCkFBQQotLS0tLUVORCBDRVJUSUZJQ0FURS0tLS0tCg=="  # a PEM shape
-KEY = "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCkFBQQotLS0tLUVORCBQUklWQVRFIEtFWS0tLS0tCg=="
-PEM_TEXT = "-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----\n"
-KEY_TEXT = "-----BEGIN PRIVATE KEY-----\nAAA\n-----END PRIVATE KEY-----\n"
+PEM, KEY = (base64.b64encode(x).decode() for x in key_pair())  # a certificate and its key, as `data` holds them
+PEM_TEXT, KEY_TEXT = (x.decode() for x in key_pair())
 
 listener = st.fixed_dictionaries({
     "name": st.sampled_from(["l0", "l1", "l2", "l3", "l4", "l0"]),  # duplicates now and then
@@ -96,7 +98,7 @@ def _served(files: dict[str, bytes]) -> dict[tuple[str, str, str], list[tuple[st
 
 def _status(objs: list[dict[str, Any]], stream_module: str | None) -> tuple[dict[Ref, dict[str, Any]], Any]:
     analysis = analyse(objs, kind_checks=policyconf.kind_checks())
-    dp = build_dataplane(analysis, DataPlaneConfig(stream_module=stream_module))
+    dp = build_dataplane(analysis, DataPlaneConfig(**TEST_ENDPOINTS, stream_module=stream_module))
     facts = gateway_facts(analysis.index)
     running = {gw.ref: gw.generation for gw in analysis.index.of_kind(GATEWAY_GROUP, "Gateway")}
     programming = Programming(running, None, {r: [a] for r, a in dp.addresses.items()},

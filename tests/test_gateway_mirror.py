@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gateway_kit import (Echoes, Served, backend, eventually, free_port, gateway, gatewayclass, have_nginx, listener,
+from gateway_kit import (TEST_ENDPOINTS, Echoes, Served, backend, eventually, free_port, gateway, gatewayclass, have_nginx, listener,
                          request, route)
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 from gwpolicy.analysis import analyse
@@ -167,7 +167,7 @@ def _accepted(index, facts) -> dict:
 
 def test_a_mirror_to_a_service_with_a_backend_tls_policy_is_not_sent_in_plain_http():
     objs = _tls_mirror_objects()
-    dp = build_dataplane(analyse(objs), DataPlaneConfig(addresses={GW_REF: ADDR}))
+    dp = build_dataplane(analyse(objs), DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR}))
     assert "mirror " not in render(dp)["servers.conf"].decode()
     index = build_index(objs)
     accepted = _accepted(index, gateway_facts(index))
@@ -180,7 +180,7 @@ def test_a_backend_tls_policy_added_later_stops_the_mirror_and_status_says_so():
     policy = objs.pop()
     state = GatewayState({object_key(o): o for o in objs}, "gwpolicy.io/gateway-controller", policyconf.kind_checks())
     state.refresh()
-    config = DataPlaneConfig(addresses={GW_REF: ADDR})
+    config = DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR})
     assert "mirror " in render(build_dataplane(state.analysis, config))["servers.conf"].decode()
     assert "BackendTLSPolicy" not in _accepted(state.index, state.facts)["message"]
     state.objects[object_key(policy)] = policy

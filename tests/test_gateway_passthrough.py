@@ -18,7 +18,7 @@ import ssl
 import pytest
 
 import gwconformance as gc
-from gateway_kit import (Echoes, Served, backend, endpoints, free_port, gateway, gatewayclass, have_nginx, listener, meta,
+from gateway_kit import (TEST_ENDPOINTS, Echoes, Served, backend, endpoints, free_port, gateway, gatewayclass, have_nginx, listener, meta,
                          route, service, tls_secret)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
@@ -170,7 +170,7 @@ def test_rendered_stream_block_and_load_module(world):
     assert "listen unix:@gwpolicy-sockets@/t0.sock proxy_protocol;" in stream
     # without passthrough listeners nothing of the stream module appears
     plain = render(build_dataplane(analyse([gatewayclass(), gateway("gw", "infra", listener("http", 8080))]),
-                                   DataPlaneConfig(addresses={GW_REF: ADDR})))
+                                   DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR})))
     assert "stream {" not in plain["nginx.conf"].decode() and "load_module" not in plain["nginx.conf"].decode()
     assert "stream.conf" not in plain
 
@@ -227,7 +227,7 @@ def test_without_the_stream_module_passthrough_listeners_say_so_and_the_rest_is_
 
     objs = objects(9443, {"app": 1, "wild": 2})
     objs[1]["spec"]["listeners"].append(listener("http", 8080))
-    dp = build_dataplane(analyse(objs), DataPlaneConfig(addresses={GW_REF: ADDR}, stream_module=None))
+    dp = build_dataplane(analyse(objs), DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR}, stream_module=None))
     fact = dp.listeners[GW_REF.with_section("pass")]
     assert (fact.programmed, fact.reason) == (False, "UnsupportedProtocol") and "libnginx-mod-stream" in fact.message
     assert dp.listeners[GW_REF.with_section("http")].programmed and not dp.passthrough

@@ -447,7 +447,8 @@ def test_docs_policies_section_lists_every_field_as_the_code_treats_it() -> None
         assert f"#### {kind}" in section
         for fname, info in fields.items():
             directive = f"`{info.directive}`" if info.directive else "none"
-            assert f"| `{fname}` | {directive} | {info.context or '-'} | {info.support} | {info.note} |" in section, fname
+            assert (f"| `{fname}` | {directive} | {info.context or '-'} | {info.support} | {info.limit} | {info.note} |"
+                    in section), fname
 
 
 @needs_shared

@@ -18,6 +18,7 @@ from gwpolicy.refs import Ref
 from test_gateway_policies import policy_manifests
 
 import pytest
+from gateway_kit import TEST_ENDPOINTS
 
 dataplane = pytest.importorskip("gwpolicy.gateway.dataplane")
 render_mod = pytest.importorskip("gwpolicy.gateway.render")
@@ -154,7 +155,7 @@ def _expected(a: Any) -> dict[tuple[str, str, int], set[str]]:
 @given(placements())
 def test_each_paths_nginx_settings_equal_the_engines_effective_policy(objs: list[dict[str, Any]]) -> None:
     a = analyse(policy_manifests() + objs, now="2026-01-01T00:00:00Z", kind_checks=pc.kind_checks())
-    dp = dataplane.build_dataplane(a, dataplane.DataPlaneConfig(addresses={Ref(GW, "Gateway", NS, "gw"): "127.0.39.100"}))
+    dp = dataplane.build_dataplane(a, dataplane.DataPlaneConfig(**TEST_ENDPOINTS, addresses={Ref(GW, "Gateway", NS, "gw"): "127.0.39.100"}))
     files = render_mod.render(dp)
     rendered = _rendered(files["servers.conf"].decode())
     expected = _expected(a)

@@ -32,6 +32,7 @@ echo_mod = pytest.importorskip("gwpolicy.gateway.echo")
 
 from test_gateway_policies import policy_manifests  # noqa: E402
 from test_gateway_policies_tls import configmap, make_ca, make_leaf, pem  # noqa: E402
+from gateway_kit import TEST_ENDPOINTS
 
 GW = "gateway.networking.k8s.io"
 NS = "pol"
@@ -94,7 +95,7 @@ class Gateway:
 
     def program(self, objs: list[dict[str, Any]]) -> Analysis:
         a = analyse(policy_manifests() + copy.deepcopy(objs), kind_checks=pc.kind_checks())
-        cfg = dataplane.DataPlaneConfig(addresses={Ref(GW, "Gateway", NS, "gw"): GATEWAY_ADDR},
+        cfg = dataplane.DataPlaneConfig(**TEST_ENDPOINTS, addresses={Ref(GW, "Gateway", NS, "gw"): GATEWAY_ADDR},
                                         port_offset=PORT_OFFSET)
         dp = dataplane.build_dataplane(a, cfg)
         self.files = render_mod.render(dp)

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import gwconformance as gc
-from gateway_kit import free_port_offset, have_nginx
+from gateway_kit import TEST_ENDPOINTS, free_port_offset, have_nginx
 from gwpolicy.gateway.controller import Renderer
 from gwpolicy.gateway.state import key_ref, object_key
 from test_gateway_inplace import CHANGES, base_cluster, certificate, change, check, kind_of, run, started, write_queued
@@ -387,7 +387,7 @@ def test_a_replaced_certificate_is_shown_to_new_connections(tmp_path) -> None:
         if o["kind"] == "Secret":
             objs[i] = tls_secret("wildcard-example-com", "infra", first)
     opts = GatewayOptions(controller_name=OURS, address_pool=ADDRESS_POOL, port_offset=free_offset(),
-                          state_dir=str(tmp_path / "state"), leader_election=False)
+                          state_dir=str(tmp_path / "state"), leader_election=False, **TEST_ENDPOINTS)
     driver = DataPlaneDriver(opts)
     c = GatewayController(opts, driver)
 

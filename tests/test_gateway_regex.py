@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway_kit import (Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener, nginx_choice,
+from gateway_kit import (TEST_ENDPOINT_FLAGS, TEST_ENDPOINTS, Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener, nginx_choice,
                          request, route)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import pathregex, policyconf
@@ -102,7 +102,7 @@ def test_every_expression_the_dialect_accepts_loads_in_nginx_and_no_refused_one_
     assert len(accepted) > 40 and len(refused) > 40  # the sample exercises both sides
     objs = [gatewayclass(), gateway("gw", "infra", listener("http", 8080)), *_services(["v1"]),
             route("r", "infra", [rule(rx(v)) for v in values])]
-    dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(addresses={GW_REF: ADDR}))
+    dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR}))
     files = render(dp)
     maps = files["maps.conf"].decode()
     for v in accepted:
@@ -490,7 +490,8 @@ def test_gwpolicy_render_prints_the_golden_regex_configuration() -> None:
     from helpers import run_cli
 
     golden = Path(__file__).parent / "golden" / "gateway-regex"
-    run = run_cli("render", "-f", str(golden / "input.yaml"), "--file", "servers.conf", "--file", "maps.conf")
+    run = run_cli("render", "-f", str(golden / "input.yaml"), "--file", "servers.conf", "--file", "maps.conf",
+                  *TEST_ENDPOINT_FLAGS)
     assert run.code == 0, run.err
     want = "".join(f"# ==== {name} ====\n{(golden / 'out' / name).read_text()}\n" for name in ("maps.conf", "servers.conf"))
     assert run.out.strip() == want.strip()
@@ -529,7 +530,7 @@ def test_replace_prefix_match_on_a_regex_rule_is_refused_in_the_route_fact() -> 
     objs = [gatewayclass(), gateway("gw", "infra", listener("http", 8080)), *_services(["v1"]),
             route("r", "infra", [rule(rx("/a/.*"), filters=[{"type": "URLRewrite", "urlRewrite": {
                 "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/b"}}}])])]
-    dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(addresses={GW_REF: ADDR}))
+    dp = build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(**TEST_ENDPOINTS, addresses={GW_REF: ADDR}))
     fact = dp.routes[Ref(GATEWAY_GROUP, "HTTPRoute", "infra", "r")]
     assert fact.unsupported == [(0, "ReplacePrefixMatch needs a PathPrefix match")]
     assert "return 500;" in render(dp)["servers.conf"].decode()

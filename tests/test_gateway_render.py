@@ -19,7 +19,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_kit import nginx_choice
+from gateway_kit import TEST_ENDPOINTS, nginx_choice
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import (DataPlaneConfig, MatchRule, VirtualHost, build_dataplane,
@@ -37,7 +37,7 @@ def load(path: Path) -> list[dict[str, Any]]:
 
 def rendered(objects: list[dict[str, Any]], **config: Any) -> dict[str, bytes]:
     a = analyse(objects, kind_checks=policyconf.kind_checks())
-    return render(build_dataplane(a, DataPlaneConfig(**config)))
+    return render(build_dataplane(a, DataPlaneConfig(**{**TEST_ENDPOINTS, **config})))
 
 
 def nginx_t(tmp: Path, files: dict[str, bytes]) -> subprocess.CompletedProcess[str]:
@@ -127,7 +127,7 @@ def test_facts_name_what_was_not_programmed_and_why() -> None:
     objects[1]["spec"]["listeners"].append({"name": "tls", "port": 18443, "protocol": "HTTPS",
                                             "tls": {"certificateRefs": [{"name": "absent"}]}})
     objects[1]["spec"]["listeners"].append({"name": "udp", "port": 18444, "protocol": "UDP"})
-    dp = build_dataplane(analyse(objects), DataPlaneConfig())
+    dp = build_dataplane(analyse(objects), DataPlaneConfig(**TEST_ENDPOINTS))
     gw = Ref(GATEWAY_GROUP, "Gateway", "infra", "gw")
     facts = {l.section: (f.programmed, f.reason) for l, f in dp.listeners.items()}
     assert facts == {"http": (True, ""), "wild": (True, ""), "tls": (False, "InvalidCertificateRef"),
@@ -141,7 +141,7 @@ def test_facts_name_what_was_not_programmed_and_why() -> None:
 def test_gateways_of_other_controllers_are_not_rendered() -> None:
     objects = load(GOLDEN / "gateway-basic" / "input.yaml")
     objects[0]["spec"]["controllerName"] = "example.io/other"
-    dp = build_dataplane(analyse(objects), DataPlaneConfig())
+    dp = build_dataplane(analyse(objects), DataPlaneConfig(**TEST_ENDPOINTS))
     assert dp.servers == [] and dp.addresses == {}
 
 
@@ -151,10 +151,10 @@ def test_addresses_come_from_the_pool_and_stay_with_the_status() -> None:
     second = yaml.safe_load(yaml.safe_dump(objects[1]))
     second["metadata"]["name"] = "gw2"
     objects.append(second)
-    dp = build_dataplane(analyse(objects), DataPlaneConfig(address_pool="127.0.11.0/24"))
+    dp = build_dataplane(analyse(objects), DataPlaneConfig(**TEST_ENDPOINTS, address_pool="127.0.11.0/24"))
     assert sorted(dp.addresses.values()) == ["127.0.11.1", "127.0.11.2"]
     objects[1]["status"] = {"addresses": [{"type": "IPAddress", "value": "127.0.11.7"}]}
-    dp = build_dataplane(analyse(objects), DataPlaneConfig(address_pool="127.0.11.0/24"))
+    dp = build_dataplane(analyse(objects), DataPlaneConfig(**TEST_ENDPOINTS, address_pool="127.0.11.0/24"))
     assert dp.addresses[Ref(GATEWAY_GROUP, "Gateway", "infra", "gw")] == "127.0.11.7"
 
 
@@ -327,7 +327,7 @@ def test_two_gateways_on_one_address_and_port_do_not_break_the_configuration(tmp
     second["metadata"].update(name="gw2", creationTimestamp="2025-01-01T00:00:00Z")
     objects[1]["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
     objects.append(second)  # same spec.addresses and ports
-    dp = build_dataplane(analyse(objects), DataPlaneConfig())
+    dp = build_dataplane(analyse(objects), DataPlaneConfig(**TEST_ENDPOINTS))
     facts = {(l.name, l.section): (f.programmed, f.reason) for l, f in dp.listeners.items()}
     assert facts[("gw", "http")] == (True, "") and facts[("gw2", "http")] == (False, "PortUnavailable")
     out = nginx_t(tmp_path, render(dp))

@@ -17,6 +17,7 @@ from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.status import GATEWAY_CONTROLLER, dataplane_objects, gateway_facts
 from helpers import run_cli, write_manifests
+from gateway_kit import TEST_ENDPOINTS
 
 GW = "gateway.networking.k8s.io/v1"
 CLASSES = {
@@ -48,7 +49,7 @@ def _objects(gateways: list[tuple[str, str]], classes: list[str]) -> list[dict[s
 
 
 def _rendered(objs: list[dict[str, Any]]) -> dict[str, bytes]:
-    return render(build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig()))
+    return render(build_dataplane(analyse(objs, kind_checks=policyconf.kind_checks()), DataPlaneConfig(**TEST_ENDPOINTS)))
 
 
 def _live(objs: list[dict[str, Any]]) -> dict[str, bytes]:

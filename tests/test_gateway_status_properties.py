@@ -4,12 +4,15 @@ place, says nothing about Gateways that are not ours, and is current (observedGe
 
 from __future__ import annotations
 
+import base64
+
 import copy
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway_kit import key_pair
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway.status import GATEWAY_CONTROLLER, Programming, all_desired, gateway_facts
 from gwpolicy.model import build_index
@@ -17,8 +20,7 @@ from gwpolicy.refs import GATEWAY_GROUP, Ref
 
 GW = "gateway.networking.k8s.io/v1"
 NOW = "2026-12-01T00:00:00Z"
-PEM = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCkFBQQotLS0tLUVORCBDRVJUSUZJQ0FURS0tLS0tCg=="  # a PEM shape
-KEY = "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCkFBQQotLS0tLUVORCBQUklWQVRFIEtFWS0tLS0tCg=="
+PEM, KEY = (base64.b64encode(x).decode() for x in key_pair())  # a certificate and its key, as `data` holds them
 
 listener = st.fixed_dictionaries({
     "port": st.sampled_from([80, 443, 8080]),

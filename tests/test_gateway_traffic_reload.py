@@ -201,3 +201,51 @@ def test_once_apply_returns_every_new_connection_gets_the_new_configuration(setu
             if got != str(version):
                 stale.append((version, got))
     assert stale == []
+
+
+def _tls_manifests(echoes: Echoes, port: int, tls_port: int, cert: tuple[bytes, bytes] | None, version: int) -> list[dict]:
+    from gateway_kit import tls_secret
+
+    objs = manifests(echoes, port, version)
+    if cert is None:
+        return objs
+    gw = next(o for o in objs if o["kind"] == "Gateway")
+    gw["spec"]["listeners"].append(listener("https", tls_port, "HTTPS", "reload.test",
+                                            tls={"certificateRefs": [{"name": "cert"}]}))
+    return objs + [tls_secret("cert", "infra", *cert)]
+
+
+def test_a_restart_on_the_same_state_dir_serves_its_own_generation_and_keeps_no_old_private_key(tmp_path):
+    """A restarted gateway (same --state-dir) numbers its generations after the previous run's:
+    what it loads stays on disk (`current` never dangles), the previous run's trees are gone, and
+    only the serving generation holds private keys."""
+    from gateway_kit import self_signed
+
+    crt, key = self_signed(tmp_path, "reload", ["reload.test"])
+    cert = (crt.read_bytes(), key.read_bytes())
+    echoes = Echoes(BACKENDS).start("v1", "v2")
+    port, tls_port = free_port(ADDR), free_port(ADDR)
+    root = tmp_path / "state"
+    try:
+        first = Served(root, ADDR)
+        try:
+            for version in range(3):
+                first.apply(_tls_manifests(echoes, port, tls_port, cert, version))
+            # an older generation keeps its configuration to look at, never its keys
+            assert sorted(p.name for p in root.glob("gen-*")) == ["gen-2", "gen-3"]
+            assert not (root / "gen-2" / "secrets").exists() and (root / "gen-3" / "secrets").is_dir()
+        finally:
+            first.stop()
+        again = Served(root, ADDR)  # the restart; the Secret was deleted meanwhile
+        try:
+            result = again.apply(_tls_manifests(echoes, port, tls_port, None, 0))
+            assert result.generation == 4
+            again.apply(_tls_manifests(echoes, port, tls_port, None, 1))
+            assert (root / "current").resolve() == (root / "gen-5").resolve() and (root / "gen-5").is_dir()
+            assert sorted(p.name for p in root.glob("gen-*")) == ["gen-4", "gen-5"]
+            assert list(root.glob("gen-*/secrets/*")) == []
+            assert request(ADDR, port, "/", "reload.test").headers["x-change"] == "1"
+        finally:
+            again.stop()
+    finally:
+        echoes.stop()

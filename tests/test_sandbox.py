@@ -292,3 +292,34 @@ def test_malformed_objects_are_refused_with_the_field_named(sb, body, code, word
                       headers={"Content-Type": "application/merge-patch+json"})
     assert r.status_code == 400 and "metadata.labels of type map[string]string" in r.json()["message"]
     assert sb.http.get("/api/v1/namespaces/t").json()["metadata"]["labels"] == {"kubernetes.io/metadata.name": "t"}
+
+
+def test_only_the_token_written_in_its_kubeconfig_gets_in_over_tls(sb, tmp_path):
+    """Every local user can reach 127.0.0.1: the sandbox answers only the bearer token it wrote into
+    its kubeconfig (readable by its owner only), over TLS with its own CA (kubectl sends a token to
+    no plain-HTTP server); the probes and /version answer anyone, as kube-apiserver's do."""
+    import os
+    import ssl
+    import stat
+
+    import httpx2 as httpx
+
+    secrets_path = "/api/v1/namespaces/default/secrets"
+    assert sb.http.post(secrets_path, json={"metadata": {"name": "s"}, "stringData": {"k": "v"}}).status_code == 201
+    assert stat.S_IMODE(os.stat(sb.kubeconfig).st_mode) == 0o600
+    verify = sb.client["verify"]
+    for headers in ({}, {"Authorization": "Bearer sandbox"}, {"Authorization": "Bearer " + sb.client["headers"]["Authorization"][7:-1]}):
+        r = httpx.get(sb.url + secrets_path, headers=headers, verify=verify, timeout=5)
+        assert r.status_code == 401 and r.json()["reason"] == "Unauthorized", headers
+    assert httpx.get(sb.url + "/healthz", verify=verify, timeout=5).text == "ok"
+    assert httpx.get(sb.url + "/version", verify=verify, timeout=5).status_code == 200
+    assert sb.http.get(secrets_path).json()["items"][0]["metadata"]["name"] == "s"
+    with pytest.raises(httpx.HTTPError):  # no plain HTTP at all
+        httpx.get(sb.url.replace("https://", "http://") + secrets_path, timeout=5)
+    with pytest.raises((httpx.HTTPError, ssl.SSLError)):  # and not a server any certificate would do for
+        httpx.get(sb.url + "/healthz", verify=ssl.create_default_context(), timeout=5)
+    other = tmp_path / "other-kubeconfig"  # another user's kubeconfig without the token: kubectl is refused
+    other.write_text(sb.kubeconfig.read_text().replace(sb.client["headers"]["Authorization"][7:], "guessed"))
+    out = subprocess.run(["kubectl", "--kubeconfig", str(other), "get", "secrets"], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and ("Unauthorized" in out.stderr + out.stdout or "credentials" in out.stderr)
+    assert "s " in sb.kubectl("get", "secrets").stdout

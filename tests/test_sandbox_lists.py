@@ -80,7 +80,7 @@ def test_an_informers_list_at_0_then_watch_from_its_version_sees_every_later_wri
     sb.http.post(cm_path("ab"), json={"metadata": {"name": "later"}}).raise_for_status()
     events = []
     with httpx.stream("GET", sb.url + cm_path("ab"), params={"watch": "true", "resourceVersion": rv,
-                                                           "timeoutSeconds": "1"}, timeout=10) as resp:
+                                                           "timeoutSeconds": "1"}, timeout=10, **sb.client) as resp:
         for line in resp.iter_lines():
             if line.strip():
                 events.append(json.loads(line))

@@ -24,11 +24,11 @@ def gateway(name: str, ns: str = "default") -> dict:
             "spec": {"gatewayClassName": "c", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}
 
 
-def watch_events(url: str, path: str, timeout: float = 6.0, until=None, **params) -> list[dict]:
+def watch_events(sb: SandboxProcess, path: str, timeout: float = 6.0, until=None, **params) -> list[dict]:
     """The events of one watch, read until `until(events)` says enough, the stream ends, or `timeout`."""
     out: list[dict] = []
     try:
-        with httpx.stream("GET", url + path, params={"watch": "true", **params}, timeout=timeout) as r:
+        with httpx.stream("GET", sb.url + path, params={"watch": "true", **params}, timeout=timeout, **sb.client) as r:
             for line in r.iter_lines():
                 if line.strip():
                     out.append(json.loads(line))
@@ -84,7 +84,7 @@ def test_data_dir_survives_kill_9_with_objects_and_versions(tmp_path):
         assert int(second.http.get(f"{GW}/gateways").json()["metadata"]["resourceVersion"]) == at_kill
         # a watch from the version at the kill resumes; one from before it gets 410, as a restarted server's
         resumed: list[dict] = []
-        t = threading.Thread(target=lambda: resumed.extend(watch_events(second.url, f"{GW}/gateways", timeout=5,
+        t = threading.Thread(target=lambda: resumed.extend(watch_events(second, f"{GW}/gateways", timeout=5,
                                                                           until=lambda e: any(x["type"] == "ADDED" for x in e),
                                                                           resourceVersion=str(at_kill))))
         t.start()
@@ -93,7 +93,7 @@ def test_data_dir_survives_kill_9_with_objects_and_versions(tmp_path):
         t.join(6)
         assert int(created["metadata"]["resourceVersion"]) > at_kill  # never handed out twice
         assert [e["object"]["metadata"]["name"] for e in resumed if e["type"] == "ADDED"] == ["new"]
-        gone = watch_events(second.url, f"{GW}/gateways", timeout=3, resourceVersion=str(older))
+        gone = watch_events(second, f"{GW}/gateways", timeout=3, resourceVersion=str(older))
         assert gone[0]["type"] == "ERROR" and gone[0]["object"]["code"] == 410
     finally:
         second.close()
@@ -102,7 +102,7 @@ def test_data_dir_survives_kill_9_with_objects_and_versions(tmp_path):
 def test_a_watch_or_list_from_a_version_not_reached_is_refused_as_kube_apiserver_does(sb):
     current = int(sb.http.get(f"{GW}/gateways").json()["metadata"]["resourceVersion"])
     future = str(current + 1000)
-    events = watch_events(sb.url, f"{GW}/gateways", timeout=8, resourceVersion=future)
+    events = watch_events(sb, f"{GW}/gateways", timeout=8, resourceVersion=future)
     assert len(events) == 1 and events[0]["type"] == "ERROR"
     status = events[0]["object"]
     assert status["code"] == 504 and status["reason"] == "Timeout"
@@ -114,7 +114,7 @@ def test_a_watch_or_list_from_a_version_not_reached_is_refused_as_kube_apiserver
 
 def test_no_bookmark_below_the_watch_start(sb):
     start = int(sb.http.get(f"{GW}/gateways").json()["metadata"]["resourceVersion"])
-    events = watch_events(sb.url, f"{GW}/gateways", timeout=3, until=lambda e: len(e) >= 2,
+    events = watch_events(sb, f"{GW}/gateways", timeout=3, until=lambda e: len(e) >= 2,
                           resourceVersion=str(start), allowWatchBookmarks="true")
     marks = [int(e["object"]["metadata"]["resourceVersion"]) for e in events if e["type"] == "BOOKMARK"]
     assert marks and min(marks) >= start
@@ -126,7 +126,7 @@ def test_deleting_a_crd_deletes_its_resources_with_deleted_events(sb):
     rv = sb.http.get(f"{GW}/gateways").json()["metadata"]["resourceVersion"]
     events: list[dict] = []
     t = threading.Thread(target=lambda: events.extend(watch_events(
-        sb.url, f"{GW}/gateways", timeout=5, until=lambda e: sum(x["type"] == "DELETED" for x in e) >= 2, resourceVersion=rv)))
+        sb, f"{GW}/gateways", timeout=5, until=lambda e: sum(x["type"] == "DELETED" for x in e) >= 2, resourceVersion=rv)))
     t.start()
     wait_for(lambda: sb.http.get("/sandbox/stats").json()["watches"] >= 1)
     sb.kubectl("delete", "crd", "gateways.gateway.networking.k8s.io")
@@ -145,7 +145,7 @@ def test_a_no_op_apply_writes_nothing_and_kubectl_diff_exits_0(sb, tmp_path):
     sb.kubectl("apply", "--server-side", "-f", str(f))
     after = sb.http.get(f"{GW}/namespaces/default/gateways/same").json()
     assert after["metadata"]["resourceVersion"] == rv
-    assert watch_events(sb.url, f"{GW}/gateways", timeout=1, resourceVersion=rv) == []
+    assert watch_events(sb, f"{GW}/gateways", timeout=1, resourceVersion=rv) == []
     assert sb.kubectl("diff", "--server-side", "-f", str(f), check=False).returncode == 0
     changed = gateway("same")
     changed["spec"]["gatewayClassName"] = "other"
@@ -306,7 +306,7 @@ def test_a_requests_field_validation_is_its_own_while_others_interleave(sb):
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(r=httpx.post(
         sb.url + f"{GW}/namespaces/default/gateways", params={"fieldValidation": "Strict"}, content=slowly(),
-        headers={"Content-Type": "application/json"}, timeout=10)))
+        headers={"Content-Type": "application/json", **sb.client["headers"]}, verify=sb.client["verify"], timeout=10)))
     before = sb.http.get("/sandbox/stats").json()["requests"]
     polls = [0]
 

@@ -100,8 +100,10 @@ reports_port=$(started_line "$work/reports.log" 'on http://127\.0\.0\.1:([0-9]+)
 echo "  shop on 127.0.0.1:$shop_port, reports on 127.0.0.1:$reports_port"
 
 step "Starting the gateway: gwpolicy gateway, with NGINX as its data plane"
+# the backends run on this machine and their EndpointSlices are the demo's own: the gateway's two
+# opt-ins for that (in a cluster it uses only the EndpointSlice controller's, never loopback)
 gwpolicy gateway --kubeconfig "$KUBECONFIG" --listen 127.0.0.1:0 --state-dir "$work/nginx" --address-pool "$pool" \
-  >"$work/gateway.log" 2>&1 & pids+=($!)
+  --allow-unmanaged-endpointslices --allow-loopback-endpoints >"$work/gateway.log" 2>&1 & pids+=($!)
 health=$(started_line "$work/gateway.log" 'serving health and metrics on port ([0-9]+)')
 echo "  its health and metrics on 127.0.0.1:$health"
 

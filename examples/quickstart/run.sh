@@ -26,7 +26,11 @@ v1=$(free_port); v2=$(free_port)
 gwpolicy echo --port "$v1" --pod shop-v1-7d4b9c-x1 --namespace quickstart >"$work/v1.log" 2>&1 & pids+=($!)
 gwpolicy echo --port "$v2" --pod shop-v2-5f6a8e-y2 --namespace quickstart >"$work/v2.log" 2>&1 & pids+=($!)
 
+# the echo backends run on this machine and backends.yaml.in publishes them with EndpointSlices of
+# its own (no EndpointSlice controller here): both need the gateway's opt-ins, which a gateway in a
+# cluster leaves off (docs/security.md, "Endpoints")
 gwpolicy gateway --kubeconfig "$KUBECONFIG" --no-leader-election --listen 127.0.0.1:0 \
+  --allow-unmanaged-endpointslices --allow-loopback-endpoints \
   --state-dir "$work/nginx" --port-offset "$offset" ${ADDRESS_POOL:+--address-pool "$ADDRESS_POOL"} >"$work/gateway.log" 2>&1 & pids+=($!)
 
 kubectl apply --server-side -f "$here/gateway.yaml"

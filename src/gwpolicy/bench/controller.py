@@ -151,10 +151,10 @@ def _edit(ctl: ControllerProcess, http: httpx.Client, path: str, patch: dict[str
             "controller_writes": after["writes"] - st["writes"]}
 
 
-def _route_edit_during_backlog(base_url: str, url: str, after: float) -> float:
+def _route_edit_during_backlog(base_url: str, client: dict[str, Any], url: str, after: float) -> float:
     """Edit a route `after` seconds into the first status; seconds until its new generation is in its status."""
     time.sleep(after)
-    with httpx.Client(base_url=base_url, timeout=300) as http:  # a client of its own: this runs in a thread
+    with httpx.Client(base_url=base_url, timeout=300, **client) as http:  # a client of its own: this runs in a thread
         t = time.monotonic()
         generation = _patch(http, url, {"spec": {"hostnames": ["during-backlog.example.com"]}})["metadata"]["generation"]
         while True:
@@ -196,10 +196,13 @@ def _measure(routes: int, path: str, timeout: float, breadcrumb_qps: float, rest
         ctl: ControllerProcess | None = None
         try:
             line = sandbox.stdout.readline()  # type: ignore[union-attr]
-            m = re.search(r"http://127\.0\.0\.1:\d+", line)
+            m = re.search(r"https?://127\.0\.0\.1:\d+", line)
             if m is None:
                 raise RuntimeError(f"gwpolicy sandbox did not start: {line!r}")
-            http = httpx.Client(base_url=m.group(0), timeout=300)
+            from gwpolicy.sandbox.server import client_options
+
+            client = client_options(kubeconfig)  # the sandbox answers its token only, over TLS
+            http = httpx.Client(base_url=m.group(0), timeout=300, **client)
             loaded = _proc_figures(sandbox.pid)
             http.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
                                                    "metadata": {"name": "gwpolicy-system"}})
@@ -209,7 +212,7 @@ def _measure(routes: int, path: str, timeout: float, breadcrumb_qps: float, rest
             out: dict[str, Any] = {"routes": routes, "load_average_start": [round(x, 2) for x in os.getloadavg()]}
             if breadcrumb_qps > 0:  # a route edit a few seconds into the first status, while breadcrumbs queue
                 pool = concurrent.futures.ThreadPoolExecutor(1)
-                backlog = pool.submit(_route_edit_during_backlog, m.group(0), route_url, 5.0)
+                backlog = pool.submit(_route_edit_during_backlog, m.group(0), client, route_url, 5.0)
             idle = ctl.wait_idle(timeout, 0.2)
             out["first_status_s"] = round(idle - ctl.started - QUIET, 2)
             out["initial_writes"] = _writes(http) - writes0

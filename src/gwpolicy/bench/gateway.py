@@ -177,7 +177,9 @@ def measure_size(routes: int, workdir: Path, port_offset: int, cert: tuple[bytes
     b_echo = EchoServer("bench-b-x-y", "bench", address=f"{BACKEND_NET}.1").start()
     objects = with_edit_backend(list(gateway_cluster(routes, cert, echo={"svc-000000": (a_echo.address, a_echo.port)})),
                                 b_echo.address, b_echo.port)
-    config = DataPlaneConfig(controller_name=None, address_pool=ADDRESS_POOL, port_offset=port_offset)
+    config = DataPlaneConfig(controller_name=None, address_pool=ADDRESS_POOL, port_offset=port_offset,
+                             # its backends: EndpointSlices it writes, on loopback
+                             allow_unmanaged_endpointslices=True, allow_loopback_endpoints=True)
     checks = policyconf.kind_checks()
     row: dict[str, Any] = {"routes": routes, "objects": len(objects)}
 

@@ -86,7 +86,9 @@ def measure(routes: int, workdir: Path, port_offset: int, traffic: bool) -> dict
     try:
         base = list(gateway_cluster(routes, _cert(workdir), echo={"svc-000000": (echo.address, echo.port)}))
         with_policies = base + policy_kinds() + gateway_policies(base)
-        config = DataPlaneConfig(controller_name=None, address_pool=ADDRESS_POOL, port_offset=port_offset)
+        config = DataPlaneConfig(controller_name=None, address_pool=ADDRESS_POOL, port_offset=port_offset,
+                                 # its backends: EndpointSlices it writes, on loopback
+                                 allow_unmanaged_endpointslices=True, allow_loopback_endpoints=True)
         checks = policyconf.kind_checks()
         row: dict[str, Any] = {"routes": routes, "policies": len(with_policies) - len(base) - len(policy_kinds())}
 

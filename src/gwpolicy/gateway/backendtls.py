@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gwpolicy.attach import ACCEPTED
+from gwpolicy.gateway.pem import certificates_problem
 from gwpolicy.model import ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 
@@ -142,6 +143,10 @@ def resolve(spec: Mapping[str, Any], policy: Ref, index: Lookup) -> TLSProfile |
         if not certs:
             return TLSFailure(policy, R_NO_CA, R_INVALID_CA_REF,
                               f"{where}: ConfigMap {policy.namespace}/{name} has no PEM certificate under data.{CA_KEY}")
+        problem = certificates_problem(b"\n".join(certs))  # what NGINX would refuse the whole configuration for
+        if problem is not None:
+            return TLSFailure(policy, R_NO_CA, R_INVALID_CA_REF,
+                              f"{where}: ConfigMap {policy.namespace}/{name} data.{CA_KEY}: {problem}")
         bundle.extend(certs)
     return TLSProfile(hostname, b"\n".join(bundle) + b"\n", policy)
 

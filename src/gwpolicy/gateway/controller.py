@@ -109,6 +109,9 @@ class GatewayOptions(ProcessOptions):
     debounce: float = 0.05
     write_workers: int = 4
     nginx: str = "/usr/sbin/nginx"
+    allow_unmanaged_endpointslices: bool = False  # see DataPlaneConfig
+    allow_loopback_endpoints: bool = False
+    namespace_budget: int | None = None  # DataPlaneConfig.namespace_budget
 
 
 # ---------------------------------------------------------------- defaults a server may not apply
@@ -246,29 +249,79 @@ class Renderer:
         self.render_cache = RenderCache()
         #: address:port the gateway holds itself -> what (its health endpoint): no listener is put there
         self.reserved: dict[tuple[str, int], str] = {}
+        #: this process' health and metrics endpoint (address, port): never an endpoint of a route
+        self.own_endpoints: frozenset[tuple[str, int]] = frozenset()
 
-    def config(self) -> Any:
+    def config(self, left_out: Any = None) -> Any:
         from gwpolicy.gateway.dataplane import DataPlaneConfig
 
         kw: dict[str, Any] = {"controller_name": self.opts.controller_name, "port_offset": self.opts.port_offset,
-                              "reserved": dict(self.reserved)}
+                              "reserved": dict(self.reserved),
+                              "allow_unmanaged_endpointslices": self.opts.allow_unmanaged_endpointslices,
+                              "allow_loopback_endpoints": self.opts.allow_loopback_endpoints,
+                              "own_addresses": pod_addresses(), "own_endpoints": self.own_endpoints,
+                              "left_out": dict(left_out or {}), "namespace_budget": self.opts.namespace_budget}
         if self.opts.address_pool:
             kw["address_pool"] = self.opts.address_pool
         return DataPlaneConfig(**kw)
 
-    def build(self, analysis: Any, epoch: Any = None) -> tuple[Any, dict[str, bytes]]:
+    def build(self, analysis: Any, epoch: Any = None, left_out: Any = None) -> tuple[Any, dict[str, bytes]]:
         """The data plane and its files; `epoch` (GatewayState.epoch) says whether what the last
-        build made of each route may be reused (None: build everything afresh)."""
+        build made of each route may be reused (None: build everything afresh); `left_out`: the
+        routes and listeners to leave out (DataPlaneConfig.left_out)."""
         from gwpolicy.gateway.dataplane import build_dataplane
         from gwpolicy.gateway.render import render
 
         if epoch is None:
-            dp = build_dataplane(analysis, self.config())
+            dp = build_dataplane(analysis, self.config(left_out))
             return dp, render(dp)
         if epoch != self.build_cache.epoch:
             self.render_cache.clear()
-        dp = build_dataplane(analysis, self.config(), self.build_cache.use(epoch))
+        dp = build_dataplane(analysis, self.config(left_out), self.build_cache.use(epoch))
         return dp, render(dp, self.render_cache)
+
+
+def pod_addresses() -> frozenset[str]:
+    """The addresses of the gateway's own pod (the downward API's status.podIPs in POD_IPS, or
+    POD_IP), which no route may send to."""
+    raw = os.environ.get("POD_IPS") or os.environ.get("POD_IP") or ""
+    return frozenset(a.strip() for a in raw.split(",") if a.strip())
+
+
+def _cannot_listen(address: str, port: int, why: str) -> str:
+    if why == "Address already in use":
+        why = "another process holds that address and port (Address already in use)"
+    elif why == "Permission denied":
+        why = "Permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE; see --port-offset)"
+    return f"NGINX could not listen on {address}:{port}: {why or 'bind() failed'}"
+
+
+def _port_free(address: str, port: int) -> bool:
+    """Could NGINX bind this address and port now (no other process holds it)? Unknown: yes."""
+    if not address or not port:
+        return True
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+def own_endpoints(listen: str, port: int) -> frozenset[tuple[str, int]]:
+    """The addresses and port the health and metrics server answers on (every loopback and pod
+    address when --listen names no host or an unspecified one)."""
+    import ipaddress
+
+    host = listen.rpartition(":")[0].strip("[]")
+    try:
+        specific = not ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        specific = False
+    hosts = {host} if specific else {"127.0.0.1", "::1", *pod_addresses()}
+    return frozenset((h, port) for h in hosts)
 
 
 class DataPlaneDriver(Renderer):
@@ -299,6 +352,20 @@ class DataPlaneDriver(Renderer):
                 self.applied = files
                 return None
             return result.error or "NGINX did not take the configuration"
+
+    def check(self, files: dict[str, bytes]) -> str | None:
+        """`nginx -t` of `files`, loading nothing: None when NGINX would take them, else its messages."""
+        with self.lock:
+            if self.nginx is None:
+                from gwpolicy.gateway.nginx import Nginx
+
+                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx)
+            return self.nginx.check(files) or None
+
+    @property
+    def serving(self) -> bool:
+        """Does NGINX run (and so serve the last configuration it took)?"""
+        return self.nginx is not None and self.nginx.pid is not None and self.nginx.generation > 0
 
     def stop(self) -> None:
         """Stop NGINX (it no longer holds the Gateways' addresses); `apply` starts a new one."""
@@ -345,6 +412,14 @@ class GatewayController:
         self.policy_wanted: dict[Ref, Any] = {}  # the policies' part of `wanted`
         self.recheck_all = True  # the next reconcile compares every object of ours, changed or not
         self.last_reconcile: dict[str, float] = {}  # seconds per step of the last reconcile (/statusz, the bench)
+        self.warned: set[str] = set()  # the data plane's warnings already logged
+        #: routes and listeners NGINX refused, left out of the configuration: ref -> (reason, message)
+        self.left_out: dict[Ref, tuple[str, str]] = {}
+        #: the units of the configuration NGINX last took (isolate.fingerprints): what changed since is suspect first
+        self.good_units: dict[Ref, tuple[Any, ...]] = {}
+        self.tried_again: list[Ref] = []  # units left out before, in the configuration again
+        self.routes_left_out: dict[Ref, tuple[str, str]] = {}  # what status was last told (Programming.left_out)
+        self.over_budget: dict[Ref, tuple[str, str]] = {}  # HTTPRoutes over their namespace's budget (the last build)
 
     # ---------- watching ----------
     def _watch(self, kind: Kind) -> None:
@@ -420,9 +495,16 @@ class GatewayController:
             touched = None  # new facts, or a new term as leader: every object of ours is looked at again
             self.recheck_all = False
         clock.lap("analysis" if touched is None else "analysis in place")
+        left_before = self.routes_left_out
         if self.driver is not None and self.leading:  # a standby serves nothing: the addresses are the leader's
             await self._program(analysis, facts, clock)
-        programming = Programming(dict(self.running), self.error, dict(self.addresses), dict(self.listener_facts))
+        self.routes_left_out = {r: why for r, why in self.left_out.items() if r.kind in ROUTE_KINDS}
+        self.routes_left_out.update(self.over_budget)
+        programming = Programming(dict(self.running), self.error, dict(self.addresses), dict(self.listener_facts),
+                                  dict(self.routes_left_out))
+        moved = [r for r in set(left_before) | set(self.routes_left_out) if left_before.get(r) != self.routes_left_out.get(r)]
+        if touched is not None and moved:  # their status changes without the routes being touched
+            touched = set(touched) | set(moved)
         # what each object should carry, as a function of its newest copy: other controllers write
         # between our analysis and our write, and their entries must survive it
         def ours(obj: Obj, _f: Any = facts, _p: Programming = programming) -> dict[str, Any] | None:
@@ -513,18 +595,25 @@ class GatewayController:
 
     async def _program(self, analysis: Any, facts: Any, clock: "_Steps | None" = None) -> None:
         version = self.state.dataplane_version
-        if version == self.programmed_version and self.error is None and getattr(self.driver, "applied", None) is not None:
+        if (version == self.programmed_version and self.error is None and not self.left_out
+                and getattr(self.driver, "applied", None) is not None):
             return  # nothing the data plane reads changed since NGINX took what it serves (a Secret no one names)
         self.programmed_version = None
+        left_out = self._still_left_out()
         try:
-            dp, files = self.driver.build(analysis, self.state.epoch)
+            dp, files = self.driver.build(analysis, self.state.epoch, left_out)
         except Exception as exc:  # noqa: BLE001 - DP's errors name the object and field
             log.error("cannot build the NGINX configuration: %s", exc)
             self.metrics.errors.labels("render").inc()
             self.error = f"cannot build the configuration: {exc}"
             return
+        for warning in dict.fromkeys(dp.warnings):
+            if warning not in self.warned:  # said once, while it holds (an endpoint left out, ...)
+                log.warning("%s", warning)
+        self.warned = self.warned | set(dp.warnings) if len(self.warned) < 10_000 else set(dp.warnings)
         self.addresses = {ref: [addr] for ref, addr in dp.addresses.items()}
         self.listener_facts = {ref: (lf.programmed, lf.reason, lf.message) for ref, lf in dp.listeners.items()}
+        self.over_budget = dict(dp.over_budget)
         generations = {o.ref: o.generation for kind in ("Gateway", *ROUTE_KINDS)
                        for o in analysis.index.of_kind(GATEWAY_GROUP, kind)}
         if clock is not None:
@@ -535,26 +624,113 @@ class GatewayController:
             return
         t = time.perf_counter()
         error = await self._nginx_call(self.driver.apply, files)
+        if error is not None and hasattr(self.driver, "check"):
+            self.metrics.reloads.labels("failed").inc()
+            log.error("NGINX refused the configuration: %s; finding the objects to leave out", error)
+            dp, files, error = await self._nginx_call(self._leave_out, analysis, dp, files, error, left_out)
+            self.listener_facts = {ref: (lf.programmed, lf.reason, lf.message) for ref, lf in dp.listeners.items()}
         if clock is not None:
             clock.lap("nginx")
         self.metrics.reload_seconds.observe(time.perf_counter() - t)
         if error is None:
+            from gwpolicy.gateway.isolate import fingerprints
+
             self.metrics.reloads.labels("ok").inc()
             self.running, self.error = generations, None
             self.nginx_running = True
             self.programmed_version = version
-            log.info("NGINX serves the new configuration (%d files) after %.0f ms", len(files), (time.perf_counter() - t) * 1000)
+            self.good_units = fingerprints(dp)
+            log.info("NGINX serves the new configuration (%d files) after %.0f ms%s", len(files),
+                     (time.perf_counter() - t) * 1000,
+                     f"; left out: {', '.join(sorted(str(r) for r in self.left_out))}" if self.left_out else "")
         else:
             self.metrics.reloads.labels("failed").inc()
             self.error = error
-            log.error("NGINX did not take the new configuration; the previous one keeps serving: %s (trying again in %.0f s)",
+            serving = getattr(self.driver, "serving", False)
+            log.error("NGINX did not take the new configuration; %s: %s (trying again in %.0f s)",
+                      "the previous one keeps serving" if serving else "NGINX is not running, nothing is served",
                       error, self.retry_in)
             # the cause may pass without any object changing (a port another process held, the
             # previous leader's NGINX still stopping): try again, less and less often
             asyncio.get_running_loop().call_later(self.retry_in, self.wake.set)
             self.retry_in = min(self.retry_in * 2, 30.0)
             return
-        self.retry_in = 1.0
+        if any(why[0] == "PortUnavailable" for why in self.left_out.values()):  # the port may be given up: look again
+            asyncio.get_running_loop().call_later(self.retry_in, self.wake.set)
+            self.retry_in = min(self.retry_in * 2, 30.0)
+        else:
+            self.retry_in = 1.0
+
+    def _still_left_out(self) -> dict[Ref, tuple[str, str]]:
+        """What stays out of the next configuration without being tried again: listeners whose
+        address and port another process still holds. Everything else NGINX refused is tried
+        again (the object, a policy on its path, a Service may have changed): when NGINX refuses
+        it again, _leave_out finds it among the suspects at once."""
+        from gwpolicy.gateway.isolate import PORT_UNAVAILABLE
+
+        kept = {ref: why for ref, why in self.left_out.items()
+                if why[0] == PORT_UNAVAILABLE and not _port_free(*self.port_of(ref))}
+        self.tried_again = [ref for ref in self.left_out if ref not in kept]
+        self.left_out = kept
+        return dict(kept)
+
+    def port_of(self, listener: Ref) -> tuple[str, int]:
+        """The address and port NGINX binds for a listener (as the last build placed it)."""
+        addr = (self.addresses.get(listener.object) or [""])[0]
+        gw = self.objects.get((listener.group, listener.kind, listener.namespace or "", listener.name)) or {}
+        port = next((l.get("port") for l in (gw.get("spec") or {}).get("listeners") or []
+                     if isinstance(l, dict) and l.get("name") == listener.section), None)
+        return addr, (port + self.opts.port_offset) if isinstance(port, int) else 0
+
+    def _leave_out(self, analysis: Any, dp: Any, files: dict[str, bytes], error: str,
+                   left_out: dict[Ref, tuple[str, str]]) -> tuple[Any, dict[str, bytes], str | None]:
+        """NGINX refused `files`: leave out the listeners whose port it could not bind, or the
+        routes and listeners `nginx -t` finds it refuses (gateway/isolate.py), and apply the rest.
+        Runs on the NGINX thread (it builds, renders and runs NGINX several times)."""
+        from gwpolicy.gateway import isolate
+
+        epoch = self.state.epoch
+        left = dict(left_out)
+        for _ in range(8):  # each round leaves out at least one more unit, or gives up
+            bind = isolate.unbindable(error)
+            units = isolate.fingerprints(dp)
+            if bind:
+                hit = [s.listener for s in dp.servers if (s.address, s.port) in bind]
+                hit += [l for p in dp.passthrough if (p.address, p.port) in bind for l in p.listeners]
+                for s in dp.servers:
+                    if s.listener in hit and (s.address, s.port) in bind:
+                        why = bind[(s.address, s.port)]
+                        left[s.listener] = (isolate.PORT_UNAVAILABLE, _cannot_listen(s.address, s.port - self.opts.port_offset, why))
+                for p in dp.passthrough:
+                    for ref in p.listeners:
+                        if ref in hit:
+                            why = bind[(p.address, p.port)]
+                            left[ref] = (isolate.PORT_UNAVAILABLE, _cannot_listen(p.address, p.port - self.opts.port_offset, why))
+                if not hit:
+                    break
+            else:
+                def fails(out: frozenset[Ref]) -> str | None:
+                    _, trial = self.driver.build(analysis, epoch, {**left, **{r: ("", "") for r in out}})
+                    return self.driver.check(trial)
+
+                suspects = isolate.changed(units, self.good_units) + [r for r in self.tried_again if r in units]
+                found = isolate.isolate(isolate.grouped(units), suspects, fails)
+                if not found:
+                    log.error("NGINX refuses the configuration whatever is left out of it: %s", error)
+                    break
+                for ref, why in found.items():
+                    what = "this listener" if ref.kind == "Gateway" else f"this {ref.kind}"
+                    left[ref] = (isolate.REFUSED, f"NGINX refused the configuration with {what} in it, which is left "
+                                                  f"out: {isolate.without_paths(why)[:400]}")
+            for ref, (reason, message) in left.items():
+                if ref not in left_out:
+                    log.error("leaving %s out of the configuration (%s): %s", ref, reason, message)
+            dp, files = self.driver.build(analysis, epoch, left)
+            error = self.driver.apply(files)
+            if error is None:
+                break
+        self.left_out = left
+        return dp, files, error
 
     async def _nginx_call(self, fn: Any, *args: Any) -> Any:
         """Every NGINX operation on one thread that lives as long as the gateway: NGINX is started
@@ -650,17 +826,23 @@ class GatewayController:
             return web.Response(text="ok")
 
         async def statusz(_: web.Request) -> web.Response:
+            # NGINX's own words (file paths, a piece of a tenant's value) stay in the log and in the
+            # status of the object concerned; whoever can reach this endpoint gets a summary
             return web.json_response({"leader": self.leading, "leaseNamespace": self.lease_namespace,
                                       "leaderElectionProblem": self.elector.problem if self.elector else None,
                                       "synced": self.synced, "reconciles": self.reconciles,
                                       "busy": self.busy or self.wake.is_set(), "queued": len(self.queue),
-                                      "nginxError": self.error, "lastReconcile": self.last_reconcile,
+                                      "nginxError": None if self.error is None else
+                                      "NGINX did not load the newest configuration; the gateway's log says why",
+                                      "leftOut": len(self.left_out), "lastReconcile": self.last_reconcile,
                                       "fullPasses": self.state.full_passes, "inPlace": self.state.in_place,
                                       "addresses": {str(k): v for k, v in self.addresses.items()}})
 
         listen = self.opts.listen or defaults.listen("gateway")
         self.runner, self.port = await serve_endpoints(
             listen, {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics(self.metrics.registry), "/statusz": statusz})
+        if self.driver is not None and self.port is not None:
+            self.driver.own_endpoints = own_endpoints(listen, self.port)
         if isinstance(self.driver, Renderer):  # a Gateway's listener can never take this port from us, nor fail on it
             host = listen.rpartition(":")[0].strip("[]") or "0.0.0.0"
             self.driver.reserved = {(host, self.port): f"the gateway's own health and metrics endpoint (gwpolicy "
@@ -732,6 +914,8 @@ them, and the Gateway's Programmed condition says so (see --port-offset)."""
 
 
 def parse(argv: list[str]) -> GatewayOptions:
+    from gwpolicy.gateway.render_cli import add_endpoint_arguments  # `render -f` takes the same flags
+
     p = Parser(prog=f"{program_name()} gateway", formatter_class=HelpFormatter, description=DESCRIPTION,
                epilog="""examples:
   # against the sandbox; Gateways of GatewayClasses whose controllerName is ours, leader election
@@ -752,11 +936,14 @@ def parse(argv: list[str]) -> GatewayOptions:
     p.add_argument("--debounce", type=float, default=0.05, help="seconds to gather a burst of changes into one reload")
     p.add_argument("--write-workers", type=int, default=4, help="status writes in flight at most")
     p.add_argument("--nginx", default="/usr/sbin/nginx", help="the NGINX binary (1.22 or newer, with njs)")
+    add_endpoint_arguments(p)
     a = p.parse_args(argv)
     serve.setup_logging(a.verbose)
     return GatewayOptions(**defaults.options(a), controller_name=a.controller_name, state_dir=a.state_dir,
                           address_pool=a.address_pool, port_offset=a.port_offset, debounce=a.debounce,
-                          write_workers=a.write_workers, nginx=a.nginx)
+                          write_workers=a.write_workers, nginx=a.nginx,
+                          allow_unmanaged_endpointslices=a.allow_unmanaged_endpointslices,
+                          allow_loopback_endpoints=a.allow_loopback_endpoints, namespace_budget=a.namespace_match_budget)
 
 
 def main(argv: list[str]) -> int:

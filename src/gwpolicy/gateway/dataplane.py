@@ -39,6 +39,10 @@ if TYPE_CHECKING:  # status imports this module
 DEFAULT_CONTROLLER_NAME = "gwpolicy.io/gateway-controller"
 DEFAULT_ADDRESS_POOL = "127.0.1.0/24"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+#: who made an EndpointSlice: the gateway trusts only the EndpointSlice controller's (from the
+#: Service's selector and the Pods), unless DataPlaneConfig.allow_unmanaged_endpointslices
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+ENDPOINTSLICE_CONTROLLER = "endpointslice-controller.k8s.io"
 POLICY_GROUP = "gwpolicy.io"  # the kinds this data plane enforces (policyconf.GROUP)
 
 # reasons recorded for the status layer (GEP-1364 words where one exists)
@@ -50,6 +54,8 @@ BACKEND_TLS_INVALID = "BackendTLSPolicyInvalid"  # the BackendTLSPolicy cannot b
 UNSUPPORTED_VALUE = "UnsupportedValue"
 UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
 PORT_UNAVAILABLE = "PortUnavailable"
+
+BUDGET_EXCEEDED = "NamespaceBudgetExceeded"  # a route of a namespace over its budget (DataPlaneConfig.namespace_budget)
 
 SUPPORTED_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite", "CORS",
                      "RequestMirror")
@@ -63,6 +69,34 @@ STREAM_MODULE = "/usr/lib/nginx/modules/ngx_stream_module.so"  # Debian's libngi
 #: where the unix sockets of HTTPS servers behind a passthrough port live; the process layer
 #: (nginx.py) replaces it with its own short directory when it writes the files
 SOCKET_DIR = "@gwpolicy-sockets@"
+
+
+def endpoint_problem(address: Any, address_type: str, config: DataPlaneConfig,
+                     gateways: frozenset[str] = frozenset()) -> tuple[str | None, str]:
+    """(None, the address as NGINX is given it) when the gateway may connect to this endpoint
+    address, else (why not, the address as written). Only an IP address of the slice's type is
+    one (parsed, so nothing else reaches nginx.conf); never link-local (cloud metadata at
+    169.254.169.254), multicast, unspecified, the gateway's own or a Gateway's address, nor
+    loopback unless the configuration allows it."""
+    if not isinstance(address, str):
+        return f"{address!r} is not an IP address", repr(address)
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return f"{address!r} is not an IP address", repr(address)
+    if f"IPv{ip.version}" != address_type:
+        return f"{address} is not an {address_type} address (the slice's addressType)", address
+    seen = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None else ip
+    text = str(ip)
+    if seen.is_unspecified or seen.is_multicast:
+        return f"{address} is {'unspecified' if seen.is_unspecified else 'a multicast address'}", address
+    if seen.is_link_local:
+        return f"{address} is link-local (169.254.0.0/16, fe80::/10: node-local and cloud metadata services)", address
+    if text in config.own_addresses or str(seen) in config.own_addresses or str(seen) in gateways:
+        return f"{address} is the gateway's own address", address
+    if seen.is_loopback and not config.allow_loopback_endpoints:
+        return f"{address} is a loopback address (gwpolicy gateway --allow-loopback-endpoints allows it)", address
+    return None, text
 
 
 def stream_module_path() -> str | None:
@@ -89,6 +123,23 @@ class DataPlaneConfig:
     #: listener NGINX would bind there (the same port on the same address, or either a wildcard)
     #: is not programmed (PortUnavailable) rather than failing every listener's reload
     reserved: Mapping[tuple[str, int], str] = field(default_factory=dict)
+    #: use EndpointSlices whoever made them (a tenant who may write EndpointSlices then chooses
+    #: where the gateway connects); by default only those the EndpointSlice controller manages
+    allow_unmanaged_endpointslices: bool = False
+    #: use loopback endpoint addresses (tests and demos whose backends run on this machine); never
+    #: by default: the gateway's own endpoints, the API server of a sandbox, node-local services
+    allow_loopback_endpoints: bool = False
+    #: the gateway process' own addresses (its pod's) and endpoints (address, port of its health
+    #: and metrics server): never endpoints, whatever is allowed (the Gateways' addresses neither)
+    own_addresses: frozenset[str] = frozenset()
+    own_endpoints: frozenset[tuple[str, int]] = frozenset()
+    #: routes (HTTPRoute, TLSRoute) and listeners (a Gateway Ref with its section) the data plane
+    #: leaves out, with (reason, message): those NGINX refused (gateway/isolate.py) and routes over
+    #: their namespace's budget; a route left out is built as if it did not exist
+    left_out: Mapping[Ref, tuple[str, str]] = field(default_factory=dict)
+    #: per namespace, how many route matches (times hostnames) its HTTPRoutes may ask for; over it
+    #: the newest routes are left out (`route_cost`); None: no budget
+    namespace_budget: int | None = None
 
 
 @dataclass(frozen=True)
@@ -302,6 +353,8 @@ class DataPlane:
     #: Gateway -> why nothing of it is served: not ours (no such GatewayClass, another controller's)
     #: or not accepted (its class or itself, as status says)
     unserved: dict[Ref, str] = field(default_factory=dict)
+    #: HTTPRoutes left out because their namespace's budget is spent -> (reason, message)
+    over_budget: dict[Ref, tuple[str, str]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,6 +514,7 @@ class BuildCache:
 
     def __init__(self) -> None:
         self.epoch: Any = None
+        self.gateway_addresses: frozenset[str] = frozenset()  # what the entries' endpoints were checked against
         self.routes: dict[Ref, _RouteEntry] = {}
         self.hits = 0
         self.misses = 0
@@ -540,6 +594,10 @@ class _Builder:
         self._effective = analysis._effective_by_target()
         self._at: dict[int, dict[str, dict[str, Any]]] = {}  # path node -> effective_at (nodes live in the analysis)
         self._specs: dict[int, tuple[Any, Any]] = {}  # id(Result) -> (Result, Effective)
+        self._gateway_addresses: frozenset[str] = frozenset()  # never endpoints (see endpoint_problem)
+        #: Service (namespace, name) -> why endpoint addresses of its slices were not used
+        self._refused: dict[tuple[str, str], list[str]] = {}
+        self.over_budget: dict[Ref, tuple[str, str]] = {}
 
     # -- gateways and listeners ---------------------------------------------------------------
 
@@ -568,6 +626,10 @@ class _Builder:
         ours = self._our_gateways()
         gateways = [gw for gw, _ in ours]
         addresses = gateway_addresses(gateways, self.config)
+        self._gateway_addresses = frozenset(addresses.values())
+        if self.cache is not None and self.cache.gateway_addresses != self._gateway_addresses:
+            self.cache.routes.clear()  # the endpoints routes were built with may be a Gateway's address now
+            self.cache.gateway_addresses = self._gateway_addresses
         servers: list[Server] = []
         owner: dict[tuple[str, int], Ref] = {}  # address:port -> the Gateway serving it
         for gw, class_ok in sorted(ours, key=lambda g: g[0].age_key):  # the older Gateway keeps a shared address:port
@@ -602,7 +664,7 @@ class _Builder:
                     shared.https_names.append(s.hostname)
         return DataPlane(servers, dict(sorted(self.upstreams.items())), self.actions, dict(sorted(self.secrets.items())),
                          addresses, self.listener_facts, self.route_facts, self.config, self.warnings,
-                         streams, dict(sorted(self.stream_upstreams.items())), self.unserved)
+                         streams, dict(sorted(self.stream_upstreams.items())), self.unserved, self.over_budget)
 
     def _gateway_servers(self, gw: Any, class_ok: "Cond", address: str) -> list[Server]:
         # which listeners are served is status' verdict (status.listener_verdicts: the one rule,
@@ -640,6 +702,9 @@ class _Builder:
                     client_ca = f"tls/clientca_{_slug(gw.namespace)}_{_slug(gw.name)}_{port}.pem"
                     client_mode = lf.client_mode
                     self.secrets[client_ca] = lf.client_bundle
+            if lref in self.config.left_out:
+                self.listener_facts[lref] = ListenerFact(False, *self.config.left_out[lref])
+                continue
             sid = server_id(gw.namespace, gw.name, name)
             out.append(Server(sid, gw.ref, lref, address, port + self.config.port_offset, protocol, hostname, cert,
                               client_ca=client_ca, client_mode=client_mode))
@@ -673,6 +738,8 @@ class _Builder:
         if not listeners:
             return []
         for route in sorted(self.index.of_kind(GATEWAY_GROUP, "TLSRoute"), key=lambda o: o.age_key):
+            if route.ref in self.config.left_out:
+                continue
             attached = [by_listener[lref] for lref in map(_listener_of, self.topo.paths.get(route.ref, {}))
                         if lref is not None and lref in by_listener]
             if not attached:
@@ -711,7 +778,7 @@ class _Builder:
                 else:
                     endpoints = self._endpoints(svc, sport)
                     if not endpoints:
-                        pb.error, pb.message = NO_ENDPOINTS, f"{where}: Service {ns}/{name} port {port} has no ready endpoints"
+                        pb.error, pb.message = NO_ENDPOINTS, f"{where}: {self._no_endpoints(ns, name, port)}"
                     else:
                         uname = f"tls_{_slug(ns)}_{_slug(name)}_{port}"
                         self.stream_upstreams[uname] = Upstream(uname, ref, int(port), endpoints)
@@ -726,7 +793,10 @@ class _Builder:
     def _attach_routes(self, by_listener: dict[Ref, Server]) -> None:
         vhosts: dict[tuple[str, str], VirtualHost] = {}
         rules_of: dict[tuple[str, str], list[MatchRule]] = {}
-        routes = sorted(self.index.of_kind(GATEWAY_GROUP, "HTTPRoute"), key=lambda o: o.age_key)
+        routes = sorted((r for r in self.index.of_kind(GATEWAY_GROUP, "HTTPRoute") if r.ref not in self.config.left_out),
+                        key=lambda o: o.age_key)
+        if self.config.namespace_budget is not None:
+            routes = self._within_budget(routes, self.config.namespace_budget)
         for route in routes:
             nodes = list(self.topo.paths.get(route.ref, {}))
             servers = [by_listener.get(lref) if lref is not None else None for lref in map(_listener_of, nodes)]
@@ -777,6 +847,27 @@ class _Builder:
             for r in rules:
                 seen.setdefault((r.action.id, r.action.match), r)
             _locations(vhosts[key], list(seen.values()))
+
+    def _within_budget(self, routes: list[Any], budget: int) -> list[Any]:
+        """The routes (oldest first) whose namespace's budget holds them: each namespace's routes
+        count, in age order, until the next one would take it over; that one and every newer one of
+        the namespace are left out (a route created later can never push an older one out)."""
+        used: dict[str, int] = {}
+        full: set[str] = set()
+        out = []
+        for r in routes:
+            ns = r.namespace or ""
+            cost = route_cost(r.spec)
+            if ns not in full and used.get(ns, 0) + cost <= budget:
+                used[ns] = used.get(ns, 0) + cost
+                out.append(r)
+                continue
+            full.add(ns)
+            self.over_budget[r.ref] = (BUDGET_EXCEEDED, (
+                f"over the budget of namespace {ns}: {budget} route matches (older routes of {ns}: {used.get(ns, 0)}, "
+                f"this route: {cost}; a match counts once per hostname); this route and the newer ones of {ns} are "
+                "not served (gwpolicy gateway --namespace-match-budget)"))
+        return out
 
     def _inputs(self, route: Any, nodes: list[PathNode], servers: list[Server | None]) -> list[Any]:
         """The objects a route's part of the data plane is built from (see BuildCache)."""
@@ -864,13 +955,15 @@ class _Builder:
         return self._grants_by_ns.get((namespace, referrer), ())
 
     def _slices_of(self, namespace: str, name: str) -> tuple[Any, ...]:
-        """The EndpointSlices of a Service (by their `kubernetes.io/service-name` label), in the
-        index's order; recorded for the route being built."""
+        """The EndpointSlices of a Service (by their `kubernetes.io/service-name` label) the gateway
+        trusts (those the EndpointSlice controller manages, unless the configuration allows every
+        one), in the index's order; recorded for the route being built."""
         if self._slices is None:
             grouped: dict[tuple[str, str], list[Any]] = {}
+            unmanaged = self.config.allow_unmanaged_endpointslices
             for es in self.index.of_kind("discovery.k8s.io", "EndpointSlice"):
                 label = es.labels.get(SERVICE_NAME_LABEL)
-                if label:
+                if label and (unmanaged or es.labels.get(MANAGED_BY_LABEL) == ENDPOINTSLICE_CONTROLLER):
                     grouped.setdefault((es.namespace or "", label), []).append(es)
             self._slices = {k: tuple(v) for k, v in grouped.items()}
         got = self._slices.get((namespace, name), ())
@@ -970,7 +1063,7 @@ class _Builder:
                 else:
                     endpoints = self._endpoints(svc, sport)
                     if not endpoints:
-                        m.error, m.message = NO_ENDPOINTS, f"{where}: Service {ref.namespace}/{ref.name} port {port} has no ready endpoints"
+                        m.error, m.message = NO_ENDPOINTS, f"{where}: {self._no_endpoints(ref.namespace, ref.name, port)}"
                     else:
                         m.upstream = self._upstream(ref, int(port), endpoints, {})
             if m.error is not None and m.error != NO_ENDPOINTS:
@@ -1024,7 +1117,7 @@ class _Builder:
                     if isinstance(tls, backendtls.TLSFailure):
                         backend.error, backend.message = BACKEND_TLS_INVALID, f"Service {ns}/{name} port {port}: {tls.message}"
                     elif not endpoints:
-                        backend.error, backend.message = NO_ENDPOINTS, f"Service {ns}/{name} port {port} has no ready endpoints"
+                        backend.error, backend.message = NO_ENDPOINTS, self._no_endpoints(ns, name, port)
                     else:
                         backend.tls = tls
                         backend.upstream = self._upstream(ref, int(port), endpoints, eff, tls)
@@ -1099,7 +1192,8 @@ class _Builder:
         out: dict[Endpoint, None] = {}
         pname = sport.get("name") or ""
         for es in self._slices_of(svc.namespace or "", svc.name):
-            if es.raw.get("addressType", "IPv4") not in ("IPv4", "IPv6"):
+            address_type = es.raw.get("addressType", "IPv4")
+            if address_type not in ("IPv4", "IPv6"):
                 continue
             ports = [p for p in _list(es.raw.get("ports")) if isinstance(p, dict)]
             if ports:
@@ -1117,9 +1211,24 @@ class _Builder:
                 if ready is False:
                     continue
                 for addr in _list(ep.get("addresses")):
-                    if isinstance(addr, str):
-                        out[Endpoint(addr, int(number))] = None
+                    why, text = endpoint_problem(addr, address_type, self.config, self._gateway_addresses)
+                    if why is None and isinstance(number, int) and (text, number) in self.config.own_endpoints:
+                        why = f"{text}:{number} is the gateway's own health and metrics endpoint"
+                    if why is not None:
+                        refused = self._refused.setdefault((svc.namespace or "", svc.name), [])
+                        if why not in refused:
+                            refused.append(why)
+                            self.warnings.append(f"EndpointSlice {es.namespace}/{es.name} of Service "
+                                                 f"{svc.namespace}/{svc.name}: endpoint {why}: not used")
+                        continue
+                    out[Endpoint(text, int(number))] = None
         return tuple(sorted(out, key=lambda e: (e.address, e.port)))
+
+    def _no_endpoints(self, ns: str | None, name: str, port: Any) -> str:
+        """The message of a Service port without a usable endpoint, with the addresses refused."""
+        refused = self._refused.get((ns or "", name))
+        return (f"Service {ns}/{name} port {port} has no ready endpoints"
+                + (f" (not used: {'; '.join(refused)})" if refused else ""))
 
 
 _MEMO: dict[Any, Any] = {}  # signature of an effective-policy dict -> what policyconf made of it
@@ -1152,6 +1261,14 @@ def _programmable_now(eff: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any
     """The kinds whose effective spec this data plane can honour in full (a safety net: the engine,
     given policyconf.kind_checks(), already leaves policies with such fields out of every path)."""
     return {k: v for k, v in eff.items() if k in policyconf.KINDS and not policyconf.unsupported_fields(k, v)}
+
+
+def route_cost(spec: Any) -> int:
+    """What an HTTPRoute counts against its namespace's budget: its matches (a rule without one
+    counts one), times its hostnames (at least one): roughly the locations and map entries it adds."""
+    spec = _dict(spec)
+    matches = sum(max(1, len(_list(_dict(r).get("matches")))) for r in _list(spec.get("rules"))) or 1
+    return matches * max(1, len(_list(spec.get("hostnames"))))
 
 
 def _conditions(items: Any, *, lower: bool) -> tuple[tuple[str, str, str], ...]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gwpolicy.gateway.pem import certificates_problem
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
@@ -97,4 +98,7 @@ def _ca(gw: Obj, ref: Any, index: ObjectIndex, grants: ReferenceGrants,
     pem = _dict(cm.raw.get("data")).get("ca.crt") if cm is not None else None
     if cm is None or not isinstance(pem, str) or "-----BEGIN CERTIFICATE-----" not in pem:
         return None, b"", (INVALID_REF, f"{where}: ConfigMap {ns}/{name} does not exist or has no PEM certificate in ca.crt.")
+    problem = certificates_problem(pem.encode())  # what NGINX would refuse the whole configuration for
+    if problem is not None:
+        return None, b"", (INVALID_REF, f"{where}: ConfigMap {ns}/{name} ca.crt: {problem}.")
     return cm.ref, pem.rstrip("\n").encode() + b"\n", ("", "")

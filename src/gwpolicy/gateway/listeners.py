@@ -91,7 +91,25 @@ def valid_hostname(hostname: str) -> bool:
 def tls_pem(secret: Any) -> bytes | None:
     """A kubernetes.io/tls Secret's certificate and key as one PEM file (`data`, base64, or
     `stringData`); None when either is missing or not PEM. Status calls a certificate ref
-    resolved exactly when this gives a file, and the data plane serves this file."""
+    resolved exactly when this gives a file and `tls_problem` finds nothing wrong with it, and the
+    data plane serves this file."""
+    parts = _tls_parts(secret)
+    if parts is None:
+        return None
+    crt, key = parts
+    return crt.rstrip(b"\n") + b"\n" + key.rstrip(b"\n") + b"\n"
+
+
+def tls_problem(secret: Any) -> str | None:
+    """Why NGINX would refuse a Secret that `tls_pem` reads (a certificate that does not parse, a
+    key that is not the certificate's), or None (gateway/pem.py parses them with `cryptography`)."""
+    from gwpolicy.gateway.pem import key_pair_problem
+
+    parts = _tls_parts(secret)
+    return None if parts is None else key_pair_problem(*parts)
+
+
+def _tls_parts(secret: Any) -> tuple[bytes, bytes] | None:
     raw = secret.raw
     data = raw.get("data") if isinstance(raw.get("data"), dict) else {}
     string = raw.get("stringData") if isinstance(raw.get("stringData"), dict) else {}
@@ -102,4 +120,4 @@ def tls_pem(secret: Any) -> bytes | None:
         return None
     if b"-----BEGIN CERTIFICATE-----" not in crt or b"PRIVATE KEY-----" not in key:
         return None
-    return crt.rstrip(b"\n") + b"\n" + key.rstrip(b"\n") + b"\n"
+    return crt, key

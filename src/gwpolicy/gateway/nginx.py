@@ -128,6 +128,13 @@ class Nginx:
         self._serving: dict[str, bytes] | None = None
         for d in ("run", "logs"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
+        # generations an earlier process left here (a restart on the same --state-dir): nothing this
+        # process starts reads them, and they may hold private keys of Secrets deleted since; the
+        # numbering goes on after the highest, so a new generation never takes an old one's number
+        old = self._generations()
+        self._attempt = max((n for n, _ in old), default=0)
+        for _, p in old:
+            shutil.rmtree(p, ignore_errors=True)
         self._sockdir = tempfile.mkdtemp(prefix="gwng-")  # unix socket paths must stay short
         # NGINX's workers (another user when the master runs as root) connect to the sockets of a
         # passthrough port's HTTPS servers and relays: they must be able to pass through the directory
@@ -176,6 +183,10 @@ class Nginx:
             t_reload = time.perf_counter()
             if self.pid is None:
                 error = self._start(gen, offset)
+                if error and self._proc is not None:  # a master that gave up may still hold the ports it bound
+                    self._proc.kill()
+                    self._proc.wait(10)
+                    self._proc = None
             else:
                 old_workers = self._workers()
                 os.kill(self._proc.pid, signal.SIGHUP)  # type: ignore[union-attr]
@@ -192,6 +203,22 @@ class Nginx:
             self._prune()
             now = time.perf_counter()
             return ReloadResult(gen, True, seconds=now - t0, test_seconds=test_s, reload_seconds=now - t_reload)
+
+    def check(self, files: dict[str, bytes]) -> str:
+        """`nginx -t` of `files` in a scratch directory, loading nothing: "" when NGINX would take
+        them, else its messages (what finding the object NGINX refuses runs, gateway/isolate.py)."""
+        with self._lock:
+            try:
+                check_modules(files)
+            except NginxError as e:
+                return str(e)
+            cdir = self.root / "check"
+            shutil.rmtree(cdir, ignore_errors=True)
+            try:
+                self._write(cdir, files, 0)
+                return self._test(cdir)
+            finally:
+                shutil.rmtree(cdir, ignore_errors=True)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Quit NGINX gracefully (SIGQUIT), then SIGTERM, then SIGKILL; idempotent."""
@@ -275,6 +302,10 @@ class Nginx:
 
     def _start(self, gen: int, offset: int) -> str:
         cur = self.root / "current"
+        # a master that failed to start (a port another process held) leaves its unix sockets
+        # behind, and the next one could not bind them: no NGINX of ours runs now, so they are stale
+        for sock in Path(self._sockdir).glob("**/*.sock"):
+            sock.unlink(missing_ok=True)
         with open(self.root / "logs" / "stderr.log", "ab") as err:
             self._proc = subprocess.Popen(
                 [self.binary, "-p", f"{cur}/", "-c", str(cur / "nginx.conf"), "-e", str(self.error_log), "-g", "daemon off;"],
@@ -348,10 +379,19 @@ class Nginx:
             return [], ""
         return [l for l in text.splitlines() if _SEVERE.search(l)], text
 
+    def _generations(self) -> list[tuple[int, Path]]:
+        return sorted((int(p.name[4:]), p) for p in self.root.glob("gen-*") if p.name[4:].isdigit())
+
     def _prune(self) -> None:
-        gens = sorted((int(p.name[4:]), p) for p in self.root.glob("gen-*") if p.name[4:].isdigit())
-        for _, p in gens[:-self.keep]:
+        """Keep the last `keep` generations (the serving one and those before it, to look at), but
+        only the serving one's private keys: NGINX reads certificates and keys when it loads a
+        configuration, never later, so an older generation's `secrets/` are of no use to it."""
+        gens = self._generations()
+        for n, p in gens[:-self.keep]:
             shutil.rmtree(p, ignore_errors=True)
+        for n, p in gens[-self.keep:]:
+            if n != self._generation:
+                shutil.rmtree(p / "secrets", ignore_errors=True)
 
 
 def _clean(text: str) -> str:

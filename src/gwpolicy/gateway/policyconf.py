@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,12 +54,71 @@ class PolicyValueError(ValueError):
 ENFORCED, APPROXIMATED, UNSUPPORTED = "enforced", "approximated", "not supported"
 
 
+#: what NGINX 1.22 and the per-tenant caps take (docs/gateway.md's tables and docs/security.md say
+#: the same): a duration, a size, a shared memory zone (NGINX takes k and m only; below 32k, eight
+#: pages, it refuses the zone) or a count; milliseconds, bytes or a number
+DURATION, SIZE, ZONE, COUNT = "duration", "size", "zone", "count"
+INT32_MAX = 2**31 - 1
+DAY_MS = 86_400_000
+KIB, MIB, GIB = 1024, 1024**2, 1024**3
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The values a field may take: `kind` says the unit (DURATION ms, SIZE and ZONE bytes, COUNT)."""
+
+    kind: str
+    minimum: int
+    maximum: int
+
+    def describe(self) -> str:
+        shows: dict[str, Callable[[int], str]] = {DURATION: _show_ms, SIZE: _show_bytes, ZONE: _show_bytes, COUNT: str}
+        show = shows[self.kind]
+        if self.kind == DURATION and self.minimum == 0:
+            return f"at most {show(self.maximum)}"
+        return f"{show(self.minimum)} to {show(self.maximum)}"
+
+
+def _show_ms(ms: int) -> str:
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def _show_bytes(n: int) -> str:
+    for unit, size in (("g", GIB), ("m", MIB), ("k", KIB)):
+        if n and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
 @dataclass(frozen=True)
 class FieldInfo:
     directive: str
     context: str
     support: str
     note: str = ""
+    #: None: no numeric value (an enum, a list, a name); the translation refuses what is outside
+    bounds: Bounds | None = None
+
+    @property
+    def limit(self) -> str:
+        return self.bounds.describe() if self.bounds is not None else "-"
+
+
+def _timeout(maximum_ms: int = DAY_MS) -> Bounds:
+    return Bounds(DURATION, 0, maximum_ms)
+
+
+#: the caps one tenant's policy may ask for, chosen so that what one policy costs everyone is small:
+#: NGINX allocates `keepalive` connections' cache per upstream and worker at load time (20 million
+#: took 2.9 GB), and a zone is shared memory mapped at load (20 zones of 2048m mapped 40 GB)
+MAX_KEEPALIVE_CONNECTIONS = 1024
+MAX_RATE_LIMIT_ZONE = 64 * MIB
+MAX_UPSTREAM_ZONE = 16 * MIB
+MIN_ZONE = 32 * KIB
+MAX_BODY_SIZE = 64 * GIB
 
 
 FIELDS: dict[str, dict[str, FieldInfo]] = {
@@ -68,15 +127,15 @@ FIELDS: dict[str, dict[str, FieldInfo]] = {
                                        "time to open the TCP (and TLS) connection to one backend peer; "
                                        "at most 75 s (NGINX cannot wait longer; a larger value makes "
                                        "the policy Invalid); a reused keep-alive connection does not "
-                                       "connect again"),
+                                       "connect again", _timeout(75_000)),
         "readTimeout": FieldInfo("proxy_read_timeout", "location", APPROXIMATED,
                                  "longest wait for the backend's response headers and between two "
-                                 "successive reads of the body, not a deadline for the whole response"),
+                                 "successive reads of the body, not a deadline for the whole response", _timeout()),
         "sendTimeout": FieldInfo("proxy_send_timeout", "location", APPROXIMATED,
-                                 "longest wait between two successive writes of the request to the backend"),
+                                 "longest wait between two successive writes of the request to the backend", _timeout()),
         "idleTimeout": FieldInfo("keepalive_timeout", "location", ENFORCED,
                                  "how long an idle client keep-alive connection stays open "
-                                 "(the smaller value wins if ClientSettingsPolicy keepAlive.timeout is also set)"),
+                                 "(the smaller value wins if ClientSettingsPolicy keepAlive.timeout is also set)", _timeout()),
         "requestTimeout": FieldInfo("", "", UNSUPPORTED,
                                     "a whole-request deadline does not exist in NGINX 1.22 (nginx/nginx#1262)"),
     },
@@ -84,7 +143,8 @@ FIELDS: dict[str, dict[str, FieldInfo]] = {
         "attempts": FieldInfo("proxy_next_upstream_tries", "location", ENFORCED,
                               "total number of tries including the first; each endpoint is listed "
                               "`attempts` times in a separate upstream with max_fails=0, because NGINX "
-                              "retries only on another peer; retries stop once the response has started"),
+                              "retries only on another peer; retries stop once the response has started",
+                              Bounds(COUNT, 1, 10)),
         "retryOn": FieldInfo("proxy_next_upstream", "location", APPROXIMATED,
                              "connect-failure and reset both become `error` (NGINX cannot tell them apart), "
                              "timeout -> `timeout`, invalid-header -> `invalid_header`"),
@@ -93,43 +153,51 @@ FIELDS: dict[str, dict[str, FieldInfo]] = {
         "nonIdempotent": FieldInfo("proxy_next_upstream", "location", ENFORCED,
                                    "`non_idempotent`: also retry POST, LOCK and PATCH"),
         "retryBudget": FieldInfo("proxy_next_upstream_timeout", "location", ENFORCED,
-                                 "total time allowed for the first try and all retries"),
+                                 "total time allowed for the first try and all retries", _timeout()),
         "backoff": FieldInfo("", "", UNSUPPORTED, "NGINX retries immediately; it has no backoff"),
         "perTryTimeout": FieldInfo("", "", UNSUPPORTED,
                                    "NGINX has no per-try deadline (use TimeoutPolicy readTimeout)"),
     },
     CLIENT: {
         "body.maxSize": FieldInfo("client_max_body_size", "location", ENFORCED,
-                                  "larger request bodies are answered with 413; 0 disables the check"),
+                                  "larger request bodies are answered with 413; 0 disables the check",
+                                  Bounds(SIZE, 0, MAX_BODY_SIZE)),
         "body.timeout": FieldInfo("client_body_timeout", "location", APPROXIMATED,
-                                  "longest wait between two successive reads of the request body"),
+                                  "longest wait between two successive reads of the request body", _timeout()),
         "keepAlive.requests": FieldInfo("keepalive_requests", "location", ENFORCED,
-                                        "requests served on one client connection before it is closed"),
+                                        "requests served on one client connection before it is closed",
+                                        Bounds(COUNT, 0, INT32_MAX)),
         "keepAlive.time": FieldInfo("keepalive_time", "location", ENFORCED,
-                                    "longest lifetime of one client keep-alive connection"),
+                                    "longest lifetime of one client keep-alive connection", _timeout()),
         "keepAlive.timeout": FieldInfo("keepalive_timeout", "location", ENFORCED,
-                                       "how long an idle client keep-alive connection stays open"),
+                                       "how long an idle client keep-alive connection stays open", _timeout()),
         "keepAlive.minTimeout": FieldInfo("", "", UNSUPPORTED,
                                           "keepalive_min_timeout does not exist in NGINX 1.22"),
     },
     UPSTREAM: {
         "keepAlive.connections": FieldInfo("keepalive", "upstream", ENFORCED,
-                                           "idle connections to the backend kept per NGINX worker"),
+                                           "idle connections to the backend kept per NGINX worker (NGINX "
+                                           "allocates their cache when it loads the configuration)",
+                                           Bounds(COUNT, 0, MAX_KEEPALIVE_CONNECTIONS)),
         "keepAlive.requests": FieldInfo("keepalive_requests", "upstream", ENFORCED,
-                                        "requests sent on one backend connection before it is closed"),
+                                        "requests sent on one backend connection before it is closed",
+                                        Bounds(COUNT, 1, INT32_MAX)),
         "keepAlive.time": FieldInfo("keepalive_time", "upstream", ENFORCED,
-                                    "longest lifetime of one backend keep-alive connection"),
+                                    "longest lifetime of one backend keep-alive connection", _timeout()),
         "keepAlive.timeout": FieldInfo("keepalive_timeout", "upstream", ENFORCED,
-                                       "how long an idle backend connection stays in the pool"),
+                                       "how long an idle backend connection stays in the pool", _timeout()),
         "zoneSize": FieldInfo("zone", "upstream", ENFORCED,
-                              "shared memory for the upstream's state, shared by all workers"),
+                              "shared memory for the upstream's state, shared by all workers",
+                              Bounds(ZONE, MIN_ZONE, MAX_UPSTREAM_ZONE)),
     },
     RATELIMIT: {
         "requests": FieldInfo("limit_req_zone rate=", "http", ENFORCED,
-                              "requests per `unit` allowed per key (leaky bucket, per NGINX instance)"),
+                              "requests per `unit` allowed per key (leaky bucket, per NGINX instance)",
+                              Bounds(COUNT, 1, INT32_MAX)),
         "unit": FieldInfo("limit_req_zone rate=", "http", ENFORCED, "Second (r/s) or Minute (r/m)"),
         "burst": FieldInfo("limit_req burst=", "location", ENFORCED,
-                           "requests above the rate that are still accepted; later ones get 429"),
+                           "requests above the rate that are still accepted; later ones get 429",
+                           Bounds(COUNT, 0, INT32_MAX)),
         "noDelay": FieldInfo("limit_req nodelay", "location", ENFORCED,
                              "true (the default): burst requests are served at once; false: they are "
                              "delayed to the rate"),
@@ -138,7 +206,8 @@ FIELDS: dict[str, dict[str, FieldInfo]] = {
                               "without the header are not limited)"),
         "key.header": FieldInfo("limit_req_zone key", "http", ENFORCED, "the header name for key.type Header"),
         "zoneSize": FieldInfo("limit_req_zone zone=", "http", ENFORCED,
-                              "shared memory holding the per-key state"),
+                              "shared memory holding the per-key state (about 16,000 client addresses per "
+                              "megabyte)", Bounds(ZONE, MIN_ZONE, MAX_RATE_LIMIT_ZONE)),
     },
 }
 
@@ -226,10 +295,36 @@ def nginx_size(value: Any, where: str) -> str:
     raise PolicyValueError(f"{where}: {value!r} is not a size (use e.g. 1m, 512k or a number of bytes)")
 
 
+def size_bytes(value: Any, where: str) -> int:
+    """A size as nginx_size reads it, in bytes."""
+    text = nginx_size(value, where)
+    number, unit = (text[:-1], text[-1]) if text[-1:] in "kmg" else (text, "")
+    return int(number) * {"": 1, "k": KIB, "m": MIB, "g": GIB}[unit]
+
+
+def zone_size(n: int) -> str:
+    """A shared memory zone's size in NGINX 1.22's units (its zones take k and m, not g), rounded up to a KiB."""
+    return f"{n // MIB}m" if n % MIB == 0 else f"{-(-n // KIB)}k"
+
+
+def bounded(kind: str, fname: str, value: Any) -> int:
+    """A numeric field's value in its unit (milliseconds, bytes, a count), held to FIELDS' bounds;
+    PolicyValueError naming kind, field and the range otherwise."""
+    b = FIELDS[kind][fname].bounds
+    assert b is not None, (kind, fname)
+    where = f"{kind} {fname}"
+    if b.kind == COUNT:
+        return _int(value, where, b.minimum, b.maximum)
+    n = duration_ms(value, where) if b.kind == DURATION else size_bytes(value, where)
+    if not b.minimum <= n <= b.maximum:
+        raise PolicyValueError(f"{where}: {value!r} is out of range ({b.describe()})")
+    return n
+
+
 def _int(value: Any, where: str, lo: int, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < lo or (hi is not None and value > hi):
-        bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
-        raise PolicyValueError(f"{where}: {value!r} must be an integer {bound}")
+        bound = f"({lo} to {hi})" if hi is not None else f"(at least {lo})"
+        raise PolicyValueError(f"{where}: {value!r} is out of range: an integer {bound}")
     return value
 
 
@@ -375,7 +470,8 @@ def _unsupported_values(kind: str, spec: Mapping[str, Any]) -> list[tuple[str, s
     if kind == TIMEOUT and _set(spec, "connectionTimeout"):
         try:
             if duration_ms(_get(spec, "connectionTimeout"), "connectionTimeout") > MAX_CONNECT_TIMEOUT_MS:
-                out.append(("connectionTimeout", "NGINX cannot wait longer than 75 s for a connection"))
+                out.append(("connectionTimeout", "NGINX cannot wait longer than 75 s for a connection "
+                                                  f"({FIELDS[TIMEOUT]['connectionTimeout'].limit})"))
         except PolicyValueError:
             pass
     if kind == RATELIMIT and _set(spec, "unit") and _get(spec, "unit") not in ("Second", "Minute"):
@@ -554,7 +650,7 @@ def location_directives(effective: Mapping[Any, Any] | None, *, scope: str = "")
     timed = request_ms is not None
     for fname, directive in (("connectionTimeout", "proxy_connect_timeout"),
                              ("readTimeout", "proxy_read_timeout"), ("sendTimeout", "proxy_send_timeout")):
-        ms = duration_ms(t[fname], f"{TIMEOUT} {fname}") if _set(t, fname) else None
+        ms = bounded(TIMEOUT, fname, t[fname]) if _set(t, fname) else None
         if ms == 0:  # no timeout: NGINX has no "off", so its longest useful wait
             ms = MAX_CONNECT_TIMEOUT_MS if fname == "connectionTimeout" else NO_TIMEOUT_MS
         if request_ms is not None:
@@ -563,7 +659,7 @@ def location_directives(effective: Mapping[Any, Any] | None, *, scope: str = "")
             timed = timed or fname != "connectionTimeout"
             lines.append(f"{directive} {nginx_time(min(ms, MAX_CONNECT_TIMEOUT_MS) if fname == 'connectionTimeout' else ms)};")
     if _set(t, "idleTimeout"):
-        idle.append(duration_ms(t["idleTimeout"], f"{TIMEOUT} idleTimeout"))
+        idle.append(bounded(TIMEOUT, "idleTimeout", t["idleTimeout"]))
     r = specs.get(RETRY, {})
     if _set(r, "attempts"):
         attempts = _int(r["attempts"], f"{RETRY} attempts", 1, MAX_ATTEMPTS)
@@ -586,7 +682,7 @@ def location_directives(effective: Mapping[Any, Any] | None, *, scope: str = "")
         else:
             lines.append(f"proxy_next_upstream {' '.join(conds)};")
         lines.append(f"proxy_next_upstream_tries {attempts};")
-        budget = duration_ms(r["retryBudget"], f"{RETRY} retryBudget") if _set(r, "retryBudget") else None
+        budget = bounded(RETRY, "retryBudget", r["retryBudget"]) if _set(r, "retryBudget") else None
         if request_ms is not None:
             budget = request_ms if budget is None else min(budget, request_ms)
         if budget is not None:
@@ -599,15 +695,16 @@ def location_directives(effective: Mapping[Any, Any] | None, *, scope: str = "")
         lines.append("proxy_next_upstream error;")
     c = specs.get(CLIENT, {})
     if _set(c, "body.maxSize"):
+        bounded(CLIENT, "body.maxSize", _get(c, "body.maxSize"))
         lines.append(f"client_max_body_size {nginx_size(_get(c, 'body.maxSize'), f'{CLIENT} body.maxSize')};")
     if _set(c, "body.timeout"):
-        lines.append(f"client_body_timeout {nginx_time(duration_ms(_get(c, 'body.timeout'), f'{CLIENT} body.timeout'))};")
+        lines.append(f"client_body_timeout {nginx_time(bounded(CLIENT, 'body.timeout', _get(c, 'body.timeout')))};")
     if _set(c, "keepAlive.requests"):
-        lines.append(f"keepalive_requests {_int(_get(c, 'keepAlive.requests'), f'{CLIENT} keepAlive.requests', 0)};")
+        lines.append(f"keepalive_requests {bounded(CLIENT, 'keepAlive.requests', _get(c, 'keepAlive.requests'))};")
     if _set(c, "keepAlive.time"):
-        lines.append(f"keepalive_time {nginx_time(duration_ms(_get(c, 'keepAlive.time'), f'{CLIENT} keepAlive.time'))};")
+        lines.append(f"keepalive_time {nginx_time(bounded(CLIENT, 'keepAlive.time', _get(c, 'keepAlive.time')))};")
     if _set(c, "keepAlive.timeout"):
-        idle.append(duration_ms(_get(c, "keepAlive.timeout"), f"{CLIENT} keepAlive.timeout"))
+        idle.append(bounded(CLIENT, "keepAlive.timeout", _get(c, "keepAlive.timeout")))
     if idle:
         lines.append(f"keepalive_timeout {nginx_time(min(idle))};")
     rl = specs.get(RATELIMIT, {})
@@ -616,7 +713,7 @@ def location_directives(effective: Mapping[Any, Any] | None, *, scope: str = "")
         # do not share one (DP may pass its own scope; Effective knows the supplying policy)
         zone = rate_zone(rl, scope or getattr(rl, "origin", {}).get("requests", ""))
         zones.append(zone)
-        burst = _int(rl.get("burst", 0), f"{RATELIMIT} burst", 0)
+        burst = bounded(RATELIMIT, "burst", rl.get("burst", 0))
         parts = [f"zone={zone.name}"] + ([f"burst={burst}"] if burst else [])
         if rl.get("noDelay", True) is not False:
             parts.append("nodelay")
@@ -628,7 +725,7 @@ def location_directives(effective: Mapping[Any, Any] | None, *, scope: str = "")
 
 def rate_zone(spec: Mapping[str, Any], scope: str = "") -> RateZone:
     """The zone a RateLimitPolicy effective spec needs; named by a hash of settings and scope."""
-    requests = _int(spec.get("requests"), f"{RATELIMIT} requests", 1)
+    requests = bounded(RATELIMIT, "requests", spec.get("requests"))
     unit = spec.get("unit", "Second")
     if unit not in ("Second", "Minute"):
         raise PolicyValueError(f"{RATELIMIT} unit: {unit!r} must be Second or Minute")
@@ -644,7 +741,7 @@ def rate_zone(spec: Mapping[str, Any], scope: str = "") -> RateZone:
         key = "$http_" + header.lower().replace("-", "_")
     else:
         raise PolicyValueError(f"{RATELIMIT} key.type: {ktype!r} must be ClientAddress or Header")
-    size = nginx_size(spec.get("zoneSize", DEFAULT_ZONE_SIZE), f"{RATELIMIT} zoneSize")
+    size = zone_size(bounded(RATELIMIT, "zoneSize", spec.get("zoneSize", DEFAULT_ZONE_SIZE)))
     digest = hashlib.sha256(f"{scope}|{key}|{rate}|{size}".encode()).hexdigest()[:12]
     return RateZone(f"rl_{digest}", key, size, rate)
 
@@ -667,20 +764,20 @@ def upstream_directives(upstream_name: str, effective: Mapping[Any, Any] | None,
     timed = any(_set(t, f) for f in ("readTimeout", "sendTimeout", "_requestTimeout"))
     lines: list[str] = []
     if _set(u, "zoneSize"):
-        lines.append(f"zone {upstream_name} {nginx_size(u['zoneSize'], f'{UPSTREAM} zoneSize')};")
+        lines.append(f"zone {upstream_name} {zone_size(bounded(UPSTREAM, 'zoneSize', u['zoneSize']))};")
     keepalive = False
     if _set(u, "keepAlive.connections"):
-        n = _int(_get(u, "keepAlive.connections"), f"{UPSTREAM} keepAlive.connections", 0)
+        n = bounded(UPSTREAM, "keepAlive.connections", _get(u, "keepAlive.connections"))
         if n > 0:
             keepalive = True
             lines.append(f"keepalive {n};")
     if keepalive:
         if _set(u, "keepAlive.requests"):
-            lines.append(f"keepalive_requests {_int(_get(u, 'keepAlive.requests'), f'{UPSTREAM} keepAlive.requests', 1)};")
+            lines.append(f"keepalive_requests {bounded(UPSTREAM, 'keepAlive.requests', _get(u, 'keepAlive.requests'))};")
         if _set(u, "keepAlive.time"):
-            lines.append(f"keepalive_time {nginx_time(duration_ms(_get(u, 'keepAlive.time'), f'{UPSTREAM} keepAlive.time'))};")
+            lines.append(f"keepalive_time {nginx_time(bounded(UPSTREAM, 'keepAlive.time', _get(u, 'keepAlive.time')))};")
         if _set(u, "keepAlive.timeout"):
-            lines.append(f"keepalive_timeout {nginx_time(duration_ms(_get(u, 'keepAlive.timeout'), f'{UPSTREAM} keepAlive.timeout'))};")
+            lines.append(f"keepalive_timeout {nginx_time(bounded(UPSTREAM, 'keepAlive.timeout', _get(u, 'keepAlive.timeout')))};")
     return UpstreamConf(tuple(lines), keepalive, "max_fails=0" if peer_copies > 1 or timed else "")
 
 

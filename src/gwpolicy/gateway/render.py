@@ -41,11 +41,30 @@ class RenderError(ValueError):
     """A value NGINX cannot carry (names the route and field)."""
 
 
+#: NGINX 1.22 reads its configuration in a 4 KiB buffer and refuses a parameter (a quoted string, a
+#: map key) of 4096 bytes or more, quotes included, depending on where it falls in the buffer; one
+#: of 4095 bytes always passes (measured at every offset)
+MAX_PARAMETER = 4095
+
+
+def _param(text: str) -> str:
+    """`text` as one NGINX parameter, or RenderError when NGINX could not read it (never emitted)."""
+    size = len(text.encode())
+    if size > MAX_PARAMETER:
+        raise RenderError(f"{size} bytes once quoted for NGINX, which takes at most {MAX_PARAMETER}")
+    return text
+
+
+def _shown(value: str, limit: int = 60) -> str:
+    """A value in a message (messages become comments: never a long line)."""
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
+
+
 def quote(value: str) -> str:
     """An NGINX double-quoted string; `$` would start a variable, so values carrying one are refused."""
     if "$" in value or "\n" in value or "\r" in value:
-        raise RenderError(f"value {value!r} contains '$' or a line break, which NGINX cannot carry")
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        raise RenderError(f"value {_shown(value)} contains '$' or a line break, which NGINX cannot carry")
+    return _param('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"')
 
 
 _TOKEN = re.compile(r"[A-Za-z0-9!#%&'*+.^_`|~-]+")
@@ -663,6 +682,11 @@ def _pick(targets: list[list[Any]], st: _State) -> list[str]:
 
 def _conf_string(text: str) -> str:
     """A double-quoted NGINX string holding `text` exactly (NGINX turns \\n back into a newline)."""
+    return _param(conf_string_unchecked(text))
+
+
+def conf_string_unchecked(text: str) -> str:
+    """_conf_string without the length check (to measure what it would write)."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
@@ -794,7 +818,7 @@ def _header_lines(fs: tuple[dict[str, Any], ...], rewrite: list[dict[str, Any]],
                     v = _var(header_name(h["name"]))
                     mv = f"$gw_add_{v}"
                     st.maps[mv] = f"map $http_{v} {mv} {{\n    default \"\";\n    \"~.\" \"$http_{v},\";\n}}\n"
-                    headers[h["name"].lower()] = (h["name"], '"${' + mv[1:] + '}' + quote(str(h.get("value", "")))[1:])
+                    headers[h["name"].lower()] = (h["name"], _param('"${' + mv[1:] + '}' + quote(str(h.get("value", "")))[1:]))
             for name in m.get("remove") or []:
                 if isinstance(name, str):
                     headers[name.lower()] = (header_name(name), '""')

@@ -30,6 +30,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address-pool", default=DEFAULT_ADDRESS_POOL,
                    help=f"loopback network Gateways without an address get one from (default {DEFAULT_ADDRESS_POOL})")
     p.add_argument("--file", dest="only", action="append", help="print only this file (e.g. servers.conf; repeatable)")
+    add_endpoint_arguments(p)
+
+
+def add_endpoint_arguments(p: argparse.ArgumentParser) -> None:
+    """Which endpoints the data plane may send to and what one namespace may cost (the gateway's
+    and `render`'s, one set of flags)."""
+    p.add_argument("--namespace-match-budget", type=int, metavar="N",
+                   help="route matches (each counted once per hostname) the HTTPRoutes of one namespace may ask for; "
+                        "over it the namespace's newest routes are not served and say so (Accepted=False, "
+                        "NamespaceBudgetExceeded); default: no budget")
+    p.add_argument("--allow-unmanaged-endpointslices", action="store_true",
+                   help="use every EndpointSlice labelled with a Service's name, not only those the EndpointSlice "
+                        "controller manages (label endpointslice.kubernetes.io/managed-by: "
+                        "endpointslice-controller.k8s.io): whoever may write EndpointSlices then chooses where the "
+                        "gateway connects")
+    p.add_argument("--allow-loopback-endpoints", action="store_true",
+                   help="use loopback endpoint addresses (127.0.0.0/8, ::1), for backends on this machine (tests, "
+                        "demos); link-local, multicast, unspecified and the gateway's own addresses are never used")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,13 +55,18 @@ def run(args: argparse.Namespace) -> int:
         loaded = load_paths(args.filename)
         analysis = analyse(loaded.objects, loaded.origins, kind_checks=policyconf.kind_checks(), by_target=True)
         config = DataPlaneConfig(controller_name=None if args.controller_name == "*" else args.controller_name,
-                                 address_pool=args.address_pool)
+                                 address_pool=args.address_pool,
+                                 allow_unmanaged_endpointslices=args.allow_unmanaged_endpointslices,
+                                 allow_loopback_endpoints=args.allow_loopback_endpoints,
+                                 namespace_budget=args.namespace_match_budget)
         dataplane = build_dataplane(analysis, config)
         files = render(dataplane)
     except (LoadError, DataPlaneError, ValueError) as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
-    for line in not_served(dataplane, args.controller_name):
+    over = [f"HTTPRoute {r.namespace}/{r.name} is not served ({reason}): {message}"
+            for r, (reason, message) in sorted(dataplane.over_budget.items(), key=lambda kv: kv[0].sort_key())]
+    for line in not_served(dataplane, args.controller_name) + over + dataplane.warnings:
         print(f"Warning: {line}", file=sys.stderr)
     out = sys.stdout
     shown = [k for k in files if not args.only or k in args.only]

@@ -18,7 +18,8 @@ from typing import Any, Iterable
 
 from gwpolicy.gateway import frontendtls, pathregex
 from gwpolicy.gateway.dataplane import SUPPORTED_FILTERS as RENDERED_FILTERS
-from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts, tls_pem, valid_hostname
+from gwpolicy.gateway.isolate import without_paths
+from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts, tls_pem, tls_problem, valid_hostname
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
@@ -193,6 +194,9 @@ class Programming:
     error: str | None = None
     addresses: dict[Ref, list[str]] = field(default_factory=dict)
     listeners: dict[Ref, tuple[bool, str, str]] = field(default_factory=dict)
+    #: routes the data plane left out (NGINX refused them, or their namespace's budget is spent):
+    #: route -> (reason, message) of their parents' Accepted=False
+    left_out: dict[Ref, tuple[str, str]] = field(default_factory=dict)
 
     def runs(self, obj: Obj) -> bool:
         return obj.ref in self.generations and self.generations[obj.ref] == obj.generation
@@ -477,6 +481,9 @@ def certificate_secret(owner: Obj, ref: dict[str, Any], index: ObjectIndex, gran
     pem = tls_pem(secret)  # `data` or `stringData`
     if pem is None:
         return SecretProblem("Malformed", f"{where}: Secret {ns}/{name} has no PEM certificate and key in tls.crt and tls.key.")
+    problem = tls_problem(secret)
+    if problem is not None:  # NGINX would refuse the whole configuration for it
+        return SecretProblem("Malformed", f"{where}: Secret {ns}/{name}: {problem}.")
     return Certificate(secret_ref, pem)
 
 
@@ -583,6 +590,10 @@ def _unsupported(spec: dict[str, Any]) -> str | None:
             ftype = _dict(f).get("type")
             if ftype not in SUPPORTED_FILTERS:
                 return f"spec.rules[{i}]: filter type {ftype} is not supported by this data plane."
+    from gwpolicy.gateway import routevalues  # render's escaping, which imports the data plane
+
+    for field, why in routevalues.problems(spec)[:1]:  # a value NGINX 1.22 could not read
+        return f"{field}: {why}."
     return None
 
 
@@ -668,7 +679,7 @@ def desired_status(obj: Obj, facts: Facts, programming: Programming, now: str) -
     if ref in facts.gateways:
         return _gateway_status(obj, facts.gateways[ref], facts, programming, now)
     if ref in facts.routes:
-        return _route_status(obj, facts.routes[ref], facts, now)
+        return _route_status(obj, facts.routes[ref], facts, now, programming.left_out.get(ref))
     return without_our_entries(obj, facts.controller)
 
 
@@ -722,10 +733,18 @@ def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Progra
     if not gf.accepted.status:
         programmed = Cond("Programmed", False, "Invalid", "The Gateway is not accepted: " + gf.accepted.message)
     elif programming.error and not running:
-        programmed = Cond("Programmed", False, "Invalid",
-                          f"The Gateway is not programmed due to a failure to reload nginx with the configuration: {programming.error}")
+        programmed = Cond("Programmed", False, "Invalid", "The Gateway is not programmed due to a failure to reload nginx "
+                                                          f"with the configuration: {without_paths(programming.error)}")
+    elif programming.error:  # the Gateway is as NGINX last loaded it, but other objects changed since
+        programmed = Cond("Programmed", False, "Pending",
+                          "NGINX serves an older configuration: it did not load the newest one, which nothing could be "
+                          f"left out of to make it load: {without_paths(programming.error)}")
     elif not addresses:
         programmed = Cond("Programmed", False, "AddressNotAssigned", "No address is assigned yet.")
+    elif gf.listeners and all(programming.listeners.get(gf.ref.with_section(n), (True, "", ""))[1] == "PortUnavailable"
+                              for n in gf.listeners):  # NGINX could bind none of its ports: it serves nothing of it
+        ports = "; ".join(f"{n}: {programming.listeners[gf.ref.with_section(n)][2]}" for n in gf.listeners)
+        programmed = Cond("Programmed", False, "Invalid", f"No listener of this Gateway is served: {ports}")
     elif running:
         programmed = Cond("Programmed", True, "Programmed", "NGINX serves the configuration of this Gateway.")
     else:
@@ -750,7 +769,7 @@ def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Progra
             lprog = Cond("Programmed", False, "Invalid", f"The listener is not programmed: {why.message}")
         elif not programming.listeners.get(gf.ref.with_section(lf.name), (True, "", ""))[0]:
             _, reason, message = programming.listeners[gf.ref.with_section(lf.name)]
-            lprog = Cond("Programmed", False, "Invalid", f"The data plane could not render this listener ({reason}): {message}")
+            lprog = Cond("Programmed", False, "Invalid", f"The data plane does not serve this listener ({reason}): {message}")
         elif programmed.status:
             lprog = Cond("Programmed", True, "Programmed", "NGINX serves this listener.")
         else:
@@ -770,7 +789,8 @@ def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Progra
     return status
 
 
-def _route_status(route: Obj, rf: RouteFacts, facts: Facts, now: str) -> dict[str, Any]:
+def _route_status(route: Obj, rf: RouteFacts, facts: Facts, now: str,
+                  left_out: tuple[str, str] | None = None) -> dict[str, Any]:
     status = copy.deepcopy(_dict(route.raw.get("status")))
     existing = [p for p in status.get("parents") or [] if isinstance(p, dict)]
     gen = route.generation
@@ -779,8 +799,11 @@ def _route_status(route: Obj, rf: RouteFacts, facts: Facts, now: str) -> dict[st
         key = _pkey(pf.parent_ref, route)
         prev = next((p.get("conditions") for p in existing
                      if p.get("controllerName") == facts.controller and _pkey(_dict(p.get("parentRef")), route) == key), None)
+        accepted = pf.accepted
+        if left_out is not None and accepted.status:  # the data plane serves nothing of it
+            accepted = Cond("Accepted", False, *left_out)
         ours[key] = {"parentRef": pf.parent_ref, "controllerName": facts.controller,
-                     "conditions": [pf.accepted.to_json(gen, prev, now), rf.resolved_refs.to_json(gen, prev, now)]}
+                     "conditions": [accepted.to_json(gen, prev, now), rf.resolved_refs.to_json(gen, prev, now)]}
     parents = []
     for p in existing:  # others' entries stay where they are; ours are replaced in place or dropped
         if p.get("controllerName") != facts.controller:

@@ -76,10 +76,12 @@ def url_of(base: str, obj: dict[str, Any], plural: str, namespaced: bool) -> str
     return f"{prefix}/namespaces/{ns}/{plural}/{name}" if namespaced else f"{prefix}/{plural}/{name}"
 
 
-def apply_all(base: str, objects: Iterable[dict[str, Any]], manager: str = "gwpolicy-seed") -> list[dict[str, Any]]:
-    """Server-side apply every object (in `ordered` order), keeping any status it carries."""
+def apply_all(base: str, objects: Iterable[dict[str, Any]], manager: str = "gwpolicy-seed",
+              **client: Any) -> list[dict[str, Any]]:
+    """Server-side apply every object (in `ordered` order), keeping any status it carries; `client`:
+    what the HTTP client needs to reach the sandbox (server.client_options: its token and CA)."""
     out = []
-    with httpx.Client(timeout=30) as http:
+    with httpx.Client(timeout=30, **client) as http:
         resources: dict[tuple[str, str], tuple[str, bool]] = {}
 
         def lookup(group: str, version: str, kind: str) -> tuple[str, bool]:

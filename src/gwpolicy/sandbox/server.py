@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hmac
 import logging
 import os
+import secrets
+import shutil
+import ssl
 import sys
+import tempfile
 import time
 from contextlib import nullcontext
 from typing import Any, Callable
@@ -122,8 +127,12 @@ def _wants_table(request: web.Request) -> bool:
 class Sandbox:
     """The server: one Store, the aiohttp application, and the watches in flight."""
 
-    def __init__(self, store: Store | None = None, bookmark_interval: float = 1.0, log: bool = False) -> None:
+    def __init__(self, store: Store | None = None, bookmark_interval: float = 1.0, log: bool = False,
+                 token: str | None = None) -> None:
         self.log = log
+        #: the bearer token every request but the health and version probes must carry (the one
+        #: written in the kubeconfig); None: no authentication (a sandbox inside a test's own process)
+        self.token = token
         self.store = store or Store()
         self.bookmark_interval = bookmark_interval
         self.too_large_wait = 3.0  # seconds a read from a future resourceVersion waits before 504
@@ -155,6 +164,8 @@ class Sandbox:
             await asyncio.sleep(self.store.faults.latency)
         path = request.path.rstrip("/") or "/"
         try:
+            if self.token is not None and path not in PUBLIC_PATHS and not self._authenticated(request):
+                raise ApiFailure(401, "Unauthorized", "Unauthorized")
             if path.startswith("/sandbox/"):
                 return await self.control(request, path)
             if path in ("/healthz", "/readyz", "/livez"):
@@ -209,6 +220,10 @@ class Sandbox:
         except Exception as exc:  # noqa: BLE001 - a bug of ours: a Status body as kube-apiserver sends, and the log
             log.exception("%s %s failed", request.method, request.path_qs)
             return _fail(ApiFailure(500, "InternalError", f"Internal error occurred: {type(exc).__name__}: {exc}"))
+
+    def _authenticated(self, request: web.Request) -> bool:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), str(self.token).encode())
 
     def openapi_v3(self, gv: str) -> dict[str, Any]:
         """Just enough OpenAPI v3 for kubectl: the index, and per group-version the paths whose PATCH
@@ -597,14 +612,66 @@ class Sandbox:
         return resp
 
 
-def write_kubeconfig(path: str, port: int, namespace: str = "default") -> None:
+#: what kube-apiserver answers anyone (system:public-info-viewer): probes and the version
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/livez", "/version"})
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def write_kubeconfig(path: str, port: int, namespace: str = "default", token: str | None = None,
+                     ca_pem: bytes | None = None) -> None:
+    """A kubeconfig for the sandbox, readable by its owner only (it holds the token); with `ca_pem`,
+    the sandbox serves HTTPS with a certificate that CA signed (kubectl sends a token over TLS only)."""
+    user = {"token": token} if token else {}
+    cluster: dict[str, Any] = {"server": f"{'https' if ca_pem else 'http'}://127.0.0.1:{port}"}
+    if ca_pem:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "gwpolicy-sandbox",
-           "clusters": [{"name": "gwpolicy-sandbox", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-           "users": [{"name": "gwpolicy-sandbox", "user": {"token": "sandbox"}}],
+           "clusters": [{"name": "gwpolicy-sandbox", "cluster": cluster}],
+           "users": [{"name": "gwpolicy-sandbox", "user": user}],
            "contexts": [{"name": "gwpolicy-sandbox", "context": {"cluster": "gwpolicy-sandbox", "user": "gwpolicy-sandbox",
                                                                   "namespace": namespace}}]}
-    with open(path, "w", encoding="utf-8") as fh:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
         yaml.safe_dump(cfg, fh, sort_keys=False)
+
+
+def client_options(path: str) -> dict[str, Any]:
+    """What a raw HTTP client (httpx) of the sandbox needs from the kubeconfig `gwpolicy sandbox`
+    wrote: its bearer token as a header, its CA to verify the server with."""
+    with open(path, encoding="utf-8") as fh:
+        cfg = yaml.safe_load(fh) or {}
+    ctx = next((c.get("context") or {} for c in cfg.get("contexts") or [] if c.get("name") == cfg.get("current-context")), {})
+    user = next((u.get("user") or {} for u in cfg.get("users") or [] if u.get("name") == ctx.get("user")), {})
+    cluster = next((c.get("cluster") or {} for c in cfg.get("clusters") or [] if c.get("name") == ctx.get("cluster")), {})
+    out: dict[str, Any] = {"headers": {"Authorization": f"Bearer {user['token']}"} if user.get("token") else {}}
+    if cluster.get("certificate-authority-data"):
+        out["verify"] = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+    return out
+
+
+def tls_context(directory: str, keep: str | None = None) -> tuple[ssl.SSLContext, bytes]:
+    """A CA and a serving certificate for 127.0.0.1 and localhost (made with `cryptography`, as the
+    webhook's), the key written 0600 in `directory`: the server's SSL context and the CA's PEM.
+    `keep`: a directory where the CA is kept (a sandbox restarted on its --data-dir keeps it, as an
+    API server keeps its CA, so that clients holding the kubeconfig still trust it)."""
+    from gwpolicy.webhook import certs
+
+    ca = None
+    if keep is not None and os.path.exists(os.path.join(keep, "ca.key")):
+        with open(os.path.join(keep, "ca.crt"), "rb") as c, open(os.path.join(keep, "ca.key"), "rb") as k:
+            ca = certs.KeyPair(c.read(), k.read())
+    if ca is None:
+        ca = certs.make_ca("gwpolicy-sandbox-ca")
+        if keep is not None:
+            certs.write_pair(keep, "ca", ca)
+    crt, key = certs.write_pair(directory, "sandbox", certs.make_serving(ca, ["127.0.0.1", "localhost"]))
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(crt, key)
+    return ctx, ca.cert_pem
 
 
 class SandboxServer:
@@ -613,15 +680,16 @@ class SandboxServer:
     data), and its watch cache starting again from a list at the current resourceVersion: a watch
     from an older one is 410 Gone (`Store.restart_watch_cache`)."""
 
-    def __init__(self, sandbox: Sandbox, port: int = 0) -> None:
+    def __init__(self, sandbox: Sandbox, port: int = 0, ssl_context: ssl.SSLContext | None = None) -> None:
         self.sandbox = sandbox
         self.port = port
+        self.ssl_context = ssl_context
         self.runner: web.AppRunner | None = None
         self.started = False
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}"
 
     async def start(self) -> int:
         if self.started:  # a restart: the watch cache begins at the current resourceVersion
@@ -629,7 +697,7 @@ class SandboxServer:
         self.started = True
         self.runner = web.AppRunner(self.sandbox.app, access_log=None, handler_cancellation=True, shutdown_timeout=0.2)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", self.port, reuse_address=True)
+        site = web.TCPSite(self.runner, "127.0.0.1", self.port, reuse_address=True, ssl_context=self.ssl_context)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self.port
@@ -653,18 +721,39 @@ async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: 
         store = Store(keep_creation_timestamp=keep_creation_timestamp, data_dir=data_dir)
     except DataDirError as exc:
         raise SystemExit(f"Error: {exc}") from None
-    sandbox = Sandbox(store, bookmark_interval, log=bool(os.environ.get("GWPOLICY_SANDBOX_LOG")))
+    # other local users can reach 127.0.0.1 too: only the holder of the kubeconfig (0600) gets in,
+    # over TLS, since kubectl sends a token to no server over plain HTTP
+    keep = os.path.join(data_dir, "access") if data_dir else None  # a restart on --data-dir keeps both
+    token = _kept_token(keep) if keep else new_token()
+    sandbox = Sandbox(store, bookmark_interval, log=bool(os.environ.get("GWPOLICY_SANDBOX_LOG")), token=token)
     load_all(sandbox.store, preload)
-    server = SandboxServer(sandbox, port)
-    actual = await server.start()
-    if kubeconfig_out:
-        write_kubeconfig(kubeconfig_out, actual)
-    print(f"gwpolicy sandbox listening on http://127.0.0.1:{actual}" +
-          (f"; kubeconfig written to {kubeconfig_out}" if kubeconfig_out else ""), flush=True)
+    keys = tempfile.mkdtemp(prefix="gwpolicy-sandbox-")  # 0700
+    ctx, ca_pem = tls_context(keys, keep)
+    server = SandboxServer(sandbox, port, ctx)
     try:
+        actual = await server.start()
+        if kubeconfig_out:
+            write_kubeconfig(kubeconfig_out, actual, token=token, ca_pem=ca_pem)
+        print(f"gwpolicy sandbox listening on {server.url}" +
+              (f"; kubeconfig written to {kubeconfig_out}" if kubeconfig_out else f"; bearer token {token}"), flush=True)
         await asyncio.Event().wait()
     finally:
         await server.stop()
+        shutil.rmtree(keys, ignore_errors=True)
+
+
+def _kept_token(directory: str) -> str:
+    """The token kept in `directory` (made and written 0600 the first time)."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    path = os.path.join(directory, "token")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    token = new_token()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(token)
+    return token
 
 
 def load_all(store: Store, preload: list[dict[str, Any]] | None) -> None:

@@ -49,6 +49,14 @@ def parse(argv: list[str]) -> WebhookOptions:
                    help="register clientConfig.service instead of a url (in a cluster: gwpolicy-system/gwpolicy-webhook)")
     p.add_argument("--cert-secret", metavar="NAMESPACE/NAME",
                    help="keep the made CA and certificate in this Secret, so that every replica serves the same one")
+    p.add_argument("--client-ca-file", metavar="FILE",
+                   help="answer /validate only for callers presenting a certificate this CA signed: kube-apiserver's "
+                        "webhook client authentication (its --admission-control-config-file names the client "
+                        "certificate it presents); default: any caller (then a NetworkPolicy should admit only the "
+                        "API server, see docs/webhook.md)")
+    p.add_argument("--client-name", action="append", default=[], metavar="NAME",
+                   help="with --client-ca-file: the client certificate's common name or a DNS name must be one of "
+                        "these (repeatable)")
     p.add_argument("--url", help="register this clientConfig.url (default: https://ADDRESS:PORT/validate)")
     p.add_argument("--no-register", action="store_true", help="do not create or update the ValidatingWebhookConfiguration")
     p.add_argument("--failure-policy", choices=["Ignore", "Fail"], default="Ignore",
@@ -57,6 +65,8 @@ def parse(argv: list[str]) -> WebhookOptions:
     a = p.parse_args(argv)
     if bool(a.tls_cert_file) != bool(a.tls_key_file):
         p.error("--tls-cert-file and --tls-key-file go together")
+    if a.client_name and not a.client_ca_file:
+        p.error("--client-name needs --client-ca-file")
     if not 0 <= a.port <= 65535:
         p.error(f"--port {a.port}: not a port number")
     serve.setup_logging(a.verbose)
@@ -64,7 +74,8 @@ def parse(argv: list[str]) -> WebhookOptions:
     return WebhookOptions(copts, ReviewOptions(deny_invalid=a.deny_invalid, deny_conflicts=a.deny_conflicts),
                           host=a.listen_address, port=a.port, cert_file=a.tls_cert_file, key_file=a.tls_key_file,
                           ca_file=a.ca_file, url=a.url, service=a.service, cert_secret=a.cert_secret, register=not a.no_register,
-                          failure_policy=a.failure_policy, timeout_seconds=a.timeout_seconds)
+                          failure_policy=a.failure_policy, timeout_seconds=a.timeout_seconds,
+                          client_ca_file=a.client_ca_file, client_names=tuple(a.client_name))
 
 
 def main(argv: list[str]) -> int:

@@ -56,16 +56,23 @@ class WebhookOptions:
     register: bool = True
     failure_policy: str = "Ignore"
     timeout_seconds: int = 5
+    #: kube-apiserver's webhook client authentication: /validate answers only callers that present a
+    #: certificate this CA signed (and, when given, whose common name or a DNS name is one of these)
+    client_ca_file: str | None = None
+    client_names: tuple[str, ...] = ()
 
 
 class Reviewer:
     """Answers AdmissionReviews from a ClusterModel; a review that leaves the analysis half-changed
     marks it stale, and `wake` gets the model analysed again."""
 
-    def __init__(self, model: ClusterModel, opts: ReviewOptions, wake: Callable[[], None]) -> None:
+    def __init__(self, model: ClusterModel, opts: ReviewOptions, wake: Callable[[], None],
+                 client_ca: bool = False, client_names: tuple[str, ...] = ()) -> None:
         self.model = model
         self.opts = opts
         self.wake = wake
+        self.client_ca = client_ca  # the TLS layer verified a presented certificate; one must be presented
+        self.client_names = frozenset(client_names)
         self.latencies: list[float] = []  # seconds per review, the newest 10,000
 
     def answer(self, body: Any) -> dict[str, Any]:
@@ -90,7 +97,19 @@ class Reviewer:
         return {"apiVersion": body.get("apiVersion", "admission.k8s.io/v1"), "kind": "AdmissionReview",
                 "response": verdict.response(str(req.get("uid", "")))}
 
+    def authorize(self, request: web.Request) -> None:
+        """With a client CA, only a caller with a certificate it signed (and, with client names, one
+        of those names) is answered: a review tells about other namespaces' policies and values."""
+        if not self.client_ca:
+            return
+        peer = request.transport.get_extra_info("peercert") if request.transport is not None else None
+        if not peer:
+            raise web.HTTPUnauthorized(text="a client certificate signed by the webhook's client CA is required")
+        if self.client_names and not (peer_names(peer) & self.client_names):
+            raise web.HTTPForbidden(text="the client certificate's name is not one this webhook answers")
+
     async def handle(self, request: web.Request) -> web.Response:
+        self.authorize(request)
         try:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError:
@@ -98,10 +117,21 @@ class Reviewer:
         return web.Response(body=orjson.dumps(self.answer(body)), content_type="application/json")
 
 
-def server_ssl(cert_file: str, key_file: str) -> ssl.SSLContext:
+def server_ssl(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
+    """The webhook's TLS; with `client_ca_file`, a client certificate is asked for and must verify
+    against it (a caller that presents none still gets TLS: /healthz answers it, /validate does not)."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert_file, key_file)
+    if client_ca_file:
+        ctx.load_verify_locations(client_ca_file)
+        ctx.verify_mode = ssl.CERT_OPTIONAL
     return ctx
+
+
+def peer_names(peer: dict[str, Any]) -> set[str]:
+    """A verified client certificate's common names and DNS subject alternative names."""
+    names = {v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"}
+    return names | {v for k, v in peer.get("subjectAltName", ()) if k == "DNS"}
 
 
 async def _healthz(_request: web.Request) -> web.Response:
@@ -142,7 +172,7 @@ class WebhookProcess(Controller):
     def __init__(self, opts: WebhookOptions) -> None:
         super().__init__(opts.controller)
         self.wopts = opts
-        self.reviewer = Reviewer(self.model, opts.review, self.wake.set)
+        self.reviewer = Reviewer(self.model, opts.review, self.wake.set, bool(opts.client_ca_file), opts.client_names)
         self.webhook_runner: web.AppRunner | None = None
         self.webhook_port: int | None = None
         self.ca_pem = b""
@@ -208,7 +238,8 @@ class WebhookProcess(Controller):
         app.router.add_get("/healthz", _healthz)
         self.webhook_runner = web.AppRunner(app, access_log=None)
         await self.webhook_runner.setup()
-        site = web.TCPSite(self.webhook_runner, self.wopts.host, self.wopts.port, ssl_context=server_ssl(*await self._certificate()))
+        site = web.TCPSite(self.webhook_runner, self.wopts.host, self.wopts.port, ssl_context=server_ssl(*await self._certificate(),
+                                                                                                            self.wopts.client_ca_file))
         await site.start()
         self.webhook_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
