@@ -124,9 +124,9 @@ ROUTE = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "met
 
 
 def redirected(address: str, port: int, path: str, host: str | None = None) -> bool:
-    """NGINX answers the route's redirect (302 to shop.example.org, the path kept)."""
+    """NGINX answers the route's redirect (302 to shop.example.org on the listener's port, the path kept)."""
     status, headers, _ = request(address, port, path, host=host)
-    return status == 302 and dict(headers).get("Location") == f"http://shop.example.org{path}"
+    return status == 302 and dict(headers).get("Location") == f"http://shop.example.org:{port}{path}"
 
 
 def _get(sb: SandboxProcess, path: str) -> dict:

@@ -19,6 +19,8 @@ import asyncio
 import copy
 import dataclasses
 import logging
+import os
+import socket
 import tempfile
 import threading
 import time
