@@ -1,20 +1,31 @@
-"""The server the live tests run against: `gwpolicy sandbox` and a real kube-apiserver
-(tests/kube_apiserver.py). A test or fixture that takes `server_kind` (or `module_server_kind`, for a
-module-scoped fixture) runs once per server. GWPOLICY_TEST_SERVERS picks them (default
-"sandbox,kube"; ./dev test sets "sandbox" where Go is missing, having said so once). Where the real
-server's binaries are missing its runs are skipped with the reason, and fail under CI, which must run
-both."""
+"""The server the live tests run against, and ../shared, the project's test data beside the checkout.
+
+Servers: `gwpolicy sandbox` and a real kube-apiserver (tests/kube_apiserver.py). A test or fixture that
+takes `server_kind` (or `module_server_kind`, for a module-scoped fixture) runs once per server.
+GWPOLICY_TEST_SERVERS picks them (default "sandbox,kube"; ./dev test sets "sandbox" where Go is
+missing, having said so once). Where the real server's binaries are missing its runs are skipped with
+the reason, and fail under CI, which must run both.
+
+../shared (helpers.SHARED): CI runs with GWPOLICY_REQUIRE_SHARED=1 and stops at once without it;
+elsewhere (a user's clone) the modules that are about that data alone are not collected, the tests
+that read some of it skip, and the summary says so."""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
 import kube_apiserver
+from helpers import REQUIRE_SHARED, SHARED
 from live_server import require
 
 SERVERS = [s.strip() for s in os.environ.get("GWPOLICY_TEST_SERVERS", "sandbox,kube").split(",") if s.strip()]
+
+#: modules whose every test reads ../shared (the translated conformance cases)
+ABOUT_SHARED = ["test_gateway_conformance.py", "test_gateway_status.py", "test_gateway_policies_tls.py"]
+collect_ignore = [] if SHARED.is_dir() else ABOUT_SHARED
 
 
 @pytest.fixture(params=SERVERS)
@@ -27,11 +38,20 @@ def module_server_kind(request: pytest.FixtureRequest) -> str:
     return require(request.param)
 
 
+def pytest_sessionstart(session: Any) -> None:
+    if REQUIRE_SHARED and not SHARED.is_dir():
+        pytest.exit(f"{SHARED} is missing: GWPOLICY_REQUIRE_SHARED (CI) runs the suite with ../shared beside "
+                    "the checkout", returncode=1)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     kube_apiserver.shutdown()
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config) -> None:  # noqa: ANN001 - pytest's hook
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
     if kube_apiserver.TIMINGS:
         terminalreporter.write_sep("-", "real control plane")
         kube_apiserver.print_timings(terminalreporter.write_line)
+    if not SHARED.is_dir():
+        terminalreporter.write_line(f"{SHARED} is not beside this checkout: {', '.join(ABOUT_SHARED)} not collected, "
+                                    "and the tests that read it skipped (CI runs them all)")

@@ -16,7 +16,7 @@ from gwpolicy.sandbox.seed import apply_all
 from gwpolicy.sandbox.server import Sandbox, SandboxServer, preload_object, write_kubeconfig
 from gwpolicy.sandbox.store import ApiFailure, Store
 
-GW_CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-api" / "crd" / "standard"
+GW_CRDS = Path(__file__).resolve().parent.parent / "deploy" / "gateway-api" / "standard"  # the shipped bundle
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
 

@@ -14,7 +14,7 @@ import httpx2 as httpx
 from gwpolicy.sandbox.server import client_options
 
 BIN = Path(sys.executable).parent
-GW_CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-api" / "crd" / "standard"
+GW_CRDS = Path(__file__).resolve().parent.parent / "deploy" / "gateway-api" / "standard"  # the shipped bundle
 
 
 class SandboxProcess:

@@ -18,7 +18,7 @@ import yaml
 
 from gwpolicy import compiled
 from gwpolicy.bench.generate import write_yaml
-from helpers import NOW
+from helpers import NOW, needs_shared
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "conformance"
@@ -85,6 +85,7 @@ def test_a_source_edited_after_the_build_is_run_from_source_with_the_rest_of_the
     assert _which_core(tmp_path)["in_use"] is True
 
 
+@needs_shared
 @needs_build
 def test_the_compiled_and_the_interpreted_core_give_the_same_answers(tmp_path: Path) -> None:
     """Effective policy and status of a synthetic cluster and of the shared scenarios' manifests,

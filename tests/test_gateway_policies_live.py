@@ -17,6 +17,7 @@ import yaml
 from gateway_proc import GatewayProcess, wait_until
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.status import GATEWAY_CONTROLLER
+from helpers import needs_shared
 from sandbox_proc import GW_CRDS, SandboxProcess
 
 NS = "poltest"
@@ -75,7 +76,7 @@ def env(tmp_path_factory: pytest.TempPathFactory):
         crds += [DEPLOY / "10-policykind-crd.yaml"]
         sb.kubectl("apply", "--server-side", *sum((["-f", str(f)] for f in crds), []))
         sb.kubectl("apply", "--server-side", *sum((["-f", str(f)] for f in sorted(DEPLOY.glob("4[0-9]-*.yaml"))), []))
-        sb.kubectl("apply", "--server-side", "-f", str(DEPLOY / "policykinds"))
+        sb.kubectl("apply", "--server-side", "-k", str(DEPLOY / "policykinds"))
         gw = GatewayProcess(sb.kubeconfig, tmp / "state", pool=POOL)
         _apply(sb, *_objects(echo.port))
 
@@ -139,6 +140,7 @@ def test_an_unsupported_field_changes_nothing_and_the_status_names_it(env) -> No
     sb.kubectl("delete", "clientsettingspolicy", "body-min-timeout", "-n", NS)
 
 
+@needs_shared
 def test_the_primers_timeout_policies_are_accepted_by_the_api_server_with_only_apiversion_changed(env) -> None:
     """The primer's manifests (bare seconds, `default`/`override` spellings) are stored as written; a
     value that is not a duration is refused by the API server, as the CRD's schema says, naming the

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from gwpolicy.load import load_text
-from helpers import GATEWAY_API, run_cli
+from helpers import GATEWAY_API, needs_shared, run_cli
 
 
 def test_multi_document_yaml_and_lists_are_read(tmp_path):
@@ -101,6 +101,7 @@ def test_missing_file_is_an_error_not_a_traceback(tmp_path):
     assert "no such file or directory" in run.err
 
 
+@needs_shared
 def test_every_gateway_api_example_and_crd_loads():
     # the real upstream manifests are the loader's test input
     run = run_cli("effective", "-f", str(GATEWAY_API), "-o", "json")

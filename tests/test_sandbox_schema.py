@@ -14,11 +14,11 @@ import yaml
 from hypothesis import given, settings, strategies as st
 
 from gwpolicy.sandbox.schema import CompiledSchema, crd_schemas
+from helpers import GATEWAY_API, GATEWAY_API_CRDS, needs_shared
 from sandbox_proc import SandboxProcess
 
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-api"
-CRD_FILES = sorted((SHARED / "crd").glob("*/*.yaml"))
-EXAMPLES = sorted((SHARED / "examples").glob("**/*.yaml"))
+CRD_FILES = sorted(GATEWAY_API_CRDS.glob("*/*.yaml"))
+EXAMPLES = sorted((GATEWAY_API / "examples").glob("**/*.yaml"))
 GW = "/apis/gateway.networking.k8s.io/v1"
 
 
@@ -40,7 +40,7 @@ def schemas() -> dict[str, dict[tuple[str, str, str], CompiledSchema]]:
 
 
 def test_every_crd_compiles_with_every_rule(schemas):
-    assert CRD_FILES, f"{SHARED} is missing"
+    assert CRD_FILES, f"{GATEWAY_API_CRDS} is missing"
     kinds = {kind for (_, kind, _) in schemas["experimental"]}
     assert {"Gateway", "HTTPRoute", "GRPCRoute", "GatewayClass", "ReferenceGrant", "BackendTLSPolicy",
             "TLSRoute", "TCPRoute", "UDPRoute", "ListenerSet", "XBackendTrafficPolicy", "XMesh"} <= kinds
@@ -53,6 +53,7 @@ def _example_objects():
                 yield f, doc
 
 
+@needs_shared
 def test_every_shipped_example_is_accepted_unchanged_but_for_defaults(schemas):
     checked = 0
     for f, doc in _example_objects():
@@ -181,17 +182,18 @@ def test_admitting_is_fast_enough_for_every_write(schemas):
 
 @pytest.fixture(scope="module")
 def sb(tmp_path_factory):
-    with SandboxProcess(tmp_path_factory.mktemp("sandbox-schema")) as s:
-        s.kubectl("apply", "--server-side", "-f", str(SHARED / "crd" / "experimental"))
+    with SandboxProcess(tmp_path_factory.mktemp("sandbox-schema"), "--crds", "none") as s:  # the CRDs applied here
+        s.kubectl("apply", "--server-side", "-f", str(GATEWAY_API_CRDS / "experimental"))
         s.kubectl("create", "namespace", "t")
         yield s
 
 
+@needs_shared
 def test_kubectl_applies_every_example_and_reads_back_defaults(sb, tmp_path):
     namespaces = {(doc.get("metadata") or {}).get("namespace") for _, doc in _example_objects()} - {None, "default"}
     for ns in sorted(namespaces):
         sb.kubectl("create", "namespace", ns, check=False)
-    out = sb.kubectl("apply", "--server-side", "-R", "-f", str(SHARED / "examples"), check=False)
+    out = sb.kubectl("apply", "--server-side", "-R", "-f", str(GATEWAY_API / "examples"), check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("serverside-applied") >= 80
     got = json.loads(sb.kubectl("get", "httproutes", "-A", "-o", "json").stdout)["items"]

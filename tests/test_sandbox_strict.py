@@ -1,7 +1,7 @@
 """The sandbox where it used to be kinder than kube-apiserver: storage across restarts (also kill -9),
 resourceVersions that never go back, watches from the future refused, size and depth limits, CRD
 deletion, the namespaces a cluster starts with, no-op applies, strategic merge patch, printer
-columns, the kinds `kubectl apply -f deploy/` needs, and faults aimed at one client."""
+columns, the kinds `kubectl apply -k deploy/` needs, and faults aimed at one client."""
 
 from __future__ import annotations
 
@@ -241,7 +241,7 @@ def test_printer_columns_in_kubectl_get(sb):
 
 
 def test_kubectl_apply_deploy_and_the_gateway_api_bundle(sb):
-    out = sb.kubectl("apply", "-f", str(ROOT / "deploy"), check=False)
+    out = sb.kubectl("apply", "-k", str(ROOT / "deploy"), check=False)
     assert out.returncode == 0, out.stderr
     assert sb.kubectl("get", "role,rolebinding", "-n", "gwpolicy-system", "-o", "name").stdout.strip()
     out = sb.kubectl("apply", "--server-side", "-f", str(GW_CRDS), check=False)  # with its ValidatingAdmissionPolicy
@@ -264,7 +264,8 @@ def test_the_parable_applies_with_plain_kubectl_server_side_apply(sb):
         assert "ensure CRDs are installed first" in first.stderr, first.stderr
         second = sb.kubectl("apply", "--server-side", "-f", str(parable), check=False)
         assert second.returncode == 0, second.stderr
-    assert len(sb.kubectl("get", "retrypolicies,timeoutpolicies,healthcheckpolicies", "-A", "-o", "name").stdout.split()) == 31
+    assert len(sb.kubectl("get", "retrypolicies.policy.acme.io,timeoutpolicies.policy.acme.io,"
+                                "healthcheckpolicies.policy.acme.io", "-A", "-o", "name").stdout.split()) == 31
     assert len(sb.kubectl("get", "httproutes", "-A", "-o", "name").stdout.split()) == 17
 
 

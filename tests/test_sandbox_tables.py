@@ -113,7 +113,7 @@ def test_rbac_leases_and_crds(sb):
                  "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
                  "versions": [{"name": "v1", "served": True, "storage": True,
                                "schema": {"openAPIV3Schema": {"type": "object"}}}]}}))
-    crds = printed(sb, "crd")
+    crds = printed(sb, "crd", "widgets.example.io")
     assert crds[0] == ["NAME", "CREATED AT"] and crds[1][0] == "widgets.example.io"
 
 

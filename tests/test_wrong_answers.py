@@ -21,7 +21,7 @@ from gwpolicy.explain import ladder
 from gwpolicy.output import effective_list, status_list
 from gwpolicy.refs import Ref
 from gwpolicy.timestamps import creation_time
-from helpers import GATEWAY_API, NOW, ROOT, run_cli, write_manifests
+from helpers import GATEWAY_API_CRDS, NOW, ROOT, run_cli, write_manifests
 
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -85,7 +85,7 @@ def test_the_result_does_not_depend_on_the_gatewayclass_object_being_there(objs)
 # --- item 2: BackendTLSPolicy keeps its built-in semantics beside its labelled official CRD (S2.1) ---
 
 def _official_crd(channel: str, plural: str) -> dict:
-    return yaml.safe_load((GATEWAY_API / "crd" / channel / f"gateway.networking.k8s.io_{plural}.yaml").read_text())
+    return yaml.safe_load((GATEWAY_API_CRDS / channel / f"gateway.networking.k8s.io_{plural}.yaml").read_text())
 
 
 def _two_backend_tls_policies(channel: str | None) -> list[dict]:

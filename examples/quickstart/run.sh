@@ -9,8 +9,6 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 PATH="$root/.venv/bin:$PATH"
-crds="$root/../shared/gateway-api/crd/standard"
-[ -d "$crds" ] || crds="${GATEWAY_API_CRDS:?set GATEWAY_API_CRDS to a directory with the Gateway API CRDs}"
 offset=${PORT_OFFSET:-0}
 work=$(mktemp -d)
 pids=()
@@ -20,11 +18,9 @@ export KUBECONFIG="$work/kubeconfig"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# the sandbox starts with the Gateway API CRDs (deploy/gateway-api/standard) and gwpolicy's own
 gwpolicy sandbox --port 0 --allow-loopback-endpoints --kubeconfig-out "$KUBECONFIG" >"$work/sandbox.log" 2>&1 & pids+=($!)
 for _ in $(seq 50); do [ -s "$KUBECONFIG" ] && break; sleep 0.1; done
-kubectl apply --server-side -f "$crds/gateway.networking.k8s.io_gatewayclasses.yaml" \
-  -f "$crds/gateway.networking.k8s.io_gateways.yaml" -f "$crds/gateway.networking.k8s.io_httproutes.yaml" \
-  -f "$crds/gateway.networking.k8s.io_referencegrants.yaml" >/dev/null
 
 v1=$(free_port); v2=$(free_port)
 gwpolicy echo --port "$v1" --pod shop-v1-7d4b9c-x1 --namespace quickstart >"$work/v1.log" 2>&1 & pids+=($!)

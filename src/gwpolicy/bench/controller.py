@@ -191,7 +191,7 @@ def _measure(routes: int, path: str, timeout: float, breadcrumb_qps: float, rest
     with tempfile.TemporaryDirectory() as tmp:
         kubeconfig = os.path.join(tmp, "kubeconfig")
         sandbox = subprocess.Popen([sys.executable, "-m", "gwpolicy.cli.main", "sandbox", "--port", "0",
-                                    "--kubeconfig-out", kubeconfig, "--keep-creation-timestamp", "-f", path],
+                                    "--kubeconfig-out", kubeconfig, "--keep-creation-timestamp", "--crds", "none", "-f", path],
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         ctl: ControllerProcess | None = None
         try:

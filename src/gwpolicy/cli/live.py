@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from lightkube import ApiError, Client, KubeConfig
+from lightkube import ApiError, Client
 
-from gwpolicy.cli.kubeconfig import load_kubeconfig
 from gwpolicy.controller import kube
+from gwpolicy.controller.defaults import kube_config
 
 
 def read_cluster(kubeconfig: str | None, context: str | None) -> list[dict[str, Any]]:
     """CRDs, PolicyKinds, Gateway API objects, policies, Namespaces and Services of the cluster."""
-    try:
-        config: Any
-        if kubeconfig:
-            config = KubeConfig.from_file(kubeconfig)
-        elif os.environ.get("KUBECONFIG"):  # several files merged as kubectl merges them
-            merged = load_kubeconfig(None)
-            if not merged.get("contexts"):
-                raise RuntimeError(f"no readable kubeconfig in KUBECONFIG={os.environ['KUBECONFIG']}")
-            config = KubeConfig.from_dict(merged)
-        else:
-            config = KubeConfig.from_env()
-        if context:
-            config = config.get(context_name=context)
-        client = Client(config=config, field_manager="gwpolicy-cli")
+    try:  # the cluster the long-running commands would talk to (controller/defaults.py)
+        client = Client(config=kube_config(kubeconfig, context), field_manager="gwpolicy-cli")
     except Exception as exc:  # noqa: BLE001 - any config problem is the user's to fix
         raise RuntimeError(f"cannot reach a cluster: {exc}; give manifests with -f, or a kubeconfig") from exc
     out: list[dict[str, Any]] = []

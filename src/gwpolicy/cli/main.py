@@ -477,10 +477,14 @@ def sandbox_main(argv: list[str]) -> int:
                    "backends on this machine, for a demo or a test (the gateway quickstart)")
     p.add_argument("--data-dir", metavar="DIR", help="keep objects and resourceVersions in DIR (SQLite) and "
                    "come back with them after a restart, also after kill -9; -f loads only into an empty DIR")
+    p.add_argument("--crds", choices=["standard", "experimental", "none"], default="standard",
+                   help="CRDs installed at start: the Gateway API's standard or experimental channel, each with "
+                        "gwpolicy's CRDs and the PolicyKinds of its policy kinds (deploy/); none: only built-in "
+                        "kinds. A CRD given with -f replaces ours of the same name, kind or plural (default: standard)")
     args = p.parse_args(argv)
-    preload = []
+    given: list[dict[str, Any]] = []
     if args.filename:
-        from gwpolicy.sandbox.seed import ordered, well_shaped
+        from gwpolicy.sandbox.seed import well_shaped
 
         try:
             loaded = load_paths(args.filename)
@@ -489,8 +493,18 @@ def sandbox_main(argv: list[str]) -> int:
             return 1
         for w in loaded.warnings:
             print(f"Warning: {w}", file=sys.stderr)
-        preload = ordered(well_shaped(loaded.objects, loaded.origins, sys.stderr))  # CRDs made up for kinds without
+        given = well_shaped(loaded.objects, loaded.origins, sys.stderr)
         del loaded  # serve() empties `preload` as it stores it: nothing else may hold the parsed objects
+    preload = []
+    if given or args.crds != "none":
+        from gwpolicy.sandbox.bundled import BundleMissing, preload as bundled_preload
+
+        try:  # CRDs made up for kinds without one
+            preload = bundled_preload(None if args.crds == "none" else args.crds, given)
+        except BundleMissing as exc:
+            print(f"Error: {exc}", file=sys.stderr)
+            return 1
+        del given
     try:
         asyncio.run(serve(args.port, args.kubeconfig_out, args.keep_creation_timestamp, args.bookmark_interval, preload,
                           args.data_dir, args.allow_loopback_endpoints))

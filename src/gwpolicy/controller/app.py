@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import resource
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -19,7 +17,8 @@ from aiohttp import web
 from lightkube import ApiError, AsyncClient
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
-from gwpolicy.controller import kube
+from gwpolicy.controller import defaults, kube
+from gwpolicy.controller.defaults import ProcessOptions
 from gwpolicy.controller.effectivepolicies import EffectivePolicySync
 from gwpolicy.controller.endpoints import ListenError, healthz, metrics, serve_endpoints
 from gwpolicy.controller.informer import Informer
@@ -90,29 +89,13 @@ class Metrics:
         self.full_analysis_cpu.set_function(lambda: controller.last_full_analysis_cpu)
 
 
-def in_cluster() -> bool:
-    """Whether we run in a pod (the kubelet sets this variable in every container)."""
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-
-
-def default_listen() -> str:
-    """Health and metrics: on every interface in a pod (probes and scrapes come from outside it), on
-    loopback elsewhere (a laptop's controller need not be reachable from the network)."""
-    return "0.0.0.0:8080" if in_cluster() else "127.0.0.1:8080"
-
-
 @dataclass
-class Options:
-    kubeconfig: str | None = None
-    context: str | None = None
+class Options(ProcessOptions):
+    """The controller's options: the shared ones (controller/defaults.py) and its own."""
+
     controller_name: str = DEFAULT_CONTROLLER
     namespace: str | None = None  # write only inside it (reads stay cluster-wide)
     field_manager: str = "gwpolicy"
-    listen: str | None = None  # None: default_listen()
-    lease_namespace: str | None = None  # None: $POD_NAMESPACE, else the kubeconfig context's (or the pod's) namespace
-    lease_duration: float = 15.0
-    identity: str = f"{socket.gethostname()}-{os.getpid()}"
-    leader_election: bool = True
     breadcrumb_qps: float = 50.0
     write_workers: int = 4
     debounce: float = 0.02
@@ -129,6 +112,7 @@ def unordered(status: dict[str, Any]) -> dict[str, Any]:
 
 
 class Controller:
+    command = "controller"  # its defaults (controller/defaults.py)
     listen_flag = "--listen"  # the option that sets `Options.listen` (error messages name it)
 
     def __init__(self, opts: Options) -> None:
@@ -470,7 +454,7 @@ class Controller:
                               for k, i in self.informers.items()}})
 
         self.runner, self.port = await serve_endpoints(
-            self.opts.listen or default_listen(),
+            self.opts.listen or defaults.listen(self.command),
             {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics(self.metrics.registry), "/statusz": statusz},
             self.listen_flag)
 
@@ -486,14 +470,13 @@ class Controller:
             self._watch(k)
         self.tasks.append(asyncio.create_task(self.reconcile_loop(), name="reconcile"))
         if self.opts.effective_policy_objects:
-            home = (self.opts.effective_policy_namespace or self.opts.lease_namespace or os.environ.get("POD_NAMESPACE")
-                    or self.client.namespace or "default")
+            home = self.opts.effective_policy_namespace or defaults.lease_namespace(self.opts.lease_namespace,
+                                                                                     self.client.namespace)
             self.effective = EffectivePolicySync(self, home)
             self.effective.start()
         self.tasks += self.writers.start(self.opts.write_workers)  # writes are bound by the API server's latency
         if self.opts.leader_election:
-            self.lease_namespace = (self.opts.lease_namespace or os.environ.get("POD_NAMESPACE")
-                                    or self.client.namespace or "default")
+            self.lease_namespace = defaults.lease_namespace(self.opts.lease_namespace, self.client.namespace)
             log.info("leader election on the Lease gwpolicy-controller in namespace %s", self.lease_namespace)
             self.elector = LeaderElector(self.client, self.opts.identity, self.lease_namespace,
                                          duration=self.opts.lease_duration, on_change=self._leader_changed,

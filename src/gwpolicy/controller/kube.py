@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
 import orjson
-from lightkube import ApiError, AsyncClient, KubeConfig
+from lightkube import ApiError, AsyncClient
 from lightkube.core.generic_client import transform_exception
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import OnErrorAction, OnErrorResult, PatchType
@@ -54,11 +54,11 @@ def resource_class(k: Kind) -> Any:
 
 
 def make_client(kubeconfig: str | None = None, context: str | None = None, field_manager: str = "gwpolicy") -> AsyncClient:
-    """From a kubeconfig file (and context), else $KUBECONFIG / ~/.kube/config, else the in-cluster service account."""
-    config: Any = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
-    if context:
-        config = config.get(context_name=context)
-    return AsyncClient(config=config, field_manager=field_manager, timeout=httpx.Timeout(30.0))
+    """A client of the cluster `defaults.kube_config` finds (the long-running commands' one rule)."""
+    from gwpolicy.controller.defaults import kube_config
+
+    return AsyncClient(config=kube_config(kubeconfig, context), field_manager=field_manager,
+                       timeout=httpx.Timeout(30.0))
 
 
 def _raise(e: Exception, count: int) -> OnErrorResult:

@@ -55,8 +55,10 @@ def _missing_namespace(exc: ApiError) -> bool:
 class LeaderElector:
     def __init__(self, client: AsyncClient, identity: str, namespace: str, name: str = "gwpolicy-controller",
                  duration: float = 15.0, on_change: Callable[[bool], None] | None = None,
-                 on_error: Callable[[str], None] | None = None) -> None:
+                 on_error: Callable[[str], None] | None = None,
+                 rbac: str = "deploy/20-rbac.yaml, Role gwpolicy-leader-election") -> None:
         self.client, self.identity, self.namespace, self.name = client, identity, namespace, name
+        self.rbac = rbac  # where deploy/ grants this process its Lease (the forbidden message names it)
         self.duration = duration
         self.renew_every = duration / 3
         self.on_change = on_change
@@ -104,7 +106,7 @@ class LeaderElector:
                 elif exc.status.code == 403:
                     self._report("forbidden", f"not allowed to read or write the Lease in {self.namespace!r}: "
                                  f"{exc.status.message}; grant get, create and update on leases there "
-                                 "(deploy/20-rbac.yaml, Role gwpolicy-leader-election)")
+                                 f"({self.rbac})")
                 else:
                     self._report("api", f"HTTP {exc.status.code}: {exc.status.message}")
             except Exception as exc:  # noqa: BLE001 - an unreachable server must not kill the elector

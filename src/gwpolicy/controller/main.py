@@ -6,17 +6,19 @@ import gc
 
 from gwpolicy import serve
 from gwpolicy.cli.args import HelpFormatter, Parser, program_name
+from gwpolicy.controller import defaults
 from gwpolicy.controller.app import Controller, ListenError, Options
 from gwpolicy.status import DEFAULT_CONTROLLER
 
 
 EXAMPLES = """examples:
-  # against the sandbox, one replica
+  # against the sandbox: leader election on a Lease in the context's namespace, health on 127.0.0.1:8080
   gwpolicy sandbox --port 8001 --kubeconfig-out /tmp/sb.kubeconfig -f examples/parable &
-  gwpolicy controller --kubeconfig /tmp/sb.kubeconfig --no-leader-election
+  gwpolicy controller --kubeconfig /tmp/sb.kubeconfig
 
-  # in a cluster (deploy/): two replicas, leader election on a Lease in the pod's namespace
-  gwpolicy controller --listen 0.0.0.0:8080
+  # in a cluster (deploy/): two replicas, leader election on a Lease in the pod's namespace,
+  # health and metrics on 0.0.0.0:8080
+  gwpolicy controller
 
   # also keep an EffectivePolicy next to each affected object (deploy/50-effectivepolicy-crd.yaml)
   gwpolicy controller --effective-policy-objects
@@ -26,18 +28,10 @@ EXAMPLES = """examples:
 def parse(argv: list[str]) -> Options:
     p = Parser(prog=f"{program_name()} controller", formatter_class=HelpFormatter, epilog=EXAMPLES, description="Keep policy status (GEP-713, GEP-1364) "
                                 "and breadcrumbs true in a cluster, for any policy kind.")
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
-    p.add_argument("--context", help="kubeconfig context")
+    defaults.add_arguments(p, "controller")
     p.add_argument("--controller-name", default=DEFAULT_CONTROLLER, help="controllerName of our status entries")
     p.add_argument("--namespace", help="write status only to objects in this namespace (reads stay cluster-wide: "
                    "the analysis needs every Gateway, policy and Namespace); cluster-scoped objects are never written")
-    p.add_argument("--listen", default=None, help="address of /healthz, /readyz, /metrics, /statusz (default: "
-                   "127.0.0.1:8080, or 0.0.0.0:8080 in a pod)")
-    p.add_argument("--lease-namespace", default=None, help="namespace of the leader-election Lease (default: "
-                   "$POD_NAMESPACE, else the kubeconfig context's namespace, in a pod its own)")
-    p.add_argument("--lease-duration", type=float, default=15.0, help="seconds a leader holds the lease without renewing")
-    p.add_argument("--identity", default=Options.identity, help="this replica's name in the Lease")
-    p.add_argument("--no-leader-election", action="store_true", help="write without holding a lease (one replica only)")
     p.add_argument("--breadcrumb-qps", type=float, default=50.0, help="breadcrumb writes per second at most")
     p.add_argument("--write-workers", type=int, default=4, help="writes in flight at most")
     p.add_argument("--effective-policy-objects", action="store_true",
@@ -47,13 +41,11 @@ def parse(argv: list[str]) -> Options:
                    "objects other than Namespaces (default: the lease namespace)")
     p.add_argument("--resync", type=float, default=0.0, help="seconds between full relists of every kind, to catch "
                    "what a watch missed (default 0: never; a kube-apiserver's watches can be trusted)")
-    p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     serve.setup_logging(a.verbose)
-    return Options(kubeconfig=a.kubeconfig, context=a.context, controller_name=a.controller_name, namespace=a.namespace,
-                   listen=a.listen, lease_namespace=a.lease_namespace, lease_duration=a.lease_duration,
-                   identity=a.identity, leader_election=not a.no_leader_election, breadcrumb_qps=a.breadcrumb_qps,
-                   write_workers=a.write_workers, effective_policy_objects=a.effective_policy_objects,
+    return Options(**defaults.options(a), controller_name=a.controller_name, namespace=a.namespace,
+                   breadcrumb_qps=a.breadcrumb_qps, write_workers=a.write_workers,
+                   effective_policy_objects=a.effective_policy_objects,
                    effective_policy_namespace=a.effective_policy_namespace, resync=a.resync)
 
 

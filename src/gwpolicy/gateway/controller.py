@@ -37,8 +37,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from gwpolicy import serve
 from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.analysis import utc_now
-from gwpolicy.controller import kube
+from gwpolicy.controller import defaults, kube
 from gwpolicy.controller.app import shut_down
+from gwpolicy.controller.defaults import ProcessOptions
 from gwpolicy.controller.endpoints import ListenError, healthz, metrics, serve_endpoints
 from gwpolicy.controller.informer import Informer
 from gwpolicy.controller.kube import Kind
@@ -99,17 +100,12 @@ class Metrics:
 
 
 @dataclass
-class GatewayOptions:
-    kubeconfig: str | None = None
-    context: str | None = None
+class GatewayOptions(ProcessOptions):
+    """The gateway's options: the shared ones (controller/defaults.py) and its own."""
+
     controller_name: str = GATEWAY_CONTROLLER
     field_manager: str = "gwpolicy-gateway"
-    listen: str = "0.0.0.0:8081"
-    lease_namespace: str = os.environ.get("POD_NAMESPACE", "gwpolicy-system")
     lease_name: str = "gwpolicy-gateway"
-    lease_duration: float = 15.0
-    identity: str = f"{socket.gethostname()}-{os.getpid()}"
-    leader_election: bool = True
     state_dir: str | None = None  # NGINX's files; a fresh temporary directory when None
     address_pool: str | None = None  # loopback network Gateways get their addresses from
     port_offset: int = 0
@@ -255,6 +251,8 @@ class Renderer:
         self.opts = opts
         self.build_cache = BuildCache()
         self.render_cache = RenderCache()
+        #: address:port the gateway holds itself -> what (its health endpoint): no listener is put there
+        self.reserved: dict[tuple[str, int], str] = {}
         #: this process' health and metrics endpoint (address, port): never an endpoint of a route
         self.own_endpoints: frozenset[tuple[str, int]] = frozenset()
 
@@ -262,7 +260,7 @@ class Renderer:
         from gwpolicy.gateway.dataplane import DataPlaneConfig
 
         kw: dict[str, Any] = {"controller_name": self.opts.controller_name, "port_offset": self.opts.port_offset,
-                              "worker_processes": self.opts.worker_processes,
+                              "worker_processes": self.opts.worker_processes, "reserved": dict(self.reserved),
                               "allow_unmanaged_endpointslices": self.opts.allow_unmanaged_endpointslices,
                               "allow_loopback_endpoints": self.opts.allow_loopback_endpoints,
                               "own_addresses": pod_addresses(), "own_endpoints": self.own_endpoints,
@@ -403,6 +401,7 @@ class GatewayController:
         self.addresses: dict[Ref, list[str]] = {}
         self.listener_facts: dict[Ref, tuple[bool, str, str]] = {}
         self.elector: LeaderElector | None = None
+        self.lease_namespace: str | None = opts.lease_namespace
         self.tasks: list[asyncio.Task] = []
         self.runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -822,6 +821,8 @@ class GatewayController:
         async def readyz(_: web.Request) -> web.Response:
             if not self.synced:
                 return web.Response(text="informers not synced", status=503)
+            if self.elector is not None and self.elector.problem is not None and self.elector.blocking:
+                return web.Response(text=f"leader election: {self.elector.problem}\n", status=503)
             if self.driver is not None and not self.leading:
                 return web.Response(text="standby: the leader's NGINX serves", status=503)
             if self.driver is not None and not self.nginx_running:
@@ -831,7 +832,9 @@ class GatewayController:
         async def statusz(_: web.Request) -> web.Response:
             # NGINX's own words (file paths, a piece of a tenant's value) stay in the log and in the
             # status of the object concerned; whoever can reach this endpoint gets a summary
-            return web.json_response({"leader": self.leading, "synced": self.synced, "reconciles": self.reconciles,
+            return web.json_response({"leader": self.leading, "leaseNamespace": self.lease_namespace,
+                                      "leaderElectionProblem": self.elector.problem if self.elector else None,
+                                      "synced": self.synced, "reconciles": self.reconciles,
                                       "busy": self.busy or self.wake.is_set(), "queued": len(self.queue),
                                       "nginxError": None if self.error is None else
                                       "NGINX did not load the newest configuration; the gateway's log says why",
@@ -839,11 +842,16 @@ class GatewayController:
                                       "fullPasses": self.state.full_passes, "inPlace": self.state.in_place,
                                       "addresses": {str(k): v for k, v in self.addresses.items()}})
 
+        listen = self.opts.listen or defaults.listen("gateway")
         self.runner, self.port = await serve_endpoints(
-            self.opts.listen,
-            {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics(self.metrics.registry), "/statusz": statusz})
+            listen, {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics(self.metrics.registry), "/statusz": statusz})
         if self.driver is not None and self.port is not None:
-            self.driver.own_endpoints = own_endpoints(self.opts.listen, self.port)
+            self.driver.own_endpoints = own_endpoints(listen, self.port)
+        if isinstance(self.driver, Renderer):  # a Gateway's listener can never take this port from us, nor fail on it
+            host = listen.rpartition(":")[0].strip("[]") or "0.0.0.0"
+            self.driver.reserved = {(host, self.port): f"the gateway's own health and metrics endpoint (gwpolicy "
+                                                       f"gateway --listen {host}:{self.port}): give the listener another "
+                                                       "port, or the gateway another --listen"}
 
     # ---------- lifecycle ----------
     async def start(self) -> None:
@@ -859,8 +867,11 @@ class GatewayController:
         self.writing = writers.writing
         self.tasks += writers.start(self.opts.write_workers, "write")  # writes wait on the API server: a few in flight
         if self.opts.leader_election:
-            self.elector = LeaderElector(self.client, self.opts.identity, self.opts.lease_namespace, self.opts.lease_name,
-                                         duration=self.opts.lease_duration, on_change=self._leader_changed)
+            self.lease_namespace = defaults.lease_namespace(self.opts.lease_namespace, self.client.namespace)
+            log.info("leader election on the Lease %s in namespace %s", self.opts.lease_name, self.lease_namespace)
+            self.elector = LeaderElector(self.client, self.opts.identity, self.lease_namespace, self.opts.lease_name,
+                                         duration=self.opts.lease_duration, on_change=self._leader_changed,
+                                         rbac="deploy/70-gateway.yaml, Role gwpolicy-gateway-leader-election")
             self.tasks.append(asyncio.create_task(self.elector.run(), name="leader"))
         else:
             self.metrics.leader.set(1)
@@ -920,22 +931,17 @@ def parse(argv: list[str]) -> GatewayOptions:
 
     p = Parser(prog=f"{program_name()} gateway", formatter_class=HelpFormatter, description=DESCRIPTION,
                epilog="""examples:
-  # against the sandbox, one replica; Gateways of GatewayClasses whose controllerName is ours
+  # against the sandbox; Gateways of GatewayClasses whose controllerName is ours, leader election
+  # on a Lease in the context's namespace, health and metrics on 127.0.0.1:8081
   gwpolicy sandbox --port 8001 --kubeconfig-out /tmp/sb.kubeconfig &
-  gwpolicy gateway --kubeconfig /tmp/sb.kubeconfig --no-leader-election
+  gwpolicy gateway --kubeconfig /tmp/sb.kubeconfig
 
   # without root: serve listener port 80 on 8080
   gwpolicy gateway --kubeconfig /tmp/sb.kubeconfig --port-offset 8000
 """)
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
-    p.add_argument("--context", help="kubeconfig context")
+    defaults.add_arguments(p, "gateway")
     p.add_argument("--controller-name", default=GATEWAY_CONTROLLER,
                    help=f"serve the GatewayClasses with this spec.controllerName (default {GATEWAY_CONTROLLER})")
-    p.add_argument("--listen", default="0.0.0.0:8081", help="address of /healthz, /readyz, /metrics")
-    p.add_argument("--lease-namespace", default=GatewayOptions.lease_namespace, help="namespace of the leader-election Lease")
-    p.add_argument("--lease-duration", type=float, default=15.0, help="seconds a leader holds the lease without renewing")
-    p.add_argument("--identity", default=GatewayOptions.identity, help="this replica's name in the Lease")
-    p.add_argument("--no-leader-election", action="store_true", help="write status without holding a lease (one replica only)")
     p.add_argument("--state-dir", help="directory for NGINX's configuration and logs (default: a new temporary directory)")
     p.add_argument("--address-pool", help="loopback network (CIDR) Gateways get their addresses from")
     p.add_argument("--port-offset", type=int, default=0,
@@ -946,14 +952,11 @@ def parse(argv: list[str]) -> GatewayOptions:
     p.add_argument("--worker-processes", type=worker_processes, default="auto",
                    help="NGINX worker processes: auto (one per CPU core, the default) or a number")
     add_endpoint_arguments(p)
-    p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     serve.setup_logging(a.verbose)
-    return GatewayOptions(kubeconfig=a.kubeconfig, context=a.context, controller_name=a.controller_name, listen=a.listen,
-                          lease_namespace=a.lease_namespace, lease_duration=a.lease_duration, identity=a.identity,
-                          leader_election=not a.no_leader_election, state_dir=a.state_dir, address_pool=a.address_pool,
-                          port_offset=a.port_offset, debounce=a.debounce, write_workers=a.write_workers,
-                          nginx=a.nginx, worker_processes=a.worker_processes,
+    return GatewayOptions(**defaults.options(a), controller_name=a.controller_name, state_dir=a.state_dir,
+                          address_pool=a.address_pool, port_offset=a.port_offset, debounce=a.debounce,
+                          write_workers=a.write_workers, nginx=a.nginx, worker_processes=a.worker_processes,
                           allow_unmanaged_endpointslices=a.allow_unmanaged_endpointslices,
                           allow_loopback_endpoints=a.allow_loopback_endpoints, namespace_budget=a.namespace_match_budget)
 

@@ -122,6 +122,10 @@ class DataPlaneConfig:
     #: NGINX's stream module (TLS passthrough), `load_module`d when a passthrough listener is
     #: served; None: not installed, such listeners are not programmed (Debian: libnginx-mod-stream)
     stream_module: str | None = field(default_factory=lambda: stream_module_path())
+    #: address:port the gateway's process holds itself (its health endpoint), with what holds it: a
+    #: listener NGINX would bind there (the same port on the same address, or either a wildcard)
+    #: is not programmed (PortUnavailable) rather than failing every listener's reload
+    reserved: Mapping[tuple[str, int], str] = field(default_factory=dict)
     #: use EndpointSlices whoever made them (a tenant who may write EndpointSlices then chooses
     #: where the gateway connects); by default only those the EndpointSlice controller manages
     allow_unmanaged_endpointslices: bool = False
@@ -428,6 +432,18 @@ def gateway_addresses(gateways: list[Any], config: DataPlaneConfig) -> dict[Ref,
     return out
 
 
+_WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def _reserved(reserved: Mapping[tuple[str, int], str], address: str, port: int) -> str | None:
+    """What holds `address:port` already, of `reserved`: the same port on the same address or on a
+    wildcard (a wildcard listener meets every address)."""
+    for (held_address, held_port), what in reserved.items():
+        if held_port == port and (held_address == address or held_address in _WILDCARDS or address in _WILDCARDS):
+            return what
+    return None
+
+
 def _spec_address(gw: Any) -> str | None:
     spec = gw.spec if isinstance(gw.spec, dict) else {}
     for a in spec.get("addresses") or []:
@@ -628,6 +644,11 @@ class _Builder:
         owner: dict[tuple[str, int], Ref] = {}  # address:port -> the Gateway serving it
         for gw, class_ok in sorted(ours, key=lambda g: g[0].age_key):  # the older Gateway keeps a shared address:port
             for srv in self._gateway_servers(gw, class_ok, addresses[gw.ref]):
+                held = _reserved(self.config.reserved, srv.address, srv.port)
+                if held is not None:
+                    self.listener_facts[srv.listener] = ListenerFact(
+                        False, PORT_UNAVAILABLE, f"{srv.address}:{srv.port - self.config.port_offset} is held by {held}")
+                    continue
                 first = owner.setdefault((srv.address, srv.port), gw.ref)
                 if first != gw.ref:  # two Gateways on one address:port would make NGINX refuse everything
                     self.listener_facts[srv.listener] = ListenerFact(

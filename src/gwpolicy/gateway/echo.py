@@ -3,7 +3,8 @@
 Answers every request with `{path, host, method, proto, headers, httpPort, namespace, ingress,
 service, pod}` (plus `tls` when serving HTTPS), `Content-Type: application/json` exactly, so a
 test sees which backend answered and what it received. `X-Echo-Set-Header: Name:value,N2:v2`
-adds those response headers; `?delay=1s` sleeps before answering (echo-basic does both).
+adds those response headers; `?delay=1s` sleeps before answering (echo-basic does both), and so does
+every request under a path given with `--delay PATH=DURATION` (a backend slow on one path, for demos).
 For policy tests: `/status/NNN` or `?status=NNN` answers with that status; `?fail=N&id=X[&code=C]`
 answers the first N requests carrying request id X with status C (503 by default) and the later
 ones normally, and `.attempts[X]` counts every request with that id (a retry test's exact
@@ -58,7 +59,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.rfile.read(length)
         echo = self.server.echo
         query = parse_qs(urlsplit(self.path).query)
-        delay = go_duration(query.get("delay", [""])[0]) if "delay" in query else None
+        delay = go_duration(query.get("delay", [""])[0]) if "delay" in query else echo.delay_for(urlsplit(self.path).path)
         if delay:
             time.sleep(min(delay, MAX_DELAY))
         status = echo.status_for(urlsplit(self.path).path, query)
@@ -115,9 +116,10 @@ class EchoServer:
     """One echo backend on `address:port` (port 0: any free port; see `.port` after start())."""
 
     def __init__(self, pod: str, namespace: str, *, address: str = "127.0.0.1", port: int = 0,
-                 cert: str | None = None, key: str | None = None) -> None:
+                 cert: str | None = None, key: str | None = None, delays: dict[str, float] | None = None) -> None:
         self.pod, self.namespace, self.address = pod, namespace, address
         self.cert, self.key = cert, key
+        self.delays = dict(delays or {})  # path prefix -> seconds every request under it waits
         self.requests = 0
         self.connections: set[tuple[str, int]] = set()
         self.accepted = 0  # TCP connections accepted
@@ -139,6 +141,11 @@ class EchoServer:
             ctx.sni_callback = remember_sni
             self._httpd.socket = ctx.wrap_socket(self._httpd.socket, server_side=True)
         self._thread: threading.Thread | None = None
+
+    def delay_for(self, path: str) -> float | None:
+        """Seconds a request for `path` waits (`--delay`): the longest prefix's, by path segments."""
+        best = max((p for p in self.delays if path == p or path.startswith(p.rstrip("/") + "/")), key=len, default=None)
+        return self.delays[best] if best is not None else None
 
     def status_for(self, path: str, query: dict[str, list[str]]) -> int:
         """The status to answer: /status/NNN, ?status=NNN, or ?fail=N&id=X[&code=C] (see above)."""
@@ -190,14 +197,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--namespace", required=True, help="namespace to report")
     p.add_argument("--cert", help="PEM certificate: serve HTTPS and report the SNI in tls.serverName")
     p.add_argument("--key", help="PEM private key for --cert")
+    p.add_argument("--delay", action="append", default=[], metavar="PATH=DURATION",
+                   help="answer every request under PATH after DURATION (a Go duration: 500ms, 2s), as ?delay= does")
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or Ctrl-C."""
     if bool(args.cert) != bool(args.key):
         raise SystemExit("gwpolicy echo: --cert and --key go together")
+    delays = {}
+    for d in args.delay:
+        path, _, text = d.partition("=")
+        seconds = go_duration(text)
+        if not path.startswith("/") or seconds is None or seconds > MAX_DELAY:
+            raise SystemExit(f"gwpolicy echo: --delay {d!r}: expected PATH=DURATION, a path from / and a duration "
+                             f"of at most {MAX_DELAY:.0f}s (500ms, 2s)")
+        delays[path] = seconds
     try:
-        server = EchoServer(args.pod, args.namespace, address=args.address, port=args.port, cert=args.cert, key=args.key)
+        server = EchoServer(args.pod, args.namespace, address=args.address, port=args.port, cert=args.cert, key=args.key,
+                            delays=delays)
     except OSError as e:
         raise SystemExit(f"gwpolicy echo: cannot listen on {args.address}:{args.port}: {e.strerror or e}")
     except ssl.SSLError as e:
@@ -218,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     p = Parser(prog=f"{program_name()} echo", formatter_class=HelpFormatter, description=__doc__.splitlines()[0],
                epilog="""examples:
   gwpolicy echo --port 3000 --pod infra-backend-v1-abc-xyz --namespace gateway-conformance-infra
+  gwpolicy echo --port 3001 --pod reports-1 --namespace demo --delay /reports/monthly=2s   # slow on one path
   curl -H 'X-Echo-Set-Header: X-Seen:yes' http://127.0.0.1:3000/some/path   # echo-basic's JSON back
 """)
     add_arguments(p)

@@ -759,9 +759,10 @@ def _kept_token(directory: str) -> str:
 
 
 def load_all(store: Store, preload: list[dict[str, Any]] | None) -> None:
-    """Store the objects of `-f` in order, emptying the list as it goes: once stored, an object as
-    parsed is let go (the store keeps its own version), so a 20k-route file is not held twice for
-    the server's life. A restored sandbox has its objects already: the list is dropped."""
+    """Store the objects a sandbox starts with (its CRDs, then those of `-f`) in order, emptying the
+    list as it goes: once stored, an object as parsed is let go (the store keeps its own version),
+    so a 20k-route file is not held twice for the server's life. They are nobody's writes (the
+    stats count the clients'). A restored sandbox has its objects already: the list is dropped."""
     pending = preload if preload is not None else []
     if store.restored:
         pending.clear()
@@ -773,6 +774,7 @@ def load_all(store: Store, preload: list[dict[str, Any]] | None) -> None:
         except ApiFailure as exc:
             raise SystemExit(f"Error: cannot load {obj.get('kind')} {(obj.get('metadata') or {}).get('name')}: {exc.message}")
         del obj
+    store.writes, store.writes_by = 0, {}
 
 
 def preload_object(store: Store, obj: dict[str, Any]) -> None:

@@ -420,6 +420,19 @@ def _delete(obj: dict[str, Any], path: FieldPath) -> None:
 _MISSING = object()
 
 
+def _with_defaults(r: Resource, applied: dict[str, Any], live: dict[str, Any]) -> dict[str, Any] | None:
+    """An applied configuration of a built-in kind with the defaults the server gives it (None for a
+    custom resource, or where they cannot be applied to it)."""
+    if not is_builtin(r):
+        return None
+    out = clone(applied)
+    try:
+        builtin.convert(r.group, r.kind, out, live)
+    except Exception:  # noqa: BLE001 - a malformed configuration is refused later, in its own words
+        return None
+    return out
+
+
 def _overlap(a: FieldPath, b: FieldPath) -> bool:
     n = min(len(a), len(b))
     return a[:n] == b[:n]
@@ -1074,6 +1087,7 @@ class Store:
                              "modified; please apply your changes to the latest version and try again",
                              {"name": name, "group": r.group, "kind": r.plural})
         conflicts = []
+        defaulted = _with_defaults(r, applied, live)
         for e in live["metadata"].get("managedFields") or []:
             if e.get("manager") == manager:
                 continue
@@ -1081,7 +1095,9 @@ class Store:
                 for p, v in applied_paths.items():
                     if _overlap(p, q):
                         cur = _get(live, p)
-                        if cur is _MISSING or cur != v:
+                        # a list is one field here (kube-apiserver owns a map list's items and their
+                        # fields apart): a list applied without the defaults the live one has is the same
+                        if cur is _MISSING or (cur != v and (defaulted is None or _get(defaulted, p) != cur)):
                             conflicts.append((e["manager"], p))
         if conflicts and not force:
             causes = [{"type": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": "." + ".".join(p)}

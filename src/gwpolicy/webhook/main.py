@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 from gwpolicy import serve
 from gwpolicy.cli.args import HelpFormatter, Parser, program_name
+from gwpolicy.controller import defaults
 from gwpolicy.controller.app import Options as ControllerOptions
 from gwpolicy.controller.endpoints import ListenError
 from gwpolicy.status import DEFAULT_CONTROLLER
@@ -21,28 +20,26 @@ EXAMPLES = """examples:
   gwpolicy webhook --deny-conflicts --deny-invalid
 
   # in a cluster, behind the Service of deploy/60-webhook.yaml, certificate from cert-manager
-  gwpolicy webhook --listen-address 0.0.0.0 --service gwpolicy-system/gwpolicy-webhook \\
+  gwpolicy webhook --service gwpolicy-system/gwpolicy-webhook \\
       --tls-cert-file /certs/tls.crt --tls-key-file /certs/tls.key --ca-file /certs/ca.crt
 
   # in a cluster, certificate made by the first replica and shared through a Secret
-  gwpolicy webhook --listen-address 0.0.0.0 --service gwpolicy-system/gwpolicy-webhook \\
+  gwpolicy webhook --service gwpolicy-system/gwpolicy-webhook \\
       --cert-secret gwpolicy-system/gwpolicy-webhook-tls
 """
 
 
 def parse(argv: list[str]) -> WebhookOptions:
-    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     p = Parser(
         prog=f"{program_name()} webhook", formatter_class=HelpFormatter, epilog=EXAMPLES,
         description="A validating admission webhook (admission.k8s.io/v1) that warns at apply time when an "
                     "object is affected by policy, or when a policy would be Conflicted, Invalid, without "
                     "target, or beaten; it can deny conflicts and invalid policies instead. It answers from "
                     "a model of the cluster kept by informers.")
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
-    p.add_argument("--context", help="kubeconfig context")
+    defaults.add_arguments(p, "webhook", listen_flag="--health-listen", leader_election=False)
     p.add_argument("--port", type=int, default=9443, help="HTTPS port of /validate (0 picks one)")
-    p.add_argument("--listen-address", default="0.0.0.0" if in_cluster else "127.0.0.1",
-                   help="address to serve on")
+    p.add_argument("--listen-address", default=defaults.host(),
+                   help="address to serve /validate on (default: 127.0.0.1, in a pod 0.0.0.0)")
     p.add_argument("--deny-invalid", action="store_true", help="deny a policy that would be Invalid")
     p.add_argument("--deny-conflicts", action="store_true", help="deny a policy that would be Conflicted")
     p.add_argument("--tls-cert-file", help="serving certificate (default: make a CA and a certificate)")
@@ -65,9 +62,6 @@ def parse(argv: list[str]) -> WebhookOptions:
     p.add_argument("--failure-policy", choices=["Ignore", "Fail"], default="Ignore",
                    help="failurePolicy to register (an apply goes through when the webhook is down)")
     p.add_argument("--timeout-seconds", type=int, default=5, help="timeoutSeconds to register")
-    p.add_argument("--health-listen", default=("0.0.0.0" if in_cluster else "127.0.0.1") + ":8081",
-                   help="address of /healthz, /readyz, /metrics")
-    p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
     if bool(a.tls_cert_file) != bool(a.tls_key_file):
         p.error("--tls-cert-file and --tls-key-file go together")
@@ -76,8 +70,7 @@ def parse(argv: list[str]) -> WebhookOptions:
     if not 0 <= a.port <= 65535:
         p.error(f"--port {a.port}: not a port number")
     serve.setup_logging(a.verbose)
-    copts = ControllerOptions(kubeconfig=a.kubeconfig, context=a.context, controller_name=DEFAULT_CONTROLLER,
-                              listen=a.health_listen, leader_election=False, field_manager="gwpolicy-webhook")
+    copts = ControllerOptions(**defaults.options(a), controller_name=DEFAULT_CONTROLLER, field_manager="gwpolicy-webhook")
     return WebhookOptions(copts, ReviewOptions(deny_invalid=a.deny_invalid, deny_conflicts=a.deny_conflicts),
                           host=a.listen_address, port=a.port, cert_file=a.tls_cert_file, key_file=a.tls_key_file,
                           ca_file=a.ca_file, url=a.url, service=a.service, cert_secret=a.cert_secret, register=not a.no_register,

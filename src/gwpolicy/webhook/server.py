@@ -166,6 +166,7 @@ def webhook_configuration(ca_pem: bytes, groups: list[str], opts: WebhookOptions
 class WebhookProcess(Controller):
     """The controller's informers and model without its writers: the webhook's view of the cluster."""
 
+    command = "webhook"
     listen_flag = "--health-listen"
 
     def __init__(self, opts: WebhookOptions) -> None:
