@@ -249,6 +249,7 @@ def _main(argv: list[str] | None = None) -> int:
   gwpolicy bench run --sizes '' --controller --controller-routes 1000
   gwpolicy bench webhook --routes 1000,20000                 # admission latency
   gwpolicy bench gateway --sizes 1000,10000                  # the NGINX data plane
+  gwpolicy bench dataplane --quick                           # a request's cost in NGINX, against hand-written
   gwpolicy bench controller-inproc --routes 1000             # the controller's analysis and edits, in process
   gwpolicy bench run --sizes 4000 --instructions             # instruction counts (valgrind), repeatable
   gwpolicy bench controller-inproc --routes 4000 --instructions
@@ -277,11 +278,16 @@ def _main(argv: list[str] | None = None) -> int:
     w.add_argument("--routes", type=route_counts, default="1000,20000", help="route counts, comma-separated")
     w.add_argument("--reviews", type=_at_least(1), default=300, help="reviews of each sort (policy, route, Service, Namespace) per size")
     sub.add_parser("gateway", help="measure the NGINX data plane (gwpolicy bench gateway --help)", add_help=False)
+    sub.add_parser("dataplane", help="what a request costs NGINX in gwpolicy's configuration, against a hand-written "
+                   "one (gwpolicy bench dataplane --help)", add_help=False)
     sub.add_parser("controller-inproc", help="the controller's analysis and each kind of edit, in process "
                    "(gwpolicy bench controller-inproc --help)", add_help=False)
     if (argv if argv is not None else sys.argv[1:])[:1] == ["controller-inproc"]:
         from gwpolicy.bench.controller_inproc import main as inproc_main
         return inproc_main(list(argv if argv is not None else sys.argv[1:])[1:])
+    if (argv if argv is not None else sys.argv[1:])[:1] == ["dataplane"]:
+        from gwpolicy.bench.dataplane import main as dataplane_main
+        return dataplane_main(list(argv if argv is not None else sys.argv[1:])[1:])
     if (argv if argv is not None else sys.argv[1:])[:1] == ["gateway"]:
         from gwpolicy.bench.gateway import main as gateway_main
         return gateway_main(list(argv if argv is not None else sys.argv[1:])[1:])
