@@ -250,6 +250,7 @@ def _main(argv: list[str] | None = None) -> int:
   gwpolicy bench webhook --routes 1000,20000                 # admission latency
   gwpolicy bench gateway --sizes 1000,10000                  # the NGINX data plane
   gwpolicy bench regex --refused                             # hostile requests to regex routes
+  gwpolicy bench dataplane --quick                           # a request's cost in NGINX, against hand-written
   gwpolicy bench controller-inproc --routes 1000             # the controller's analysis and edits, in process
   gwpolicy bench run --sizes 4000 --instructions             # instruction counts (valgrind), repeatable
   gwpolicy bench controller-inproc --routes 4000 --instructions
@@ -280,6 +281,8 @@ def _main(argv: list[str] | None = None) -> int:
     sub.add_parser("gateway", help="measure the NGINX data plane (gwpolicy bench gateway --help)", add_help=False)
     sub.add_parser("regex", help="what a hostile request to a regex route costs another tenant "
                    "(gwpolicy bench regex --help)", add_help=False)
+    sub.add_parser("dataplane", help="what a request costs NGINX in gwpolicy's configuration, against a hand-written "
+                   "one (gwpolicy bench dataplane --help)", add_help=False)
     sub.add_parser("controller-inproc", help="the controller's analysis and each kind of edit, in process "
                    "(gwpolicy bench controller-inproc --help)", add_help=False)
     if (argv if argv is not None else sys.argv[1:])[:1] == ["controller-inproc"]:
@@ -288,6 +291,9 @@ def _main(argv: list[str] | None = None) -> int:
     if (argv if argv is not None else sys.argv[1:])[:1] == ["regex"]:
         from gwpolicy.bench.regex_cost import main as regex_main
         return regex_main(list(argv if argv is not None else sys.argv[1:])[1:])
+    if (argv if argv is not None else sys.argv[1:])[:1] == ["dataplane"]:
+        from gwpolicy.bench.dataplane import main as dataplane_main
+        return dataplane_main(list(argv if argv is not None else sys.argv[1:])[1:])
     if (argv if argv is not None else sys.argv[1:])[:1] == ["gateway"]:
         from gwpolicy.bench.gateway import main as gateway_main
         return gateway_main(list(argv if argv is not None else sys.argv[1:])[1:])
