@@ -307,7 +307,10 @@ def ratio_conf(percent: int) -> str:
 def location_conf(key: str, *, strategy: str, ratio: int | None, context: str, syslog: str,
                   header_directive: str = "proxy_set_header") -> list[str]:
     """The lines of one traced location (before its proxy_pass; `grpc_set_header` before a grpc_pass):
-    ObservabilityPolicy's tracing of a route."""
+    ObservabilityPolicy's tracing of a route. A location's own proxy_set_header replaces every one it
+    would inherit: with inject or propagate, the location must repeat the others (Connection "" above
+    all: without it NGINX sends Connection: close and opens a backend connection per request, which
+    measured +18 us of NGINX CPU per request)."""
     extract = context in ("extract", "propagate")
     if strategy == "parent":
         sampled = "$gw_in_sampled"

@@ -77,7 +77,8 @@ def _http_conf(relay: SpanRelay, echo_port: int, fast_port: int, port: int, grpc
     for loc, (key, strategy, ratio, context) in ROUTES.items():
         lines = location_conf(key, strategy=strategy, ratio=ratio, context=context, syslog=relay.syslog_target)
         upstream = "fast" if loc == "/r50" else "echo"
-        out.append(f" location {loc} {{\n  " + "\n  ".join(lines + [f"proxy_pass http://{upstream};"]) + "\n }")
+        keep = ['proxy_set_header Connection "";'] if context in ("inject", "propagate") else []  # see location_conf
+        out.append(f" location {loc} {{\n  " + "\n  ".join(lines + keep + [f"proxy_pass http://{upstream};"]) + "\n }")
     out.append(" location / { return 404; }\n}")
     grpc_lines = location_conf("9", strategy="ratio", ratio=100, context="propagate", syslog=relay.syslog_target,
                                header_directive="grpc_set_header")
