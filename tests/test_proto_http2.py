@@ -104,26 +104,18 @@ def _grpc_locations(b: dict) -> str:
         location ~ ^/{SVC}/EchoT(wo|hree)$ {{
             grpc_pass grpc://$gw_by_version;
         }}
-        location = /tls.Echo/Echo {{
-            rewrite ^ /{SVC}/Echo break;
-            grpc_ssl_server_name on;
-            grpc_ssl_name abc.example.com;
-            grpc_ssl_verify on;
-            grpc_ssl_trusted_certificate {b['dir'] / 'ca.pem'};
-            grpc_pass grpcs://tls_be;
-        }}
-        location = /tls.Echo/WrongName {{
-            rewrite ^ /{SVC}/Echo break;
-            grpc_ssl_server_name on;
-            grpc_ssl_name mismatch.example.com;
-            grpc_ssl_verify on;
-            grpc_ssl_trusted_certificate {b['dir'] / 'ca.pem'};
-            grpc_pass grpcs://tls_be;
-        }}
+        {_grpcs_location("Echo", "abc.example.com", b['dir'] / 'ca.pem')}
+        {_grpcs_location("WrongName", "mismatch.example.com", b['dir'] / 'ca.pem')}
         location /who {{ return 200 "$remote_addr $server_protocol $host\\n"; }}
         location /web/ {{ proxy_pass http://web; }}
         location / {{ return 404; }}
 """
+
+
+def _grpcs_location(name: str, tls_name: str, ca: Path) -> str:
+    """/tls.Echo/<name>: a grpcs backend (BackendTLSPolicy's directives) verified against `tls_name`."""
+    return (f"location = /tls.Echo/{name} {{ rewrite ^ /{SVC}/Echo break; grpc_ssl_server_name on; "
+            f"grpc_ssl_name {tls_name}; grpc_ssl_verify on; grpc_ssl_trusted_certificate {ca}; grpc_pass grpcs://tls_be; }}")
 
 
 def _upstreams(b: dict) -> str:
