@@ -102,7 +102,11 @@ class RawNginx:
         shutil.rmtree(self.sockets, ignore_errors=True)
 
     def __enter__(self) -> "RawNginx":
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()  # a configuration NGINX refused: the socket directory goes too
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
