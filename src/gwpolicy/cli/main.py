@@ -185,7 +185,7 @@ def build_parser(prog: str = "gwpolicy") -> argparse.ArgumentParser:
     sub.add_parser("webhook", help="warn at apply time about policy effects (gwpolicy webhook --help)")
     sub.add_parser("gateway", help="serve Gateways and HTTPRoutes with NGINX, with GEP-1364 status (gwpolicy gateway --help)")
     sub.add_parser("render", help="print the NGINX configuration for manifests on disk (gwpolicy render --help)")
-    sub.add_parser("echo", help="the conformance echo backend for tests and demos (gwpolicy echo --help)")
+    sub.add_parser("echo", help="the conformance echo backend for tests and demos (gwpolicy echo --help; --grpc: the gRPC one)")
     sub.add_parser("bench", help="generate synthetic clusters and measure gwpolicy on them (gwpolicy bench --help)")
     p = _command(sub, "effective", "effective policy of every object, path and policy kind", prog)
     _common(p, ("json", "yaml"))
@@ -395,6 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["render"]:
         from gwpolicy.gateway.render_cli import main as render_main
         return render_main(argv[1:])
+    if argv[:1] == ["echo"] and "--grpc" in argv:
+        from gwpolicy.gateway.grpcecho import main as grpc_echo_main
+        return grpc_echo_main(argv[1:])
     if argv[:1] == ["echo"]:
         from gwpolicy.gateway.echo import main as echo_main
         return echo_main(argv[1:])
