@@ -20,7 +20,7 @@ from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane, client_ca_path
 from gwpolicy.gateway.render import render
-from gwpolicy.gateway.status import gateway_facts
+from gwpolicy.gateway.facts import gateway_facts
 from gwpolicy.model import build_index
 from gwpolicy.refs import Ref
 
@@ -173,7 +173,7 @@ def test_rendered_directives_and_a_bad_reference_is_never_served_weaker(pki):
 
 
 def test_insecure_fallback_is_said_on_the_gateway_and_goes_when_it_does(pki):
-    from gwpolicy.gateway.status import Programming, all_desired
+    from gwpolicy.gateway.facts import Programming, all_desired
 
     def status(objs):
         index = build_index(objs)

@@ -29,7 +29,7 @@ from gwpolicy.gateway import pathregex, policyconf
 from gwpolicy.gateway.dataplane import (Action, DataPlaneConfig, MatchRule, VirtualHost, build_dataplane,
                                         _locations, _segment_prefix)
 from gwpolicy.gateway.render import render
-from gwpolicy.gateway.status import GATEWAY_CONTROLLER, gateway_facts
+from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, gateway_facts
 from gwpolicy.model import build_index
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 

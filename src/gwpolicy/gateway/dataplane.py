@@ -35,7 +35,7 @@ from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
 
 if TYPE_CHECKING:  # status imports this module
-    from gwpolicy.gateway.status import Cond, ListenerFacts
+    from gwpolicy.gateway.facts import Cond, ListenerFacts
 
 DEFAULT_CONTROLLER_NAME = "gwpolicy.io/gateway-controller"
 DEFAULT_ADDRESS_POOL = "127.0.1.0/24"
@@ -615,7 +615,7 @@ class _Builder:
         """The Gateways of our GatewayClasses, each with its class' Accepted condition (as status
         says it: a Gateway of a class that is not accepted is served nothing); why each other
         Gateway is not ours goes to `unserved`."""
-        from gwpolicy.gateway.status import class_acceptance  # status imports this module
+        from gwpolicy.gateway.facts import class_acceptance  # status imports this module
 
         out = []
         for gw in self.index.of_kind(GATEWAY_GROUP, "Gateway"):
@@ -680,7 +680,7 @@ class _Builder:
         # which listeners are served is status' verdict (status.listener_verdicts: the one rule,
         # conflicts included); only what needs the data plane itself (the stream module, the
         # certificate file, address:port ownership across Gateways) is decided here on top
-        from gwpolicy.gateway.status import gateway_acceptance, listener_verdicts  # status imports this module
+        from gwpolicy.gateway.facts import gateway_acceptance, listener_verdicts  # status imports this module
 
         verdicts = listener_verdicts(gw, self.index, self.grants)
         gateway_ok = gateway_acceptance(gw, verdicts, class_ok)

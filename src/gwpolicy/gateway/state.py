@@ -53,8 +53,8 @@ from gwpolicy.kinds import split_api_version
 from gwpolicy.model import ObjectIndex, build_index
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.gateway.backendtls import KIND as BACKEND_TLS, ca_configmaps
-from gwpolicy.gateway.status import (ROUTE_KINDS, Facts, GatewayFacts, _route, dataplane_objects, gateway_fact,
-                                     gateway_facts, gateway_references, route_objects)
+from gwpolicy.gateway.facts import (ROUTE_KINDS, Facts, GatewayFacts, _route, dataplane_objects, gateway_fact,
+                                    gateway_facts, gateway_references, route_objects)
 
 Key = tuple[str, str, str, str]
 
