@@ -173,7 +173,7 @@ def test_rendered_directives_and_a_bad_reference_is_never_served_weaker(pki):
 
 
 def test_insecure_fallback_is_said_on_the_gateway_and_goes_when_it_does(pki):
-    from gwpolicy.gateway.facts import Programming, all_desired
+    from gwpolicy.gateway.status import Programming, all_desired
 
     def status(objs):
         index = build_index(objs)

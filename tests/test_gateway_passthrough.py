@@ -25,7 +25,8 @@ from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane, tls_upstream_name
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.render import render
-from gwpolicy.gateway.facts import Programming, all_desired, gateway_facts
+from gwpolicy.gateway.status import Programming, all_desired
+from gwpolicy.gateway.facts import gateway_facts
 from gwpolicy.model import build_index
 from gwpolicy.refs import Ref
 
@@ -241,7 +242,7 @@ def test_policies_never_claim_to_reach_passthrough_connections():
     """Passthrough connections are never HTTP: a gwpolicy.io policy on a TLSRoute, or a
     BackendTLSPolicy on a Service only TLSRoutes send to, gets no ancestor entry of ours."""
     from gwpolicy.gateway.controller import enforced_here, policy_ancestors_of
-    from gwpolicy.gateway.facts import policy_ancestors
+    from gwpolicy.gateway.status import policy_ancestors
     from gwpolicy.bench.gateway_policies import policy_kinds
 
     timeout = {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "TimeoutPolicy", "metadata": meta("t", "infra"),

@@ -1,4 +1,4 @@
-"""gateway/status.py against the expectations of every conformance case (../shared/gateway-conformance),
+"""gateway/facts.py and gateway/status.py against the expectations of every conformance case (../shared/gateway-conformance),
 without a cluster: the base and the case's objects are analysed, the status computed is put on the
 objects, and the suite's own comparisons (tests/gwconformance.py) must accept it, after each step too.
 Then properties: idempotence, others' entries kept, Programmed only once NGINX runs the object.
@@ -15,8 +15,8 @@ import pytest
 import gwconformance as gc
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import backendtls
-from gwpolicy.gateway.facts import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, Programming, all_desired,
-                                    class_annotations, dataplane_objects, gateway_facts, policy_status)
+from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, dataplane_objects, gateway_facts
+from gwpolicy.gateway.status import POLICY_KINDS_ANNOTATION, Programming, all_desired, class_annotations, policy_status
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import build_index
 
@@ -235,7 +235,7 @@ def test_route_without_crd_defaults_gets_full_parent_refs():
 
 def test_status_is_merged_into_the_newest_copy_not_the_one_analysed():
     """Another controller writes between our analysis and our write: what it wrote survives."""
-    from gwpolicy.gateway.facts import desired_status
+    from gwpolicy.gateway.status import desired_status
     from gwpolicy.model import Obj
 
     world = _world_with_route()
@@ -256,7 +256,7 @@ def test_status_is_merged_into_the_newest_copy_not_the_one_analysed():
 
 
 def test_keep_in_place_leaves_every_entry_where_it_was():
-    from gwpolicy.gateway.facts import keep_in_place
+    from gwpolicy.gateway.status import keep_in_place
 
     ours_old = {"controllerName": "us", "ancestorRef": {"name": "a"}, "conditions": [{"reason": "Old"}]}
     theirs = {"controllerName": "them", "ancestorRef": {"name": "a"}}

@@ -25,17 +25,17 @@ import hashlib
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gwpolicy import names
 from gwpolicy.gateway import backendtls, pathregex, policyconf
+from gwpolicy.gateway.facts import (SUPPORTED_FILTERS, Cond, ListenerFacts, class_acceptance, gateway_acceptance,
+                                    listener_verdicts, redirect_problem)
 from gwpolicy.gateway.listeners import HOSTNAME
 from gwpolicy.grants import ReferenceGrants, _from_key as grant_from_key
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
 
-if TYPE_CHECKING:  # status imports this module
-    from gwpolicy.gateway.facts import Cond, ListenerFacts
 
 DEFAULT_CONTROLLER_NAME = "gwpolicy.io/gateway-controller"
 DEFAULT_ADDRESS_POOL = "127.0.1.0/24"
@@ -57,10 +57,6 @@ UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
 PORT_UNAVAILABLE = "PortUnavailable"
 
 BUDGET_EXCEEDED = "NamespaceBudgetExceeded"  # a route of a namespace over its budget (DataPlaneConfig.namespace_budget)
-
-SUPPORTED_FILTERS = ("RequestHeaderModifier", "ResponseHeaderModifier", "RequestRedirect", "URLRewrite", "CORS",
-                     "RequestMirror")
-
 
 class DataPlaneError(ValueError):
     """Configuration the data plane cannot be built from (names the object and field)."""
@@ -615,7 +611,6 @@ class _Builder:
         """The Gateways of our GatewayClasses, each with its class' Accepted condition (as status
         says it: a Gateway of a class that is not accepted is served nothing); why each other
         Gateway is not ours goes to `unserved`."""
-        from gwpolicy.gateway.facts import class_acceptance  # status imports this module
 
         out = []
         for gw in self.index.of_kind(GATEWAY_GROUP, "Gateway"):
@@ -677,10 +672,9 @@ class _Builder:
                          streams, dict(sorted(self.stream_upstreams.items())), self.unserved, self.over_budget)
 
     def _gateway_servers(self, gw: Any, class_ok: "Cond", address: str) -> list[Server]:
-        # which listeners are served is status' verdict (status.listener_verdicts: the one rule,
+        # which listeners are served is status' verdict (facts.listener_verdicts: the one rule,
         # conflicts included); only what needs the data plane itself (the stream module, the
         # certificate file, address:port ownership across Gateways) is decided here on top
-        from gwpolicy.gateway.facts import gateway_acceptance, listener_verdicts  # status imports this module
 
         verdicts = listener_verdicts(gw, self.index, self.grants)
         gateway_ok = gateway_acceptance(gw, verdicts, class_ok)
@@ -723,7 +717,7 @@ class _Builder:
 
     def _certificate(self, lf: "ListenerFacts") -> str:
         """The file of a servable HTTPS listener's certificate: its first certificateRef, as status
-        resolved it (status.certificate_secret, the one check of a certificate Secret)."""
+        resolved it (facts.certificate_secret, the one check of a certificate Secret)."""
         if not lf.certificates:  # status leaves an HTTPS listener without a certificate unservable
             raise DataPlaneError(f"listener {lf.name}: servable HTTPS listener without a resolved certificate")
         cert = lf.certificates[0]
@@ -1317,18 +1311,6 @@ def _conditions(items: Any, *, lower: bool) -> tuple[tuple[str, str, str], ...]:
         names.add(name)
         out.append((str(h.get("type") or "Exact"), name, str(h.get("value", ""))))
     return tuple(out)
-
-
-#: the schemes a RequestRedirect may name (the API's enum)
-REDIRECT_SCHEMES = ("http", "https")
-
-
-def redirect_problem(conf: dict[str, Any]) -> str | None:
-    """Why a requestRedirect cannot be served (None: it can); status says the same."""
-    scheme = conf.get("scheme")
-    if scheme is not None and scheme not in REDIRECT_SCHEMES:
-        return f"requestRedirect.scheme {scheme!r} is not one of {', '.join(REDIRECT_SCHEMES)}"
-    return None
 
 
 def _mirror_share(conf: dict[str, Any]) -> float:

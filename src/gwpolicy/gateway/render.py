@@ -20,7 +20,8 @@ from typing import Any
 from gwpolicy.gateway import pathregex, policyconf
 from gwpolicy.gateway.frontendtls import ALLOW_INSECURE_FALLBACK
 from gwpolicy.gateway.dataplane import (SOCKET_DIR, Action, Backend, DataPlane, Location, Server, VirtualHost,
-                                        _programmable, memo, redirect_problem, without_gc)
+                                        _programmable, memo, without_gc)
+from gwpolicy.gateway.facts import redirect_problem
 
 EMPTY = '""'
 NO_VHOST = "x"  # the map value when no route serves the Host: `/_vx/...` reaches only the 404 location
