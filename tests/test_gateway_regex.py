@@ -26,8 +26,8 @@ from gateway_kit import (TEST_ENDPOINT_FLAGS, TEST_ENDPOINTS, Echoes, Served, ba
                          have_nginx, listener, nginx_choice, request, route)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import pathregex, policyconf
-from gwpolicy.gateway.dataplane import (Action, DataPlaneConfig, MatchRule, VirtualHost, build_dataplane,
-                                        _locations, _segment_prefix)
+from gwpolicy.gateway.dataplane import Action, DataPlaneConfig, MatchRule, VirtualHost, build_dataplane
+from gwpolicy.gateway.dataplane.build import _locations, _segment_prefix
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, gateway_facts
 from gwpolicy.model import build_index

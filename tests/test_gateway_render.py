@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from gateway_kit import TEST_ENDPOINTS, nginx_choice
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
-from gwpolicy.gateway.dataplane import (DataPlaneConfig, MatchRule, VirtualHost, build_dataplane,
-                                        intersect_hostname, _locations, _segment_prefix)
+from gwpolicy.gateway.dataplane import DataPlaneConfig, MatchRule, VirtualHost, build_dataplane, intersect_hostname
+from gwpolicy.gateway.dataplane.build import _locations, _segment_prefix
 from gwpolicy.gateway.render import render
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 from gwpolicy.topology import hostnames_intersect

@@ -19,8 +19,9 @@ from typing import Any
 
 from gwpolicy.gateway import pathregex, policyconf
 from gwpolicy.gateway.frontendtls import ALLOW_INSECURE_FALLBACK
-from gwpolicy.gateway.dataplane import (SOCKET_DIR, Action, Backend, DataPlane, Location, Server, VirtualHost,
-                                        _programmable, memo, without_gc)
+from gwpolicy.gateway.dataplane import (SOCKET_DIR, Action, Backend, DataPlane, Location, Server, VirtualHost, memo,
+                                        without_gc)
+from gwpolicy.gateway.dataplane.build import _programmable
 from gwpolicy.gateway.facts import redirect_problem
 
 EMPTY = '""'
