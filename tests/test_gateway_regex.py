@@ -27,7 +27,7 @@ from gateway_kit import (TEST_ENDPOINT_FLAGS, TEST_ENDPOINTS, Echoes, Served, ba
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import pathregex, policyconf
 from gwpolicy.gateway.dataplane import Action, DataPlaneConfig, MatchRule, VirtualHost, build_dataplane
-from gwpolicy.gateway.dataplane.build import _locations, _segment_prefix
+from gwpolicy.gateway.dataplane.order import place_locations, segment_prefix
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, gateway_facts
 from gwpolicy.model import build_index
@@ -144,7 +144,7 @@ def _model_path_ok(r: MatchRule, p: str) -> bool:
         return a.path_value == p
     if a.path_type == "RegularExpression":
         return re.fullmatch(a.path_value, p) is not None
-    return _segment_prefix(a.path_value, p)
+    return segment_prefix(a.path_value, p)
 
 
 def _spec_choice(rules_: list[MatchRule], p: str, method: str, headers: set[str]) -> MatchRule | None:
@@ -183,7 +183,7 @@ def test_the_rule_the_locations_pick_is_the_one_the_precedence_ranks_first(rules
     if slash and p != "/":
         p += "/"
     vh = VirtualHost("0", "")
-    _locations(vh, rules_)
+    place_locations(vh, rules_)
     method = "POST" if post else "GET"
     want = _spec_choice(rules_, p, method, headers)
     got = nginx_choice(vh, p, method, headers)

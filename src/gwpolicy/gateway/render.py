@@ -21,7 +21,7 @@ from gwpolicy.gateway import pathregex, policyconf
 from gwpolicy.gateway.frontendtls import ALLOW_INSECURE_FALLBACK
 from gwpolicy.gateway.dataplane import (SOCKET_DIR, Action, Backend, DataPlane, Location, Server, VirtualHost, memo,
                                         without_gc)
-from gwpolicy.gateway.dataplane.build import _programmable
+from gwpolicy.gateway.dataplane.cache import programmable
 from gwpolicy.gateway.facts import redirect_problem
 
 EMPTY = '""'
@@ -555,7 +555,7 @@ def _filters(fs: tuple[dict[str, Any], ...], kind: str, key: str) -> list[dict[s
 
 
 def _policy_lines(eff: dict[str, dict[str, Any]], st: _State) -> tuple[list[str], int]:
-    usable = _programmable(eff)
+    usable = programmable(eff)
     if not usable:
         st.uri_lines.append(())
         return [], 1
