@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from gwpolicy.gateway import pathregex, policyconf
+from gwpolicy.gateway import pathregex, policies, policyconf
 from gwpolicy.gateway.frontendtls import ALLOW_INSECURE_FALLBACK
 from gwpolicy.gateway.dataplane import (SOCKET_DIR, Action, Backend, DataPlane, Location, Server, VirtualHost, memo,
                                         without_gc)
@@ -129,7 +129,7 @@ def _var(name: str) -> str:
 class _State:
     maps: dict[str, str] = field(default_factory=dict)  # variable -> map block
     splits: dict[str, str] = field(default_factory=dict)
-    zones: set[policyconf.RateZone] = field(default_factory=set)
+    zones: set[policies.RateZone] = field(default_factory=set)
     named: dict[str, list[str]] = field(default_factory=dict)  # per server: named location blocks
     uri_lines: list[tuple[str, ...]] = field(default_factory=list)  # of the location being rendered
     system_ca: bool = False  # some backend verifies against the system store: its bundle goes to http
@@ -234,7 +234,7 @@ def _main(dp: DataPlane, st: _State) -> str:
 
         http += ["", comment("backends verified against the system store share one SSL context"),
                  f"proxy_ssl_trusted_certificate {SYSTEM_CA_FILE};", "proxy_ssl_verify_depth 4;"]
-    zones = policyconf.http_directives(st.zones)
+    zones = policies.http_directives(st.zones)
     if zones:
         http += [""] + zones
     http += ["", "include maps.conf;", "include upstreams.conf;", "include servers.conf;",
@@ -490,7 +490,7 @@ def _size(line: str) -> float:
 
 
 def _uri_lines(collected: list[tuple[str, ...]]) -> list[str]:
-    """Lines NGINX honours only in the location it selects by URI (policyconf.LocationConf.uri_lines:
+    """Lines NGINX honours only in the location it selects by URI (policies.LocationConf.uri_lines:
     client_max_body_size is checked before a jump to a named location). When the rules this
     location serves disagree, NGINX cannot know the rule yet: the most permissive value applies,
     and the location says so (the rules' own locations still carry theirs)."""
@@ -559,7 +559,7 @@ def _policy_lines(eff: dict[str, dict[str, Any]], st: _State) -> tuple[list[str]
     if not usable:
         st.uri_lines.append(())
         return [], 1
-    conf = memo("location", usable, lambda: policyconf.location_directives(usable, scope=""))
+    conf = memo("location", usable, lambda: policies.location_directives(usable, scope=""))
     st.uri_lines.append(conf.uri_lines)
     st.zones.update(conf.zones)
     return list(conf.lines), conf.peer_copies

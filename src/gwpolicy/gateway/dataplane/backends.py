@@ -8,7 +8,7 @@ import hashlib
 from typing import Any
 
 from gwpolicy import names
-from gwpolicy.gateway import backendtls, policyconf
+from gwpolicy.gateway import backendtls, policies, policyconf
 from gwpolicy.grants import ReferenceGrants, _from_key as grant_from_key
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
@@ -294,10 +294,10 @@ class BackendResolver:
         base = upstream_base(svc.namespace or "", svc.name, port)
         usable = programmable(eff)
         if usable:
-            copies = memo("copies", usable, lambda: policyconf.retry_peer_copies(usable))
-            conf = memo("upstream", usable, lambda: policyconf.upstream_directives(base, usable, peer_copies=copies), base)
+            copies = memo("copies", usable, lambda: policies.retry_peer_copies(usable))
+            conf = memo("upstream", usable, lambda: policies.upstream_directives(base, usable, peer_copies=copies), base)
         else:  # no policy of a kind this data plane enforces: nothing to ask policyconf
-            copies, conf = 1, policyconf.UpstreamConf()
+            copies, conf = 1, policies.UpstreamConf()
         variant = (conf.lines, conf.server_params, copies)
         name = base if variant == ((), "", 1) else f"{base}_{hashlib.sha1(repr(variant).encode()).hexdigest()[:8]}"
         if tls is not None:

@@ -171,7 +171,7 @@ class Upstream:
     service: Ref
     port: int
     endpoints: tuple[Endpoint, ...]
-    lines: tuple[str, ...] = ()  # from policyconf.upstream_directives
+    lines: tuple[str, ...] = ()  # from policies.upstream_directives
     server_params: str = ""
     peer_copies: int = 1
     keepalive: bool = False
