@@ -470,7 +470,7 @@ def test_a_regex_rule_leaves_the_locations_it_cannot_reach_as_they_were(world: W
 def test_a_host_with_hundreds_of_expressions_chains_its_maps_and_still_routes(world: World) -> None:
     """NGINX refuses a map source over 4 KiB: past REGEX_FIELDS_PER_MAP expressions a location's
     candidates continue in a second map (and a third), in the same precedence order."""
-    from gwpolicy.gateway.render import REGEX_FIELDS_PER_MAP
+    from gwpolicy.gateway.rendermaps import REGEX_FIELDS_PER_MAP
 
     n = 2 * REGEX_FIELDS_PER_MAP + 30
     world.serve(route("many", "infra", [rule(rx(f"/n{i}/[0-9]+"), filters=tagged(f"r{i}")) for i in range(n)]

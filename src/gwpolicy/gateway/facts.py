@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gwpolicy import names
-from gwpolicy.gateway import frontendtls, pathregex, policyconf
+from gwpolicy.gateway import frontendtls, pathregex, policyconf, routevalues
 from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts, tls_pem, tls_problem, valid_hostname
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
@@ -576,8 +576,6 @@ def _unsupported(spec: dict[str, Any]) -> str | None:
             why = redirect_problem(_dict(_dict(f).get("requestRedirect"))) if ftype == "RequestRedirect" else None
             if why is not None:
                 return f"spec.rules[{i}]: {why}."
-    from gwpolicy.gateway import routevalues  # render's escaping, which imports the data plane
-
     for field, why in routevalues.problems(spec)[:1]:  # a value NGINX 1.22 could not read
         return f"{field}: {why}."
     return None
