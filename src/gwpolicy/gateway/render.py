@@ -19,13 +19,14 @@ from typing import Any
 
 from gwpolicy.gateway import policies, policyconf
 from gwpolicy.gateway.frontendtls import ALLOW_INSECURE_FALLBACK
-from gwpolicy.gateway.dataplane import (SOCKET_DIR, Action, Backend, DataPlane, Location, Server, VirtualHost, memo,
+from gwpolicy.gateway.dataplane import (Action, Backend, DataPlane, Location, Server, VirtualHost, memo,
                                         without_gc)
 from gwpolicy.gateway.dataplane.cache import programmable
-from gwpolicy.gateway.conftext import (EMPTY, TOKEN, LineBreakError, RenderError, comment, conf_string, header_name,
+from gwpolicy.gateway.conftext import (EMPTY, TOKEN, RenderError, comment, conf_string, header_name,
                                        joined, param, pcre_literal, put, quote, regex_literal, request_header_var)
 from gwpolicy.gateway.facts import redirect_problem
 from gwpolicy.gateway.rendermaps import chunks, match_map
+from gwpolicy.gateway.renderupstreams import split_entries, stream, upstream_block
 
 NO_VHOST = "x"  # the map value when no route serves the Host: `/_vx/...` reaches only the 404 location
 
@@ -108,7 +109,7 @@ def _render(dp: DataPlane, cache: RenderCache | None = None) -> dict[str, bytes]
         cache.locations = {k: cache.locations[k] for k in cache.used}
     files["servers.conf"] = ("".join(servers) + defaults).encode()
     if dp.passthrough:
-        files["stream.conf"] = _stream(dp).encode()
+        files["stream.conf"] = stream(dp).encode()
     files.update(dp.secrets)
     return dict(sorted(files.items()))
 
@@ -162,89 +163,19 @@ def _main(dp: DataPlane, st: _State) -> str:
     return "".join(out)
 
 
-#: the stream upstream of connections nothing takes: its only server is down, so NGINX closes them
-TLS_CLOSED = "gw_tls_closed"
-
-
-def _stream(dp: DataPlane) -> str:
-    """TLS passthrough: per address:port a `server` that reads the ClientHello's SNI (`ssl_preread`)
-    and forwards the still encrypted connection to the upstream a `map $ssl_preread_server_name`
-    names (exact names before the longest wildcard, as for HTTP hosts); a name no route serves, and
-    the share of a backend that cannot be reached, is closed before any byte of the backend's."""
-    out = [comment("TLS passthrough (TLSRoute): NGINX never terminates these connections") + "\n",
-           f"upstream {TLS_CLOSED} {{\n    server 127.0.0.1:9 down;\n}}\n\n"]
-    for u in dp.stream_upstreams.values():
-        out.append(_upstream(u.name, u))
-    splits: dict[str, str] = {}
-    relays: dict[str, str] = {}  # target -> the unix socket of the stream server that strips PROXY for it
-    for srv in dp.passthrough:
-        var = f"$gw_tls_{srv.id}"
-        entries = {h: _tls_target(r, splits) for h, r in srv.hosts.items()}
-        if srv.https_socket:  # a shared port: every connection leaves with a PROXY header, so TLSRoute
-            # backends get theirs through a relay that reads it; the HTTPS servers read it themselves
-            https = f"unix:{srv.https_socket}"
-            for h in srv.https_names:
-                entries.setdefault(h, https)  # a route's name and a listener's cannot be equal (HostnameConflict)
-            entries = {h: t if t == https else relays.setdefault(t, f"unix:{SOCKET_DIR}/t{len(relays)}.sock")
-                       for h, t in entries.items()}
-            entries.setdefault("", https)  # other names: the HTTPS servers (their default refuses the handshake)
-        default = entries.pop("", TLS_CLOSED)
-        out.append(f"map $ssl_preread_server_name {var} {{\n    hostnames;\n    default {default};\n"
-                   + "".join(f"    {h} {t};\n" for h, t in sorted(entries.items())) + "}\n\n")
-        names = ", ".join(f"{l.namespace}/{l.name} {l.section}" for l in srv.listeners)
-        out.append(joined(["server {", "    " + comment(f"Gateway listeners {names}"), f"    listen {srv.address}:{srv.port};",
-                            "    ssl_preread on;", f"    proxy_pass {var};"]
-                           + (["    proxy_protocol on;"] if srv.https_socket else []) + ["}", "", ""]))
-    for target, sock in sorted(relays.items(), key=lambda kv: kv[1]):
-        out.append(joined(["server {", "    " + comment(f"relay to {target}: reads the PROXY header the shared port's server adds"),
-                            f"    listen {sock} proxy_protocol;", f"    proxy_pass {target};", "}", "", ""]))
-    out.extend(splits[k] for k in sorted(splits))
-    return "".join(out)
-
-
-def _tls_target(route: Any, splits: dict[str, str]) -> str:
-    """The upstream (or split_clients variable over upstreams) of a TLSRoute's backends."""
-    targets = [(b.weight, b.upstream or TLS_CLOSED) for b in route.backends if b.weight > 0]
-    if not targets:
-        return TLS_CLOSED
-    if len({t for _, t in targets}) == 1:
-        return targets[0][1]
-    entries = _split_entries(targets)
-    var = "$gw_tls_pick_" + hashlib.sha1(repr(entries).encode()).hexdigest()[:12]
-    splits[var] = (f'split_clients "${{remote_addr}}${{remote_port}}${{msec}}" {var} {{\n'
-                   + "".join(f"    {p} {t};\n" for p, t in entries) + "}\n")
-    return var
-
-
 def _upstreams(dp: DataPlane, cache: RenderCache | None = None) -> str:
     out = []
     for name, u in dp.upstreams.items():
         if cache is not None:
             hit = cache.upstreams.get(name)
             if hit is None or hit[0] is not u:
-                hit = cache.upstreams[name] = (u, _upstream(name, u))
+                hit = cache.upstreams[name] = (u, upstream_block(name, u))
             out.append(hit[1])
         else:
-            out.append(_upstream(name, u))
+            out.append(upstream_block(name, u))
     if cache is not None and len(cache.upstreams) > 2 * len(dp.upstreams) + 1000:
         cache.upstreams = {n: cache.upstreams[n] for n in dp.upstreams}
     return "".join(out)
-
-
-def _upstream(name: str, u: Any) -> str:
-    """One `upstream {}` block (a block the final guard refuses keeps its name and sends nowhere)."""
-    head = [f"upstream {name} {{", "    " + comment(f"Service {u.service.namespace}/{u.service.name} port {u.port}")]
-    lines = list(head)
-    params = f" {u.server_params}" if u.server_params else ""
-    for _ in range(max(1, u.peer_copies)):
-        for e in u.endpoints:
-            host = f"[{e.address}]" if ":" in e.address else e.address
-            lines.append(f"    server {host}:{e.port}{params};")
-    lines += [f"    {l}" for l in u.lines]
-    try:
-        return joined(lines + ["}", "", ""])
-    except LineBreakError as e:
-        return joined(head + [f"    {comment(str(e))}", "    server 127.0.0.1:9 down;", "}", "", ""])
 
 
 def _default_servers(dp: DataPlane) -> str:
@@ -625,24 +556,9 @@ def _mirror_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set
                                                            f" ({pct:g}% of requests)")] + [f"        {l}" for l in body] + ["    }"]))
     return out
 
-
-def _split_entries(targets: list) -> list[tuple[str, str]]:
-    """split_clients entries for weighted (weight, target) pairs: each share in hundredths of a
-    percent, rounded down (a share that rounds to nothing is left out), the last one `*`."""
-    total = sum(w for w, _ in targets)
-    entries: list[tuple[str, str]] = []
-    for i, (w, name) in enumerate(targets):
-        if i == len(targets) - 1:
-            entries.append(("*", name))
-        else:
-            pct = int(w * 10000 // total) / 100
-            if pct > 0:
-                entries.append((f"{pct:.2f}%", name))
-    return entries
-
 def _pick(targets: list[list[Any]], st: _State) -> list[str]:
     """Weighted backends that need different locations: split_clients picks the named location."""
-    entries = _split_entries(targets)
+    entries = split_entries(targets)
     var = "$gw_pick_" + hashlib.sha1(repr(entries).encode()).hexdigest()[:12]
     put(st.splits, var, f"split_clients $request_id {var} {{\n" + "".join(f"    {p} {t};\n" for p, t in entries) + "}\n")
     return [f"error_page 418 = {var};", "return 418;"]
