@@ -334,7 +334,7 @@ def own_endpoints(listen: str, port: int) -> frozenset[tuple[str, int]]:
 
 
 class DataPlaneDriver(Renderer):
-    """Builds, renders and applies the configuration: gateway/dataplane.py, render.py, nginx.py (DP)."""
+    """Builds, renders and applies the configuration: gateway/dataplane.py, render.py, nginx.py."""
 
     def __init__(self, opts: GatewayOptions) -> None:
         from gwpolicy.gateway.nginx import Nginx

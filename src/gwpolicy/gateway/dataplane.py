@@ -1,4 +1,4 @@
-"""What NGINX must do, from the engine's analysis: the pure data plane model (issue 9).
+"""What NGINX must do, from the engine's analysis: the pure data plane model.
 
 One topology, not a second model: which listeners a route is attached to comes from the
 analysis' paths, and each location and backend carries the effective policy of its own exact
