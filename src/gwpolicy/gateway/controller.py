@@ -316,7 +316,9 @@ EVERY_ADDRESS = _EveryAddress()
 
 def spec_addresses(gw: dict[str, Any]) -> list[str]:
     """The values of a Gateway's spec.addresses (IPAddress and Hostname)."""
-    spec = gw.get("spec") if isinstance(gw.get("spec"), dict) else {}
+    spec = gw.get("spec")
+    if not isinstance(spec, dict):
+        return []
     return [a["value"] for a in spec.get("addresses") or []
             if isinstance(a, dict) and isinstance(a.get("value"), str) and a.get("type", "IPAddress") in ("IPAddress", "Hostname")]
 

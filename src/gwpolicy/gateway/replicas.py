@@ -113,7 +113,7 @@ class Publisher:
     async def delete(self) -> None:
         """On a clean stop: the leader need not wait a lease duration to count this replica out."""
         try:
-            await self.client.delete(kube.resource_class(LEASE), self.name, namespace=self.namespace)  # type: ignore[call-overload]
+            await self.client.delete(kube.resource_class(LEASE), self.name, namespace=self.namespace)
         except Exception:  # noqa: BLE001 - stopping goes on
             pass
 
@@ -172,7 +172,7 @@ class Replicas:
         s = _Seen(str(spec.get("holderIdentity") or name), record[2], addresses,
                   float(spec.get("leaseDurationSeconds") or 15), record, self.clock())
         self.seen[name] = s
-        if s.digest in self.history:
+        if s.digest is not None and s.digest in self.history:
             self.known[s.identity] = s.digest
         if old is None or old.digest != s.digest or old.addresses != s.addresses:
             self.on_change()
