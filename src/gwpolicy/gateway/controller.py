@@ -386,7 +386,7 @@ class DataPlaneDriver(Renderer):
         self.state_dir = opts.state_dir or tempfile.mkdtemp(prefix="gwpolicy-gateway-")
         # checks the version (NginxError says what is missing) and adopts the NGINX an earlier
         # gateway process on this state directory left serving
-        self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx)
+        self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx, outlive=True)
         self.applied: dict[str, bytes] | None = None
         self.lock = threading.Lock()  # apply and stop come from different threads
 
@@ -415,7 +415,7 @@ class DataPlaneDriver(Renderer):
             if self.nginx is None:  # stopped when we lost the lease; a new master for the new term
                 from gwpolicy.gateway.nginx import Nginx
 
-                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx)
+                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx, outlive=True)
             result = self.nginx.apply(files)
             if result.ok:
                 self.applied = files
@@ -428,7 +428,7 @@ class DataPlaneDriver(Renderer):
             if self.nginx is None:
                 from gwpolicy.gateway.nginx import Nginx
 
-                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx)
+                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx, outlive=True)
             return self.nginx.check(files) or None
 
     @property
@@ -1019,8 +1019,8 @@ class GatewayController:
         os.kill(os.getpid(), signal.SIGTERM)  # the process shell's stop, without NGINX's
 
     async def stop(self) -> None:
-        """NGINX first (it gives the addresses up), then the Lease (a standby takes over at once),
-        then the informers and the HTTP endpoints."""
+        """This replica's Lease, NGINX (stopped, or left serving after SIGUSR2), then the leader
+        Lease (another replica writes status at once), then the informers and the HTTP endpoints."""
         for t in self.tasks:
             if t.get_name() in ("reconcile", "write"):
                 t.cancel()
