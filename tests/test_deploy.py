@@ -14,7 +14,7 @@ import yaml
 
 from gwpolicy.controller import kube
 from gwpolicy.gateway import controller as gateway, policyconf
-from gwpolicy.gateway.status import ROUTE_KINDS as GATEWAY_ROUTE_KINDS
+from gwpolicy.gateway.facts import ROUTE_KINDS as GATEWAY_ROUTE_KINDS
 from gwpolicy.sandbox import bundled
 import kube_apiserver
 from helpers import ROOT

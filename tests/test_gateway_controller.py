@@ -18,7 +18,8 @@ import yaml
 from gateway_proc import GatewayProcess, alive, request, wait_until
 from gwpolicy.gateway.controller import with_defaults
 from gwpolicy.gateway.echo import EchoServer
-from gwpolicy.gateway.status import GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION
+from gwpolicy.gateway.facts import GATEWAY_CONTROLLER
+from gwpolicy.gateway.status import POLICY_KINDS_ANNOTATION
 from sandbox_proc import BIN, GW_CRDS, SandboxProcess
 
 NS = "gwtest"

@@ -53,9 +53,9 @@ from gwpolicy.controller.loop import synced_bursts
 from gwpolicy.controller.writer import Job, StatusWriters
 from gwpolicy.gateway.replicas import Publisher, Replicas
 from gwpolicy.gateway.state import GatewayState, key_ref, object_key
-from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, ROUTE_KINDS, Programming,
-                                     desired_status, keep_in_place, policy_kinds_annotation,
-                                     policy_status, stale_routes, without_our_entries)
+from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, ROUTE_KINDS
+from gwpolicy.gateway.status import (POLICY_KINDS_ANNOTATION, Programming, desired_status, keep_in_place,
+                                     policy_kinds_annotation, policy_status, stale_routes, without_our_entries)
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import Obj
 from gwpolicy.refs import GATEWAY_GROUP, Ref

@@ -10,7 +10,7 @@ same parse `nginx -t` makes, done once instead of twice): when it rejects it, or
 tree is removed, so a configuration NGINX rejects is never loaded nor left on disk
 (`test_reloads=True` runs `nginx -t` before every reload as well).
 
-NGINX outlives the process that runs it. The master is started in a session of its own (a signal
+NGINX outlives the process that runs it. The master is started by setsid(2), apart from our process group (a signal
 to the gateway's process group does not reach it) and is not tied to our life: when the gateway is
 killed, crashes or is restarted, NGINX goes on serving the last configuration it took. What a
 successor needs to find it is in `root/nginx.json` (the master's pid and start time, its control
@@ -441,7 +441,7 @@ class Nginx:
         # behind, and the next one could not bind them: no NGINX of ours runs now, so they are stale
         for sock in Path(self._sockdir).glob("**/*.sock"):
             sock.unlink(missing_ok=True)
-        # a session of its own: NGINX outlives us and a signal to our process group (a terminal's
+        # setsid(2): NGINX outlives us and a signal to our process group (a terminal's
         # Ctrl-C) does not reach it; `stop()` and the next process' adoption are its ends
         with open(self.root / "logs" / "stderr.log", "ab") as err:
             self._proc = subprocess.Popen(
