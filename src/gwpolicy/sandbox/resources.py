@@ -58,9 +58,6 @@ BUILTINS = (
     Resource("rbac.authorization.k8s.io", ("v1",), "ClusterRole", "clusterroles", "clusterrole", False, False),
     Resource("rbac.authorization.k8s.io", ("v1",), "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", False, False),
     Resource("apps", ("v1",), "Deployment", "deployments", "deployment", True, True, ("deploy",), ("all",)),
-    # stored and served, not enforced (deploy/70-gateway.yaml's budget for the gateway's replicas)
-    Resource("policy", ("v1",), "PodDisruptionBudget", "poddisruptionbudgets", "poddisruptionbudget", True, True,
-             ("pdb",)),
     Resource("rbac.authorization.k8s.io", ("v1",), "Role", "roles", "role", True, False),
     Resource("rbac.authorization.k8s.io", ("v1",), "RoleBinding", "rolebindings", "rolebinding", True, False),
     # stored and served, not enforced (deploy/ and the Gateway API bundle apply them)
