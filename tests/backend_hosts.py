@@ -2,96 +2,59 @@
 
 kube-apiserver refuses a loopback address in an EndpointSlice (`may not be in the loopback range
 (127.0.0.0/8, ::1/128)`): a cluster's pods never have one. Against it the gateway tests run their echo
-backends on a test host of the run's own: a network namespace reached from the machine through a veth
-pair, the backends on addresses of 198.18.N.0/24 (RFC 2544's range for benchmark networks; nothing
-else here uses it), the machine's end at 198.18.N.254. Nothing leaves the machine. It needs root (`ip
-netns`); the namespace, its veth pair and its processes go when `stop()` is called, at interpreter exit,
-and a namespace left by a run that died is removed by the next one.
+backends on a test host of tests/netns.py (a network namespace on a bridge of the run's own, in
+198.18.0.0/16, reached from the machine through the bridge). Nothing leaves the machine. It needs
+what network namespaces need (`netns.unavailable()` says what is missing); the host and its
+processes go when `stop()` is called, at interpreter exit, and what a run that died left is removed
+by the next fabric made.
 """
 
 from __future__ import annotations
 
-import atexit
+import ipaddress
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import netns
+
 HERE = Path(__file__).resolve().parent
+FIRST = 10  # address(i) is the fabric's network + FIRST + i: above the bridge (.1) and the host (.2)
 
 
 def missing() -> str | None:
     """Why this machine cannot have such a host, or None."""
-    if os.geteuid() != 0:
-        return "backends at non-loopback addresses need a network namespace, and so root"
-    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
-    if r.returncode != 0:
-        return f"ip netns does not work here: {r.stderr.strip()}"
-    return None
-
-
-def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = (["ip", "netns", "exec", ns, "ip"] if ns else ["ip"]) + list(args)
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
-    return r
-
-
-def _remove_stale() -> None:
-    """Namespaces of runs whose process is gone."""
-    for line in _ip("netns", "list", check=False).stdout.splitlines():
-        m = re.match(r"(gwpb(\d+)-(\d+))\b", line)
-        if m and not Path(f"/proc/{m.group(3)}").exists():
-            _ip("netns", "del", m.group(1), check=False)
-            _ip("link", "del", f"gwpb{m.group(2)}", check=False)
+    why = netns.unavailable()
+    return f"backends at non-loopback addresses need a network namespace: {why}" if why else None
 
 
 class BackendHost:
-    """A test host: `address(i)` is its i-th address (1-253); `serve(specs)` starts echo backends there."""
+    """A test host: `address(i)` is its i-th address (1-127); `serve(specs)` starts echo backends there."""
 
     def __init__(self) -> None:
-        _remove_stale()
-        for n in range(1, 250):
-            link = f"gwpb{n}"
-            if Path(f"/sys/class/net/{link}").exists():
-                continue
-            ns = f"{link}-{os.getpid()}"
-            if _ip("netns", "add", ns, check=False).returncode != 0:
-                continue
-            if _ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", ns, check=False).returncode != 0:
-                _ip("netns", "del", ns, check=False)
-                continue  # another run took that number between our look and our add
-            self.n, self.link, self.ns = n, link, ns
-            break
-        else:
-            raise RuntimeError("no free test network in 198.18.1-249.0/24")
-        self.procs: list[subprocess.Popen] = []
+        self.fabric = netns.Fabric(["backends"])
+        self.host = self.fabric["backends"]
+        self.procs: list[subprocess.Popen[str]] = []
         self.addresses: set[int] = set()
-        atexit.register(self.stop)
-        _ip("addr", "add", f"198.18.{self.n}.254/24", "dev", self.link)
-        _ip("link", "set", self.link, "up")
-        _ip("link", "set", "lo", "up", ns=self.ns)
-        _ip("link", "set", "eth0", "up", ns=self.ns)
 
     def address(self, i: int) -> str:
+        if not 1 <= i <= 127:
+            raise ValueError(f"address index {i}: 1-127")
+        address = str(ipaddress.ip_address(self.fabric.subnet.network_address) + FIRST + i)
         if i not in self.addresses:
-            _ip("addr", "add", f"198.18.{self.n}.{i}/24", "dev", "eth0", ns=self.ns)
+            self.host.add_address(address, device="eth0")
             self.addresses.add(i)
-        return f"198.18.{self.n}.{i}"
+        return address
 
     def serve(self, specs: list[dict[str, Any]]) -> None:
         """Echo backends (`gwpolicy.gateway.echo.EchoServer` arguments: pod, namespace, address, port,
         cert, key) in one process on the host; returns once every one listens."""
-        for s in specs:
-            self.address(int(s["address"].rsplit(".", 1)[1]))
-        proc = subprocess.Popen(["ip", "netns", "exec", self.ns, sys.executable, str(HERE / "echo_host.py")],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = self.host.popen([sys.executable, str(HERE / "echo_host.py")], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.procs.append(proc)
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(json.dumps(specs) + "\n")
@@ -111,7 +74,4 @@ class BackendHost:
                     except ProcessLookupError:
                         pass
         self.procs = []
-        if getattr(self, "ns", None):
-            _ip("netns", "del", self.ns, check=False)
-            _ip("link", "del", self.link, check=False)
-            self.ns = ""
+        self.fabric.close()

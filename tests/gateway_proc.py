@@ -25,16 +25,19 @@ GATEWAY_POOL = "127.0.20.0/24"
 
 class GatewayProcess:
     def __init__(self, kubeconfig: Path, state_dir: Path, *extra: str, pool: str = GATEWAY_POOL,
-                 lease_namespace: str | None = None) -> None:
+                 lease_namespace: str | None = None, prefix: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        """`prefix`: a command the gateway runs under (`ip netns exec NAME`); `env`: added to ours."""
         self.state_dir = state_dir
         self.log_path = state_dir.parent / f"{state_dir.name}.log"
         self.log = open(self.log_path, "w")
         election = (["--lease-namespace", lease_namespace, "--lease-duration", "3", "--identity", state_dir.name]
                     if lease_namespace else ["--no-leader-election"])
-        self.proc = subprocess.Popen([str(BIN / "gwpolicy"), "gateway", "--kubeconfig", str(kubeconfig),
+        self.proc = subprocess.Popen([*(prefix or []), str(BIN / "gwpolicy"), "gateway", "--kubeconfig", str(kubeconfig),
                                       "--listen", "127.0.0.1:0", *election, "--state-dir", str(state_dir),
                                       "--address-pool", pool, "--debounce", "0.02", *TEST_ENDPOINT_FLAGS, *extra],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, **(env or {})})
         self.port = None
         end = time.monotonic() + 30
         lines = []

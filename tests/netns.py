@@ -406,6 +406,58 @@ class Fabric:
             raise NetnsError(f"fabric {self.id}: could not delete {', '.join(left)}")
 
 
+def forward_into(host: Host, port: int, target: tuple[str, int] | None = None) -> Callable[[], None]:
+    """Serve `127.0.0.1:port` inside `host` by relaying each connection to `target` (default the
+    same address and port) in the root namespace: a server of the test process on loopback (an API
+    server) reached from the hosts. Returns a function that stops the relay."""
+    import socket
+
+    with host.enter():
+        server = socket.create_server(("127.0.0.1", port))
+    target = target or ("127.0.0.1", port)
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def accept() -> None:  # this thread was made in the root namespace: its connections are made there
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                up = socket.create_connection(target, timeout=5)
+            except OSError:
+                conn.close()
+                continue
+            up.settimeout(None)
+            conn.settimeout(None)
+            threading.Thread(target=pump, args=(conn, up), daemon=True).start()
+            threading.Thread(target=pump, args=(up, conn), daemon=True).start()
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+
+    def close() -> None:
+        stop.set()
+        t.join(2)
+        server.close()
+
+    return close
+
+
 def run_in_thread(host: Host, fn: Callable[[], T], timeout: float = 30) -> T:
     """fn() in a new thread inside `host` (for code that must not move the caller's thread)."""
     box: dict[str, Any] = {}
@@ -426,5 +478,5 @@ def run_in_thread(host: Host, fn: Callable[[], T], timeout: float = 30) -> T:
     return box["value"]  # type: ignore[no-any-return]
 
 
-__all__ = ["CLUSTER_IPS", "FABRIC_SUBNETS", "Fabric", "Host", "NetnsError", "entered", "leftovers",
+__all__ = ["CLUSTER_IPS", "FABRIC_SUBNETS", "Fabric", "Host", "NetnsError", "entered", "forward_into", "leftovers",
            "run_in_thread", "sweep", "unavailable"]

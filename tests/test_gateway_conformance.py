@@ -5,7 +5,7 @@ weights, steps, cleanup; once against `gwpolicy sandbox` and once against a real
 (conftest.py), where the gateway runs as deploy/'s ServiceAccount under deploy/'s RBAC. Each run takes
 one free network of 127.0.23.0/24-127.0.29.0/24: Gateways on .128-.254, echo backends on .1-.127
 against the sandbox; against kube-apiserver, which takes no loopback address in an EndpointSlice, on
-198.18.N.1-127 of a test host (tests/backend_hosts.py).
+addresses of a test host (tests/backend_hosts.py, on tests/netns.py).
 
 A case this gateway does not pass is listed in GAPS with the reason (and in docs/gateway.md,
 "Conformance"): it runs, and is reported as an expected failure with that reason, never skipped

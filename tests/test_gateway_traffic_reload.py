@@ -147,31 +147,61 @@ def test_unchanged_files_do_not_reload(setup):
 CHILD = """
 import sys, time
 from gwpolicy.gateway.nginx import Nginx
-n = Nginx(sys.argv[1])
+n = Nginx(sys.argv[1], outlive=sys.argv[3] == "outlive")
 r = n.apply({"nginx.conf": open(sys.argv[2], "rb").read()})
 assert r.ok, r.error
 print(n.pid, flush=True)
-time.sleep(60)
+if sys.argv[4] == "sleep":
+    time.sleep(60)
 """
+MIN_CONF = ("pid ../run/nginx.pid;\nerror_log ../logs/error.log;\nevents {}\nhttp {\n    access_log off;\n"
+            "    client_body_temp_path ../run/b; proxy_temp_path ../run/p; fastcgi_temp_path ../run/f;\n"
+            "    uwsgi_temp_path ../run/u; scgi_temp_path ../run/s;\n    include control*.conf;\n}\n")
+
+
+def _gone(pid: int) -> bool:
+    return not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_nginx_does_not_outlive_the_process_that_started_it(tmp_path: Path, sig: int) -> None:
+def test_nginx_outlives_a_killed_process_and_the_next_one_adopts_it(tmp_path: Path, sig: int) -> None:
+    """The gateway's way (outlive=True): NGINX serves on after its process is killed; a new Nginx on
+    the same root adopts it (same master, same generation, nothing reloaded) and stop() ends it."""
+    from gwpolicy.gateway.nginx import Nginx
+
     conf = tmp_path / "min.conf"
-    conf.write_text("pid ../run/nginx.pid;\nerror_log ../logs/error.log;\nevents {}\nhttp {\n    access_log off;\n"
-                    "    client_body_temp_path ../run/b; proxy_temp_path ../run/p; fastcgi_temp_path ../run/f;\n"
-                    "    uwsgi_temp_path ../run/u; scgi_temp_path ../run/s;\n    include control*.conf;\n}\n")
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "root"), str(conf)], stdout=subprocess.PIPE, text=True)
+    conf.write_text(MIN_CONF)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "root"), str(conf), "outlive", "sleep"],
+                             stdout=subprocess.PIPE, text=True)
+    pid = int(child.stdout.readline())
+    adopter = None
     try:
-        pid = int(child.stdout.readline())
-        assert Path(f"/proc/{pid}").exists()
         child.send_signal(sig)
         child.wait(10)
-        assert eventually(lambda: not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text(),
-                          timeout=10), "NGINX outlived its parent"
+        time.sleep(0.3)
+        assert not _gone(pid), "NGINX ended with the process that started it"
+        adopter = Nginx(tmp_path / "root", outlive=True)
+        assert adopter.adopted == (pid, 1) and adopter.pid == pid and adopter.probe() == 1
+        again = adopter.apply({"nginx.conf": conf.read_bytes()})
+        assert again.ok and not again.changed and adopter.pid == pid  # the files it serves: nothing reloaded
+        changed = adopter.apply({"nginx.conf": conf.read_bytes() + b"# edited\n"})
+        assert changed.ok and changed.changed and adopter.pid == pid and adopter.probe() == changed.generation
     finally:
         if child.poll() is None:
             child.kill()
+        (adopter or Nginx(tmp_path / "root", outlive=True)).stop()
+    assert eventually(lambda: _gone(pid), timeout=10), "stop() did not end the adopted NGINX"
+
+
+def test_a_library_user_leaves_no_nginx_behind_when_it_exits(tmp_path: Path) -> None:
+    """Tests and benchmarks (outlive=False): NGINX stops when the interpreter exits normally."""
+    conf = tmp_path / "min.conf"
+    conf.write_text(MIN_CONF)
+    out = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "root"), str(conf), "library", "exit"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    pid = int(out.stdout)
+    assert eventually(lambda: _gone(pid), timeout=10), "NGINX outlived the library user's normal exit"
 
 
 def test_a_missing_or_unusable_nginx_is_named_with_what_to_install(tmp_path: Path) -> None:

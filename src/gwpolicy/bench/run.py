@@ -252,6 +252,7 @@ def _main(argv: list[str] | None = None) -> int:
   gwpolicy bench regex --refused                             # hostile requests to regex routes
   gwpolicy bench dataplane --quick                           # a request's cost in NGINX, against hand-written
   gwpolicy bench controller-inproc --routes 1000             # the controller's analysis and edits, in process
+  gwpolicy bench replicas --routes 1000                      # rps through 1 and 3 gateway replicas, edit to all
   gwpolicy bench run --sizes 4000 --instructions             # instruction counts (valgrind), repeatable
   gwpolicy bench controller-inproc --routes 4000 --instructions
 """)
@@ -285,6 +286,11 @@ def _main(argv: list[str] | None = None) -> int:
                    "one (gwpolicy bench dataplane --help)", add_help=False)
     sub.add_parser("controller-inproc", help="the controller's analysis and each kind of edit, in process "
                    "(gwpolicy bench controller-inproc --help)", add_help=False)
+    sub.add_parser("replicas", help="requests per second through one gateway replica and through three, and "
+                   "an edit's time to every replica (gwpolicy bench replicas --help)", add_help=False)
+    if (argv if argv is not None else sys.argv[1:])[:1] == ["replicas"]:
+        from gwpolicy.bench.replicas import main as replicas_main
+        return replicas_main(list(argv if argv is not None else sys.argv[1:])[1:])
     if (argv if argv is not None else sys.argv[1:])[:1] == ["controller-inproc"]:
         from gwpolicy.bench.controller_inproc import main as inproc_main
         return inproc_main(list(argv if argv is not None else sys.argv[1:])[1:])

@@ -31,6 +31,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
@@ -121,6 +122,7 @@ class GatewayOptions(ProcessOptions):
     allow_unmanaged_endpointslices: bool = False  # see DataPlaneConfig
     allow_loopback_endpoints: bool = False
     namespace_budget: int | None = None  # DataPlaneConfig.namespace_budget
+    pod_addresses: bool = False  # serve every Gateway on all the pod's addresses (see --pod-addresses)
 
 
 # ---------------------------------------------------------------- defaults a server may not apply
@@ -272,6 +274,8 @@ class Renderer:
                               "left_out": dict(left_out or {}), "namespace_budget": self.opts.namespace_budget}
         if self.opts.address_pool:
             kw["address_pool"] = self.opts.address_pool
+        if self.opts.pod_addresses:
+            kw["addresses"] = EVERY_ADDRESS
         return DataPlaneConfig(**kw)
 
     def build(self, analysis: Any, epoch: Any = None, left_out: Any = None) -> tuple[Any, dict[str, bytes]]:
@@ -290,11 +294,50 @@ class Renderer:
         return dp, render(dp, self.render_cache)
 
 
+class _EveryAddress(Mapping[Ref, str]):
+    """DataPlaneConfig.addresses that binds every Gateway on all addresses (0.0.0.0): every
+    replica renders the same files whatever its pod's address."""
+
+    def __getitem__(self, ref: Ref) -> str:
+        return "0.0.0.0"
+
+    def __contains__(self, ref: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[Ref]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+EVERY_ADDRESS = _EveryAddress()
+
+
+def spec_addresses(gw: dict[str, Any]) -> list[str]:
+    """The values of a Gateway's spec.addresses (IPAddress and Hostname)."""
+    spec = gw.get("spec")
+    if not isinstance(spec, dict):
+        return []
+    return [a["value"] for a in spec.get("addresses") or []
+            if isinstance(a, dict) and isinstance(a.get("value"), str) and a.get("type", "IPAddress") in ("IPAddress", "Hostname")]
+
+
 def pod_addresses() -> frozenset[str]:
     """The addresses of the gateway's own pod (the downward API's status.podIPs in POD_IPS, or
     POD_IP), which no route may send to."""
     raw = os.environ.get("POD_IPS") or os.environ.get("POD_IP") or ""
     return frozenset(a.strip() for a in raw.split(",") if a.strip())
+
+
+def _address_order(address: str) -> tuple[int, int | str]:
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return (2, address)
+    return (ip.version, int(ip))
 
 
 def _cannot_listen(address: str, port: int, why: str) -> str:
@@ -343,7 +386,7 @@ class DataPlaneDriver(Renderer):
         self.state_dir = opts.state_dir or tempfile.mkdtemp(prefix="gwpolicy-gateway-")
         # checks the version (NginxError says what is missing) and adopts the NGINX an earlier
         # gateway process on this state directory left serving
-        self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx)
+        self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx, outlive=True)
         self.applied: dict[str, bytes] | None = None
         self.lock = threading.Lock()  # apply and stop come from different threads
 
@@ -372,7 +415,7 @@ class DataPlaneDriver(Renderer):
             if self.nginx is None:  # stopped when we lost the lease; a new master for the new term
                 from gwpolicy.gateway.nginx import Nginx
 
-                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx)
+                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx, outlive=True)
             result = self.nginx.apply(files)
             if result.ok:
                 self.applied = files
@@ -385,7 +428,7 @@ class DataPlaneDriver(Renderer):
             if self.nginx is None:
                 from gwpolicy.gateway.nginx import Nginx
 
-                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx)
+                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx, outlive=True)
             return self.nginx.check(files) or None
 
     @property
@@ -539,7 +582,7 @@ class GatewayController:
         self.routes_left_out = {r: why for r, why in self.left_out.items() if r.kind in ROUTE_KINDS}
         self.routes_left_out.update(self.over_budget)
         running = self.running if self.replicas is None else self.replicas.served_by_all(self.opts.identity, self.running)
-        programming = Programming(dict(running), self.error, dict(self.addresses), dict(self.listener_facts),
+        programming = Programming(dict(running), self.error, self._status_addresses(), dict(self.listener_facts),
                                   dict(self.routes_left_out))
         moved = [r for r in set(left_before) | set(self.routes_left_out) if left_before.get(r) != self.routes_left_out.get(r)]
         if touched is not None and moved:  # their status changes without the routes being touched
@@ -702,6 +745,20 @@ class GatewayController:
         else:
             self.retry_in = 1.0
 
+    def _status_addresses(self) -> dict[Ref, list[str]]:
+        """What status.addresses says: where NGINX binds the Gateway; with --pod-addresses, the
+        Gateway's spec.addresses when it names any (a load balancer's, given by whoever made it),
+        else the addresses of every ready replica's pod (its own and those their Leases carry)."""
+        if not self.opts.pod_addresses:
+            return dict(self.addresses)
+        pods = sorted(pod_addresses() | (self.replicas.addresses() if self.replicas is not None else set()),
+                      key=_address_order)
+        out = {}
+        for ref in self.addresses:
+            gw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name)) or {}
+            out[ref] = spec_addresses(gw) or pods
+        return out
+
     def _served(self, generations: dict[Ref, int | None]) -> None:
         """NGINX serves the configuration built from `generations`: publish its digest."""
         digest = getattr(self.driver, "digest", None)
@@ -713,10 +770,17 @@ class GatewayController:
             self.publisher.set(digest)
 
     def _replicas_changed(self) -> None:
-        self.wake.set()  # Programmed is judged again
-        expiry = self.replicas.next_expiry() if self.replicas is not None else None
-        if expiry is not None:  # a replica that stops renewing is counted out when its Lease expires
-            asyncio.get_running_loop().call_later(expiry + 0.1, self.wake.set)
+        self.wake.set()  # Programmed (and, with --pod-addresses, status.addresses) is judged again
+
+    async def _watch_expiry(self) -> None:
+        """A replica that stops renewing its Lease is counted out once the Lease expires."""
+        last = None
+        while True:
+            await asyncio.sleep(0.5)
+            now = (self.replicas.ready(), sorted(self.replicas.addresses())) if self.replicas is not None else None
+            if now != last:
+                last = now
+                self.wake.set()
 
     def _still_left_out(self) -> dict[Ref, tuple[str, str]]:
         """What stays out of the next configuration without being tried again: listeners whose
@@ -934,11 +998,12 @@ class GatewayController:
             if self.driver is not None:
                 self.replicas = Replicas(self.opts.lease_name, self._replicas_changed)
                 self.publisher = Publisher(self.client, self.opts.identity, self.lease_namespace, self.opts.lease_name,
-                                           self.opts.lease_duration)
+                                           self.opts.lease_duration, sorted(pod_addresses(), key=_address_order))
                 self.tasks.append(asyncio.create_task(self.publisher.run(), name="replica-lease"))
                 self.replica_informer = Informer(self.client, LEASE, self.replicas.on_event, self.lease_namespace,
                                                  self.metrics)
                 self.replica_informer.start()
+                self.tasks.append(asyncio.create_task(self._watch_expiry(), name="replica-expiry"))
         else:
             self.metrics.leader.set(1)
         self.wake.set()
@@ -954,8 +1019,8 @@ class GatewayController:
         os.kill(os.getpid(), signal.SIGTERM)  # the process shell's stop, without NGINX's
 
     async def stop(self) -> None:
-        """NGINX first (it gives the addresses up), then the Lease (a standby takes over at once),
-        then the informers and the HTTP endpoints."""
+        """This replica's Lease, NGINX (stopped, or left serving after SIGUSR2), then the leader
+        Lease (another replica writes status at once), then the informers and the HTTP endpoints."""
         for t in self.tasks:
             if t.get_name() in ("reconcile", "write"):
                 t.cancel()
@@ -1023,6 +1088,11 @@ def parse(argv: list[str]) -> GatewayOptions:
     p.add_argument("--nginx", default="/usr/sbin/nginx", help="the NGINX binary (1.22 or newer, with njs)")
     p.add_argument("--worker-processes", type=worker_processes, default="auto",
                    help="NGINX worker processes: auto (one per CPU core, the default) or a number")
+    p.add_argument("--pod-addresses", action="store_true",
+                   help="serve every Gateway on all of the pod's addresses at its listeners' ports (NGINX listens "
+                        "on 0.0.0.0), as in a cluster, instead of a loopback address of --address-pool; "
+                        "status.addresses then lists the Gateway's spec.addresses, else the addresses of every "
+                        "ready replica's pod (POD_IPS or POD_IP from the downward API)")
     add_endpoint_arguments(p)
     a = p.parse_args(argv)
     serve.setup_logging(a.verbose)
@@ -1030,7 +1100,8 @@ def parse(argv: list[str]) -> GatewayOptions:
                           address_pool=a.address_pool, port_offset=a.port_offset, debounce=a.debounce,
                           write_workers=a.write_workers, nginx=a.nginx, worker_processes=a.worker_processes,
                           allow_unmanaged_endpointslices=a.allow_unmanaged_endpointslices,
-                          allow_loopback_endpoints=a.allow_loopback_endpoints, namespace_budget=a.namespace_match_budget)
+                          allow_loopback_endpoints=a.allow_loopback_endpoints, namespace_budget=a.namespace_match_budget,
+                          pod_addresses=a.pod_addresses)
 
 
 def main(argv: list[str]) -> int:

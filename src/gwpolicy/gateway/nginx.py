@@ -21,7 +21,8 @@ control socket must answer the recorded generation; then nothing is restarted, a
 the same files reloads nothing. A master that fails those checks but is still ours (it holds our
 ports) is stopped, and a new one starts with the next `apply`. `stop()` quits NGINX (SIGQUIT:
 in-flight requests end first, then SIGTERM, then SIGKILL); `release()` lets go of it and leaves it
-serving, for the next process.
+serving, for the next process. Only with `outlive=True` (the gateway) does NGINX outlive a normal
+exit of the interpreter that forgot both (tests and benchmarks never leave one behind).
 
 Layout under `root`: `gen-<n>/` one directory per generation, `current -> gen-<n>` (NGINX runs
 with `-p root/current/`, so a SIGHUP reads the new generation), `run/` (pid, temp files),
@@ -30,6 +31,7 @@ with `-p root/current/`, so a SIGHUP reads the new generation), `run/` (pid, tem
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import http.client
 import json
@@ -137,8 +139,12 @@ class Nginx:
     """One NGINX master serving the generations `apply` hands it; see the module docstring."""
 
     def __init__(self, root: str | os.PathLike[str], *, binary: str = "nginx", verify_timeout: float = 60.0,
-                 keep_generations: int = 2, test_reloads: bool = False) -> None:
+                 keep_generations: int = 2, test_reloads: bool = False, outlive: bool = False) -> None:
         self.root = Path(root).resolve()
+        #: False (a library user: tests, benchmarks): NGINX is stopped when this interpreter exits
+        #: normally, if `stop()` or `release()` did not come first. The gateway passes True: NGINX
+        #: outlives it whatever way it ends, unless it stops NGINX itself
+        self.outlive = outlive
         #: run `nginx -t` before a reload too. Off by default: the master checks the new configuration
         #: itself on SIGHUP and keeps the running one when it rejects it (see "Reloads" in
         #: docs/gateway.md), so a separate test only parses the whole configuration a second time
@@ -177,6 +183,12 @@ class Nginx:
             # passthrough port's HTTPS servers and relays: they must be able to pass through the directory
             os.chmod(self._sockdir, 0o711)
         self.control_socket = os.path.join(self._sockdir, "control.sock")
+        if not outlive:
+            atexit.register(self._at_exit)
+
+    def _at_exit(self) -> None:
+        if self.pid is not None:
+            self.stop()
 
     def _adopt(self) -> None:
         """Take over the master an earlier process on this root left running (see the module

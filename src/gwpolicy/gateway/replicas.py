@@ -38,6 +38,7 @@ log = logging.getLogger("gwpolicy.gateway.replicas")
 
 REPLICA_OF = "gateway.gwpolicy.io/replica-of"
 SERVING = "gateway.gwpolicy.io/serving"
+ADDRESSES = "gateway.gwpolicy.io/pod-addresses"
 HISTORY = 64  # configurations the leader remembers the generations of
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -58,8 +59,10 @@ def _now() -> str:
 class Publisher:
     """This replica's Lease: created, renewed, its digest updated; deleted on a clean stop."""
 
-    def __init__(self, client: AsyncClient, identity: str, namespace: str, lease: str, duration: float) -> None:
+    def __init__(self, client: AsyncClient, identity: str, namespace: str, lease: str, duration: float,
+                 addresses: list[str] | None = None) -> None:
         self.client, self.identity, self.namespace, self.lease = client, identity, namespace, lease
+        self.addresses = list(addresses or [])
         self.name = lease_name(lease, identity)
         self.duration = duration
         self.digest: str | None = None
@@ -93,7 +96,8 @@ class Publisher:
 
     async def _renew(self) -> None:
         body: dict[str, Any] = {
-            "metadata": {"labels": {REPLICA_OF: self.lease}, "annotations": {SERVING: self.digest}},
+            "metadata": {"labels": {REPLICA_OF: self.lease},
+                         "annotations": {SERVING: self.digest, ADDRESSES: ",".join(self.addresses)}},
             "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": int(max(1, self.duration)),
                      "renewTime": _now()}}
         try:
@@ -109,7 +113,7 @@ class Publisher:
     async def delete(self) -> None:
         """On a clean stop: the leader need not wait a lease duration to count this replica out."""
         try:
-            await self.client.delete(kube.resource_class(LEASE), self.name, namespace=self.namespace)  # type: ignore[call-overload]
+            await self.client.delete(kube.resource_class(LEASE), self.name, namespace=self.namespace)
         except Exception:  # noqa: BLE001 - stopping goes on
             pass
 
@@ -118,6 +122,7 @@ class Publisher:
 class _Seen:
     identity: str
     digest: str | None
+    addresses: list[str]
     duration: float
     record: tuple[Any, ...]
     changed_at: float  # monotonic time the record last changed
@@ -158,16 +163,18 @@ class Replicas:
                 self.on_change()
             return
         spec = raw.get("spec") or {}
-        record = (spec.get("holderIdentity"), spec.get("renewTime"), (meta.get("annotations") or {}).get(SERVING))
+        notes = meta.get("annotations") or {}
+        record = (spec.get("holderIdentity"), spec.get("renewTime"), notes.get(SERVING), notes.get(ADDRESSES))
         old = self.seen.get(name)
         if old is not None and old.record == record:
             return
-        s = _Seen(str(spec.get("holderIdentity") or name), record[2], float(spec.get("leaseDurationSeconds") or 15),
-                  record, self.clock())
+        addresses = [a.strip() for a in str(record[3] or "").split(",") if a.strip()]
+        s = _Seen(str(spec.get("holderIdentity") or name), record[2], addresses,
+                  float(spec.get("leaseDurationSeconds") or 15), record, self.clock())
         self.seen[name] = s
-        if s.digest in self.history:
+        if s.digest is not None and s.digest in self.history:
             self.known[s.identity] = s.digest
-        if old is None or old.digest != s.digest:
+        if old is None or old.digest != s.digest or old.addresses != s.addresses:
             self.on_change()
 
     def ready(self) -> list[str]:
@@ -175,11 +182,10 @@ class Replicas:
         now = self.clock()
         return sorted({s.identity for s in self.seen.values() if now <= s.changed_at + s.duration})
 
-    def next_expiry(self) -> float | None:
-        """Seconds until the next ready replica's Lease expires (when Programmed is judged again)."""
+    def addresses(self) -> set[str]:
+        """The pod addresses of the ready replicas."""
         now = self.clock()
-        left = [s.changed_at + s.duration - now for s in self.seen.values() if now <= s.changed_at + s.duration]
-        return min(left) if left else None
+        return {a for s in self.seen.values() if now <= s.changed_at + s.duration for a in s.addresses}
 
     def served_by_all(self, me: str, own_generations: dict[Ref, int | None]) -> dict[Ref, int | None]:
         """The objects (with their generations) in the configuration every ready replica serves:
