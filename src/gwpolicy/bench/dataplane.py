@@ -90,7 +90,9 @@ def cluster(routes: int, address: str, backend: tuple[str, int], scenario: str =
         return [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS},
                  "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": be_port}]}},
                 {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                 "metadata": {"name": f"{name}-1", "namespace": NS, "labels": {"kubernetes.io/service-name": name}},
+                 "metadata": {"name": f"{name}-1", "namespace": NS,
+                              "labels": {"kubernetes.io/service-name": name,
+                                         "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
                  "addressType": "IPv4", "ports": [{"name": "http", "port": be_port, "protocol": "TCP"}],
                  "endpoints": [{"addresses": [be_addr], "conditions": {"ready": True}}]}]
 
@@ -157,7 +159,7 @@ def render_gwpolicy(objects: list[dict[str, Any]], port_offset: int, worker_proc
 
     analysis = analyse(objects, kind_checks=policyconf.kind_checks(), by_target=True)
     dp = build_dataplane(analysis, DataPlaneConfig(controller_name=DEFAULT_CONTROLLER_NAME, port_offset=port_offset,
-                                                   worker_processes=worker_processes))
+                                                   worker_processes=worker_processes, allow_loopback_endpoints=True))
     return render(dp)
 
 
