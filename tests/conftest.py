@@ -38,13 +38,13 @@ def module_server_kind(request: pytest.FixtureRequest) -> str:
     return require(request.param)
 
 
-def pytest_sessionstart(session: Any) -> None:
+def pytest_sessionstart() -> None:
     if REQUIRE_SHARED and not SHARED.is_dir():
         pytest.exit(f"{SHARED} is missing: GWPOLICY_REQUIRE_SHARED (CI) runs the suite with ../shared beside "
                     "the checkout", returncode=1)
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+def pytest_sessionfinish() -> None:
     kube_apiserver.shutdown()
 
 

@@ -1,8 +1,7 @@
 """Test kit for the gateway: manifest builders, echo backends and NGINX on loopback, an HTTP client.
 
-Traffic goes only to 127.0.0.0/8. Each test module picks its own /24 (DP: 127.0.10-19.x, CP:
-127.0.20-29.x, POL: 127.0.30-39.x) so parallel runs of the three never collide; ports are picked
-free at run time.
+Traffic goes only to 127.0.0.0/8. Each test module picks its own /24 (127.0.10-39.x for the
+gateway's modules) so modules run in parallel never collide; ports are picked free at run time.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Bad input of every kind ends in a message naming file, object and field, never a traceback (issue 12)."""
+"""Bad input of every kind ends in a message naming file, object and field, never a traceback."""
 
 from __future__ import annotations
 

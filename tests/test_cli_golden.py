@@ -40,7 +40,7 @@ CASES = {
     "graph-mermaid": ["graph", "-o", "mermaid", "-n", "payments"],
     "effective-json": ["effective", "-n", "payments"],
     "status-yaml": ["status", "-n", "grocer", "-o", "yaml"],
-    # kubectl conventions of `get` (issue 12)
+    # kubectl conventions of `get`
     "get-several-types": ["get", "httproute/cake", "retrypolicy/cake-retries", "svc/cake", "-n", "baker"],
     "get-namespaces-labels": ["get", "namespaces", "--show-labels", "--sort-by", ".metadata.name"],
     "get-httproutes-no-headers": ["get", "httproutes", "-A", "--no-headers", "--sort-by", "{.metadata.creationTimestamp}"],

@@ -1,4 +1,4 @@
-"""kubectl conventions users reach for (issue 12): names, selectors, printers, help, completion, CI gate.
+"""kubectl conventions users reach for: names, selectors, printers, help, completion, CI gate.
 
 Where kubectl itself can answer, the test asks it: the same objects go into `gwpolicy sandbox`, and
 real kubectl's output is the expected one.

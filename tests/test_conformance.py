@@ -12,7 +12,7 @@ from gwpolicy.refs import parse_ref
 from helpers import CONFORMANCE, NOW, needs_shared, run_cli, scenario_files, write_manifests
 
 SCENARIOS = scenario_files()
-#: the project's own corners (issue 12 and later), in the same format, beside the shared ones
+#: the project's own corners, in the same format, beside the shared ones
 PROJECT_SCENARIOS = sorted((Path(__file__).resolve().parent / "scenarios").glob("**/*.yaml"))
 CONTROLLER = "gwpolicy.io/policy-controller"
 

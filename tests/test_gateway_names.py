@@ -73,7 +73,7 @@ def test_services_whose_namespace_and_name_join_alike_get_their_own_upstreams(wo
     """team/x-api and team-x/api: each route reaches its own namespace's Service, with the
     victim's credentials never at the other namespace's pod."""
     _victim_and_attacker(world, ("victim", "x-api"), ("attacker", "api"), victim_first)
-    assert world.pod("victim.example", Cookie="session=victim-secret").startswith("x-api-")
+    assert world.pod("victim.example", Cookie="sid=victim-secret").startswith("x-api-")
     assert world.pod("attacker.example").startswith("api-")
 
 

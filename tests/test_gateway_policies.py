@@ -1,4 +1,4 @@
-"""Policy kinds the gateway enforces: CRDs, translation to NGINX directives, honest limits (issue 10).
+"""Policy kinds the gateway enforces: CRDs, translation to NGINX directives, honest limits.
 
 Pure tests (no NGINX); traffic through NGINX is in test_gateway_policies_traffic.py.
 """

@@ -130,7 +130,7 @@ def check_every_command(tmp: Path, objs: list[dict[str, Any]], cmds: list[list[s
         assert "unexpected" not in run.err, (cmd, run.err, path.read_text()[:3000])
         assert run.code in (0, 1), (cmd, run.code, run.err)
         if run.code == 0 and "json" in cmd and not (cmd[0] == "get" and run.out == ""):
-            # (`get` of nothing prints "No resources found" on stderr: its empty `List` is another item of issue 12)
+            # (`get` of nothing prints "No resources found" on stderr: its empty `List` is checked too)
             orjson.loads(run.out)  # strict JSON: no NaN, no partial document
         if run.code == 1:
             assert run.err.startswith("Error: ") or "\nError: " in run.err, (cmd, run.err)
@@ -157,7 +157,7 @@ def test_mutated_manifests_never_crash_a_command(base, tmp_path_factory):
 
 
 def test_the_known_crash_sites_are_reported_by_field(tmp_path):
-    """The crash sites found by the adversarial review (issue 12), one object each, beside a valid one."""
+    """The crash sites that once crashed a command, one object each, beside a valid one."""
     parable = dict(BASES)["parable"]
     cases = [
         ("Service", "ports", lambda o: o["spec"].__setitem__("ports", 5), "spec.ports: must be a list, not a number (5)"),

@@ -70,14 +70,14 @@ async def _measure(routes: int, reviews: int) -> dict[str, Any]:
     out: dict[str, Any] = {"routes": routes, "objects": len(objs), "analysis_s": round(analysis_s, 2)}
     copies = _FullAnalyses()
     try:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl)) as session:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ssl)) as http:
             for label, sample in samples.items():
                 times = []
                 before = copies.count
                 for o in sample:
                     body = _review(o)
                     t = time.perf_counter()
-                    async with session.post(f"https://127.0.0.1:{port}/validate", data=body,
+                    async with http.post(f"https://127.0.0.1:{port}/validate", data=body,
                                             headers={"Content-Type": "application/json"}) as resp:
                         answer = orjson.loads(await resp.read())
                     times.append(time.perf_counter() - t)

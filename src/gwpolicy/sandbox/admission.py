@@ -184,8 +184,8 @@ class Admission:
         client = hook.get("clientConfig") or {}
         self.calls += 1
         try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
-                async with session.post(_url(client), data=orjson.dumps(review_body(call, uid)),
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as http:
+                async with http.post(_url(client), data=orjson.dumps(review_body(call, uid)),
                                         headers={"Content-Type": "application/json"},
                                         ssl=_ssl(client.get("caBundle"))) as resp:
                     if resp.status != 200:
