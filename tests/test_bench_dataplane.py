@@ -31,6 +31,13 @@ def test_the_routes_measured_are_the_first_middle_and_last_upstream_of_the_rende
 @pytest.mark.parametrize("scenario", ["plain", *dataplane.SCENARIOS])
 def test_both_configurations_of_every_scenario_pass_nginx_t(tmp_path: Path, scenario: str) -> None:
     objs = dataplane.cluster(3, "127.0.94.1", ("127.0.95.1", 18080), scenario, (1,), keepalive=scenario == "plain")
+    gw = b"".join(dataplane.render_gwpolicy(objs, 18000).values()).decode()
+    # gwpolicy proxies every route to the backend (a route without endpoints would measure a 500)
+    assert "no ready endpoints" not in gw and gw.count("server 127.0.95.1:18080") >= 3
+    if scenario in ("timeout", "all"):
+        assert "proxy_read_timeout 30s;" in gw
+    if scenario in ("ratelimit", "all"):
+        assert "limit_req zone=rl" in gw
     for name, files in (("gw", dataplane.render_gwpolicy(objs, 18000)),
                         ("hw", dataplane.handwritten(3, "127.0.94.2", 18080, ("127.0.95.1", 18080), scenario, (1,)))):
         cur = dataplane.write_tree(tmp_path / name, files)

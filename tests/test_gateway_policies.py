@@ -170,13 +170,24 @@ def test_upstream_keepalive_zone_and_retry_peers() -> None:
                         "keepalive_time 3600s;", "keepalive_timeout 60s;")
     assert up.keepalive and up.server_params == "max_fails=0"
     plain = policies.upstream_directives("u", {})
-    assert plain == policies.UpstreamConf() and policies.retry_peer_copies({}) == 1
+    assert plain == policies.UpstreamConf(("keepalive 16;",), True) and policies.retry_peer_copies({}) == 1
     assert policies.retry_peer_copies({"RetryPolicy": {"attempts": 4}}) == 4
 
 
-def test_one_attempt_means_no_retry() -> None:
+def test_one_attempt_means_no_retry_but_a_closed_pooled_connection_is_replaced() -> None:
     assert policies.location_directives({"RetryPolicy": {"attempts": 1}}).lines == (
-        "proxy_next_upstream off;", "proxy_next_upstream_tries 1;")
+        "proxy_next_upstream error;", "proxy_next_upstream_tries 1;")
+
+
+def test_upstreams_keep_16_idle_connections_unless_a_policy_says_otherwise() -> None:
+    assert policies.upstream_directives("u", None).lines == ("keepalive 16;",)
+    few = policies.upstream_directives("u", {"UpstreamSettingsPolicy": {"keepAlive": {"connections": 2, "timeout": "5s"}}})
+    assert few.lines == ("keepalive 2;", "keepalive_timeout 5s;") and few.keepalive and not few.close
+    # the pool's limits apply to the default pool too
+    assert policies.upstream_directives("u", {"UpstreamSettingsPolicy": {"keepAlive": {"timeout": "5s"}}}).lines == (
+        "keepalive 16;", "keepalive_timeout 5s;")
+    none = policies.upstream_directives("u", {"UpstreamSettingsPolicy": {"keepAlive": {"connections": 0}}})
+    assert none.lines == () and not none.keepalive and none.close
 
 
 @pytest.mark.parametrize("effective, field", [

@@ -290,13 +290,20 @@ def test_rate_limit_by_header_counts_each_key(gw: Gateway, echo: Any) -> None:
     assert gw.request("/", headers={"X-User": "b"})[0] == 200
 
 
-def test_upstream_keepalive_reuses_connections(gw: Gateway, echo2: Any) -> None:
+def test_upstreams_keep_connections_by_default_and_a_policy_of_0_asks_the_backend_to_close(gw: Gateway, echo2: Any) -> None:
     objs = gateway() + service("svc2", echo2) + [route("r", "svc2")]
     gw.program(objs)
     before = echo2.accepted
     for _ in range(6):
         assert gw.request("/")[0] == 200
-    assert echo2.accepted - before == 6  # NGINX's default: a connection per request
+    assert echo2.accepted - before <= 2  # the default pool: one connection per NGINX worker at most, reused
+    gw.program(objs + [policy("UpstreamSettingsPolicy", "pool", "Service", "svc2", keepAlive={"connections": 0})])
+    before = echo2.accepted
+    for _ in range(6):
+        status, echoed, _ = gw.request("/")
+        assert status == 200
+        assert isinstance(echoed, dict) and echoed["headers"].get("Connection") == ["close"]
+    assert echo2.accepted - before == 6  # no pool: a connection per request, closed by the backend
     gw.program(objs + [policy("UpstreamSettingsPolicy", "pool", "Service", "svc2", keepAlive={"connections": 4})])
     before = echo2.accepted
     for _ in range(6):

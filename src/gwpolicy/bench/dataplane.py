@@ -73,8 +73,9 @@ def host(i: int) -> str:
 def cluster(routes: int, address: str, backend: tuple[str, int], scenario: str = "plain",
             targets: tuple[int, ...] = (0,), keepalive: bool = False) -> list[dict[str, Any]]:
     """The manifests (see the module docstring). `scenario` attaches its policy to (or gives its
-    matches to) the routes `targets`; `keepalive`: an UpstreamSettingsPolicy keepAlive.connections
-    16 on the targets' Services (gwpolicy renders no upstream keepalive without one)."""
+    matches to) the routes `targets`; `keepalive`: the targets' Services keep gwpolicy's default pool
+    of 16 idle connections per worker (False: an UpstreamSettingsPolicy keepAlive.connections 0
+    on them, no pool; the upstream and all scenarios set 16 explicitly)."""
     be_addr, be_port = backend
     docs: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
@@ -90,7 +91,9 @@ def cluster(routes: int, address: str, backend: tuple[str, int], scenario: str =
         return [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS},
                  "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": be_port}]}},
                 {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                 "metadata": {"name": f"{name}-1", "namespace": NS, "labels": {"kubernetes.io/service-name": name}},
+                 "metadata": {"name": f"{name}-1", "namespace": NS,
+                              "labels": {"kubernetes.io/service-name": name,
+                                         "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
                  "addressType": "IPv4", "ports": [{"name": "http", "port": be_port, "protocol": "TCP"}],
                  "endpoints": [{"addresses": [be_addr], "conditions": {"ready": True}}]}]
 
@@ -109,7 +112,7 @@ def cluster(routes: int, address: str, backend: tuple[str, int], scenario: str =
         docs.append({"apiVersion": f"{GW}/v1", "kind": "HTTPRoute", "metadata": {"name": name, "namespace": NS},
                      "spec": {"parentRefs": [{"name": "gw", "sectionName": "http"}], "hostnames": [host(i)], "rules": rules}})
         docs += service(name)
-    if scenario != "plain" or keepalive:
+    if scenario != "plain" or not keepalive:
         from gwpolicy.bench.gateway_policies import policy_kinds
         docs += policy_kinds()
     for i in targets:
@@ -142,8 +145,11 @@ def _policies(scenario: str, route: str, services: list[str], keepalive: bool) -
             out += pols
     else:
         out += kinds.get(scenario, [])
-    if keepalive or scenario in ("upstream", "all"):
+    if scenario in ("upstream", "all"):
         out += [_policy("UpstreamSettingsPolicy", f"{s}-us", "Service", s, {"keepAlive": {"connections": KEEPALIVE}})
+                for s in services]
+    elif not keepalive:  # gwpolicy keeps a pool by default: no pool takes a policy
+        out += [_policy("UpstreamSettingsPolicy", f"{s}-us", "Service", s, {"keepAlive": {"connections": 0}})
                 for s in services]
     return out
 

@@ -297,9 +297,9 @@ class BackendResolver:
             copies = memo("copies", usable, lambda: policies.retry_peer_copies(usable))
             conf = memo("upstream", usable, lambda: policies.upstream_directives(base, usable, peer_copies=copies), base)
         else:  # no policy of a kind this data plane enforces: nothing to ask policyconf
-            copies, conf = 1, policies.UpstreamConf()
+            copies, conf = 1, policies.PLAIN_UPSTREAM
         variant = (conf.lines, conf.server_params, copies)
-        name = base if variant == ((), "", 1) else f"{base}_{hashlib.sha1(repr(variant).encode()).hexdigest()[:8]}"
+        name = base if variant == (policies.PLAIN_UPSTREAM.lines, "", 1) else f"{base}_{hashlib.sha1(repr(variant).encode()).hexdigest()[:8]}"
         if tls is not None:
             name = f"{name}_tls{tls.key}"
         # NGINX compares every new upstream's name with all earlier ones (quadratic); names that
@@ -310,7 +310,7 @@ class BackendResolver:
         lines = tuple(l.replace(f"zone {base} ", f"zone {name} ") for l in conf.lines)
         if was is None:
             self.upstreams[name] = Upstream(name, svc, port, endpoints, lines, conf.server_params, copies,
-                                            conf.keepalive, tls)
+                                            conf.keepalive, tls, conf.close)
         elif (was.service, was.port, was.lines, was.server_params, was.peer_copies) != (svc, port, lines, conf.server_params, copies) \
                 or (was.tls is None) != (tls is None) or (tls is not None and was.tls.key != tls.key):
             raise DataPlaneError(f"Service {svc.namespace}/{svc.name} port {port} and Service {was.service.namespace}/"

@@ -176,6 +176,7 @@ class Upstream:
     peer_copies: int = 1
     keepalive: bool = False
     tls: Any = None  # backendtls.TLSProfile: NGINX talks TLS to it (one profile per upstream)
+    close: bool = False  # no keep-alive pool: locations proxying to it send Connection: close
 
 
 @dataclass

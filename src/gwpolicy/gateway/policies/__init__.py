@@ -20,7 +20,7 @@ from gwpolicy.gateway.policies.generator import (Generator, LocationConf, Locati
 from gwpolicy.gateway.policies.ratelimit import rate_zone
 from gwpolicy.gateway.policies.values import specs_by_kind
 
-__all__ = ["GENERATORS", "Collected", "Generator", "LocationConf", "RateZone", "UpstreamConf", "http_directives",
+__all__ = ["GENERATORS", "PLAIN_UPSTREAM", "Collected", "Generator", "LocationConf", "RateZone", "UpstreamConf", "http_directives",
            "location_directives", "rate_zone", "retry_peer_copies", "upstream_directives"]
 
 #: every kind's generator, in the order their lines appear in a location (retry and client read
@@ -62,7 +62,11 @@ def upstream_directives(upstream_name: str, effective: Mapping[Any, Any] | None,
     work = UpstreamWork(upstream_name, peer_copies, max_fails_off=peer_copies > 1)
     for g in GENERATORS:
         g.upstream(specs.get(g.kind, {}), work)
-    return UpstreamConf(tuple(work.lines), work.keepalive, "max_fails=0" if work.max_fails_off else "")
+    return UpstreamConf(tuple(work.lines), work.keepalive, "max_fails=0" if work.max_fails_off else "", work.close)
+
+
+#: the upstream block of a Service no policy of an enforced kind applies to
+PLAIN_UPSTREAM = upstream_directives("", None)
 
 
 def retry_peer_copies(effective: Mapping[Any, Any] | None) -> int:

@@ -42,6 +42,7 @@ class UpstreamConf:
     lines: tuple[str, ...] = ()
     keepalive: bool = False  # locations must then send `proxy_set_header Connection ""` (HTTP/1.1)
     server_params: str = ""  # appended to every `server` line, e.g. "max_fails=0"
+    close: bool = False  # no pool (keepAlive.connections 0): locations send `Connection: close`
 
 
 @dataclass
@@ -65,6 +66,7 @@ class UpstreamWork:
     peer_copies: int
     lines: list[str] = field(default_factory=list)
     keepalive: bool = False
+    close: bool = False  # no pool: the backend is asked to close each connection
     max_fails_off: bool = False  # the servers need max_fails=0 (see upstream_directives)
 
 

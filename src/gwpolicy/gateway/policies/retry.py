@@ -45,7 +45,9 @@ class Retry:
         if r.get("nonIdempotent") is True:
             conds.append("non_idempotent")
         if attempts == 1:
-            work.lines.append("proxy_next_upstream off;")
+            # no retry of the request; `error` still lets NGINX replace a pooled connection the
+            # backend closed while idle (that costs no try: tries stays 1), which `off` would answer 502
+            work.lines.append("proxy_next_upstream error;")
         else:
             work.lines.append(f"proxy_next_upstream {' '.join(conds)};")
         work.lines.append(f"proxy_next_upstream_tries {attempts};")

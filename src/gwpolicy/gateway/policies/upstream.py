@@ -1,4 +1,8 @@
-"""UpstreamSettingsPolicy: the shared-memory zone and the keep-alive pool of an `upstream {}` block."""
+"""UpstreamSettingsPolicy: the shared-memory zone and the keep-alive pool of an `upstream {}` block.
+
+Every upstream keeps a pool of DEFAULT_KEEPALIVE_CONNECTIONS idle connections per worker unless
+the policy says otherwise; `keepAlive.connections: 0` means no pool, and the locations proxying to
+it then send `Connection: close` so that the backend closes first (and keeps the TIME_WAIT)."""
 
 from __future__ import annotations
 
@@ -6,7 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gwpolicy.gateway.policies.generator import LocationWork, UpstreamWork
-from gwpolicy.gateway.policies.values import UPSTREAM, bounded, field_value, is_set, nginx_time, zone_size
+from gwpolicy.gateway.policies.values import (DEFAULT_KEEPALIVE_CONNECTIONS, UPSTREAM, bounded, field_value, is_set,
+                                              nginx_time, zone_size)
 
 
 class UpstreamSettings:
@@ -19,11 +24,14 @@ class UpstreamSettings:
         lines = work.lines
         if is_set(u, "zoneSize"):
             lines.append(f"zone {work.name} {zone_size(bounded(UPSTREAM, 'zoneSize', u['zoneSize']))};")
+        n = DEFAULT_KEEPALIVE_CONNECTIONS
         if is_set(u, "keepAlive.connections"):
             n = bounded(UPSTREAM, "keepAlive.connections", field_value(u, "keepAlive.connections"))
-            if n > 0:
-                work.keepalive = True
-                lines.append(f"keepalive {n};")
+        if n > 0:
+            work.keepalive = True
+            lines.append(f"keepalive {n};")
+        else:
+            work.close = True
         if work.keepalive:
             if is_set(u, "keepAlive.requests"):
                 lines.append(f"keepalive_requests {bounded(UPSTREAM, 'keepAlive.requests', field_value(u, 'keepAlive.requests'))};")

@@ -100,6 +100,9 @@ def _timeout(maximum_ms: int = DAY_MS) -> Bounds:
 #: NGINX allocates `keepalive` connections' cache per upstream and worker at load time (20 million
 #: took 2.9 GB), and a zone is shared memory mapped at load (20 zones of 2048m mapped 40 GB)
 MAX_KEEPALIVE_CONNECTIONS = 1024
+#: idle connections to each backend an upstream keeps per worker when no UpstreamSettingsPolicy sets
+#: keepAlive.connections (0 there: no pool, and the backend is asked to close)
+DEFAULT_KEEPALIVE_CONNECTIONS = 16
 MAX_RATE_LIMIT_ZONE = 64 * MIB
 MAX_UPSTREAM_ZONE = 16 * MIB
 MIN_ZONE = 32 * KIB
@@ -162,7 +165,9 @@ FIELDS: dict[str, dict[str, FieldInfo]] = {
     UPSTREAM: {
         "keepAlive.connections": FieldInfo("keepalive", "upstream", ENFORCED,
                                            "idle connections to the backend kept per NGINX worker (NGINX "
-                                           "allocates their cache when it loads the configuration)",
+                                           "allocates their cache when it loads the configuration); "
+                                           "16 when unset, 0: none (each request opens a connection, "
+                                           "sent with Connection: close)",
                                            Bounds(COUNT, 0, MAX_KEEPALIVE_CONNECTIONS)),
         "keepAlive.requests": FieldInfo("keepalive_requests", "upstream", ENFORCED,
                                         "requests sent on one backend connection before it is closed",
