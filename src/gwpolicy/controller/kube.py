@@ -163,7 +163,7 @@ class _Sender:
         if str(http.base_url).startswith("https"):
             tls = verify_cluster(config.cluster, config.user, config.abs_file, trust_env=True)
         t = http.timeout
-        self.http = aiohttp.ClientSession(
+        self.aio = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=tls), auto_decompress=True,
             timeout=aiohttp.ClientTimeout(sock_connect=t.connect, sock_read=t.read))
 
@@ -176,7 +176,7 @@ class _Sender:
             request = await flow.__anext__()
         while True:
             try:
-                async with self.http.request(request.method, str(request.url), data=request.content,
+                async with self.aio.request(request.method, str(request.url), data=request.content,
                                                 headers=request.headers.multi_items(), allow_redirects=False) as r:
                     response = httpx.Response(r.status, headers=list(r.raw_headers), content=await r.read(),
                                               request=request)
@@ -190,7 +190,7 @@ class _Sender:
                 return response
 
     async def close(self) -> None:
-        await self.http.close()
+        await self.aio.close()
 
 
 _SENDERS: "weakref.WeakKeyDictionary[AsyncClient, _Sender | None]" = weakref.WeakKeyDictionary()
