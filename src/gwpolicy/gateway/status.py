@@ -599,8 +599,8 @@ def _unsupported(spec: dict[str, Any]) -> str | None:
                 return f"spec.rules[{i}]: {why}."
     from gwpolicy.gateway import routevalues  # render's escaping, which imports the data plane
 
-    for field, why in routevalues.problems(spec)[:1]:  # a value NGINX 1.22 could not read
-        return f"{field}: {why}."
+    for name, why in routevalues.problems(spec)[:1]:  # a value NGINX 1.22 could not read
+        return f"{name}: {why}."
     return None
 
 
