@@ -20,6 +20,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "gwpolicy"
 
+#: the engine from objects to effective policy and status: the compiled core (tests/test_compiled.py)
+CORE_MODULES = ("analysis.py", "effective.py", "incremental.py", "topology.py", "attach.py", "status.py",
+                "policies.py", "model.py", "refs.py", "merge")
+
 
 def test_the_package_type_checks_clean() -> None:
     try:  # never skipped: a missing mypy must fail, not pass quietly
