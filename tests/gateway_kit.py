@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
-from gwpolicy.gateway.dataplane import DataPlane, DataPlaneConfig, Location, MatchRule, VirtualHost, build_dataplane, \
-    _segment_prefix
+from gwpolicy.gateway.dataplane import DataPlane, DataPlaneConfig, Location, MatchRule, VirtualHost, build_dataplane
+from gwpolicy.gateway.dataplane.order import segment_prefix
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.nginx import Nginx, ReloadResult
 from gwpolicy.gateway.render import render
@@ -50,7 +50,7 @@ def nginx_choice(vh: VirtualHost, path: str, method: str, headers: set[str]) -> 
     as its map does."""
     loc: Location | None = vh.locations.get((True, path))
     if loc is None:
-        prefixes = [p for (exact, p) in vh.locations if not exact and _segment_prefix(p, path)]
+        prefixes = [p for (exact, p) in vh.locations if not exact and segment_prefix(p, path)]
         loc = vh.locations[(False, max(prefixes, key=len))] if prefixes else None
     if loc is None:
         return None

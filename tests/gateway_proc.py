@@ -4,6 +4,7 @@ HTTP client that opens a fresh connection per request (reloads never break a req
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import signal
@@ -73,7 +74,13 @@ class GatewayProcess:
                 out += _children(child)
         return out
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+    def master_pid(self) -> int | None:
+        """The NGINX master this gateway's state directory records (started or adopted), if it runs."""
+        return nginx_master(self.state_dir)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0, leave_nginx: bool = False) -> int:
+        """Stop the gateway with `sig`; then, unless `leave_nginx`, the NGINX it leaves serving too
+        (after SIGKILL or SIGUSR2 it outlives the gateway: no test leaves one behind)."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
@@ -81,9 +88,46 @@ class GatewayProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
-        self._drain.join(2)
-        self.log.close()
+        if not self.log.closed:
+            self._drain.join(2)
+            self.log.close()
+        if not leave_nginx:
+            stop_nginx(self.state_dir)
         return self.proc.returncode
+
+
+def nginx_master(state_dir: Path) -> int | None:
+    """The running NGINX master recorded in a gateway's state directory (nginx.json), or None."""
+    try:
+        rec = json.loads((state_dir / "nginx.json").read_text())
+    except (OSError, ValueError):
+        return None
+    pid = rec.get("pid")
+    return pid if isinstance(pid, int) and alive(pid) and _start(pid) == rec.get("start") else None
+
+
+def stop_nginx(state_dir: Path) -> None:
+    """Quit the NGINX a gateway left serving in `state_dir` (SIGQUIT, then SIGKILL), and wait for it."""
+    pid = nginx_master(state_dir)
+    if pid is None:
+        return
+    for sig, wait in ((signal.SIGQUIT, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        end = time.monotonic() + wait
+        while alive(pid) and time.monotonic() < end:
+            time.sleep(0.05)
+        if not alive(pid):
+            return
+
+
+def _start(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 def _children(pid: int) -> list[int]:

@@ -24,8 +24,8 @@ from helpers import ROOT
 from sandbox_proc import BIN
 
 SCRIPT = ROOT / "examples" / "demo" / "run.sh"
-POOL = "127.0.72.0/24"  # this module's /24 (tests/gateway_kit.py); the Gateway gets 127.0.72.1
-ADDRESS = "127.0.72.1"
+POOL = "127.0.76.0/24"  # this module's /24 (tests/gateway_kit.py); the Gateway gets 127.0.76.1
+ADDRESS = "127.0.76.1"
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/nginx").exists() or not shutil.which("curl"),
                                 reason="the demo needs NGINX and curl")

@@ -14,9 +14,12 @@ import yaml
 
 from gwpolicy.controller import kube
 from gwpolicy.gateway import controller as gateway, policyconf
-from gwpolicy.gateway.status import ROUTE_KINDS as GATEWAY_ROUTE_KINDS
+from gwpolicy.gateway.facts import ROUTE_KINDS as GATEWAY_ROUTE_KINDS
 from gwpolicy.sandbox import bundled
+import kube_apiserver
 from helpers import ROOT
+from kube_apiserver import KubeApiServer
+from live_server import require
 from sandbox_proc import SandboxProcess
 
 DEPLOY = ROOT / "deploy"
@@ -75,6 +78,28 @@ def test_kubectl_apply_k_deploy_dry_run_then_install(sandbox: SandboxProcess) ->
     # a Service port's protocol) as the same, as kube-apiserver does
     for extra in ([], ["--server-side"]):
         assert sb.kubectl("apply", "-k", str(DEPLOY), "--dry-run=server", *extra).returncode == 0
+
+
+def test_kubectl_apply_k_deploy_on_a_real_api_server(tmp_path: Path) -> None:
+    """The same install on an empty kube-apiserver: the server dry run passes (once the namespace
+    exists), the install creates every process's Deployment and ServiceAccount, and an upgrade's dry
+    run passes too."""
+    require("kube")
+    with KubeApiServer(kube_apiserver.cluster_folder()) as server:
+        server.kubectl("apply", "-f", str(DEPLOY / "00-namespace.yaml"))
+        for extra in ([], ["--server-side"]):
+            dry = server.kubectl("apply", "-k", str(DEPLOY), "--dry-run=server", *extra)
+            assert "deployment.apps/gwpolicy-gateway" in dry.stdout and "(server dry run)" in dry.stdout
+        assert server.kubectl("get", "deployments", "-n", "gwpolicy-system", "-o", "name").stdout == ""
+        server.kubectl("apply", "-k", str(DEPLOY))
+        server.kubectl("wait", "--for=condition=Established", "crd/policykinds.gwpolicy.io", "--timeout=30s")
+        server.kubectl("apply", "-k", str(DEPLOY / "policykinds"))
+        names = set(server.kubectl("get", "deployments,serviceaccounts", "-n", "gwpolicy-system", "-o", "name").stdout.split())
+        assert names >= {*(f"deployment.apps/gwpolicy-{p}" for p in PROCESSES),
+                         *(f"serviceaccount/gwpolicy-{p}" for p in PROCESSES)}
+        assert len(server.kubectl("get", "policykinds", "-o", "name").stdout.split()) == 5
+        for extra in ([], ["--server-side"]):
+            assert server.kubectl("apply", "-k", str(DEPLOY), "--dry-run=server", *extra).returncode == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,3 +181,33 @@ def test_the_lease_role_is_the_process_own(process: str, lease: bool) -> None:
              and any(s.get("name") == sa for s in d.get("subjects") or [])}
     rules = [r for d in docs if d["kind"] == "Role" and d["metadata"]["name"] in bound for r in d.get("rules") or []]
     assert all(_allows(rules, "coordination.k8s.io", "leases", v) for v in ("get", "create", "update")) == lease
+
+
+def _crd_with(field: dict[str, Any]) -> str:
+    return yaml.safe_dump({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                 "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                     "type": "object", "properties": {"spec": {"type": "object", "properties": {"size": field}}}}}}]}})
+
+
+def test_a_crd_whose_value_validations_declare_types_is_refused_on_both_servers(server_kind: str, tmp_path: Path) -> None:
+    """A structural schema declares types once, outside anyOf/allOf/oneOf/not: an int-or-string field
+    whose anyOf branches carry a bound besides their type is refused, by the sandbox as by
+    kube-apiserver, naming the field; the same bounds beside the anyOf are accepted."""
+    import live_server
+
+    server = live_server.start(server_kind, tmp_path)
+    try:
+        refused = server.kubectl("apply", "-f", "-", check=False, input=_crd_with(
+            {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]}))
+        assert refused.returncode != 0
+        assert "properties[size].anyOf[0].type: Forbidden: must be empty to be structural" in refused.stderr
+        accepted = server.kubectl("apply", "-f", "-", input=_crd_with(
+            {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 0,
+             "pattern": "^[0-9]+m$"}))
+        assert "widgets.example.com created" in accepted.stdout
+    finally:
+        server.close()

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from freezing import Case, base_objects, freezing_objects
 from gateway_kit import TEST_ENDPOINTS, have_nginx, key_pair
-from gwpolicy.gateway import policyconf as pc
+from gwpolicy.gateway import policies, policyconf as pc
 from gwpolicy.gateway.controller import GatewayController, GatewayOptions, Renderer
 from gwpolicy.gateway.state import object_key
 from gwpolicy.refs import Ref
@@ -124,11 +124,11 @@ def test_every_numeric_field_takes_its_range_and_refuses_what_is_outside_naming_
 
 
 def test_zone_sizes_are_written_in_k_and_m_and_gibibytes_become_megabytes() -> None:
-    assert pc.rate_zone({"requests": 1, "zoneSize": "1Mi"}).size == "1m"
-    assert pc.rate_zone({"requests": 1, "zoneSize": 40000}).size == "40k"  # rounded up to a KiB
+    assert policies.rate_zone({"requests": 1, "zoneSize": "1Mi"}).size == "1m"
+    assert policies.rate_zone({"requests": 1, "zoneSize": 40000}).size == "40k"  # rounded up to a KiB
     assert pc.zone_size(pc.GIB) == "1024m"
     assert pc.invalid_message(pc.RATELIMIT, {"requests": 1, "zoneSize": "1Gi"}) is not None  # above the cap
-    assert "zone u 16m;" in pc.upstream_directives("u", {pc.UPSTREAM: {"zoneSize": "16Mi"}}).lines
+    assert "zone u 16m;" in policies.upstream_directives("u", {pc.UPSTREAM: {"zoneSize": "16Mi"}}).lines
 
 
 @pytest.mark.skipif(not have_nginx(), reason="NGINX is not installed (./dev test installs it)")
@@ -141,9 +141,9 @@ def test_whatever_a_policy_field_holds_nginx_reads_what_the_translation_accepts(
     spec = _spec(kind, fname, value)
     if pc.invalid_message(kind, spec) is not None:
         return  # refused: NGINX never sees it
-    lines = (pc.upstream_directives("u_x", {kind: spec}).lines if kind == pc.UPSTREAM
-             else pc.location_directives({kind: spec}).lines)
-    zones = [] if kind == pc.UPSTREAM else [z.directive for z in pc.location_directives({kind: spec}).zones]
+    lines = (policies.upstream_directives("u_x", {kind: spec}).lines if kind == pc.UPSTREAM
+             else policies.location_directives({kind: spec}).lines)
+    zones = [] if kind == pc.UPSTREAM else [z.directive for z in policies.location_directives({kind: spec}).zones]
     tmp = tmp_path_factory.mktemp("conf")
     upstream = "\n".join(["upstream u_x {", "    server 127.0.53.9:80;", *(f"    {l}" for l in lines), "}"]) \
         if kind == pc.UPSTREAM else "upstream u_x {\n    server 127.0.53.9:80;\n}"

@@ -35,7 +35,7 @@ import gwconformance as gc
 import live_server
 from gateway_proc import GatewayProcess, request, wait_until
 from gwpolicy.gateway.echo import EchoServer
-from gwpolicy.gateway.status import SUPPORTED_FEATURES
+from gwpolicy.gateway.facts import SUPPORTED_FEATURES
 
 CRDS = Path(__file__).resolve().parent.parent / "deploy" / "gateway-api" / "experimental"
 

@@ -18,7 +18,8 @@ import yaml
 from gateway_proc import GatewayProcess, alive, request, wait_until
 from gwpolicy.gateway.controller import with_defaults
 from gwpolicy.gateway.echo import EchoServer
-from gwpolicy.gateway.status import GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION
+from gwpolicy.gateway.facts import GATEWAY_CONTROLLER
+from gwpolicy.gateway.status import POLICY_KINDS_ANNOTATION
 from sandbox_proc import BIN, GW_CRDS, SandboxProcess
 
 NS = "gwtest"
@@ -172,9 +173,11 @@ def test_defaults_a_server_did_not_apply_are_filled_in_and_idempotent():
     assert "group" not in route["spec"]["parentRefs"][0]  # the input is not changed
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
-def test_nginx_does_not_outlive_the_gateway(env, tmp_path, sig):
+def test_a_clean_stop_of_the_gateway_stops_its_nginx(env, tmp_path):
+    """SIGTERM stops NGINX with the gateway (a SIGKILL does not: tests/test_gateway_adoption.py)."""
     sb, _, echo = env
+    sig = signal.SIGTERM
+    _apply(sb, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     other = GatewayProcess(sb.kubeconfig, tmp_path / "state", "--controller-name", "example.com/second",
                            pool="127.0.21.0/24")
     try:
@@ -194,7 +197,7 @@ def test_nginx_does_not_outlive_the_gateway(env, tmp_path, sig):
         pids = other.nginx_pids()
         assert len(pids) >= 2, pids  # a master and a worker
         request(address, 80, "/")  # NGINX answers (404: no route)
-        other.stop(sig)
+        other.stop(sig, leave_nginx=True)
         wait_until(lambda: not any(alive(p) for p in pids), 10, what=f"NGINX {pids} gone after {sig.name}")
         with pytest.raises(OSError):
             socket.create_connection((address, 80), timeout=1).close()
@@ -376,9 +379,10 @@ def test_a_burst_of_changes_is_coalesced_into_few_reloads(env):
 
 
 @pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["leader-stops", "leader-killed"])
-def test_a_standby_takes_over_nginx_and_status_when_the_leader_goes(env, tmp_path, how):
-    """Two replicas with leader election: only the leader runs NGINX and writes status; when it
-    stops (lease released) or is killed (lease expires), the standby serves the same address."""
+def test_every_replica_serves_and_status_writing_moves_when_the_leader_goes(env, tmp_path, how):
+    """Two replicas with leader election: both run NGINX and serve (here on one machine, so on
+    ports 1000 apart); only the leader writes status; when it stops (lease released) or is killed
+    (lease expires), the other writes status and serves on."""
     sb, _, echo = env
     cls = dict(GATEWAY_CLASS, metadata={"name": "ha"}, spec={"controllerName": "example.com/ha"})
     gwobj = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "ha", "namespace": NS},
@@ -386,8 +390,9 @@ def test_a_standby_takes_over_nginx_and_status_when_the_leader_goes(env, tmp_pat
     route = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "ha", "namespace": NS},
              "spec": {"parentRefs": [{"name": "ha"}], "rules": [{"backendRefs": [{"name": "echo", "port": 8080}]}]}}
     _apply(sb, *_objects(echo.port)[:4], cls, gwobj, route)
-    replicas = [GatewayProcess(sb.kubeconfig, tmp_path / name, "--controller-name", "example.com/ha", pool="127.0.28.0/24",
-                               lease_namespace=NS) for name in ("one", "two")]
+    offsets = {"one": 0, "two": 1000}
+    replicas = [GatewayProcess(sb.kubeconfig, tmp_path / name, "--controller-name", "example.com/ha", "--port-offset",
+                               str(offsets[name]), pool="127.0.28.0/24", lease_namespace=NS) for name in offsets]
     try:
         def programmed():
             o = _get(sb, "gateway", "ha")
@@ -395,15 +400,22 @@ def test_a_standby_takes_over_nginx_and_status_when_the_leader_goes(env, tmp_pat
             return o["status"]["addresses"][0]["value"] if c.get("status") == "True" else None
 
         address = wait_until(programmed, 30, what="Gateway ha Programmed")
-        wait_until(lambda: request(address, 80, "/")[0] == 200, 15, what="traffic")
+        for port in (80, 1080):
+            wait_until(lambda: request(address, port, "/")[0] == 200, 15, what=f"traffic on {port}")
         lease = _get(sb, "lease", "gwpolicy-gateway")
         leader = next(r for r in replicas if r.state_dir.name == lease["spec"]["holderIdentity"])
         standby = next(r for r in replicas if r is not leader)
-        assert leader.nginx_pids() and not standby.nginx_pids()  # the standby serves nothing
+        assert leader.master_pid() and standby.master_pid()  # every replica serves
         leader.stop(how)
-        wait_until(lambda: _get(sb, "lease", "gwpolicy-gateway")["spec"]["holderIdentity"] == standby.state_dir.name
-                   and standby.nginx_pids(), 20, what=f"standby leads and runs NGINX\n{standby.tail()}")
-        wait_until(lambda: request(address, 80, "/")[0] == 200, 20, what=f"traffic through the new leader\n{standby.tail()}")
+        wait_until(lambda: _get(sb, "lease", "gwpolicy-gateway")["spec"]["holderIdentity"] == standby.state_dir.name,
+                   20, what=f"the other replica leads\n{standby.tail()}")
+        port = 80 + offsets[standby.state_dir.name]
+        assert request(address, port, "/")[0] == 200
+        _apply(sb, dict(gwobj, spec=dict(gwobj["spec"], listeners=[{"name": "http", "port": 80, "protocol": "HTTP",
+                                                                    "allowedRoutes": {"namespaces": {"from": "All"}}}])))
+        gen = _get(sb, "gateway", "ha")["metadata"]["generation"]
+        wait_until(lambda: _cond(_get(sb, "gateway", "ha")["status"]["conditions"], "Programmed").get("observedGeneration")
+                   == gen, 20, what=f"status written by the new leader\n{standby.tail()}")
         assert programmed() == address
     finally:
         for r in replicas:

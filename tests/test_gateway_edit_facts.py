@@ -52,7 +52,7 @@ def test_a_gateway_edit_reads_only_that_gateway_and_its_routes(monkeypatch: pyte
         objects[gw_key] = gw
         facts_of: list[Ref] = []  # routes whose facts the state computes one by one
         full_facts = [0]  # status.gateway_facts: every Gateway's and route's
-        route_facts, all_facts = gateway_state._route, gateway_state.gateway_facts
+        route_facts, all_facts = gateway_state.route_fact, gateway_state.gateway_facts
 
         def one_route(route: Any, *args: Any) -> Any:
             facts_of.append(route.ref)
@@ -62,11 +62,11 @@ def test_a_gateway_edit_reads_only_that_gateway_and_its_routes(monkeypatch: pyte
             full_facts[0] += 1
             return all_facts(*args)
 
-        monkeypatch.setattr(gateway_state, "_route", one_route)
+        monkeypatch.setattr(gateway_state, "route_fact", one_route)
         monkeypatch.setattr(gateway_state, "gateway_facts", every_route)
         await c.on_event("MODIFIED", kind_of(gw), copy.deepcopy(gw))
         await c.reconcile()
-        monkeypatch.setattr(gateway_state, "_route", route_facts)
+        monkeypatch.setattr(gateway_state, "route_fact", route_facts)
         monkeypatch.setattr(gateway_state, "gateway_facts", all_facts)
         assert c.state.full_passes == 1, c.state.last_fallback
         if edit == "gateway-class-gone":  # no longer ours: not this path, everything's facts afresh (in place still)

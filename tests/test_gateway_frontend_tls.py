@@ -20,7 +20,7 @@ from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane, client_ca_path
 from gwpolicy.gateway.render import render
-from gwpolicy.gateway.status import gateway_facts
+from gwpolicy.gateway.facts import gateway_facts
 from gwpolicy.model import build_index
 from gwpolicy.refs import Ref
 

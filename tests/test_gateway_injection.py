@@ -20,7 +20,7 @@ import pytest
 from gateway_kit import (TEST_ENDPOINTS, Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener,
                          meta, request, route, service)
 from gwpolicy.gateway import render as render_mod
-from gwpolicy.gateway.status import gateway_facts
+from gwpolicy.gateway.facts import gateway_facts
 from gwpolicy.model import build_index
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 import nginx_conf

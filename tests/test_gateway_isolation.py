@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from freezing import base_objects, freezing_objects, route
 from gateway_kit import TEST_ENDPOINTS, Echoes, eventually, free_port, have_nginx, key_pair, request
-from gwpolicy.gateway import isolate, render, routevalues
+from gwpolicy.gateway import conftext, isolate, routevalues
 from gwpolicy.refs import Ref
 from test_gateway_inplace import kind_of
 from test_gateway_policies import policy_manifests
@@ -107,7 +107,7 @@ def test_a_route_nginx_refuses_is_left_out_and_everything_else_is_served_also_af
     address = "127.0.54.1"
     # a value no check knows: the checks of route values and the renderer's own are switched off, so NGINX sees it
     monkeypatch.setattr(routevalues, "problems", lambda spec: [])
-    monkeypatch.setattr(render, "MAX_PARAMETER", 10**9)
+    monkeypatch.setattr(conftext, "MAX_PARAMETER", 10**9)
     bad = next(c for c in freezing_objects(key_pair("x.example"), key_pair("a.example")) if c.name == "set-4k")
     live = Live(tmp_path, offset)
     try:

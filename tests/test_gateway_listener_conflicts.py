@@ -26,7 +26,8 @@ from gwpolicy.gateway.listeners import Candidate, conflicts
 from gwpolicy.gateway.nginx import Nginx
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.state import GatewayState, object_key
-from gwpolicy.gateway.status import Programming, all_desired, dataplane_objects, gateway_facts
+from gwpolicy.gateway.status import Programming, all_desired
+from gwpolicy.gateway.facts import dataplane_objects, gateway_facts
 from gwpolicy.model import build_index
 from gwpolicy.refs import Ref
 

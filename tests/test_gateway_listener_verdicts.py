@@ -21,7 +21,8 @@ from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.render import render
-from gwpolicy.gateway.status import GATEWAY_CONTROLLER, Programming, all_desired, gateway_facts
+from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, gateway_facts
+from gwpolicy.gateway.status import Programming, all_desired
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 from gateway_kit import TEST_ENDPOINTS
 

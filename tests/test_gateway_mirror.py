@@ -21,7 +21,8 @@ from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.state import GatewayState, object_key
-from gwpolicy.gateway.status import Programming, all_desired, gateway_facts
+from gwpolicy.gateway.status import Programming, all_desired
+from gwpolicy.gateway.facts import gateway_facts
 from gwpolicy.model import build_index
 from gwpolicy.refs import Ref
 

@@ -178,7 +178,7 @@ def test_built_from_random_names_no_two_services_or_routes_share_an_upstream_or_
 def test_the_builder_refuses_two_keys_that_give_one_name(monkeypatch: pytest.MonkeyPatch) -> None:
     """Were the digest ever to collide, building stops with an error naming both, instead of
     letting one object's traffic take the other's upstream or rules."""
-    monkeypatch.setattr(dataplane, "_digest", lambda *parts: "0" * 12)
+    monkeypatch.setattr(dataplane.model, "_digest", lambda *parts: "0" * 12)
     objs = [gatewayclass(), gateway("gw", "infra", listener("http", 80)),
             service("x-api", "team"), *endpoints("x-api", "team", [(BACKENDS, 1)]),
             service("api", "team-x"), *endpoints("api", "team-x", [(BACKENDS, 2)]),

@@ -25,7 +25,8 @@ from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane, tls_upstream_name
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.render import render
-from gwpolicy.gateway.status import Programming, all_desired, gateway_facts
+from gwpolicy.gateway.status import Programming, all_desired
+from gwpolicy.gateway.facts import gateway_facts
 from gwpolicy.model import build_index
 from gwpolicy.refs import Ref
 

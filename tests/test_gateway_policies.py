@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gwpolicy.analysis import analyse
-from gwpolicy.gateway import policyconf as pc
+from gwpolicy.gateway import policies, policyconf as pc
 from helpers import needs_shared
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +115,7 @@ def test_primer_timeout_seed_works_with_only_the_api_version_changed() -> None:
     a = analyse(policy_manifests() + _with_gwpolicy_api(seed["manifests"]), now="2026-01-01T00:00:00Z")
     backend = _effective(a, "Service", "example")
     assert backend == [{"TimeoutPolicy": {"connectionTimeout": 5, "readTimeout": 10}}]
-    conf = pc.location_directives(backend[0])
+    conf = policies.location_directives(backend[0])
     assert conf.lines == ("proxy_connect_timeout 5s;", "proxy_read_timeout 10s;", "proxy_next_upstream error;")
     # the seed's other expectations hold too (the kinds' descriptors do not change the engine's answer)
     for exp in seed["expect"]["effective"]:
@@ -128,7 +128,7 @@ def test_primer_timeout_seed_works_with_only_the_api_version_changed() -> None:
 
 
 def test_every_kind_translates_to_its_directives() -> None:
-    conf = pc.location_directives({
+    conf = policies.location_directives({
         ("gwpolicy.io", "TimeoutPolicy"): {"connectionTimeout": "500ms", "readTimeout": "1m30s", "sendTimeout": 2,
                                            "idleTimeout": "75s"},
         "RetryPolicy": {"attempts": 3, "retryOn": ["connect-failure", "reset"], "codes": [502, 503],
@@ -148,34 +148,34 @@ def test_every_kind_translates_to_its_directives() -> None:
         f"limit_req zone={zone.name} burst=2 nodelay;", "limit_req_status 429;")
     assert conf.peer_copies == 3
     assert conf.uri_lines == ("client_max_body_size 1m;",)
-    assert pc.http_directives(conf.zones) == [f"limit_req_zone $http_x_user_id zone={zone.name}:10m rate=5r/m;"]
+    assert policies.http_directives(conf.zones) == [f"limit_req_zone $http_x_user_id zone={zone.name}:10m rate=5r/m;"]
 
 
 def test_rate_zones_are_shared_by_equal_settings_and_scope_only() -> None:
     rl = {"RateLimitPolicy": {"requests": 10, "burst": 5}}
-    a, b = pc.location_directives(rl, scope="p1"), pc.location_directives(rl, scope="p1")
-    c = pc.location_directives(rl, scope="p2")
-    d = pc.location_directives({"RateLimitPolicy": {"requests": 11, "burst": 5}}, scope="p1")
+    a, b = policies.location_directives(rl, scope="p1"), policies.location_directives(rl, scope="p1")
+    c = policies.location_directives(rl, scope="p2")
+    d = policies.location_directives({"RateLimitPolicy": {"requests": 11, "burst": 5}}, scope="p1")
     assert a.zones == b.zones
     assert a.zones[0].name != c.zones[0].name != d.zones[0].name
-    assert len(pc.http_directives(a.zones + b.zones + c.zones + d.zones)) == 3
-    assert "nodelay" not in pc.location_directives({"RateLimitPolicy": {"requests": 1, "noDelay": False}}).lines[0]
+    assert len(policies.http_directives(a.zones + b.zones + c.zones + d.zones)) == 3
+    assert "nodelay" not in policies.location_directives({"RateLimitPolicy": {"requests": 1, "noDelay": False}}).lines[0]
 
 
 def test_upstream_keepalive_zone_and_retry_peers() -> None:
-    up = pc.upstream_directives("default_svc_80", {"UpstreamSettingsPolicy": {
+    up = policies.upstream_directives("default_svc_80", {"UpstreamSettingsPolicy": {
         "keepAlive": {"connections": 16, "requests": 100, "time": "1h", "timeout": "60s"}, "zoneSize": "512k"}},
         peer_copies=3)
     assert up.lines == ("zone default_svc_80 512k;", "keepalive 16;", "keepalive_requests 100;",
                         "keepalive_time 3600s;", "keepalive_timeout 60s;")
     assert up.keepalive and up.server_params == "max_fails=0"
-    plain = pc.upstream_directives("u", {})
-    assert plain == pc.UpstreamConf() and pc.retry_peer_copies({}) == 1
-    assert pc.retry_peer_copies({"RetryPolicy": {"attempts": 4}}) == 4
+    plain = policies.upstream_directives("u", {})
+    assert plain == policies.UpstreamConf() and policies.retry_peer_copies({}) == 1
+    assert policies.retry_peer_copies({"RetryPolicy": {"attempts": 4}}) == 4
 
 
 def test_one_attempt_means_no_retry() -> None:
-    assert pc.location_directives({"RetryPolicy": {"attempts": 1}}).lines == (
+    assert policies.location_directives({"RetryPolicy": {"attempts": 1}}).lines == (
         "proxy_next_upstream off;", "proxy_next_upstream_tries 1;")
 
 
@@ -190,7 +190,7 @@ def test_one_attempt_means_no_retry() -> None:
 ])
 def test_bad_values_raise_an_error_naming_kind_and_field(effective: dict[str, Any], field: str) -> None:
     with pytest.raises(pc.PolicyValueError, match=field):
-        pc.location_directives(effective)
+        policies.location_directives(effective)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,20 +299,20 @@ def test_the_route_value_beats_a_default_and_an_override_beats_it() -> None:
                                   rule)
     assert dict(merged["TimeoutPolicy"]) == {"readTimeout": "2s", "connectionTimeout": 5}  # route beats default
     assert dict(merged["RetryPolicy"]) == {"attempts": 5, "codes": [502]}  # override beats route; 409 dropped
-    lines = pc.location_directives(merged).lines
+    lines = policies.location_directives(merged).lines
     assert "proxy_read_timeout 2s;" in lines and "proxy_next_upstream_tries 5;" in lines
     assert "proxy_next_upstream error timeout http_502;" in lines
     notes = dict(pc.route_field_notes(rule, "rules[0]"))
     assert "409" in notes["rules[0].retry.codes"] and "rules[0].timeouts.backendRequest" in notes
     # the rule's fields alone, no policy: retry.attempts counts retries, RetryPolicy attempts tries
     alone = pc.with_route_fields({}, {"retry": {"attempts": 2}})
-    assert pc.location_directives(alone).peer_copies == 3 and pc.retry_peer_copies(alone) == 3
+    assert policies.location_directives(alone).peer_copies == 3 and policies.retry_peer_copies(alone) == 3
 
 
 def test_request_timeout_is_approximated_and_said() -> None:
     rule = {"timeouts": {"request": "500ms"}}
     merged = pc.with_route_fields({"TimeoutPolicy": {"readTimeout": 10}, "RetryPolicy": {"attempts": 2}}, rule)
-    lines = pc.location_directives(merged).lines
+    lines = policies.location_directives(merged).lines
     assert "proxy_read_timeout 500ms;" in lines and "proxy_connect_timeout 500ms;" in lines
     assert "proxy_send_timeout 500ms;" in lines and "proxy_next_upstream_timeout 500ms;" in lines
     assert "whole-request deadline" in dict(pc.route_field_notes(rule))["rules[].timeouts.request"]
@@ -406,9 +406,9 @@ def test_equal_rate_limits_of_different_policies_get_their_own_buckets() -> None
             self.sources = [{"field": f, "stanza": "defaults", "policy": {"kind": "RateLimitPolicy", "namespace": "ns",
                                                                            "name": name}} for f in self.spec]
 
-    a = pc.location_directives({"RateLimitPolicy": pc.Effective.of(R("a"))})
-    a2 = pc.location_directives({"RateLimitPolicy": pc.Effective.of(R("a"))})
-    b = pc.location_directives({"RateLimitPolicy": pc.Effective.of(R("b"))})
+    a = policies.location_directives({"RateLimitPolicy": pc.Effective.of(R("a"))})
+    a2 = policies.location_directives({"RateLimitPolicy": pc.Effective.of(R("a"))})
+    b = policies.location_directives({"RateLimitPolicy": pc.Effective.of(R("b"))})
     assert a.zones == a2.zones and a.zones != b.zones
 
 
@@ -427,17 +427,17 @@ def test_the_policykinds_are_valid_against_the_policykind_crd() -> None:
 
 
 def test_zero_means_no_timeout_and_a_timeout_alone_does_not_retry() -> None:
-    lines = pc.location_directives(pc.with_route_fields({}, {"timeouts": {"backendRequest": "0s", "request": "0s"}})).lines
+    lines = policies.location_directives(pc.with_route_fields({}, {"timeouts": {"backendRequest": "0s", "request": "0s"}})).lines
     assert lines == ("proxy_read_timeout 86400s;", "proxy_next_upstream error;")
-    assert pc.location_directives({"TimeoutPolicy": {"connectionTimeout": 0}}).lines == ("proxy_connect_timeout 75s;",)
-    with_retry = pc.location_directives({"TimeoutPolicy": {"readTimeout": 1}, "RetryPolicy": {"attempts": 2}}).lines
+    assert policies.location_directives({"TimeoutPolicy": {"connectionTimeout": 0}}).lines == ("proxy_connect_timeout 75s;",)
+    with_retry = policies.location_directives({"TimeoutPolicy": {"readTimeout": 1}, "RetryPolicy": {"attempts": 2}}).lines
     assert "proxy_next_upstream error timeout;" in with_retry and "proxy_next_upstream error;" not in with_retry
 
 
 def test_an_upstream_behind_a_timeout_never_marks_its_endpoints_down() -> None:
-    assert pc.upstream_directives("u", {"TimeoutPolicy": {"readTimeout": 1}}).server_params == "max_fails=0"
-    assert pc.upstream_directives("u", pc.with_route_fields({}, {"timeouts": {"request": "1s"}})).server_params == "max_fails=0"
-    assert pc.upstream_directives("u", {"TimeoutPolicy": {"connectionTimeout": 1}}).server_params == ""
+    assert policies.upstream_directives("u", {"TimeoutPolicy": {"readTimeout": 1}}).server_params == "max_fails=0"
+    assert policies.upstream_directives("u", pc.with_route_fields({}, {"timeouts": {"request": "1s"}})).server_params == "max_fails=0"
+    assert policies.upstream_directives("u", {"TimeoutPolicy": {"connectionTimeout": 1}}).server_params == ""
 
 
 def test_docs_policies_section_lists_every_field_as_the_code_treats_it() -> None:
@@ -464,4 +464,4 @@ def test_both_stanza_spellings_give_the_same_directives(default: str, override: 
                     spec[new] = spec.pop(old)
     a = analyse(policy_manifests() + objs, now="2026-01-01T00:00:00Z", kind_checks=pc.kind_checks())
     backend = _effective(a, "Service", "example")
-    assert pc.location_directives(backend[0]).lines[:2] == ("proxy_connect_timeout 5s;", "proxy_read_timeout 10s;")
+    assert policies.location_directives(backend[0]).lines[:2] == ("proxy_connect_timeout 5s;", "proxy_read_timeout 10s;")

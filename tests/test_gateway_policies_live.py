@@ -16,7 +16,7 @@ import yaml
 
 from gateway_proc import GatewayProcess, wait_until
 from gwpolicy.gateway.echo import EchoServer
-from gwpolicy.gateway.status import GATEWAY_CONTROLLER
+from gwpolicy.gateway.facts import GATEWAY_CONTROLLER
 from helpers import needs_shared
 from sandbox_proc import GW_CRDS, SandboxProcess
 

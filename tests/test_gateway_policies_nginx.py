@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gwpolicy.gateway import backendtls as bt
-from gwpolicy.gateway import policyconf as pc
+from gwpolicy.gateway import policies, policyconf as pc
 from gwpolicy.refs import Ref
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -42,7 +42,7 @@ def _nginx_t(tmp_path: Path, conf: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_all_directives_pass_nginx_t(tmp_path: Path) -> None:
-    collected = pc.Collected()
+    collected = policies.Collected()
     loc = collected.location(EVERYTHING, scope="p")
     pem = subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                           "-nodes", "-keyout", str(tmp_path / "k.pem"), "-subj", "/CN=ca", "-days", "1"],
@@ -53,7 +53,7 @@ def test_all_directives_pass_nginx_t(tmp_path: Path) -> None:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(data)
     system = bt.TLSProfile("abc.example.com", None, prof.policy)
-    up = pc.upstream_directives("up", UPSTREAM, peer_copies=loc.peer_copies)
+    up = policies.upstream_directives("up", UPSTREAM, peer_copies=loc.peer_copies)
     ind = "\n        "
     conf = f"""events {{}}
 http {{

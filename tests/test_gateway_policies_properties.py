@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from gwpolicy.analysis import analyse
-from gwpolicy.gateway import policyconf as pc
+from gwpolicy.gateway import policies, policyconf as pc
 from gwpolicy.refs import Ref
 
 from test_gateway_policies import policy_manifests
@@ -143,7 +143,7 @@ def _expected(a: Any) -> dict[tuple[str, str, int], set[str]]:
             rule_names = [r["name"] for r in routes[route.name].spec["rules"]]
             rule = next((l.section for l in levels if l.kind == "HTTPRoute" and l.section), None)
             eff = {k.kind: res.spec for k, res in pairs if k.group == pc.GROUP}
-            lines = {l for l in pc.location_directives(eff).lines if POLICY_LINE.match(l)}
+            lines = {l for l in policies.location_directives(eff).lines if POLICY_LINE.match(l)}
             for k, name in enumerate(rule_names):
                 if rule is None or rule == name:
                     if routes[route.name].spec["rules"][k]["backendRefs"][0]["name"] == target.name:

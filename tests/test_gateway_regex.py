@@ -26,10 +26,10 @@ from gateway_kit import (TEST_ENDPOINT_FLAGS, TEST_ENDPOINTS, Echoes, Served, ba
                          have_nginx, listener, nginx_choice, request, route)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import pathregex, policyconf
-from gwpolicy.gateway.dataplane import (Action, DataPlaneConfig, MatchRule, VirtualHost, build_dataplane,
-                                        _locations, _segment_prefix)
+from gwpolicy.gateway.dataplane import Action, DataPlaneConfig, MatchRule, VirtualHost, build_dataplane
+from gwpolicy.gateway.dataplane.order import place_locations, segment_prefix
 from gwpolicy.gateway.render import render
-from gwpolicy.gateway.status import GATEWAY_CONTROLLER, gateway_facts
+from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, gateway_facts
 from gwpolicy.model import build_index
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 
@@ -144,7 +144,7 @@ def _model_path_ok(r: MatchRule, p: str) -> bool:
         return a.path_value == p
     if a.path_type == "RegularExpression":
         return re.fullmatch(a.path_value, p) is not None
-    return _segment_prefix(a.path_value, p)
+    return segment_prefix(a.path_value, p)
 
 
 def _spec_choice(rules_: list[MatchRule], p: str, method: str, headers: set[str]) -> MatchRule | None:
@@ -183,7 +183,7 @@ def test_the_rule_the_locations_pick_is_the_one_the_precedence_ranks_first(rules
     if slash and p != "/":
         p += "/"
     vh = VirtualHost("0", "")
-    _locations(vh, rules_)
+    place_locations(vh, rules_)
     method = "POST" if post else "GET"
     want = _spec_choice(rules_, p, method, headers)
     got = nginx_choice(vh, p, method, headers)
@@ -470,7 +470,7 @@ def test_a_regex_rule_leaves_the_locations_it_cannot_reach_as_they_were(world: W
 def test_a_host_with_hundreds_of_expressions_chains_its_maps_and_still_routes(world: World) -> None:
     """NGINX refuses a map source over 4 KiB: past REGEX_FIELDS_PER_MAP expressions a location's
     candidates continue in a second map (and a third), in the same precedence order."""
-    from gwpolicy.gateway.render import REGEX_FIELDS_PER_MAP
+    from gwpolicy.gateway.rendermaps import REGEX_FIELDS_PER_MAP
 
     n = 2 * REGEX_FIELDS_PER_MAP + 30
     world.serve(route("many", "infra", [rule(rx(f"/n{i}/[0-9]+"), filters=tagged(f"r{i}")) for i in range(n)]

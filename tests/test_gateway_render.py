@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from gateway_kit import TEST_ENDPOINTS, nginx_choice
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
-from gwpolicy.gateway.dataplane import (DataPlaneConfig, MatchRule, VirtualHost, build_dataplane,
-                                        intersect_hostname, _locations, _segment_prefix)
+from gwpolicy.gateway.dataplane import DataPlaneConfig, MatchRule, VirtualHost, build_dataplane, intersect_hostname
+from gwpolicy.gateway.dataplane.order import place_locations, segment_prefix
 from gwpolicy.gateway.render import render
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 from gwpolicy.topology import hostnames_intersect
@@ -210,7 +210,7 @@ def _spec_choice(rules_: list[MatchRule], path: str, method: str, headers: set[s
     """The Gateway API rule, straight from the spec text: every matching rule, ordered by precedence."""
     def matches(r: MatchRule) -> bool:
         a = r.action
-        path_ok = a.path_value == path if a.path_type == "Exact" else _segment_prefix(a.path_value, path)
+        path_ok = a.path_value == path if a.path_type == "Exact" else segment_prefix(a.path_value, path)
         return path_ok and (r.method is None or r.method == method) and all(h[1] in headers for h in r.headers)
     hits = sorted((r for r in rules_ if matches(r)), key=MatchRule.precedence)
     return hits[0] if hits else None
@@ -226,7 +226,7 @@ def test_the_rule_nginx_picks_is_the_one_the_spec_ranks_first(rules_: list[Match
         if r.action.path_type == "PathPrefix" and len(r.action.path_value) > 1:
             r.action.path_value = r.action.path_value.rstrip("/")
     vh = VirtualHost("0", "")
-    _locations(vh, rules_)
+    place_locations(vh, rules_)
     method = "POST" if post else "GET"
     want = _spec_choice(rules_, path, method, headers)
     got = nginx_choice(vh, path, method, headers)

@@ -203,7 +203,7 @@ def test_the_property_sees_an_injection(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(names, "reference_problem", lambda kind, namespace, name: None)
     monkeypatch.setattr(render_mod, "comment", lambda text: "# " + text)
-    monkeypatch.setattr(render_mod, "_joined", lambda lines: "\n".join(lines))
+    monkeypatch.setattr(render_mod, "joined", lambda lines: "\n".join(lines))
     hostile = [gatewayclass(), gateway("gw", "infra", listener("http", 8080)), service("web", "tenant-a"),
                *endpoints("web", "tenant-a", [("127.0.73.2", 9)]),
                {"apiVersion": f"{GATEWAY_GROUP}/v1", "kind": "HTTPRoute", "metadata": meta("r", "tenant-a"),

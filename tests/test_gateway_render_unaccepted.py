@@ -15,7 +15,7 @@ from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.render import render
-from gwpolicy.gateway.status import GATEWAY_CONTROLLER, dataplane_objects, gateway_facts
+from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, dataplane_objects, gateway_facts
 from helpers import run_cli, write_manifests
 from gateway_kit import TEST_ENDPOINTS
 

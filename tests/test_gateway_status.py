@@ -1,4 +1,4 @@
-"""gateway/status.py against the expectations of every conformance case (../shared/gateway-conformance),
+"""gateway/facts.py and gateway/status.py against the expectations of every conformance case (../shared/gateway-conformance),
 without a cluster: the base and the case's objects are analysed, the status computed is put on the
 objects, and the suite's own comparisons (tests/gwconformance.py) must accept it, after each step too.
 Then properties: idempotence, others' entries kept, Programmed only once NGINX runs the object.
@@ -15,8 +15,8 @@ import pytest
 import gwconformance as gc
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import backendtls
-from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, Programming, all_desired,
-                                     class_annotations, dataplane_objects, gateway_facts, policy_status)
+from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, dataplane_objects, gateway_facts
+from gwpolicy.gateway.status import POLICY_KINDS_ANNOTATION, Programming, all_desired, class_annotations, policy_status
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import build_index
 

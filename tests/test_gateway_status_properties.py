@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from gateway_kit import key_pair
 from gwpolicy.analysis import analyse
-from gwpolicy.gateway.status import GATEWAY_CONTROLLER, Programming, all_desired, gateway_facts
+from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, gateway_facts
+from gwpolicy.gateway.status import Programming, all_desired
 from gwpolicy.model import build_index
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 

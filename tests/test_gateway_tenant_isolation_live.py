@@ -76,7 +76,7 @@ def test_no_object_of_one_tenant_freezes_the_others_not_even_across_a_restart(tm
                                                      "backendtlspolicies")]
         sb.kubectl("apply", "--server-side", *sum((["-f", str(f)] for f in crds), []))
         sb.kubectl("apply", "--server-side", *sum((["-f", str(f)] for f in [DEPLOY / "10-policykind-crd.yaml", *sorted(DEPLOY.glob("4[0-9]-*.yaml"))]), []))
-        sb.kubectl("apply", "--server-side", "-f", str(DEPLOY / "policykinds"))
+        sb.kubectl("apply", "--server-side", "-k", str(DEPLOY / "policykinds"))
         apply(sb, *base_objects(http, https, a_cert, ends))
         gw = GatewayProcess(sb.kubeconfig, tmp_path / "state", pool=POOL)
         wait_until(lambda: served("b.example", http) == 200 and served("a.example", http) == 200, 30,

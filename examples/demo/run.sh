@@ -89,7 +89,9 @@ reloads() {  # NGINX reloads the gateway has made so far
 }
 
 step "Starting the sandbox: a local Kubernetes API server, with the Gateway API and gwpolicy CRDs installed"
-gwpolicy sandbox --port 0 --kubeconfig-out "$KUBECONFIG" >"$work/sandbox.log" 2>&1 & pids+=($!)
+# the echo backends listen on loopback: their EndpointSlices name 127.0.0.1, which a cluster (and the
+# sandbox without this flag) refuses
+gwpolicy sandbox --port 0 --allow-loopback-endpoints --kubeconfig-out "$KUBECONFIG" >"$work/sandbox.log" 2>&1 & pids+=($!)
 echo "  $(started_line "$work/sandbox.log" '(gwpolicy sandbox listening on [^;]*)')"
 
 step "Starting two echo backends: shop, and reports (which takes 2 s to answer /reports/monthly)"

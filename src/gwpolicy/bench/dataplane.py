@@ -157,7 +157,9 @@ def render_gwpolicy(objects: list[dict[str, Any]], port_offset: int, worker_proc
 
     analysis = analyse(objects, kind_checks=policyconf.kind_checks(), by_target=True)
     dp = build_dataplane(analysis, DataPlaneConfig(controller_name=DEFAULT_CONTROLLER_NAME, port_offset=port_offset,
-                                                   worker_processes=worker_processes))
+                                                   worker_processes=worker_processes,
+                                                   # the benchmark's backends are its own, on loopback
+                                                   allow_unmanaged_endpointslices=True, allow_loopback_endpoints=True))
     return render(dp)
 
 
@@ -174,6 +176,9 @@ def positions(files: dict[str, bytes], routes: int) -> dict[str, int]:
     """first/middle/last: the routes whose Service's upstream comes first, in the middle and last."""
     order = [s for s in upstream_order(files) if re.fullmatch(r"h-\d{5}", s)]
     if not order:
+        if routes:
+            raise RuntimeError("the rendered configuration has none of the benchmark's upstreams: its backends were "
+                               "refused (see the data plane's endpoint rules, docs/security.md)")
         return {"first": 0}
     picks = {"first": order[0], "middle": order[len(order) // 2], "last": order[-1]}
     if routes == 1:

@@ -7,8 +7,11 @@ objects with the engine, builds the data plane model, renders it, has NGINX vali
 (gateway/nginx.py), and writes GEP-1364 status: only what differs from what the object carries,
 only for objects of our GatewayClasses, and in `status.parents` only our own entries.
 
-Only the holder of the Lease runs NGINX and writes status (the Gateways' loopback addresses can be
-bound by one NGINX only); a standby keeps its informers warm and takes over when the lease expires.
+Every replica runs NGINX with the configuration it renders from its own informers; only the holder
+of the Lease writes status, and counts an object Programmed once every ready replica serves it
+(gateway/replicas.py). NGINX outlives the gateway process (gateway/nginx.py): after a crash, a
+SIGKILL or a restart the next process on the same --state-dir adopts it. SIGTERM and SIGINT stop
+NGINX too (gracefully); SIGUSR2 ends the gateway and leaves NGINX serving, for the next process.
 The informers, the Lease and the Kubernetes client are the policy controller's
 (src/gwpolicy/controller/).
 """
@@ -21,6 +24,7 @@ import copy
 import dataclasses
 import logging
 import os
+import signal
 import socket
 import tempfile
 import threading
@@ -43,13 +47,14 @@ from gwpolicy.controller.defaults import ProcessOptions
 from gwpolicy.controller.endpoints import ListenError, healthz, metrics, serve_endpoints
 from gwpolicy.controller.informer import Informer
 from gwpolicy.controller.kube import Kind
-from gwpolicy.controller.leader import LeaderElector
+from gwpolicy.controller.leader import LEASE, LeaderElector
 from gwpolicy.controller.loop import synced_bursts
 from gwpolicy.controller.writer import Job, StatusWriters
+from gwpolicy.gateway.replicas import Publisher, Replicas
 from gwpolicy.gateway.state import GatewayState, key_ref, object_key
-from gwpolicy.gateway.status import (GATEWAY_CONTROLLER, POLICY_KINDS_ANNOTATION, ROUTE_KINDS, Programming,
-                                     desired_status, keep_in_place, policy_kinds_annotation,
-                                     policy_status, stale_routes, without_our_entries)
+from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, ROUTE_KINDS
+from gwpolicy.gateway.status import (POLICY_KINDS_ANNOTATION, Programming, desired_status, keep_in_place,
+                                     policy_kinds_annotation, policy_status, stale_routes, without_our_entries)
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import Obj
 from gwpolicy.refs import GATEWAY_GROUP, Ref
@@ -336,12 +341,29 @@ class DataPlaneDriver(Renderer):
 
         super().__init__(opts)
         self.state_dir = opts.state_dir or tempfile.mkdtemp(prefix="gwpolicy-gateway-")
-        self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx)  # checks the version (NginxError says what is missing)
+        # checks the version (NginxError says what is missing) and adopts the NGINX an earlier
+        # gateway process on this state directory left serving
+        self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx)
         self.applied: dict[str, bytes] | None = None
         self.lock = threading.Lock()  # apply and stop come from different threads
 
     def start(self) -> None:
-        """NGINX starts with the first configuration `apply` gets."""
+        """Say what was found: an NGINX adopted (it serves on; the first configuration is compared
+        with what it serves and reloaded only when it differs), else one starts with the first
+        configuration `apply` gets."""
+        nginx = self.nginx
+        if nginx is not None and nginx.adopted is not None:
+            pid, gen = nginx.adopted
+            log.info("adopted the running NGINX (master pid %d, generation %d, %s) in %s", pid, gen, nginx.digest,
+                     self.state_dir)
+        elif nginx is not None and nginx.not_adopted:
+            log.warning("%s", nginx.not_adopted)
+
+    @property
+    def digest(self) -> str | None:
+        """files_digest of the configuration NGINX serves, None while it serves none."""
+        nginx = self.nginx
+        return nginx.digest if nginx is not None and nginx.pid is not None else None
 
     def apply(self, files: dict[str, bytes]) -> str | None:
         """Validate, load and verify; None when NGINX serves `files`, else why not (the last good
@@ -376,6 +398,14 @@ class DataPlaneDriver(Renderer):
         with self.lock:
             if self.nginx is not None:
                 self.nginx.stop()
+                self.nginx = None
+            self.applied = None
+
+    def release(self) -> None:
+        """Leave NGINX serving the last configuration, for the next gateway process to adopt."""
+        with self.lock:
+            if self.nginx is not None:
+                self.nginx.release()
                 self.nginx = None
             self.applied = None
 
@@ -424,6 +454,10 @@ class GatewayController:
         self.tried_again: list[Ref] = []  # units left out before, in the configuration again
         self.routes_left_out: dict[Ref, tuple[str, str]] = {}  # what status was last told (Programming.left_out)
         self.over_budget: dict[Ref, tuple[str, str]] = {}  # HTTPRoutes over their namespace's budget (the last build)
+        self.replicas: Replicas | None = None  # the leader's view of what every replica serves
+        self.publisher: Publisher | None = None  # this replica's Lease, with what its NGINX serves
+        self.replica_informer: Informer | None = None
+        self.leave_nginx = False  # SIGUSR2: stop without stopping NGINX
 
     # ---------- watching ----------
     def _watch(self, kind: Kind) -> None:
@@ -500,11 +534,12 @@ class GatewayController:
             self.recheck_all = False
         clock.lap("analysis" if touched is None else "analysis in place")
         left_before = self.routes_left_out
-        if self.driver is not None and self.leading:  # a standby serves nothing: the addresses are the leader's
+        if self.driver is not None:  # every replica serves
             await self._program(analysis, facts, clock)
         self.routes_left_out = {r: why for r, why in self.left_out.items() if r.kind in ROUTE_KINDS}
         self.routes_left_out.update(self.over_budget)
-        programming = Programming(dict(self.running), self.error, dict(self.addresses), dict(self.listener_facts),
+        running = self.running if self.replicas is None else self.replicas.served_by_all(self.opts.identity, self.running)
+        programming = Programming(dict(running), self.error, dict(self.addresses), dict(self.listener_facts),
                                   dict(self.routes_left_out))
         moved = [r for r in set(left_before) | set(self.routes_left_out) if left_before.get(r) != self.routes_left_out.get(r)]
         if touched is not None and moved:  # their status changes without the routes being touched
@@ -625,6 +660,7 @@ class GatewayController:
         if files == getattr(self.driver, "applied", None):
             self.running = generations  # the same configuration holds these generations too
             self.programmed_version = version
+            self._served(generations)
             return
         t = time.perf_counter()
         error = await self._nginx_call(self.driver.apply, files)
@@ -642,6 +678,7 @@ class GatewayController:
             self.metrics.reloads.labels("ok").inc()
             self.running, self.error = generations, None
             self.nginx_running = True
+            self._served(generations)
             self.programmed_version = version
             self.good_units = fingerprints(dp)
             log.info("NGINX serves the new configuration (%d files) after %.0f ms%s", len(files),
@@ -664,6 +701,22 @@ class GatewayController:
             self.retry_in = min(self.retry_in * 2, 30.0)
         else:
             self.retry_in = 1.0
+
+    def _served(self, generations: dict[Ref, int | None]) -> None:
+        """NGINX serves the configuration built from `generations`: publish its digest."""
+        digest = getattr(self.driver, "digest", None)
+        if digest is None:
+            return
+        if self.replicas is not None:
+            self.replicas.built(digest, generations)
+        if self.publisher is not None:
+            self.publisher.set(digest)
+
+    def _replicas_changed(self) -> None:
+        self.wake.set()  # Programmed is judged again
+        expiry = self.replicas.next_expiry() if self.replicas is not None else None
+        if expiry is not None:  # a replica that stops renewing is counted out when its Lease expires
+            asyncio.get_running_loop().call_later(expiry + 0.1, self.wake.set)
 
     def _still_left_out(self) -> dict[Ref, tuple[str, str]]:
         """What stays out of the next configuration without being tried again: listeners whose
@@ -737,8 +790,7 @@ class GatewayController:
         return dp, files, error
 
     async def _nginx_call(self, fn: Any, *args: Any) -> Any:
-        """Every NGINX operation on one thread that lives as long as the gateway: NGINX is started
-        with PR_SET_PDEATHSIG, which fires when the *thread* that started it ends."""
+        """Every NGINX operation on one thread: they never overlap, and the event loop goes on."""
         return await asyncio.get_running_loop().run_in_executor(self.nginx_thread, fn, *args)
 
     # ---------- writes ----------
@@ -823,16 +875,18 @@ class GatewayController:
                 return web.Response(text="informers not synced", status=503)
             if self.elector is not None and self.elector.problem is not None and self.elector.blocking:
                 return web.Response(text=f"leader election: {self.elector.problem}\n", status=503)
-            if self.driver is not None and not self.leading:
-                return web.Response(text="standby: the leader's NGINX serves", status=503)
             if self.driver is not None and not self.nginx_running:
                 return web.Response(text="NGINX has no configuration yet", status=503)
-            return web.Response(text="ok")
+            digest = getattr(self.driver, "digest", None)
+            return web.Response(text=f"ok\nserving {digest}\n" if digest else "ok")
 
         async def statusz(_: web.Request) -> web.Response:
             # NGINX's own words (file paths, a piece of a tenant's value) stay in the log and in the
             # status of the object concerned; whoever can reach this endpoint gets a summary
             return web.json_response({"leader": self.leading, "leaseNamespace": self.lease_namespace,
+                                      "serving": getattr(self.driver, "digest", None),
+                                      "nginxPid": getattr(getattr(self.driver, "nginx", None), "pid", None),
+                                      "readyReplicas": self.replicas.ready() if self.replicas is not None else None,
                                       "leaderElectionProblem": self.elector.problem if self.elector else None,
                                       "synced": self.synced, "reconciles": self.reconciles,
                                       "busy": self.busy or self.wake.is_set(), "queued": len(self.queue),
@@ -858,6 +912,10 @@ class GatewayController:
         self.client = kube.make_client(self.opts.kubeconfig, self.opts.context, self.opts.field_manager)
         if self.driver is not None:
             await self._nginx_call(self.driver.start)
+            try:  # SIGUSR2: end and leave NGINX serving (a restart in place; the next process adopts it)
+                asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, self._leave_nginx)
+            except (RuntimeError, ValueError, NotImplementedError):  # not the main thread (a test's loop)
+                pass
         await self.http()
         for k in [kube.CRD, *BUILTIN]:
             self._watch(k)
@@ -873,6 +931,14 @@ class GatewayController:
                                          duration=self.opts.lease_duration, on_change=self._leader_changed,
                                          rbac="deploy/70-gateway.yaml, Role gwpolicy-gateway-leader-election")
             self.tasks.append(asyncio.create_task(self.elector.run(), name="leader"))
+            if self.driver is not None:
+                self.replicas = Replicas(self.opts.lease_name, self._replicas_changed)
+                self.publisher = Publisher(self.client, self.opts.identity, self.lease_namespace, self.opts.lease_name,
+                                           self.opts.lease_duration)
+                self.tasks.append(asyncio.create_task(self.publisher.run(), name="replica-lease"))
+                self.replica_informer = Informer(self.client, LEASE, self.replicas.on_event, self.lease_namespace,
+                                                 self.metrics)
+                self.replica_informer.start()
         else:
             self.metrics.leader.set(1)
         self.wake.set()
@@ -881,10 +947,11 @@ class GatewayController:
         self.metrics.leader.set(1 if leader else 0)
         if leader:
             self.recheck_all = True
-            self.wake.set()  # program NGINX and write status for the current state
-        elif self.driver is not None:  # another replica leads now: give the addresses up
-            self.running, self.nginx_running = {}, False
-            self.tasks.append(asyncio.create_task(self._nginx_call(self.driver.stop), name="nginx-stop"))
+            self.wake.set()  # write status for the current state
+
+    def _leave_nginx(self) -> None:
+        self.leave_nginx = True
+        os.kill(os.getpid(), signal.SIGTERM)  # the process shell's stop, without NGINX's
 
     async def stop(self) -> None:
         """NGINX first (it gives the addresses up), then the Lease (a standby takes over at once),
@@ -892,8 +959,12 @@ class GatewayController:
         for t in self.tasks:
             if t.get_name() in ("reconcile", "write"):
                 t.cancel()
+        if self.publisher is not None:
+            await self.publisher.delete()
         if self.driver is not None:
-            await self._nginx_call(self.driver.stop)
+            await self._nginx_call(self.driver.release if self.leave_nginx else self.driver.stop)
+        if self.replica_informer is not None:
+            await self.replica_informer.stop()
         if self.elector:
             try:
                 await self.elector.release()
@@ -913,7 +984,8 @@ configuration before loading it and verifies that it serves; and writes GEP-1364
 (GatewayClass, Gateway and listeners, HTTPRoute parents). Each Gateway is served on its own
 loopback address (127.0.0.0/8, from --address-pool unless spec.addresses names one) and its
 listeners' ports; status.addresses says where. Runs in the foreground until SIGTERM or SIGINT, then
-stops NGINX. Ports below 1024 need root (or CAP_NET_BIND_SERVICE); without it NGINX cannot bind
+stops NGINX gracefully; SIGUSR2 ends it and leaves NGINX serving, and so does a crash or SIGKILL: the
+next gateway on the same --state-dir adopts the running NGINX without restarting it. Ports below 1024 need root (or CAP_NET_BIND_SERVICE); without it NGINX cannot bind
 them, and the Gateway's Programmed condition says so (see --port-offset)."""
 
 

@@ -1,5 +1,5 @@
 """Frontend client-certificate validation (GEP-91, `Gateway.spec.tls.frontend`), read once for both
-status (gateway/status.py) and the data plane (gateway/dataplane.py), so the two never disagree.
+the facts (gateway/facts.py) and the data plane (gateway/dataplane.py), so the two never disagree.
 
 Pure. A listener's validation is the `perPort` entry of its port, else `default`; it applies to
 HTTPS listeners only (a TLS passthrough listener never sees the client's certificate). Every

@@ -1,4 +1,4 @@
-"""Which listeners of one Gateway conflict: one rule, read by status (gateway/status.py) and the data
+"""Which listeners of one Gateway conflict: one rule, read by the facts (gateway/facts.py) and the data
 plane (gateway/dataplane.py), so that what status calls Conflicted is what NGINX does not serve.
 
 Pure. Gateway API ("Handling indistinct Listeners" in the Gateway CRD): an implementation MUST

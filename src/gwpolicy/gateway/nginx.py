@@ -8,18 +8,31 @@ error log written since the SIGHUP is read for `[emerg]`. The first configuratio
 same parse `nginx -t` makes, done once instead of twice): when it rejects it, or cannot apply it
 (a port in use), it keeps serving the old one, `current` points at the old one again and the new
 tree is removed, so a configuration NGINX rejects is never loaded nor left on disk
-(`test_reloads=True` runs `nginx -t` before every reload as well). NGINX never outlives us: the master gets SIGTERM when our
-process dies (PR_SET_PDEATHSIG) and `stop()` quits it.
+(`test_reloads=True` runs `nginx -t` before every reload as well).
+
+NGINX outlives the process that runs it. The master is started by setsid(2), apart from our process group (a signal
+to the gateway's process group does not reach it) and is not tied to our life: when the gateway is
+killed, crashes or is restarted, NGINX goes on serving the last configuration it took. What a
+successor needs to find it is in `root/nginx.json` (the master's pid and start time, its control
+socket, the generation it serves and the digest of that generation's files), written after every
+successful apply. A new `Nginx` on the same `root` adopts a master it finds there (`adopted`): the
+pid must still be that process (same start time), an NGINX master started on this `root`, and its
+control socket must answer the recorded generation; then nothing is restarted, and an `apply` of
+the same files reloads nothing. A master that fails those checks but is still ours (it holds our
+ports) is stopped, and a new one starts with the next `apply`. `stop()` quits NGINX (SIGQUIT:
+in-flight requests end first, then SIGTERM, then SIGKILL); `release()` lets go of it and leaves it
+serving, for the next process.
 
 Layout under `root`: `gen-<n>/` one directory per generation, `current -> gen-<n>` (NGINX runs
 with `-p root/current/`, so a SIGHUP reads the new generation), `run/` (pid, temp files),
-`logs/error.log`.
+`logs/error.log`, `nginx.json`.
 """
 
 from __future__ import annotations
 
-import ctypes
+import hashlib
 import http.client
+import json
 import os
 import re
 import shutil
@@ -37,7 +50,7 @@ from pathlib import Path
 from gwpolicy.gateway.dataplane import SOCKET_DIR
 
 MIN_VERSION = (1, 22)
-PR_SET_PDEATHSIG = 1
+STATE_FILE = "nginx.json"
 _SEVERE = re.compile(r"\[(emerg|alert|crit)\]")
 
 
@@ -89,11 +102,24 @@ def check_modules(files: dict[str, bytes]) -> None:
             raise NginxError(f"NGINX module {path} is missing{hint}; header, query and method matches need it")
 
 
-def _pdeathsig() -> None:  # pragma: no cover - runs in the child
+def files_digest(files: dict[str, bytes]) -> str:
+    """A digest of a rendered configuration (render's output, before `Nginx` writes it): equal
+    inputs render byte-equal files, so two replicas serving one configuration have one digest."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + len(files[name]).to_bytes(8, "big") + files[name])
+    return "sha256:" + h.hexdigest()
+
+
+def start_time(pid: int) -> str | None:
+    """Field 22 of /proc/PID/stat (start time in clock ticks since boot), None when the process is
+    gone or a zombie: a pid with another start time is another process."""
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        pass
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else fields[19]
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
@@ -122,25 +148,80 @@ class Nginx:
         self.keep = max(2, keep_generations)
         self.version = nginx_version(binary)
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None  # the master, when this process started it
+        self._master: tuple[int, str] | None = None  # (pid, start time) of the master, started or adopted
         self._generation = 0
         self._attempt = 0
-        self._serving: dict[str, bytes] | None = None
+        self._digest: str | None = None  # files_digest of the generation serving
+        #: (pid, generation) of a running master this process took over from an earlier one, or None
+        self.adopted: tuple[int, int] | None = None
+        #: why a master found in nginx.json was not adopted (and was stopped), or None
+        self.not_adopted: str | None = None
         for d in ("run", "logs"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
+        self.error_log = self.root / "logs" / "error.log"
+        self._sockdir = ""
+        self._adopt()
         # generations an earlier process left here (a restart on the same --state-dir): nothing this
         # process starts reads them, and they may hold private keys of Secrets deleted since; the
-        # numbering goes on after the highest, so a new generation never takes an old one's number
+        # numbering goes on after the highest, so a new generation never takes an old one's number.
+        # The generation an adopted master serves stays.
         old = self._generations()
         self._attempt = max((n for n, _ in old), default=0)
-        for _, p in old:
-            shutil.rmtree(p, ignore_errors=True)
-        self._sockdir = tempfile.mkdtemp(prefix="gwng-")  # unix socket paths must stay short
-        # NGINX's workers (another user when the master runs as root) connect to the sockets of a
-        # passthrough port's HTTPS servers and relays: they must be able to pass through the directory
-        os.chmod(self._sockdir, 0o711)
+        for n, p in old:
+            if n != self._generation or self.adopted is None:
+                shutil.rmtree(p, ignore_errors=True)
+        if not self._sockdir:
+            self._sockdir = tempfile.mkdtemp(prefix="gwng-")  # unix socket paths must stay short
+            # NGINX's workers (another user when the master runs as root) connect to the sockets of a
+            # passthrough port's HTTPS servers and relays: they must be able to pass through the directory
+            os.chmod(self._sockdir, 0o711)
         self.control_socket = os.path.join(self._sockdir, "control.sock")
-        self.error_log = self.root / "logs" / "error.log"
+
+    def _adopt(self) -> None:
+        """Take over the master an earlier process on this root left running (see the module
+        docstring); stop one that is ours but fails the checks."""
+        try:
+            rec = json.loads((self.root / STATE_FILE).read_text())
+            pid, start, sockdir, gen, digest = (int(rec["pid"]), str(rec["start"]), str(rec["sockdir"]),
+                                                int(rec["generation"]), str(rec["digest"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        if start_time(pid) != start:
+            self._forget_state()
+            return  # gone (a stop, a crash of NGINX itself, a reboot): a new master starts on apply
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            return
+        if b"nginx" not in title or f"{self.root}/current/".encode() not in title:
+            self._forget_state()
+            return  # the pid is another process now (a reused pid with the same start tick: only in theory)
+        self._master = (pid, start)
+        self.control_socket = os.path.join(sockdir, "control.sock")
+        answered = self.probe()
+        target = self._current_target()
+        if answered == gen and target == f"gen-{gen}" and (self.root / target / "nginx.conf").exists():
+            self._sockdir, self._generation, self._digest = sockdir, gen, digest
+            self.adopted = (pid, gen)
+            return
+        self.not_adopted = (f"the NGINX master {pid} found in {self.root / STATE_FILE} answers generation {answered} "
+                            f"where generation {gen} (current -> {target}) was recorded; it is stopped and a new one "
+                            "starts with the next configuration")
+        self._quit(10.0)
+        shutil.rmtree(sockdir, ignore_errors=True)
+        self._forget_state()
+
+    def _save_state(self) -> None:
+        if self._master is None:
+            return
+        tmp = self.root / f".{STATE_FILE}.{os.getpid()}"
+        tmp.write_text(json.dumps({"pid": self._master[0], "start": self._master[1], "sockdir": self._sockdir,
+                                   "generation": self._generation, "digest": self._digest}))
+        os.replace(tmp, self.root / STATE_FILE)
+
+    def _forget_state(self) -> None:
+        (self.root / STATE_FILE).unlink(missing_ok=True)
 
     # -- public API -----------------------------------------------------------------------------
 
@@ -150,14 +231,25 @@ class Nginx:
         return self._generation
 
     @property
+    def digest(self) -> str | None:
+        """files_digest of the configuration NGINX serves (None before the first apply)."""
+        return self._digest
+
+    @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+        """The running master's pid (one this process started or adopted), else None."""
+        if self._proc is not None:
+            self._proc.poll()  # reap it when it ended: a zombie has no start time
+        if self._master is None or start_time(self._master[0]) != self._master[1]:
+            return None
+        return self._master[0]
 
     def apply(self, files: dict[str, bytes]) -> ReloadResult:
         """Serve `files` (render's output): validate, swap, start or reload, verify, roll back."""
         with self._lock:
             t0 = time.perf_counter()
-            if self._serving == files and self.pid is not None:
+            digest = files_digest(files)
+            if self._digest == digest and self.pid is not None:
                 return ReloadResult(self._generation, True, changed=False)
             try:
                 check_modules(files)
@@ -183,13 +275,14 @@ class Nginx:
             t_reload = time.perf_counter()
             if self.pid is None:
                 error = self._start(gen, offset)
-                if error and self._proc is not None:  # a master that gave up may still hold the ports it bound
-                    self._proc.kill()
-                    self._proc.wait(10)
-                    self._proc = None
+                if error and self.pid is not None:  # a master that gave up may still hold the ports it bound
+                    self._signal(signal.SIGKILL)
+                    self._wait_gone(10)
+                if error:
+                    self._master = self._proc = None
             else:
                 old_workers = self._workers()
-                os.kill(self._proc.pid, signal.SIGHUP)  # type: ignore[union-attr]
+                self._signal(signal.SIGHUP)
                 error = self._verify(gen, offset) or self._retired(old_workers)
                 if error and not self.test_reloads and self.pid is not None and self.probe() != gen:
                     error = f"NGINX rejected the configuration on reload (the previous one keeps serving): {error}"
@@ -199,7 +292,8 @@ class Nginx:
                 shutil.rmtree(gdir, ignore_errors=True)
                 return ReloadResult(self._generation, False, error, seconds=time.perf_counter() - t0)
             self._generation = gen
-            self._serving = dict(files)
+            self._digest = digest
+            self._save_state()
             self._prune()
             now = time.perf_counter()
             return ReloadResult(gen, True, seconds=now - t0, test_seconds=test_s, reload_seconds=now - t_reload)
@@ -221,20 +315,49 @@ class Nginx:
                 shutil.rmtree(cdir, ignore_errors=True)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Quit NGINX gracefully (SIGQUIT), then SIGTERM, then SIGKILL; idempotent."""
+        """Quit NGINX gracefully (SIGQUIT: in-flight requests end), then SIGTERM, then SIGKILL;
+        idempotent. Whether this process started the master or adopted it."""
         with self._lock:
-            proc, self._proc = self._proc, None
-            if proc is not None and proc.poll() is None:
-                for sig, wait in ((signal.SIGQUIT, timeout), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-                    try:
-                        proc.send_signal(sig)
-                        proc.wait(wait)
-                        break
-                    except subprocess.TimeoutExpired:
-                        continue
-                    except ProcessLookupError:
-                        break
+            self._quit(timeout)
+            self._forget_state()
             shutil.rmtree(self._sockdir, ignore_errors=True)
+
+    def release(self) -> None:
+        """Let go of NGINX and leave it serving: the next `Nginx` on this root adopts it."""
+        with self._lock:
+            self._master = self._proc = None
+
+    def _quit(self, timeout: float) -> None:
+        for sig, wait in ((signal.SIGQUIT, timeout), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            if self.pid is None or not self._signal(sig) or self._wait_gone(wait):
+                break
+        self._master = self._proc = None
+
+    def _signal(self, sig: int) -> bool:
+        """Send `sig` to the master (checked to be the same process first); False when it is gone."""
+        pid = self.pid
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def _wait_gone(self, timeout: float) -> bool:
+        """Wait until the master is gone (reaped, when it is our child); True when it is."""
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        end = time.monotonic() + timeout
+        while self.pid is not None:  # adopted: another process (init) reaps it
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.02)
+        return True
 
     def __enter__(self) -> "Nginx":
         return self
@@ -306,19 +429,23 @@ class Nginx:
         # behind, and the next one could not bind them: no NGINX of ours runs now, so they are stale
         for sock in Path(self._sockdir).glob("**/*.sock"):
             sock.unlink(missing_ok=True)
+        # setsid(2): NGINX outlives us and a signal to our process group (a terminal's
+        # Ctrl-C) does not reach it; `stop()` and the next process' adoption are its ends
         with open(self.root / "logs" / "stderr.log", "ab") as err:
             self._proc = subprocess.Popen(
                 [self.binary, "-p", f"{cur}/", "-c", str(cur / "nginx.conf"), "-e", str(self.error_log), "-g", "daemon off;"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, preexec_fn=_pdeathsig, cwd=self.root)
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, cwd=self.root)
+        started = start_time(self._proc.pid)
+        self._master = (self._proc.pid, started) if started is not None else None
         return self._verify(gen, offset)
 
     def _verify(self, gen: int, offset: int) -> str:
         deadline = time.monotonic() + self.verify_timeout
         delay = 0.01
         while True:
-            if self._proc is not None and self._proc.poll() is not None:
+            if self.pid is None:
                 err = (self.root / "logs" / "stderr.log").read_text(errors="replace")[-2000:]
-                self._proc = None
+                self._master = self._proc = None
                 return "NGINX exited: " + _clean("; ".join(self._severe_since(offset)[0]) or err.strip() or "no message")
             if self.probe() == gen:
                 return ""

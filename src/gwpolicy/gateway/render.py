@@ -17,12 +17,17 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from gwpolicy.gateway import pathregex, policyconf
+from gwpolicy.gateway import policies, policyconf
 from gwpolicy.gateway.frontendtls import ALLOW_INSECURE_FALLBACK
-from gwpolicy.gateway.dataplane import (SOCKET_DIR, Action, Backend, DataPlane, Location, Server, VirtualHost,
-                                        _programmable, memo, redirect_problem, without_gc)
+from gwpolicy.gateway.dataplane import (Action, Backend, DataPlane, Location, Server, VirtualHost, memo,
+                                        without_gc)
+from gwpolicy.gateway.dataplane.cache import programmable
+from gwpolicy.gateway.conftext import (EMPTY, TOKEN, RenderError, comment, conf_string, header_name,
+                                       joined, param, pcre_literal, put, quote, regex_literal, request_header_var)
+from gwpolicy.gateway.facts import redirect_problem
+from gwpolicy.gateway.rendermaps import chunks, match_map
+from gwpolicy.gateway.renderupstreams import split_entries, stream, upstream_block
 
-EMPTY = '""'
 NO_VHOST = "x"  # the map value when no route serves the Host: `/_vx/...` reaches only the 404 location
 
 BASE_HEADERS: tuple[tuple[str, str], ...] = (
@@ -37,97 +42,11 @@ BASE_HEADERS: tuple[tuple[str, str], ...] = (
 )
 
 
-class RenderError(ValueError):
-    """A value NGINX cannot carry (names the route and field)."""
-
-
-class LineBreakError(RenderError):
-    """A generated line holds a line break render did not write: the final guard (see _joined)."""
-
-
-def comment(text: str) -> str:
-    """A `#` comment holding `text`, the one way any text reaches a comment: printable ASCII stays,
-    everything else (a line break above all, which would end the comment and make the rest
-    configuration) is written as a Python escape (`\\n`, `\\x01`, `\\u00e9`, and `\\\\`)."""
-    if not _PRINTABLE.fullmatch(text):
-        text = text.encode("unicode_escape").decode("ascii")
-    return "# " + text
-
-
-_PRINTABLE = re.compile(r"[ -\[\]-~]*")  # printable ASCII without the backslash
-
-
-def _joined(lines: list[str]) -> str:
-    """`lines` as one text, one line each: the final guard before text is written. A line holding a
-    line break (LF, or CR, which NGINX also reads as a space between words) that render did not
-    write would be a sink that skipped the escaping: raise, so that the route's rule (or the
-    block) fails closed instead of loading it."""
-    text = "\n".join(lines)
-    if text.count("\n") != len(lines) - 1 or "\r" in text:
-        bad = next(l for l in lines if "\n" in l or "\r" in l)
-        raise LineBreakError(f"a generated line holds a line break: {bad[:200]!r}")
-    return text
-
-
-#: NGINX 1.22 reads its configuration in a 4 KiB buffer and refuses a parameter (a quoted string, a
-#: map key) of 4096 bytes or more, quotes included, depending on where it falls in the buffer; one
-#: of 4095 bytes always passes (measured at every offset)
-MAX_PARAMETER = 4095
-
-
-def _param(text: str) -> str:
-    """`text` as one NGINX parameter, or RenderError when NGINX could not read it (never emitted)."""
-    size = len(text.encode())
-    if size > MAX_PARAMETER:
-        raise RenderError(f"{size} bytes once quoted for NGINX, which takes at most {MAX_PARAMETER}")
-    return text
-
-
-def _shown(value: str, limit: int = 60) -> str:
-    """A value in a message (messages become comments: never a long line)."""
-    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
-
-
-def quote(value: str) -> str:
-    """An NGINX double-quoted string; `$` would start a variable, so values carrying one are refused."""
-    if "$" in value or "\n" in value or "\r" in value:
-        raise RenderError(f"value {_shown(value)} contains '$' or a line break, which NGINX cannot carry")
-    return _param('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"')
-
-
-_TOKEN = re.compile(r"[A-Za-z0-9!#%&'*+.^_`|~-]+")
-
-
-def header_name(name: str) -> str:
-    """A header name as RFC 9110 defines a token (anything else could smuggle NGINX syntax in),
-    starting with a letter or digit: it is written as a bare word, and a word that starts with `#`
-    or `'` would be a comment or a string to NGINX."""
-    if not _TOKEN.fullmatch(name) or not name[0].isalnum():
-        raise RenderError(f"header name {name!r} is not a valid HTTP header name (a token starting with a letter or digit)")
-    return name
-
-
-_REQUEST_HEADER = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
-
-
-def request_header_var(name: str) -> str:
-    """The `$http_` variable part of a request header NGINX reads: only letters, digits and `-`
-    can name one (NGINX lowercases the name and turns `-` into `_`; any other character would end
-    the variable's name and be read as text after it)."""
-    if not _REQUEST_HEADER.fullmatch(name):
-        raise RenderError(f"header name {name!r}: NGINX reads a request header by a name of letters, digits and '-' only")
-    return _var(name)
-
-
-def _var(name: str) -> str:
-    return name.lower().replace("-", "_")
-
-
 @dataclass
 class _State:
     maps: dict[str, str] = field(default_factory=dict)  # variable -> map block
     splits: dict[str, str] = field(default_factory=dict)
-    zones: set[policyconf.RateZone] = field(default_factory=set)
+    zones: set[policies.RateZone] = field(default_factory=set)
     named: dict[str, list[str]] = field(default_factory=dict)  # per server: named location blocks
     uri_lines: list[tuple[str, ...]] = field(default_factory=list)  # of the location being rendered
     system_ca: bool = False  # some backend verifies against the system store: its bundle goes to http
@@ -190,7 +109,7 @@ def _render(dp: DataPlane, cache: RenderCache | None = None) -> dict[str, bytes]
         cache.locations = {k: cache.locations[k] for k in cache.used}
     files["servers.conf"] = ("".join(servers) + defaults).encode()
     if dp.passthrough:
-        files["stream.conf"] = _stream(dp).encode()
+        files["stream.conf"] = stream(dp).encode()
     files.update(dp.secrets)
     return dict(sorted(files.items()))
 
@@ -232,7 +151,7 @@ def _main(dp: DataPlane, st: _State) -> str:
 
         http += ["", comment("backends verified against the system store share one SSL context"),
                  f"proxy_ssl_trusted_certificate {SYSTEM_CA_FILE};", "proxy_ssl_verify_depth 4;"]
-    zones = policyconf.http_directives(st.zones)
+    zones = policies.http_directives(st.zones)
     if zones:
         http += [""] + zones
     http += ["", "include maps.conf;", "include upstreams.conf;", "include servers.conf;",
@@ -244,89 +163,19 @@ def _main(dp: DataPlane, st: _State) -> str:
     return "".join(out)
 
 
-#: the stream upstream of connections nothing takes: its only server is down, so NGINX closes them
-TLS_CLOSED = "gw_tls_closed"
-
-
-def _stream(dp: DataPlane) -> str:
-    """TLS passthrough: per address:port a `server` that reads the ClientHello's SNI (`ssl_preread`)
-    and forwards the still encrypted connection to the upstream a `map $ssl_preread_server_name`
-    names (exact names before the longest wildcard, as for HTTP hosts); a name no route serves, and
-    the share of a backend that cannot be reached, is closed before any byte of the backend's."""
-    out = [comment("TLS passthrough (TLSRoute): NGINX never terminates these connections") + "\n",
-           f"upstream {TLS_CLOSED} {{\n    server 127.0.0.1:9 down;\n}}\n\n"]
-    for u in dp.stream_upstreams.values():
-        out.append(_upstream(u.name, u))
-    splits: dict[str, str] = {}
-    relays: dict[str, str] = {}  # target -> the unix socket of the stream server that strips PROXY for it
-    for srv in dp.passthrough:
-        var = f"$gw_tls_{srv.id}"
-        entries = {h: _tls_target(r, splits) for h, r in srv.hosts.items()}
-        if srv.https_socket:  # a shared port: every connection leaves with a PROXY header, so TLSRoute
-            # backends get theirs through a relay that reads it; the HTTPS servers read it themselves
-            https = f"unix:{srv.https_socket}"
-            for h in srv.https_names:
-                entries.setdefault(h, https)  # a route's name and a listener's cannot be equal (HostnameConflict)
-            entries = {h: t if t == https else relays.setdefault(t, f"unix:{SOCKET_DIR}/t{len(relays)}.sock")
-                       for h, t in entries.items()}
-            entries.setdefault("", https)  # other names: the HTTPS servers (their default refuses the handshake)
-        default = entries.pop("", TLS_CLOSED)
-        out.append(f"map $ssl_preread_server_name {var} {{\n    hostnames;\n    default {default};\n"
-                   + "".join(f"    {h} {t};\n" for h, t in sorted(entries.items())) + "}\n\n")
-        names = ", ".join(f"{l.namespace}/{l.name} {l.section}" for l in srv.listeners)
-        out.append(_joined(["server {", "    " + comment(f"Gateway listeners {names}"), f"    listen {srv.address}:{srv.port};",
-                            "    ssl_preread on;", f"    proxy_pass {var};"]
-                           + (["    proxy_protocol on;"] if srv.https_socket else []) + ["}", "", ""]))
-    for target, sock in sorted(relays.items(), key=lambda kv: kv[1]):
-        out.append(_joined(["server {", "    " + comment(f"relay to {target}: reads the PROXY header the shared port's server adds"),
-                            f"    listen {sock} proxy_protocol;", f"    proxy_pass {target};", "}", "", ""]))
-    out.extend(splits[k] for k in sorted(splits))
-    return "".join(out)
-
-
-def _tls_target(route: Any, splits: dict[str, str]) -> str:
-    """The upstream (or split_clients variable over upstreams) of a TLSRoute's backends."""
-    targets = [(b.weight, b.upstream or TLS_CLOSED) for b in route.backends if b.weight > 0]
-    if not targets:
-        return TLS_CLOSED
-    if len({t for _, t in targets}) == 1:
-        return targets[0][1]
-    entries = _split_entries(targets)
-    var = "$gw_tls_pick_" + hashlib.sha1(repr(entries).encode()).hexdigest()[:12]
-    splits[var] = (f'split_clients "${{remote_addr}}${{remote_port}}${{msec}}" {var} {{\n'
-                   + "".join(f"    {p} {t};\n" for p, t in entries) + "}\n")
-    return var
-
-
 def _upstreams(dp: DataPlane, cache: RenderCache | None = None) -> str:
     out = []
     for name, u in dp.upstreams.items():
         if cache is not None:
             hit = cache.upstreams.get(name)
             if hit is None or hit[0] is not u:
-                hit = cache.upstreams[name] = (u, _upstream(name, u))
+                hit = cache.upstreams[name] = (u, upstream_block(name, u))
             out.append(hit[1])
         else:
-            out.append(_upstream(name, u))
+            out.append(upstream_block(name, u))
     if cache is not None and len(cache.upstreams) > 2 * len(dp.upstreams) + 1000:
         cache.upstreams = {n: cache.upstreams[n] for n in dp.upstreams}
     return "".join(out)
-
-
-def _upstream(name: str, u: Any) -> str:
-    """One `upstream {}` block (a block the final guard refuses keeps its name and sends nowhere)."""
-    head = [f"upstream {name} {{", "    " + comment(f"Service {u.service.namespace}/{u.service.name} port {u.port}")]
-    lines = list(head)
-    params = f" {u.server_params}" if u.server_params else ""
-    for _ in range(max(1, u.peer_copies)):
-        for e in u.endpoints:
-            host = f"[{e.address}]" if ":" in e.address else e.address
-            lines.append(f"    server {host}:{e.port}{params};")
-    lines += [f"    {l}" for l in u.lines]
-    try:
-        return _joined(lines + ["}", "", ""])
-    except LineBreakError as e:
-        return _joined(head + [f"    {comment(str(e))}", "    server 127.0.0.1:9 down;", "}", "", ""])
 
 
 def _default_servers(dp: DataPlane) -> str:
@@ -375,11 +224,11 @@ def _server(s: Server, dp: DataPlane, st: _State, cache: RenderCache | None = No
     var = f"$gw_vh_{s.id}"
     entries = [f"    {v.hostname} {v.id};" for v in s.vhosts if v.hostname]
     default = next((v.id for v in s.vhosts if v.hostname == ""), NO_VHOST)
-    _put(st.maps, var, f"map $host {var} {{\n    hostnames;\n    default {default};\n" + "".join(e + "\n" for e in entries) + "}\n")
+    put(st.maps, var, f"map $host {var} {{\n    hostnames;\n    default {default};\n" + "".join(e + "\n" for e in entries) + "}\n")
     lines += ["    " + comment("every URI gets its virtual host's prefix and a trailing slash: locations below match on"),
               "    " + comment("/_v<host><path>/, so one prefix location /_v<host><prefix>/ is a segment-wise PathPrefix"),
               f"    rewrite ^ /_v{var}$uri/;", "", "    location / {", "        return 404;", "    }"]
-    head = _joined(lines)  # the Gateway's own text: a line break there fails the whole render
+    head = joined(lines)  # the Gateway's own text: a line break there fails the whole render
     st.named[s.id] = []
     named_done: set[str] = set()
     # in NGINX's own location order: it sorts them with an insertion sort, so any other order costs
@@ -455,7 +304,7 @@ def _location(s: Server, v: VirtualHost, loc: Location, st: _State, named_done: 
     prefix = f"/_v{v.id}"
     uri = _location_uri(v, loc)
     if not re.fullmatch(r"[A-Za-z0-9/._~%-]+", uri):
-        uri = _conf_string(uri)
+        uri = conf_string(uri)
     head = f"    location {'= ' if loc.exact else ''}{uri} {{"
     first = loc.candidates[0]
     st.uri_lines = []
@@ -463,18 +312,18 @@ def _location(s: Server, v: VirtualHost, loc: Location, st: _State, named_done: 
         if first.unconditional:
             body = _action(s, first.action, prefix, st, named_done)
             body = [comment(_who(first.action))] + _uri_lines(st.uri_lines) + body
-            return _joined([head] + [f"        {l}" for l in body] + ["    }"])
+            return joined([head] + [f"        {l}" for l in body] + ["    }"])
         targets = [(c, _named_action(s, c.action, prefix, st, named_done)) for c in loc.candidates]
         var = ""
-        for chunk in reversed(_chunks([(c.method, c.headers, c.query, t, c.regex) for c, t in targets])):
+        for chunk in reversed(chunks([(c.method, c.headers, c.query, t, c.regex) for c, t in targets])):
             default = "@gw_404" if not var else _shared(s, [f"error_page 418 = {var};", "return 418;"],
                                                         f"{_who(first.action)}: the next {len(chunk)} rules", st, named_done, "c")
-            var = _match_map(chunk, st, default)
+            var = match_map(chunk, st.maps, default)
         uri_lines = [f"        {l}" for l in _uri_lines(st.uri_lines)]
-        return _joined([head, "        " + comment(f"{len(targets)} rules, in precedence order: {var} names the first that matches")]
+        return joined([head, "        " + comment(f"{len(targets)} rules, in precedence order: {var} names the first that matches")]
                        + uri_lines + [f"        error_page 418 = {var};", "        return 418;", "    }"])
     except RenderError as e:  # the location fails closed (the rules' own named locations answer 500 likewise)
-        return _joined([head, "        " + comment(f"{_who(first.action)}: {e}"), "        return 500;", "    }"])
+        return joined([head, "        " + comment(f"{_who(first.action)}: {e}"), "        return 500;", "    }"])
 
 
 _SIZE_UNITS = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
@@ -488,7 +337,7 @@ def _size(line: str) -> float:
 
 
 def _uri_lines(collected: list[tuple[str, ...]]) -> list[str]:
-    """Lines NGINX honours only in the location it selects by URI (policyconf.LocationConf.uri_lines:
+    """Lines NGINX honours only in the location it selects by URI (policies.LocationConf.uri_lines:
     client_max_body_size is checked before a jump to a named location). When the rules this
     location serves disagree, NGINX cannot know the rule yet: the most permissive value applies,
     and the location says so (the rules' own locations still carry theirs)."""
@@ -527,7 +376,7 @@ def _shared(s: Server, body: list[str], who: str, st: _State, named_done: set[st
     name = f"@{kind}_" + hashlib.sha1("\n".join(lines).encode()).hexdigest()[:12]
     if name not in named_done:
         named_done.add(name)
-        st.named[s.id].append(_joined([f"    location {name} {{", "        " + comment(f"first used by {who}")]
+        st.named[s.id].append(joined([f"    location {name} {{", "        " + comment(f"first used by {who}")]
                                       + [f"        {l}" for l in body] + ["    }"]))
     return name
 
@@ -542,7 +391,7 @@ def _action(s: Server, a: Action, prefix: str, st: _State, named_done: set[str])
         return [comment(a.error), "return 500;"]
     try:
         lines = _action_lines(s, a, prefix, st, named_done)
-        _joined(lines)  # the final guard, for this rule alone
+        joined(lines)  # the final guard, for this rule alone
         return lines
     except (RenderError, policyconf.PolicyValueError) as e:
         return [comment(f"{_who(a)}: {e}"), "return 500;"]
@@ -553,11 +402,11 @@ def _filters(fs: tuple[dict[str, Any], ...], kind: str, key: str) -> list[dict[s
 
 
 def _policy_lines(eff: dict[str, dict[str, Any]], st: _State) -> tuple[list[str], int]:
-    usable = _programmable(eff)
+    usable = programmable(eff)
     if not usable:
         st.uri_lines.append(())
         return [], 1
-    conf = memo("location", usable, lambda: policyconf.location_directives(usable, scope=""))
+    conf = memo("location", usable, lambda: policies.location_directives(usable, scope=""))
     st.uri_lines.append(conf.uri_lines)
     st.zones.update(conf.zones)
     return list(conf.lines), conf.peer_copies
@@ -610,15 +459,15 @@ def _cors(c: dict[str, Any], st: _State) -> tuple[list[str], list[str]]:
         if o == "*":
             patterns.append("~.")
         else:
-            patterns.append("~*" + "^" + ".*".join(_pcre_literal(part) for part in o.split("*")) + "$")
+            patterns.append("~*" + "^" + ".*".join(pcre_literal(part) for part in o.split("*")) + "$")
     key = hashlib.sha1(json.dumps(c, sort_keys=True).encode()).hexdigest()[:12]
     origin = f"$gw_cors_o_{key}"
-    _put(st.maps, origin, f"map $http_origin {origin} {{\n" + "".join(f"    {_conf_string(p)} $http_origin;\n" for p in patterns)
+    put(st.maps, origin, f"map $http_origin {origin} {{\n" + "".join(f"    {conf_string(p)} $http_origin;\n" for p in patterns)
          + "    default \"\";\n}\n")
 
     def when_allowed(name: str, value: str) -> str:
         var = f"$gw_cors_{name}_{key}"
-        _put(st.maps, var, f"map {origin} {var} {{\n    \"\" \"\";\n    default {value};\n}}\n")
+        put(st.maps, var, f"map {origin} {var} {{\n    \"\" \"\";\n    default {value};\n}}\n")
         return var
 
     methods = [m for m in c.get("allowMethods") or [] if isinstance(m, str)]
@@ -628,7 +477,7 @@ def _cors(c: dict[str, Any], st: _State) -> tuple[list[str], list[str]]:
         if h != "*":
             header_name(h)
     for m in methods:
-        if m != "*" and not _TOKEN.fullmatch(m):
+        if m != "*" and not TOKEN.fullmatch(m):
             raise RenderError(f"CORS allowMethods {m!r} is not a method")
     common = [f"add_header Access-Control-Allow-Origin {origin} always;", "add_header Vary Origin always;"]
     if c.get("allowCredentials") is True:
@@ -645,7 +494,7 @@ def _cors(c: dict[str, Any], st: _State) -> tuple[list[str], list[str]]:
     max_age = c.get("maxAge", 5)
     if isinstance(max_age, int) and not isinstance(max_age, bool):
         pre.append(f"add_header Access-Control-Max-Age {when_allowed('a', str(max_age))} always;")
-    _put(st.maps, "$gw_cors_preflight", "map \"$request_method\\n$http_origin\\n$http_access_control_request_method\" "
+    put(st.maps, "$gw_cors_preflight", "map \"$request_method\\n$http_origin\\n$http_access_control_request_method\" "
          "$gw_cors_preflight {\n    \"~^OPTIONS\\n[^\\n]+\\n[^\\n]+$\" 1;\n    default \"\";\n}\n")
     preflight = [comment("CORS: preflight requests are answered here"), "if ($gw_cors_preflight) {"] + \
         [f"    {l}" for l in pre] + ["    return 204;", "}"]
@@ -676,7 +525,6 @@ def _dispatch(s: Server, live: list[Backend], lines: list[str], rewrite: list[di
         [f"error_page 418 = {proxy};", "return 418;"]
 
 
-
 def _mirror_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set[str]) -> list[str]:
     """RequestMirror: NGINX's `mirror` sends a background subrequest per mirror, whose answer it
     discards, from the location that proxies. A subrequest starts again at the server's rewrite,
@@ -700,167 +548,20 @@ def _mirror_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set
         body = ["internal;"]
         if pct < 100:
             var = f"$gw_mirror_{key}"
-            _put(st.splits, var, f"split_clients $request_id {var} {{\n    {pct:.2f}% 1;\n    * \"\";\n}}\n")
+            put(st.splits, var, f"split_clients $request_id {var} {{\n    {pct:.2f}% 1;\n    * \"\";\n}}\n")
             body += [f"if ({var} = \"\") {{", "    return 204;", "}"]
         body += headers + [f"proxy_pass http://{m.upstream}$request_uri;"]
-        st.named[s.id].append(_joined([f"    location {where} {{",
+        st.named[s.id].append(joined([f"    location {where} {{",
                                        "        " + comment(f"RequestMirror of {_who(a)} to Service {m.ref.namespace}/{m.ref.name}"
                                                            f" ({pct:g}% of requests)")] + [f"        {l}" for l in body] + ["    }"]))
     return out
 
-
-def _split_entries(targets: list) -> list[tuple[str, str]]:
-    """split_clients entries for weighted (weight, target) pairs: each share in hundredths of a
-    percent, rounded down (a share that rounds to nothing is left out), the last one `*`."""
-    total = sum(w for w, _ in targets)
-    entries: list[tuple[str, str]] = []
-    for i, (w, name) in enumerate(targets):
-        if i == len(targets) - 1:
-            entries.append(("*", name))
-        else:
-            pct = int(w * 10000 // total) / 100
-            if pct > 0:
-                entries.append((f"{pct:.2f}%", name))
-    return entries
-
 def _pick(targets: list[list[Any]], st: _State) -> list[str]:
     """Weighted backends that need different locations: split_clients picks the named location."""
-    entries = _split_entries(targets)
+    entries = split_entries(targets)
     var = "$gw_pick_" + hashlib.sha1(repr(entries).encode()).hexdigest()[:12]
-    _put(st.splits, var, f"split_clients $request_id {var} {{\n" + "".join(f"    {p} {t};\n" for p, t in entries) + "}\n")
+    put(st.splits, var, f"split_clients $request_id {var} {{\n" + "".join(f"    {p} {t};\n" for p, t in entries) + "}\n")
     return [f"error_page 418 = {var};", "return 418;"]
-
-
-def _conf_string(text: str) -> str:
-    """A double-quoted NGINX string holding `text` exactly (NGINX turns \\n and \\r back into the
-    line breaks: written as they are, they would be inside the string too, but no line of the
-    rendered files holds one that render did not write, see _joined)."""
-    return _param(conf_string_unchecked(text))
-
-
-def conf_string_unchecked(text: str) -> str:
-    """_conf_string without the length check (to measure what it would write)."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r") + '"'
-
-
-def _pcre_literal(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "\\" + c for c in text)
-
-
-#: RegularExpression fields one match map takes: NGINX refuses a parameter (the map's source)
-#: longer than 4 KiB, and each field is a 20-character variable; a location with more regex
-#: candidates chains maps (the default of one jumps to the next, in precedence order)
-REGEX_FIELDS_PER_MAP = 120
-
-
-def _chunks(cands: list[Any]) -> list[list[Any]]:
-    """The candidate list cut where a map would take more than REGEX_FIELDS_PER_MAP expressions
-    (path, header and query parameter expressions: each is a variable of its own in the source)."""
-    out: list[list[Any]] = [[]]
-    seen: set[Any] = set()
-    for c in cands:
-        keys = ({c[4]} if c[4] is not None else set()) | {(kind, n.lower(), v) for kind, conds in (("h", c[1]), ("q", c[2]))
-                                                          for t, n, v in conds if t == "RegularExpression"}
-        new = keys - seen
-        if new and len(seen) + len(new) > REGEX_FIELDS_PER_MAP and out[-1]:
-            out.append([])
-            seen = set()
-        seen |= keys
-        out[-1].append(c)
-    return out
-
-
-def _match_map(cands: list[tuple[str | None, tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str], ...], str,
-                                  str | None]],
-               st: _State, default: str = "@gw_404") -> str:
-    """A `map` over method, the headers and the query parameters the rules look at, and whether the
-    path matches each RegularExpression (see _path_regex), one regex per rule in precedence order
-    (NGINX tries a map's regexes in order: the first match wins); its value is the named location
-    of the rule. No match: 404. Header names are case-insensitive ($http_*); NGINX's $arg_* are
-    too, so query parameter names are matched case-insensitively."""
-    def source_of(kind: str, name: str) -> str:
-        if kind == "header":
-            return f"$http_{request_header_var(name)}"
-        if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
-            raise RenderError(f"query parameter name {name!r} cannot be matched by NGINX ($arg_ takes letters, digits, - and _)")
-        return f"$arg_{_var(name)}"
-
-    # each condition as (field, the text it must be): a method or an Exact value compared in this
-    # map, a RegularExpression (path, header or query parameter) through a map of its own that
-    # matches the whole value, read here as `1`
-    wants: list[dict[str, str]] = []
-    for method, headers, query, target, regex in cands:
-        want: dict[str, str] = {}
-        if regex is not None:
-            want[_path_regex(regex, st)] = "1"
-        if method:
-            want["$request_method"] = method
-        for kind, conds in (("header", headers), ("query", query)):
-            for t, n, v in conds:
-                src = source_of(kind, n if kind == "header" else n.lower())
-                if t == "RegularExpression":
-                    want[_value_regex(src, v, st)] = "1"
-                else:
-                    want[src] = v
-        wants.append(want)
-    fields = sorted({f for want in wants for f in want}, key=lambda f: (f != "$request_method", f))
-    source = "".join(f + "\n" for f in fields)
-    entries = []
-    for (method, headers, query, target, regex), want in zip(cands, wants):
-        if not want:
-            default = target
-            break
-        pattern = "^" + "".join(("[^\n]*" if f not in want else _pcre_literal(want[f])) + "\n" for f in fields)
-        entries.append(f"    {_conf_string('~' + pattern + '$')} {target};\n")
-    body = "".join(entries) + f"    default {default};\n"
-    var = "$gw_m_" + hashlib.sha1((source + body).encode()).hexdigest()[:12]
-    src = _conf_string(source) if source else EMPTY
-    _put(st.maps, var, f"map {src} {var} {{\n{body}}}\n")
-    return var
-
-
-#: the request's path without the virtual host's prefix and the trailing slash (see _server), what
-#: RegularExpression path matches are matched against: NGINX's normalised, percent-decoded $uri
-PATH_VAR = "$gw_path"
-PATH_MAP = (f"map $uri {PATH_VAR} {{\n    {_conf_string('~(?s)^/_v[^/]*(?<gw_path_value>/.*)/$')} $gw_path_value;\n"
-            "    default \"\";\n}\n")
-
-
-def _path_regex(regex: str, st: _State) -> str:
-    """A variable that is `1` when the request's whole path matches `regex` (the dialect is
-    pathregex's: the data plane has left out every expression it refuses), else empty. One map
-    per expression, shared by every location that lists it (NGINX evaluates a map only when a
-    request reads its variable). The expression is a quoted map key: nothing in it is NGINX syntax."""
-    why = pathregex.problem(regex)
-    if why is not None:  # the data plane never hands one over; never let one reach NGINX
-        raise RenderError(f"path regular expression {regex!r}: {why}")
-    _put(st.maps, PATH_VAR, PATH_MAP)
-    return _regex_map("$gw_rx_" + hashlib.sha1(regex.encode()).hexdigest()[:12], PATH_VAR, regex, st)
-
-
-def _value_regex(source: str, regex: str, st: _State) -> str:
-    """A variable that is `1` when the whole value of `source` (a header's `$http_`, a query
-    parameter's `$arg_`) matches `regex`, as RE2's full match: `^` and `$` of the expression, if
-    it has them, are the value's start and end."""
-    why = pathregex.problem(regex, 4096)
-    if why is not None:  # the data plane leaves such matches out; never let one reach NGINX
-        raise RenderError(f"regular expression {regex!r}: {why}")
-    return _regex_map("$gw_vx_" + hashlib.sha1(f"{source}\n{regex}".encode()).hexdigest()[:12], source, regex, st)
-
-
-def _regex_map(var: str, source: str, regex: str, st: _State) -> str:
-    _put(st.maps, var, f"map {source} {var} {{\n    {_conf_string('~' + pathregex.ANCHORED.format(regex))} 1;\n"
-                       "    default \"\";\n}\n")
-    return var
-
-
-def _put(table: dict[str, str], name: str, block: str) -> None:
-    """Define `name` (a map, split_clients variable): names are content-addressed (a digest of what
-    the block does) or fixed, so a second definition must be the same block; two different ones
-    under one name would make one rule use another's, so the location fails closed instead."""
-    was = table.setdefault(name, block)
-    if was != block:
-        raise RenderError(f"two different definitions of {name}")
 
 
 def _tls_lines(tls: Any, st: _State) -> list[str]:
@@ -892,8 +593,8 @@ def _header_lines(fs: tuple[dict[str, Any], ...], rewrite: list[dict[str, Any]],
                 if isinstance(h, dict) and isinstance(h.get("name"), str):
                     v = request_header_var(h["name"])
                     mv = f"$gw_add_{v}"
-                    _put(st.maps, mv, f"map $http_{v} {mv} {{\n    default \"\";\n    \"~.\" \"$http_{v},\";\n}}\n")
-                    headers[h["name"].lower()] = (h["name"], _param('"${' + mv[1:] + '}' + quote(str(h.get("value", "")))[1:]))
+                    put(st.maps, mv, f"map $http_{v} {mv} {{\n    default \"\";\n    \"~.\" \"$http_{v},\";\n}}\n")
+                    headers[h["name"].lower()] = (h["name"], param('"${' + mv[1:] + '}' + quote(str(h.get("value", "")))[1:]))
             for name in m.get("remove") or []:
                 if isinstance(name, str):
                     headers[name.lower()] = (header_name(name), '""')
@@ -920,14 +621,6 @@ def _rewrite_lines(rewrite: list[dict[str, Any]], a: Action, prefix: str, flag: 
     return []
 
 
-def _regex_literal(text: str) -> str:
-    """`text` as a PCRE expression that matches it literally (to be written with _conf_string)."""
-    out = []
-    for ch in text:
-        out.append("\\" + ch if ch in ".^$*+?()[]{}|\\" else ch)
-    return "".join(out)
-
-
 def _path_rewrite(p: dict[str, Any], a: Action, prefix: str, flag: str) -> list[str]:
     ptype = p.get("type")
     if ptype == "ReplaceFullPath":
@@ -937,13 +630,13 @@ def _path_rewrite(p: dict[str, Any], a: Action, prefix: str, flag: str) -> list[
         # the URI here is /_v<host><path>/ (see _server): strip the prefix and the trailing slash
         new = str(p.get("replacePrefixMatch") or "/")
         matched = "" if a.path_value == "/" else a.path_value
-        base = _regex_literal(prefix + matched)
+        base = regex_literal(prefix + matched)
         stripped = new.rstrip("/")
-        # the expression through _conf_string: a `"` or `\\` of the path stays inside the string
+        # the expression through conf_string: a `"` or `\\` of the path stays inside the string
         if matched == "":
-            return [f"rewrite {_conf_string(f'^{base}(/.*)/$')} {quote(stripped)[:-1]}$1\"{flag};"]
-        return [f"rewrite {_conf_string(f'^{base}/$')} {quote(new)}{flag};",
-                f"rewrite {_conf_string(f'^{base}(/.*)/$')} {quote(stripped)[:-1]}$1\"{flag};"]
+            return [f"rewrite {conf_string(f'^{base}(/.*)/$')} {quote(stripped)[:-1]}$1\"{flag};"]
+        return [f"rewrite {conf_string(f'^{base}/$')} {quote(new)}{flag};",
+                f"rewrite {conf_string(f'^{base}(/.*)/$')} {quote(stripped)[:-1]}$1\"{flag};"]
     raise RenderError(f"{_who(a)}: path modifier type {ptype!r} is not supported")
 
 
@@ -984,5 +677,5 @@ def _split(live: list[Backend], st: _State) -> str:
             if pct > 0:
                 entries.append((f"{pct:.2f}%", target))
     var = "$gw_split_" + hashlib.sha1(repr(entries).encode()).hexdigest()[:12]
-    _put(st.splits, var, f"split_clients $request_id {var} {{\n" + "".join(f"    {p} {t};\n" for p, t in entries) + "}\n")
+    put(st.splits, var, f"split_clients $request_id {var} {{\n" + "".join(f"    {p} {t};\n" for p, t in entries) + "}\n")
     return var

@@ -2,7 +2,7 @@
 
 NGINX reads its configuration in a 4 KiB buffer and refuses a parameter (a quoted string, a map
 key) that does not fit, and with it the whole configuration, every tenant's. The renderer writes
-each value through one escaping (render.quote, render._conf_string) and never emits a longer
+each value through one escaping (conftext.quote, conftext.conf_string) and never emits a longer
 parameter (it answers 500 instead); this module says the same of the route's own fields first, so
 that status can make the route `Accepted=False`/`UnsupportedValue` naming the field, and the data
 plane serves nothing of it. Lengths are measured on what the renderer would write: header values
@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from gwpolicy.gateway import pathregex
-from gwpolicy.gateway.render import (MAX_PARAMETER, RenderError, _pcre_literal, _var, conf_string_unchecked,
-                                     header_name, quote)
+from gwpolicy.gateway.conftext import (MAX_PARAMETER, RenderError, conf_string_unchecked, header_name, header_var,
+                                       pcre_literal, quote)
 
 #: one match's part of its map key, and of the map's source (the variables it reads): the rest of
 #: NGINX's parameter is left for the `[^\n]*` (8 bytes) of each field other rules of its location
@@ -64,17 +64,17 @@ def _quoted(value: Any, where: str, extra: int = 0) -> Iterator[tuple[str, str]]
 
 
 def _match(m: dict[str, Any], where: str) -> Iterator[tuple[str, str]]:
-    """The map key of one match holds every condition it has (render._match_map); a
+    """The map key of one match holds every condition it has (rendermaps.match_map); a
     RegularExpression condition has a map of its own, whose key must fit too."""
     key, source = "", ""
     if isinstance(m.get("method"), str):
-        key += _pcre_literal(m["method"]) + "\n"
+        key += pcre_literal(m["method"]) + "\n"
         source += "$request_method\n"
     for kind, var in (("headers", "http"), ("queryParams", "arg")):
         for ci, c in enumerate(_list(m.get(kind))):
             c = _dict(c)
             name, value = str(c.get("name", "")), str(c.get("value", ""))
-            if c.get("type") == "RegularExpression":  # a map of its own (render._value_regex), read as `1`
+            if c.get("type") == "RegularExpression":  # a map of its own (rendermaps.value_regex), read as `1`
                 size = _escaped_size("~" + pathregex.ANCHORED.format(value))
                 if size > MAX_PARAMETER:
                     yield f"{where}.{kind}[{ci}].value", (f"{size} bytes once quoted for NGINX, which takes at most "
@@ -82,8 +82,8 @@ def _match(m: dict[str, Any], where: str) -> Iterator[tuple[str, str]]:
                 key += "1\n"
                 source += "$gw_vx_123456789abc\n"
                 continue
-            key += _pcre_literal(value) + "\n"
-            source += f"${var}_{_var(name)}\n"
+            key += pcre_literal(value) + "\n"
+            source += f"${var}_{header_var(name)}\n"
     for what, text in (("match conditions", "~^" + key + "$"), ("header and query parameter names", source)):
         if not key:
             break
@@ -94,7 +94,7 @@ def _match(m: dict[str, Any], where: str) -> Iterator[tuple[str, str]]:
 
 
 def _escaped_size(text: str) -> int:
-    """Bytes of `text` as render._conf_string writes it (a quoted map key or source)."""
+    """Bytes of `text` as conftext.conf_string writes it (a quoted map key or source)."""
     return len(conf_string_unchecked(text).encode())
 
 
@@ -110,7 +110,7 @@ def _filter(f: dict[str, Any], where: str) -> Iterator[tuple[str, str]]:
                 extra = 0
                 if op == "add" and ftype == "RequestHeaderModifier" and isinstance(name, str):
                     try:  # `"${gw_add_<name>}<value>"`: the client's value, a comma, then ours
-                        extra = len("${gw_add_" + _var(header_name(name)) + "}")
+                        extra = len("${gw_add_" + header_var(header_name(name)) + "}")
                     except RenderError:
                         pass  # the header name is refused elsewhere (the rule answers 500)
                 yield from _quoted(h.get("value", ""), f"{where}.{key}.{op}[{hi}].value", extra)
@@ -128,7 +128,7 @@ def _filter(f: dict[str, Any], where: str) -> Iterator[tuple[str, str]]:
         conf = _dict(f.get("cors"))
         for oi, origin in enumerate(_list(conf.get("allowOrigins"))):
             if isinstance(origin, str) and origin != "*":
-                size = _escaped_size("~*^" + ".*".join(_pcre_literal(p) for p in origin.split("*")) + "$")
+                size = _escaped_size("~*^" + ".*".join(pcre_literal(p) for p in origin.split("*")) + "$")
                 if size > MAX_PARAMETER:
                     yield (f"{where}.cors.allowOrigins[{oi}]",
                            f"{size} bytes once escaped for NGINX, which takes at most {MAX_PARAMETER}")

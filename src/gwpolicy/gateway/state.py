@@ -1,6 +1,6 @@
 """What the gateway derives from the cluster's objects, kept up to date in place.
 
-A full pass is: index the objects, compute the status facts (`status.gateway_facts`), turn the
+A full pass is: index the objects, compute the status facts (`facts.gateway_facts`), turn the
 objects into the data plane's view of them (`status.dataplane_objects`: our Gateways keep only the
 listeners status accepts, routes only the parentRefs it accepts) and analyse that view. A change of
 one object is applied in place instead where that gives the same result:
@@ -53,8 +53,8 @@ from gwpolicy.kinds import split_api_version
 from gwpolicy.model import ObjectIndex, build_index
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.gateway.backendtls import KIND as BACKEND_TLS, ca_configmaps
-from gwpolicy.gateway.status import (ROUTE_KINDS, Facts, GatewayFacts, _route, dataplane_objects, gateway_fact,
-                                     gateway_facts, gateway_references, route_objects)
+from gwpolicy.gateway.facts import (ROUTE_KINDS, Facts, GatewayFacts, route_fact, dataplane_objects, gateway_fact,
+                                    gateway_facts, gateway_references, route_objects)
 
 Key = tuple[str, str, str, str]
 
@@ -120,7 +120,7 @@ def _view_of(gf: GatewayFacts) -> tuple[Any, ...]:
 
 
 def _class_name(gateway: dict[str, Any]) -> str:
-    """The GatewayClass a Gateway names, as status.gateway_facts reads it."""
+    """The GatewayClass a Gateway names, as facts.gateway_facts reads it."""
     spec = gateway.get("spec")
     return str((spec if isinstance(spec, dict) else {}).get("gatewayClassName", ""))
 
@@ -285,7 +285,7 @@ class GatewayState:
 
     def _gateway_edit(self, ref: Ref, before: GatewayFacts, raw: dict[str, Any], new: dict[str, Any]) -> set[Ref] | None:
         """A Gateway of ours edited, still of the same GatewayClass (so still ours): of the facts only
-        its own (status.gateway_fact reads no other Gateway) and those of the routes that name it
+        its own (facts.gateway_fact reads no other Gateway) and those of the routes that name it
         (every such route has a parent entry for it) read it, and of the views only its own and
         those routes'. Those are computed again, not every Gateway's and route's (the full
         `_index_objects`, O(cluster), which a listener's hostname edit paid before). The epoch
@@ -325,7 +325,7 @@ class GatewayState:
         replace_object(index, ref, new)
         before = facts.routes.get(ref)
         obj = index.by_ref.get(ref)
-        rf = _route(obj, facts, index, self.grants) if obj is not None else None
+        rf = route_fact(obj, facts, index, self.grants) if obj is not None else None
         if rf is None:
             facts.routes.pop(ref, None)
         elif before is not None:
@@ -348,7 +348,7 @@ class GatewayState:
 
     def _endpoint_slice(self, ref: Ref, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
         """An EndpointSlice (pods coming and going: the change a gateway sees most). The facts
-        (status.gateway_facts) read none and the view passes it as it is, so the engine's index and
+        (facts.gateway_facts) read none and the view passes it as it is, so the engine's index and
         ours take the new copy and nothing is computed again; no status changes (a Service without
         ready endpoints is answered 500, ResolvedRefs stays True)."""
         got = apply_change(self.analysis, raw, new)  # type: ignore[arg-type]
@@ -372,7 +372,7 @@ class GatewayState:
         routes = [r for r, rf in facts.routes.items() if _names_service(rf.obj, ref)]
         for r in routes:
             obj = index.by_ref.get(r)
-            rf = _route(obj, facts, index, self.grants) if obj is not None else None
+            rf = route_fact(obj, facts, index, self.grants) if obj is not None else None
             if rf is None:  # cannot be: a route's parents do not read a Service; but never keep stale facts
                 return None
             facts.routes[r] = rf
@@ -428,7 +428,7 @@ class GatewayState:
         it refers to cannot do: its parents do not read it; the caller runs the full pass)."""
         assert self.facts is not None and self.index is not None and self.grants is not None
         obj = self.index.by_ref.get(ref)
-        rf = _route(obj, self.facts, self.index, self.grants) if obj is not None else None
+        rf = route_fact(obj, self.facts, self.index, self.grants) if obj is not None else None
         if rf is None:
             return False
         self.facts.routes[ref] = rf

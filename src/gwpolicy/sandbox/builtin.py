@@ -690,6 +690,51 @@ def _schema_types(schema: Any, path: str, root: bool = False) -> list[FieldError
         out += _schema_types(items, f"{path}.items")
     if isinstance(schema.get("additionalProperties"), dict):
         out += _schema_types(schema["additionalProperties"], f"{path}.additionalProperties")
+    out += _value_validations(schema, path)
+    return out
+
+
+#: what a value validation (a schema under anyOf, allOf, oneOf or not) may not set in a structural
+#: schema: the structure is declared once, outside them
+_NOT_IN_VALUE_VALIDATIONS = ("type", "description", "title", "default", "nullable", "x-kubernetes-int-or-string",
+                             "x-kubernetes-preserve-unknown-fields", "x-kubernetes-embedded-resource",
+                             "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type",
+                             "x-kubernetes-validations")
+_INT_OR_STRING = [{"type": "integer"}, {"type": "string"}]
+
+
+def _value_validations(schema: dict[str, Any], path: str) -> list[FieldError]:
+    """The value validations under `schema` set nothing of the structure; an int-or-string field's
+    `anyOf: [{type: integer}, {type: string}]`, exactly that, is the one exception."""
+    out: list[FieldError] = []
+    branches: list[tuple[str, Any]] = [(f"{path}.{k}[{i}]", b) for k in ("anyOf", "allOf", "oneOf")
+                                       for i, b in enumerate(schema.get(k) or [])]
+    if isinstance(schema.get("not"), dict):
+        branches.append((f"{path}.not", schema["not"]))
+    if schema.get("x-kubernetes-int-or-string") and schema.get("anyOf") == _INT_OR_STRING:
+        branches = [(w, b) for w, b in branches if ".anyOf[" not in w[len(path):]]
+    for where, branch in branches:
+        out += _in_value_validation(branch, where)
+    return out
+
+
+def _in_value_validation(schema: Any, path: str) -> list[FieldError]:
+    out: list[FieldError] = []
+    if not isinstance(schema, dict):
+        return out
+    for k in _NOT_IN_VALUE_VALIDATIONS:
+        if schema.get(k) not in (None, False, "", [], {}):
+            out.append(FieldError(f"{path}.{k}", "FieldValueForbidden", "Forbidden: must be "
+                                  + ("false" if isinstance(schema[k], bool) else "empty") + " to be structural"))
+    for k, sub in (schema.get("properties") or {}).items():
+        out += _in_value_validation(sub, f"{path}.properties[{k}]")
+    if isinstance(schema.get("items"), dict):
+        out += _in_value_validation(schema["items"], f"{path}.items")
+    for k in ("anyOf", "allOf", "oneOf"):
+        for i, b in enumerate(schema.get(k) or []):
+            out += _in_value_validation(b, f"{path}.{k}[{i}]")
+    if isinstance(schema.get("not"), dict):
+        out += _in_value_validation(schema["not"], f"{path}.not")
     return out
 
 
