@@ -8,18 +8,28 @@ the reason, and fail under CI, which must run both.
 
 ../shared (helpers.SHARED): CI runs with GWPOLICY_REQUIRE_SHARED=1 and stops at once without it;
 elsewhere (a user's clone) the modules that are about that data alone are not collected, the tests
-that read some of it skip, and the summary says so."""
+that read some of it skip, and the summary says so.
+
+Tiers: each test is marked from what it uses (`tiers.marks`): `nginx` (starts NGINX), `cluster` (the
+sandbox, a kube-apiserver or one of our processes), `kubectl` (runs kubectl), `valgrind` (counts
+instructions). `./dev test --fast` runs the tests with none of them; there a test that starts one of
+those programs fails, naming the marker its module lacks."""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-import kube_apiserver
-from helpers import REQUIRE_SHARED, SHARED
-from live_server import require
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helper modules, from any folder below
+
+import kube_apiserver  # noqa: E402
+import tiers  # noqa: E402
+from helpers import REQUIRE_SHARED, SHARED  # noqa: E402
+from live_server import require  # noqa: E402
 
 SERVERS = [s.strip() for s in os.environ.get("GWPOLICY_TEST_SERVERS", "sandbox,kube").split(",") if s.strip()]
 
@@ -36,6 +46,19 @@ def server_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="module", params=SERVERS)
 def module_server_kind(request: pytest.FixtureRequest) -> str:
     return require(request.param)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, what in tiers.MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {what}")
+    if tiers.FAST:
+        tiers.guard()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for name in tiers.marks(item):
+            item.add_marker(name)
 
 
 def pytest_sessionstart() -> None:

@@ -465,7 +465,7 @@ def run_in_thread(host: Host, fn: Callable[[], T], timeout: float = 30) -> T:
     def body() -> None:
         try:
             box["value"] = host.call(fn)
-        except BaseException as exc:  # handed to the caller
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
             box["error"] = exc
 
     t = threading.Thread(target=body, daemon=True)

@@ -131,7 +131,7 @@ def _spans_of(rx: OtlpReceiver, route: str) -> list:
 
 def _settle(plane, n_before: int, expect: int, timeout: float = 5.0) -> list:
     """The spans that arrived after the first n_before, once `expect` more came (and a moment for strays)."""
-    spans = plane["rx"].wait_for(n_before + expect, timeout)
+    plane["rx"].wait_for(n_before + expect, timeout)
     time.sleep(INTERVAL * 2)
     return plane["rx"].spans[n_before:]
 
@@ -217,7 +217,6 @@ def test_parent_strategy_follows_the_incoming_sampled_flag(plane):
 
 def test_ratio_0_exports_nothing_and_50_about_half_of_1000(plane):
     rx = plane["rx"]
-    n = len(rx.spans)
     _, zero = _get(plane["port"], "/r0", {"traceparent": f"00-{TP}-{PARENT}-01"})
     assert zero["headers"]["Traceparent"] == [f"00-{TP}-{PARENT}-01"]  # ratio 0 programs nothing at all
 

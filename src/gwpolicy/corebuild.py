@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         try:
             build(workdir)
-        except (Exception, SystemExit) as e:  # mypy's type errors and the compiler's end in SystemExit
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - mypy's type errors and the compiler's end in SystemExit
             clean()
             log = workdir / "build.log"
             tail = log.read_text(errors="replace").splitlines()[-20:] if log.is_file() else []

@@ -510,7 +510,7 @@ async def shut_down(tasks: list[asyncio.Task], informers: list[Informer], runner
     for t in tasks:
         try:
             await t
-        except (asyncio.CancelledError, Exception):
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: a task's end is not news
             pass
     if runner:
         await runner.cleanup()

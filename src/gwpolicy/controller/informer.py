@@ -104,7 +104,7 @@ class Informer:
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, Exception):
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: a task's end is not news
                 pass
 
     @property

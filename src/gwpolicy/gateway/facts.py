@@ -576,8 +576,8 @@ def _unsupported(spec: dict[str, Any]) -> str | None:
             why = redirect_problem(_dict(_dict(f).get("requestRedirect"))) if ftype == "RequestRedirect" else None
             if why is not None:
                 return f"spec.rules[{i}]: {why}."
-    for field, why in routevalues.problems(spec)[:1]:  # a value NGINX 1.22 could not read
-        return f"{field}: {why}."
+    for name, why in routevalues.problems(spec)[:1]:  # a value NGINX 1.22 could not read
+        return f"{name}: {why}."
     return None
 
 
