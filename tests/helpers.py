@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 import pytest
+import yaml
 
 from gwpolicy.cli.main import main
 

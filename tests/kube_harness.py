@@ -245,7 +245,6 @@ class KubeCluster(Cluster):
 
     async def _grant(self, objects: list[dict[str, Any]]) -> None:
         """The ClusterRoles of the policy groups among `objects`' CRDs not granted yet."""
-        from kube_apiserver import policy_group_roles
 
         groups = {o["spec"]["group"] for o in objects if o.get("kind") == "CustomResourceDefinition"}
         groups -= self.groups | {"gateway.networking.k8s.io", "gwpolicy.io"}

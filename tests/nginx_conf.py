@@ -19,7 +19,7 @@ NGINX's rules, as implemented here:
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 class ConfSyntaxError(ValueError):

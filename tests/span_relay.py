@@ -30,7 +30,6 @@ import socket
 import struct
 import sys
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable

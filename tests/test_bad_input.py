@@ -181,8 +181,9 @@ def test_sandbox_and_bench_arguments_are_errors_not_tracebacks(tmp_path):
 
 
 def test_sandbox_preload_leaves_out_malformed_objects(tmp_path):
-    from gwpolicy.sandbox.seed import well_shaped
     import io
+
+    from gwpolicy.sandbox.seed import well_shaped
 
     objs = _parable()
     svc = next(o for o in objs if o["kind"] == "Service")

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from helpers import run_cli
-
 from gwpolicy.bench.controller import measure_controller
 from gwpolicy.bench.generate import write_yaml
 from gwpolicy.bench.run import report
+from helpers import run_cli
 
 
 def test_the_synthetic_cluster_has_every_level_and_some_conflicts(tmp_path):

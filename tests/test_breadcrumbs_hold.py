@@ -13,12 +13,12 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import interpreted
 from gwpolicy.analysis import analyse
 from gwpolicy.model import Obj
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 from gwpolicy.status import ANNOTATION, MAX_PARENTS, breadcrumbs, route_breadcrumbs_hold
 from gwpolicy.topology import Topology
+from helpers import interpreted
 
 ME, OTHER = "gwpolicy.io/policy-controller", "example.com/other"
 NOW, LATER = "2026-01-01T00:00:00Z", "2026-02-02T00:00:00Z"

@@ -18,14 +18,13 @@ import httpx2 as httpx
 import pytest
 import yaml
 
-from kube_harness import Cluster, cluster, key_of, offline_expectation, strip_times
-from sandbox_proc import BIN, SandboxProcess, wait_for
-
 from gwpolicy.controller.app import Controller, Options
 from gwpolicy.controller.defaults import listen as default_listen
 from gwpolicy.controller.main import parse
 from gwpolicy.sandbox.server import write_kubeconfig
 from gwpolicy.sandbox.store import ApiFailure
+from kube_harness import Cluster, cluster, key_of, offline_expectation, strip_times
+from sandbox_proc import BIN, SandboxProcess, wait_for
 
 PARABLE = Path(__file__).resolve().parent.parent / "examples" / "parable"
 OURS, THEIRS = "gwpolicy.io/policy-controller", "other.example.com/policy-controller"

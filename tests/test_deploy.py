@@ -12,11 +12,12 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
+import kube_apiserver
 from gwpolicy.controller import kube
-from gwpolicy.gateway import controller as gateway, policyconf
+from gwpolicy.gateway import controller as gateway
+from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.facts import ROUTE_KINDS as GATEWAY_ROUTE_KINDS
 from gwpolicy.sandbox import bundled
-import kube_apiserver
 from helpers import ROOT
 from kube_apiserver import KubeApiServer
 from live_server import require

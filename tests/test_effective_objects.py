@@ -10,13 +10,12 @@ import copy
 import json
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-from gwpolicy import effectiveobjects as eo
 import live_server
+from gwpolicy import effectiveobjects as eo
 from gwpolicy.analysis import analyse
 from gwpolicy.cli.live import read_cluster
 from gwpolicy.status import DEFAULT_CONTROLLER

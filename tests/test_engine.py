@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from build import GW, gateway, gatewayclass, meta, namespace, parent, policy, policykind, route, service, target
 from gwpolicy.analysis import analyse
 from gwpolicy.refs import Ref
 from gwpolicy.topology import hostnames_intersect
-from build import (GW, gateway, gatewayclass, meta, namespace, parent, policy, policykind, route, service,
-                   target)
 
 NOW = "2026-01-01T00:00:00Z"
 

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from freezing import Case, base_objects, freezing_objects
 from gateway_kit import TEST_ENDPOINTS, have_nginx, key_pair
-from gwpolicy.gateway import policies, policyconf as pc
+from gwpolicy.gateway import policies
+from gwpolicy.gateway import policyconf as pc
 from gwpolicy.gateway.controller import GatewayController, GatewayOptions, Renderer
 from gwpolicy.gateway.state import object_key
 from gwpolicy.refs import Ref

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from freezing import route
-from gateway_kit import TEST_ENDPOINTS, TEST_ENDPOINT_FLAGS, key_pair
+from gateway_kit import TEST_ENDPOINT_FLAGS, TEST_ENDPOINTS
 from gwpolicy.gateway.controller import GatewayController, GatewayOptions
 from gwpolicy.gateway.dataplane import BUDGET_EXCEEDED, route_cost
 from gwpolicy.refs import Ref
 from helpers import run_cli
-from test_gateway_bad_values import ENDPOINTS, cluster
+from test_gateway_bad_values import cluster
 from test_gateway_inplace import kind_of
 
 GW = "gateway.networking.k8s.io"

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 import backend_hosts
 import gwconformance as gc

@@ -12,15 +12,28 @@ import http.client
 import json
 import socket
 import ssl
+
 import pytest
 
 import gwconformance as gc
-from gateway_kit import TEST_ENDPOINTS, Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener, route, tls_secret
+from gateway_kit import (
+    TEST_ENDPOINTS,
+    Echoes,
+    Served,
+    backend,
+    free_port,
+    gateway,
+    gatewayclass,
+    have_nginx,
+    listener,
+    route,
+    tls_secret,
+)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane, client_ca_path
-from gwpolicy.gateway.render import render
 from gwpolicy.gateway.facts import gateway_facts
+from gwpolicy.gateway.render import render
 from gwpolicy.model import build_index
 from gwpolicy.refs import Ref
 

@@ -17,13 +17,26 @@ from typing import Any, Iterator
 
 import pytest
 
-from gateway_kit import (TEST_ENDPOINTS, Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener,
-                         meta, request, route, service)
+import nginx_conf
+from gateway_kit import (
+    TEST_ENDPOINTS,
+    Echoes,
+    Served,
+    backend,
+    free_port,
+    gateway,
+    gatewayclass,
+    have_nginx,
+    listener,
+    meta,
+    request,
+    route,
+    service,
+)
 from gwpolicy.gateway import render as render_mod
 from gwpolicy.gateway.facts import gateway_facts
 from gwpolicy.model import build_index
 from gwpolicy.refs import GATEWAY_GROUP, Ref
-import nginx_conf
 
 ADDR = "127.0.72.1"
 BACKENDS = "127.0.72.2"

@@ -17,17 +17,28 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gwconformance as gc
-from gateway_kit import (TEST_ENDPOINTS, Echoes, backend, free_port, gateway, gatewayclass, have_nginx, listener, request, route,
-                         tls_secret)
+from gateway_kit import (
+    TEST_ENDPOINTS,
+    Echoes,
+    backend,
+    free_port,
+    gateway,
+    gatewayclass,
+    have_nginx,
+    listener,
+    request,
+    route,
+    tls_secret,
+)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlane, DataPlaneConfig, build_dataplane
+from gwpolicy.gateway.facts import dataplane_objects, gateway_facts
 from gwpolicy.gateway.listeners import Candidate, conflicts
 from gwpolicy.gateway.nginx import Nginx
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.state import GatewayState, object_key
 from gwpolicy.gateway.status import Programming, all_desired
-from gwpolicy.gateway.facts import dataplane_objects, gateway_facts
 from gwpolicy.model import build_index
 from gwpolicy.refs import Ref
 

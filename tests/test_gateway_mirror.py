@@ -14,15 +14,27 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gateway_kit import (TEST_ENDPOINTS, Echoes, Served, backend, eventually, free_port, gateway, gatewayclass, have_nginx, listener,
-                         request, route)
-from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
+from gateway_kit import (
+    TEST_ENDPOINTS,
+    Echoes,
+    Served,
+    backend,
+    eventually,
+    free_port,
+    gateway,
+    gatewayclass,
+    have_nginx,
+    listener,
+    request,
+    route,
+)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
+from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
+from gwpolicy.gateway.facts import gateway_facts
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.state import GatewayState, object_key
 from gwpolicy.gateway.status import Programming, all_desired
-from gwpolicy.gateway.facts import gateway_facts
 from gwpolicy.model import build_index
 from gwpolicy.refs import Ref
 

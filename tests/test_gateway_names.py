@@ -16,8 +16,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_kit import (TEST_ENDPOINTS, Echoes, Served, backend, endpoints, free_port, gateway, gatewayclass, have_nginx,
-                         listener, meta, request, route, service)
+from gateway_kit import (
+    TEST_ENDPOINTS,
+    Echoes,
+    Served,
+    backend,
+    endpoints,
+    free_port,
+    gateway,
+    gatewayclass,
+    have_nginx,
+    listener,
+    meta,
+    request,
+    route,
+    service,
+)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import dataplane, policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, DataPlaneError, build_dataplane

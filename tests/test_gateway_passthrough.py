@@ -18,15 +18,29 @@ import ssl
 import pytest
 
 import gwconformance as gc
-from gateway_kit import (TEST_ENDPOINTS, Echoes, Served, backend, endpoints, free_port, gateway, gatewayclass, have_nginx, listener, meta,
-                         route, service, tls_secret)
+from gateway_kit import (
+    TEST_ENDPOINTS,
+    Echoes,
+    Served,
+    backend,
+    endpoints,
+    free_port,
+    gateway,
+    gatewayclass,
+    have_nginx,
+    listener,
+    meta,
+    route,
+    service,
+    tls_secret,
+)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane, tls_upstream_name
 from gwpolicy.gateway.echo import EchoServer
+from gwpolicy.gateway.facts import gateway_facts
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.status import Programming, all_desired
-from gwpolicy.gateway.facts import gateway_facts
 from gwpolicy.model import build_index
 from gwpolicy.refs import Ref
 
@@ -241,9 +255,9 @@ def test_without_the_stream_module_passthrough_listeners_say_so_and_the_rest_is_
 def test_policies_never_claim_to_reach_passthrough_connections():
     """Passthrough connections are never HTTP: a gwpolicy.io policy on a TLSRoute, or a
     BackendTLSPolicy on a Service only TLSRoutes send to, gets no ancestor entry of ours."""
+    from gwpolicy.bench.gateway_policies import policy_kinds
     from gwpolicy.gateway.controller import enforced_here, policy_ancestors_of
     from gwpolicy.gateway.status import policy_ancestors
-    from gwpolicy.bench.gateway_policies import policy_kinds
 
     timeout = {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "TimeoutPolicy", "metadata": meta("t", "infra"),
                "spec": {"targetRef": {"group": GW, "kind": "TLSRoute", "name": "app"}, "default": {"readTimeout": "1s"}}}

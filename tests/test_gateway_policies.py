@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gwpolicy.analysis import analyse
-from gwpolicy.gateway import policies, policyconf as pc
+from gwpolicy.gateway import policies
+from gwpolicy.gateway import policyconf as pc
 from helpers import needs_shared
 
 ROOT = Path(__file__).resolve().parent.parent

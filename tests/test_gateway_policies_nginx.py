@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from gwpolicy.gateway import backendtls as bt
-from gwpolicy.gateway import policies, policyconf as pc
+from gwpolicy.gateway import policies
+from gwpolicy.gateway import policyconf as pc
 from gwpolicy.refs import Ref
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"

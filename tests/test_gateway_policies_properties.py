@@ -3,22 +3,20 @@ engine's effective policy for that exact path gives (per listener, route, rule a
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
-import os
-
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from gwpolicy.analysis import analyse
-from gwpolicy.gateway import policies, policyconf as pc
-from gwpolicy.refs import Ref
-
-from test_gateway_policies import policy_manifests
-
-import pytest
 from gateway_kit import TEST_ENDPOINTS
+from gwpolicy.analysis import analyse
+from gwpolicy.gateway import policies
+from gwpolicy.gateway import policyconf as pc
+from gwpolicy.refs import Ref
+from test_gateway_policies import policy_manifests
 
 dataplane = pytest.importorskip("gwpolicy.gateway.dataplane")
 render_mod = pytest.importorskip("gwpolicy.gateway.render")

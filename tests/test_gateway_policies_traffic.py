@@ -30,9 +30,9 @@ render_mod = pytest.importorskip("gwpolicy.gateway.render")
 nginx_mod = pytest.importorskip("gwpolicy.gateway.nginx")
 echo_mod = pytest.importorskip("gwpolicy.gateway.echo")
 
+from gateway_kit import TEST_ENDPOINTS
 from test_gateway_policies import policy_manifests  # noqa: E402
 from test_gateway_policies_tls import configmap, make_ca, make_leaf, pem  # noqa: E402
-from gateway_kit import TEST_ENDPOINTS
 
 GW = "gateway.networking.k8s.io"
 NS = "pol"

@@ -22,14 +22,27 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway_kit import (TEST_ENDPOINT_FLAGS, TEST_ENDPOINTS, Echoes, Served, backend, free_port, gateway, gatewayclass,
-                         have_nginx, listener, nginx_choice, request, route)
+from gateway_kit import (
+    TEST_ENDPOINT_FLAGS,
+    TEST_ENDPOINTS,
+    Echoes,
+    Served,
+    backend,
+    free_port,
+    gateway,
+    gatewayclass,
+    have_nginx,
+    listener,
+    nginx_choice,
+    request,
+    route,
+)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import pathregex, policyconf
 from gwpolicy.gateway.dataplane import Action, DataPlaneConfig, MatchRule, VirtualHost, build_dataplane
 from gwpolicy.gateway.dataplane.order import place_locations, segment_prefix
-from gwpolicy.gateway.render import render
 from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, gateway_facts
+from gwpolicy.gateway.render import render
 from gwpolicy.model import build_index
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 

@@ -11,13 +11,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway_kit import TEST_ENDPOINTS
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
-from gwpolicy.gateway.render import render
 from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, dataplane_objects, gateway_facts
+from gwpolicy.gateway.render import render
 from helpers import run_cli, write_manifests
-from gateway_kit import TEST_ENDPOINTS
 
 GW = "gateway.networking.k8s.io/v1"
 CLASSES = {

@@ -5,7 +5,6 @@ place, says nothing about Gateways that are not ours, and is current (observedGe
 from __future__ import annotations
 
 import base64
-
 import copy
 from typing import Any
 

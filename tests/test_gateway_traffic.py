@@ -13,8 +13,22 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gateway_kit import (Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener,
-                         reference_grant, request, route, self_signed, service, tls_secret)
+from gateway_kit import (
+    Echoes,
+    Served,
+    backend,
+    free_port,
+    gateway,
+    gatewayclass,
+    have_nginx,
+    listener,
+    reference_grant,
+    request,
+    route,
+    self_signed,
+    service,
+    tls_secret,
+)
 
 pytestmark = pytest.mark.skipif(not have_nginx(), reason="NGINX is not installed (./dev test installs it)")
 
@@ -233,8 +247,8 @@ def test_https_listeners_terminate_tls_with_the_listeners_certificate(world):
     assert a.pod.startswith("v1-") and a.echo["headers"]["X-Forwarded-Proto"] == ["https"]
     assert request(ADDR, world["https"], "/", "other.secure.test", tls=True).pod.startswith("v2-")
     assert request(ADDR, world["https"], "/", "nothing.secure.test", tls=True).status == 404
-    import ssl
     import socket
+    import ssl
     for sni, cn in (("app.secure.test", "*.secure.test"), ("other.secure.test", "other.secure.test")):
         ctx = ssl.create_default_context()
         ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE

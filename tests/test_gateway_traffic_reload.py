@@ -16,7 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from gateway_kit import Echoes, Served, backend, eventually, free_port, gateway, gatewayclass, have_nginx, listener, request, route
+from gateway_kit import (
+    Echoes,
+    Served,
+    backend,
+    eventually,
+    free_port,
+    gateway,
+    gatewayclass,
+    have_nginx,
+    listener,
+    request,
+    route,
+)
 
 pytestmark = pytest.mark.skipif(not have_nginx(), reason="NGINX is not installed (./dev test installs it)")
 

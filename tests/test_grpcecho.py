@@ -8,19 +8,16 @@ Addresses: 127.0.90.0/24.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 from concurrent import futures
 from pathlib import Path
 
 import grpc
 import pytest
 
-from gwpolicy.gateway import grpcecho
 from gwpolicy.gateway.grpcecho import EchoResponse, GrpcEchoServer, call, channel
 
 ADDR = "127.0.90.1"

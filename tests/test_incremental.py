@@ -8,7 +8,8 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gen import cluster, settings as settings_strategy
+from gen import cluster
+from gen import settings as settings_strategy
 from gwpolicy.analysis import analyse
 from gwpolicy.incremental import policy_ref, update_policy
 from gwpolicy.output import effective_list, encode, status_list

@@ -15,7 +15,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gen import GW, meta, route_and_service_targets, settings as settings_strategy
+from gen import GW, meta, route_and_service_targets
+from gen import settings as settings_strategy
 from gwpolicy.analysis import analyse
 from gwpolicy.incremental import apply_change, policy_ref
 from gwpolicy.refs import Ref

@@ -11,7 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gen import GW, cluster, meta, settings as settings_strategy
+from gen import GW, cluster, meta
+from gen import settings as settings_strategy
 from gwpolicy.analysis import Analysis, analyse
 from gwpolicy.incremental import apply_change, nodes_at, policy_ref
 from gwpolicy.output import effective_list, encode, status_list

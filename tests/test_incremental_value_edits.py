@@ -12,7 +12,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gen import cluster, settings as settings_strategy
+from gen import cluster
+from gen import settings as settings_strategy
 from gwpolicy.analysis import analyse
 from gwpolicy.incremental import apply_change, policy_ref
 from gwpolicy.output import effective_list, encode, status_list

@@ -11,7 +11,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gen import cluster, settings as settings_strategy
+from gen import cluster
+from gen import settings as settings_strategy
 from gwpolicy.analysis import Analysis, analyse
 from gwpolicy.bench.generate import cluster as cluster_of
 from gwpolicy.incremental import apply_change, nodes_at, prepare

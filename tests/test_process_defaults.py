@@ -10,7 +10,6 @@ runs of this module on one machine from meeting."""
 from __future__ import annotations
 
 import fcntl
-import json
 import re
 import signal
 import socket

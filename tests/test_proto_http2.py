@@ -66,6 +66,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def backends(tmp_path_factory):
     from cryptography.hazmat.primitives import serialization
+
     from gwconformance import make_ca, make_cert
 
     tmp = tmp_path_factory.mktemp("h2-backends")

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gwpolicy.bench.generate import cluster
 from gwpolicy.kinds import split_api_version

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gwpolicy.sandbox.admission import Admission
 from gwpolicy.sandbox.store import Store

@@ -12,7 +12,8 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gwpolicy.sandbox.store import Store, etcd_key
 from sandbox_proc import SandboxProcess

@@ -14,7 +14,6 @@ import pytest
 import gwpolicy.cli.main as cli
 from gwpolicy.sandbox import seed, server
 
-
 PARABLE = Path(__file__).resolve().parent.parent / "examples" / "parable"
 
 

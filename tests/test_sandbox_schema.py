@@ -7,11 +7,11 @@ from __future__ import annotations
 import copy
 import json
 import time
-from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gwpolicy.sandbox.schema import CompiledSchema, crd_schemas
 from helpers import GATEWAY_API, GATEWAY_API_CRDS, needs_shared

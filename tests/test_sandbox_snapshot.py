@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 import orjson
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gwpolicy.sandbox.server import CONTINUE_EXPIRED, Sandbox, SandboxServer, write_kubeconfig
 from gwpolicy.sandbox.store import LIST_EXPIRED, ApiFailure, Store

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import httpx2 as httpx
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandbox_proc import GW_CRDS, SandboxProcess, wait_for
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gwpolicy.sandbox.store import ApiFailure, Store
 from helpers import WIDGET_CRD

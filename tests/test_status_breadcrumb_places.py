@@ -10,9 +10,19 @@ from hypothesis import strategies as st
 
 from gwpolicy.model import Obj
 from gwpolicy.refs import GATEWAY_GROUP, Ref
-from gwpolicy.status import (ANNOTATION, MAX_CONDITIONS, MAX_PARENTS, _affected_messages, _parent_key, annotation_only,
-                             annotation_says, breadcrumbs, condition,
-                             find_condition, keep_places)
+from gwpolicy.status import (
+    ANNOTATION,
+    MAX_CONDITIONS,
+    MAX_PARENTS,
+    _affected_messages,
+    _parent_key,
+    annotation_only,
+    annotation_says,
+    breadcrumbs,
+    condition,
+    find_condition,
+    keep_places,
+)
 from gwpolicy.topology import Topology
 
 ME, OTHER = "gwpolicy.io/policy-controller", "example.com/other"

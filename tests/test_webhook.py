@@ -15,13 +15,13 @@ from pathlib import Path
 import orjson
 import pytest
 
+import live_server
 from gwpolicy.analysis import analyse
 from gwpolicy.incremental import prepare
 from gwpolicy.load import load_paths
 from gwpolicy.output import effective_list
 from gwpolicy.refs import Ref
 from gwpolicy.webhook.review import MAX_TOTAL, MAX_WARNING, MAX_WARNINGS, Options, fold, review
-import live_server
 from helpers import NOW, ROOT
 from kube_apiserver import deploy_objects, free_port
 from sandbox_proc import BIN, wait_for

@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gwpolicy.webhook import certs
-from test_webhook import PARABLE, Webhook, request, find, parable_raws
 from sandbox_proc import SandboxProcess
+from test_webhook import PARABLE, Webhook, find, parable_raws, request
 
 
 def client_cert(ca: certs.KeyPair, name: str, tmp: Path) -> tuple[str, str]:

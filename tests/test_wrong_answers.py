@@ -523,8 +523,9 @@ def test_invalid_and_conflict_messages_have_no_section_numbers(tmp_path):
 # --- found on the way: the memo of effective results was keyed by id() of level entries ---
 
 def _incremental_property():
-    import test_incremental
     from hypothesis import seed
+
+    import test_incremental
 
     inner = test_incremental.test_a_policy_change_in_place_equals_a_full_analysis.hypothesis.inner_test
     return seed(4)(settings(max_examples=120, deadline=None, database=None,

@@ -20,7 +20,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gwpolicy import load as load_module, yamlfast
+from gwpolicy import load as load_module
+from gwpolicy import yamlfast
 from gwpolicy.bench.generate import cluster
 from gwpolicy.load import LoadError, load_text
 from helpers import ROOT, SHARED, needs_shared

@@ -14,15 +14,31 @@ from operator import attrgetter
 from typing import AbstractSet, Any, Callable, Iterable, Mapping
 
 from gwpolicy.attach import ACCEPTED, CONFLICTED, TargetOutcome, resolve_targets
-from gwpolicy.effective import EffectivePolicy, Evaluator, KindKey, LevelEntry, Pairs, Result, effective_policies, settings_schema
+from gwpolicy.effective import (
+    EffectivePolicy,
+    Evaluator,
+    KindKey,
+    LevelEntry,
+    Pairs,
+    Result,
+    effective_policies,
+    settings_schema,
+)
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.merge.fieldmerge import Candidate, settle_conflicts
 from gwpolicy.merge.leaves import flatten
 from gwpolicy.model import Obj, ObjectIndex, build_index
 from gwpolicy.policies import Policy, PolicyKind, build_kinds, policy_objects
 from gwpolicy.refs import Ref, sort_by_ref
-from gwpolicy.status import DEFAULT_CONTROLLER, annotation_only, annotation_says, breadcrumbs, carries_breadcrumb, policy_status, \
-    route_breadcrumbs_hold
+from gwpolicy.status import (
+    DEFAULT_CONTROLLER,
+    annotation_only,
+    annotation_says,
+    breadcrumbs,
+    carries_breadcrumb,
+    policy_status,
+    route_breadcrumbs_hold,
+)
 from gwpolicy.topology import PathNode, Topology, build_topology
 
 

@@ -29,15 +29,28 @@ from typing import AbstractSet, Any, Iterable, cast
 from gwpolicy.analysis import Analysis, _level_entry
 from gwpolicy.attach import TargetOutcome, resolve_targets
 from gwpolicy.effective import EMPTY_TRAIL, Evaluator, KindKey, LevelEntry, Pairs, Result, Summary, trail_through
-from gwpolicy.merge.fieldmerge import Contribution
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.kinds import ROUTE_KINDS, split_api_version
+from gwpolicy.merge.fieldmerge import Contribution
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.policies import TARGET_FIELDS, Policy, PolicyKind, parse_policy
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.shapes import list_map_problem, object_problem
-from gwpolicy.topology import _new_ref, PathNode, Topology, _add_backend, _listeners, _route_paths, _rules, _service_ports, attach_route, \
-    extend, names_gateway, namespace_ref, parent_gateway
+from gwpolicy.topology import (
+    PathNode,
+    Topology,
+    _add_backend,
+    _listeners,
+    _new_ref,
+    _route_paths,
+    _rules,
+    _service_ports,
+    attach_route,
+    extend,
+    names_gateway,
+    namespace_ref,
+    parent_gateway,
+)
 
 
 def replace_object(index: ObjectIndex, ref: Ref, raw: dict[str, Any] | None) -> Obj | None:

@@ -6,8 +6,8 @@ Usage: python -m gwpolicy.bench.child parse|parse_fastest|phases|effective FILE 
 from __future__ import annotations
 
 import gc
-import os
 import json
+import os
 import resource
 import sys
 import time

@@ -35,10 +35,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gwpolicy.bench.gateway import (EDIT_SERVICE, ROUTE0, ROUTE0_HOST, _cert, first_request_showing, gateway_cluster,
-                                    print_report, request, route0_server, sizes_of, sizes_parser, table_head,
-                                    with_edit_backend)
 from gwpolicy.bench import procfs
+from gwpolicy.bench.gateway import (
+    EDIT_SERVICE,
+    ROUTE0,
+    ROUTE0_HOST,
+    _cert,
+    first_request_showing,
+    gateway_cluster,
+    print_report,
+    request,
+    route0_server,
+    sizes_of,
+    sizes_parser,
+    table_head,
+    with_edit_backend,
+)
 from gwpolicy.bench.gateway_policies import gateway_policies, policy_kinds
 from gwpolicy.webhook.certs import make_ca, make_serving
 

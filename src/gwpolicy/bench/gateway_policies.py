@@ -20,8 +20,19 @@ from typing import Any
 
 import yaml
 
-from gwpolicy.bench.gateway import (ROUTE0, ROUTE0_HOST, _cert, first_request_showing, gateway_cluster, print_report,
-                                    request, route0_server, sizes_of, sizes_parser, table_head)
+from gwpolicy.bench.gateway import (
+    ROUTE0,
+    ROUTE0_HOST,
+    _cert,
+    first_request_showing,
+    gateway_cluster,
+    print_report,
+    request,
+    route0_server,
+    sizes_of,
+    sizes_parser,
+    table_head,
+)
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 ADDRESS_POOL = "127.0.35.0/24"

@@ -12,7 +12,6 @@ with 200 (polled every 10 ms). Loopback only; everything it starts stops when it
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os

@@ -77,7 +77,7 @@ class _Words:
 def _analysis(words: "_Words") -> Any:
     """The analysis of the -f files (or the cluster), quietly: completion must never print errors."""
     from gwpolicy.cli.kubeconfig import context_namespace
-    from gwpolicy.cli.main import build_parser, _load
+    from gwpolicy.cli.main import _load, build_parser
 
     kubeconfig, context = words.last("kubeconfig"), words.last("context")
     namespace = words.last("namespace") or context_namespace(kubeconfig, context)

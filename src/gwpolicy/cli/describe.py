@@ -10,11 +10,11 @@ from typing import Any, Callable
 import orjson
 
 from gwpolicy.analysis import Analysis
-from gwpolicy.effectiveobjects import kept_for
 from gwpolicy.attach import ACCEPTED
 from gwpolicy.cli.context import Ctx, label, short
 from gwpolicy.cli.printers import age, table
 from gwpolicy.effective import EffectivePolicy
+from gwpolicy.effectiveobjects import kept_for
 from gwpolicy.explain import Candidate, fates, ladder
 from gwpolicy.merge.leaves import field_name
 from gwpolicy.refs import Ref

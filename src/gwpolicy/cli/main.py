@@ -26,7 +26,6 @@ from gwpolicy.model import well_shaped
 from gwpolicy.output import encode, status_list, write_effective
 from gwpolicy.status import DEFAULT_CONTROLLER
 
-
 if TYPE_CHECKING:
     from gwpolicy.cli.get import GetOptions
 
@@ -500,7 +499,8 @@ def sandbox_main(argv: list[str]) -> int:
         del loaded  # serve() empties `preload` as it stores it: nothing else may hold the parsed objects
     preload = []
     if given or args.crds != "none":
-        from gwpolicy.sandbox.bundled import BundleMissing, preload as bundled_preload
+        from gwpolicy.sandbox.bundled import BundleMissing
+        from gwpolicy.sandbox.bundled import preload as bundled_preload
 
         try:  # CRDs made up for kinds without one
             preload = bundled_preload(None if args.crds == "none" else args.crds, given)

@@ -10,7 +10,6 @@ from gwpolicy.controller import defaults
 from gwpolicy.controller.app import Controller, ListenError, Options
 from gwpolicy.status import DEFAULT_CONTROLLER
 
-
 EXAMPLES = """examples:
   # against the sandbox: leader election on a Lease in the context's namespace, health on 127.0.0.1:8080
   gwpolicy sandbox --port 8001 --kubeconfig-out /tmp/sb.kubeconfig -f examples/parable &

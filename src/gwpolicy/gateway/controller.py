@@ -29,9 +29,9 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
@@ -40,8 +40,8 @@ from lightkube import ApiError, AsyncClient
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gwpolicy import serve
-from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.analysis import utc_now
+from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.controller import defaults, kube
 from gwpolicy.controller.app import shut_down
 from gwpolicy.controller.defaults import ProcessOptions
@@ -51,11 +51,19 @@ from gwpolicy.controller.kube import Kind
 from gwpolicy.controller.leader import LEASE, LeaderElector
 from gwpolicy.controller.loop import synced_bursts
 from gwpolicy.controller.writer import Job, StatusWriters
+from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, ROUTE_KINDS
 from gwpolicy.gateway.replicas import Publisher, Replicas
 from gwpolicy.gateway.state import GatewayState, key_ref, object_key
-from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, ROUTE_KINDS
-from gwpolicy.gateway.status import (POLICY_KINDS_ANNOTATION, Programming, desired_status, keep_in_place,
-                                     policy_kinds_annotation, policy_status, stale_routes, without_our_entries)
+from gwpolicy.gateway.status import (
+    POLICY_KINDS_ANNOTATION,
+    Programming,
+    desired_status,
+    keep_in_place,
+    policy_kinds_annotation,
+    policy_status,
+    stale_routes,
+    without_our_entries,
+)
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import Obj
 from gwpolicy.refs import GATEWAY_GROUP, Ref

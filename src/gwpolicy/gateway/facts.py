@@ -16,7 +16,8 @@ from typing import Any, Iterable
 
 from gwpolicy import names
 from gwpolicy.gateway import frontendtls, pathregex, policyconf, routevalues
-from gwpolicy.gateway.listeners import Candidate, conflicts as listener_conflicts, tls_pem, tls_problem, valid_hostname
+from gwpolicy.gateway.listeners import Candidate, tls_pem, tls_problem, valid_hostname
+from gwpolicy.gateway.listeners import conflicts as listener_conflicts
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref

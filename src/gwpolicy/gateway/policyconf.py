@@ -15,11 +15,31 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gwpolicy.gateway.policies import location_directives, upstream_directives
-from gwpolicy.gateway.policies.values import (APPROXIMATED, BACKEND_TLS, DATA_PLANE, DURATION, ENFORCED, FIELDS, GIB,
-                                              GROUP, KINDS, MAX_ATTEMPTS, MAX_CONNECT_TIMEOUT_MS, RATELIMIT, RETRY,
-                                              RETRY_CONDITIONS, RETRYABLE_CODES, TIMEOUT, UNSUPPORTED, UPSTREAM,
-                                              Bounds, duration_ms, Effective, field_value, is_set, kind_name,
-                                              nginx_time, PolicyValueError, zone_size)
+from gwpolicy.gateway.policies.values import (
+    APPROXIMATED,
+    BACKEND_TLS,
+    DATA_PLANE,
+    ENFORCED,
+    FIELDS,
+    GROUP,
+    KINDS,
+    MAX_ATTEMPTS,
+    MAX_CONNECT_TIMEOUT_MS,
+    RATELIMIT,
+    RETRY,
+    RETRY_CONDITIONS,
+    RETRYABLE_CODES,
+    TIMEOUT,
+    UNSUPPORTED,
+    UPSTREAM,
+    Effective,
+    PolicyValueError,
+    duration_ms,
+    field_value,
+    is_set,
+    kind_name,
+)
+
 
 def _leaves(spec: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
     for k, v in spec.items():

@@ -12,19 +12,31 @@ variables that need a `map`.
 from __future__ import annotations
 
 import hashlib
-import re
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from gwpolicy.gateway import policies, policyconf
-from gwpolicy.gateway.frontendtls import ALLOW_INSECURE_FALLBACK
-from gwpolicy.gateway.dataplane import (Action, Backend, DataPlane, Location, Server, VirtualHost, memo,
-                                        without_gc)
+from gwpolicy.gateway.conftext import (
+    EMPTY,
+    TOKEN,
+    RenderError,
+    comment,
+    conf_string,
+    header_name,
+    joined,
+    param,
+    pcre_literal,
+    put,
+    quote,
+    regex_literal,
+    request_header_var,
+)
+from gwpolicy.gateway.dataplane import Action, Backend, DataPlane, Location, Server, VirtualHost, memo, without_gc
 from gwpolicy.gateway.dataplane.cache import programmable
-from gwpolicy.gateway.conftext import (EMPTY, TOKEN, RenderError, comment, conf_string, header_name,
-                                       joined, param, pcre_literal, put, quote, regex_literal, request_header_var)
 from gwpolicy.gateway.facts import redirect_problem
+from gwpolicy.gateway.frontendtls import ALLOW_INSECURE_FALLBACK
 from gwpolicy.gateway.rendermaps import chunks, match_map
 from gwpolicy.gateway.renderupstreams import split_entries, stream, upstream_block
 

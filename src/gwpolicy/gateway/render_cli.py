@@ -13,11 +13,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.analysis import analyse
-from gwpolicy.gateway.dataplane import (DEFAULT_ADDRESS_POOL, DEFAULT_CONTROLLER_NAME, DataPlane, DataPlaneConfig, DataPlaneError,
-                                        build_dataplane)
+from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.gateway import policyconf
+from gwpolicy.gateway.dataplane import (
+    DEFAULT_ADDRESS_POOL,
+    DEFAULT_CONTROLLER_NAME,
+    DataPlane,
+    DataPlaneConfig,
+    DataPlaneError,
+    build_dataplane,
+)
 from gwpolicy.gateway.render import render
 from gwpolicy.load import LoadError, load_paths
 

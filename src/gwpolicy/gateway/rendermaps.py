@@ -9,8 +9,7 @@ import re
 from typing import Any
 
 from gwpolicy.gateway import pathregex
-from gwpolicy.gateway.conftext import (EMPTY, RenderError, conf_string, header_var, pcre_literal, put,
-                                       request_header_var)
+from gwpolicy.gateway.conftext import EMPTY, RenderError, conf_string, header_var, pcre_literal, put, request_header_var
 
 #: RegularExpression fields one match map takes: NGINX refuses a parameter (the map's source)
 #: longer than 4 KiB, and each field is a 20-character variable; a location with more regex

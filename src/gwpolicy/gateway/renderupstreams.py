@@ -9,6 +9,7 @@ from typing import Any
 from gwpolicy.gateway.conftext import LineBreakError, comment, joined
 from gwpolicy.gateway.dataplane import SOCKET_DIR, DataPlane
 
+
 def upstream_block(name: str, u: Any) -> str:
     """One `upstream {}` block (a block the final guard refuses keeps its name and sends nowhere)."""
     head = [f"upstream {name} {{", "    " + comment(f"Service {u.service.namespace}/{u.service.name} port {u.port}")]

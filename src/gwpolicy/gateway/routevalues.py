@@ -15,8 +15,15 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from gwpolicy.gateway import pathregex
-from gwpolicy.gateway.conftext import (MAX_PARAMETER, RenderError, conf_string_unchecked, header_name, header_var,
-                                       pcre_literal, quote)
+from gwpolicy.gateway.conftext import (
+    MAX_PARAMETER,
+    RenderError,
+    conf_string_unchecked,
+    header_name,
+    header_var,
+    pcre_literal,
+    quote,
+)
 
 #: one match's part of its map key, and of the map's source (the variables it reads): the rest of
 #: NGINX's parameter is left for the `[^\n]*` (8 bytes) of each field other rules of its location

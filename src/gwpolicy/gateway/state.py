@@ -47,14 +47,24 @@ import gc
 from typing import AbstractSet, Any, Callable, Iterator, Mapping
 
 from gwpolicy.analysis import Analysis, analyse
+from gwpolicy.gateway.backendtls import KIND as BACKEND_TLS
+from gwpolicy.gateway.backendtls import ca_configmaps
+from gwpolicy.gateway.facts import (
+    ROUTE_KINDS,
+    Facts,
+    GatewayFacts,
+    dataplane_objects,
+    gateway_fact,
+    gateway_facts,
+    gateway_references,
+    route_fact,
+    route_objects,
+)
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.incremental import apply_change, prepare, replace_object
 from gwpolicy.kinds import split_api_version
 from gwpolicy.model import ObjectIndex, build_index
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
-from gwpolicy.gateway.backendtls import KIND as BACKEND_TLS, ca_configmaps
-from gwpolicy.gateway.facts import (ROUTE_KINDS, Facts, GatewayFacts, route_fact, dataplane_objects, gateway_fact,
-                                    gateway_facts, gateway_references, route_objects)
 
 Key = tuple[str, str, str, str]
 

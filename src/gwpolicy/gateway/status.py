@@ -17,8 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gwpolicy.gateway import frontendtls
-from gwpolicy.gateway.facts import (GATEWAY_CONDITION_TYPES, SUPPORTED_FEATURES, Cond,
-                                    Facts, GatewayFacts, RouteFacts, route_objects)
+from gwpolicy.gateway.facts import (
+    GATEWAY_CONDITION_TYPES,
+    SUPPORTED_FEATURES,
+    Cond,
+    Facts,
+    GatewayFacts,
+    RouteFacts,
+    route_objects,
+)
 from gwpolicy.gateway.isolate import without_paths
 from gwpolicy.model import Obj, ObjectIndex
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref

@@ -8,8 +8,8 @@ from typing import Any, Iterable, TextIO
 import httpx2 as httpx  # the HTTP client lightkube is built on
 
 from gwpolicy.kinds import KNOWN_KINDS, plural_of, split_api_version
-from gwpolicy.sandbox.resources import BUILTINS
 from gwpolicy.model import well_shaped as model_well_shaped
+from gwpolicy.sandbox.resources import BUILTINS
 
 
 def well_shaped(objects: Iterable[dict[str, Any]], origins: Iterable[str], warn: TextIO) -> list[dict[str, Any]]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import bisect
 import builtins  # for annotations in Store, where its method `list` hides the type
 import copy
-import re
 import heapq
+import re
 import sys
 import uuid
 from collections import OrderedDict, deque

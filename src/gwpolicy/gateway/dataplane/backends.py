@@ -9,15 +9,35 @@ from typing import Any
 
 from gwpolicy import names
 from gwpolicy.gateway import backendtls, policies, policyconf
-from gwpolicy.grants import ReferenceGrants, _from_key as grant_from_key
+from gwpolicy.gateway.dataplane.cache import memo, programmable
+from gwpolicy.gateway.dataplane.model import (
+    BACKEND_NOT_FOUND,
+    BACKEND_TLS_INVALID,
+    ENDPOINTSLICE_CONTROLLER,
+    INVALID_KIND,
+    MANAGED_BY_LABEL,
+    NO_ENDPOINTS,
+    POLICY_GROUP,
+    REF_NOT_PERMITTED,
+    SERVICE_NAME_LABEL,
+    UNSUPPORTED_VALUE,
+    Backend,
+    DataPlaneConfig,
+    DataPlaneError,
+    Endpoint,
+    Mirror,
+    RouteFact,
+    Server,
+    Upstream,
+    as_dict,
+    as_list,
+    endpoint_problem,
+    upstream_base,
+)
+from gwpolicy.grants import ReferenceGrants
+from gwpolicy.grants import _from_key as grant_from_key
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode, namespace_ref
-from gwpolicy.gateway.dataplane.model import (BACKEND_NOT_FOUND, BACKEND_TLS_INVALID, ENDPOINTSLICE_CONTROLLER,
-                                              INVALID_KIND, MANAGED_BY_LABEL, NO_ENDPOINTS, POLICY_GROUP,
-                                              REF_NOT_PERMITTED, SERVICE_NAME_LABEL, UNSUPPORTED_VALUE, as_dict,
-                                              as_list, Backend, DataPlaneConfig, DataPlaneError, Endpoint,
-                                              endpoint_problem, Mirror, RouteFact, Server, Upstream, upstream_base)
-from gwpolicy.gateway.dataplane.cache import memo, programmable
 
 
 def not_served(fact: Any, ri: int, msg: str) -> None:

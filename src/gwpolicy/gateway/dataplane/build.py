@@ -12,23 +12,60 @@ from typing import Any
 
 from gwpolicy import names
 from gwpolicy.gateway import pathregex, policyconf
-from gwpolicy.gateway.facts import (SUPPORTED_FILTERS, Cond, ListenerFacts, class_acceptance, gateway_acceptance,
-                                    listener_verdicts, redirect_problem)
+from gwpolicy.gateway.dataplane.addresses import gateway_addresses, reserved, route_hostnames
+from gwpolicy.gateway.dataplane.backends import (
+    BackendResolver,
+    backend_ref,
+    child_node,
+    listener_of,
+    not_served,
+    service_port,
+)
+from gwpolicy.gateway.dataplane.cache import BuildCache, RouteEntry, without_gc
+from gwpolicy.gateway.dataplane.model import (
+    BACKEND_NOT_FOUND,
+    BUDGET_EXCEEDED,
+    INVALID_KIND,
+    NO_ENDPOINTS,
+    PORT_UNAVAILABLE,
+    REF_NOT_PERMITTED,
+    REGULAR_EXPRESSION,
+    SOCKET_DIR,
+    STREAM_MODULE,
+    UNSUPPORTED_PROTOCOL,
+    Action,
+    DataPlane,
+    DataPlaneConfig,
+    DataPlaneError,
+    ListenerFact,
+    MatchRule,
+    PassthroughBackend,
+    PassthroughRoute,
+    PassthroughServer,
+    RouteFact,
+    Server,
+    Upstream,
+    VirtualHost,
+    action_id,
+    address_key,
+    client_ca_path,
+    server_id,
+    slug,
+    tls_upstream_name,
+)
+from gwpolicy.gateway.dataplane.order import place_locations
+from gwpolicy.gateway.facts import (
+    SUPPORTED_FILTERS,
+    Cond,
+    ListenerFacts,
+    class_acceptance,
+    gateway_acceptance,
+    listener_verdicts,
+    redirect_problem,
+)
 from gwpolicy.grants import ReferenceGrants
 from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.topology import PathNode
-from gwpolicy.gateway.dataplane.model import (BACKEND_NOT_FOUND, BUDGET_EXCEEDED, INVALID_KIND, NO_ENDPOINTS,
-                                              PORT_UNAVAILABLE, REF_NOT_PERMITTED, REGULAR_EXPRESSION, SOCKET_DIR,
-                                              STREAM_MODULE, UNSUPPORTED_PROTOCOL, Action, action_id, address_key,
-                                              client_ca_path, DataPlane, DataPlaneConfig, DataPlaneError,
-                                              ListenerFact, MatchRule, PassthroughBackend, PassthroughRoute,
-                                              PassthroughServer, RouteFact, Server, server_id, slug,
-                                              tls_upstream_name, Upstream, VirtualHost)
-from gwpolicy.gateway.dataplane.addresses import gateway_addresses, reserved, route_hostnames
-from gwpolicy.gateway.dataplane.cache import RouteEntry, BuildCache, without_gc
-from gwpolicy.gateway.dataplane.order import place_locations
-from gwpolicy.gateway.dataplane.backends import (backend_ref, BackendResolver, child_node, listener_of, not_served,
-                                                 service_port)
 
 
 def build_dataplane(analysis: Any, config: DataPlaneConfig | None = None, cache: "BuildCache | None" = None) -> DataPlane:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gwpolicy.gateway import policyconf
-from gwpolicy.refs import Ref
 from gwpolicy.gateway.dataplane.model import Action, MatchRule, RouteFact, Upstream
+from gwpolicy.refs import Ref
 
 
 @dataclass

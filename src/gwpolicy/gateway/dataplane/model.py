@@ -23,7 +23,6 @@ from typing import Any
 
 from gwpolicy.refs import Ref
 
-
 DEFAULT_CONTROLLER_NAME = "gwpolicy.io/gateway-controller"
 
 

@@ -15,8 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gwpolicy.gateway.policies import client, ratelimit, retry, timeout, upstream
-from gwpolicy.gateway.policies.generator import (Generator, LocationConf, LocationWork, RateZone, UpstreamConf,
-                                                 UpstreamWork)
+from gwpolicy.gateway.policies.generator import (
+    Generator,
+    LocationConf,
+    LocationWork,
+    RateZone,
+    UpstreamConf,
+    UpstreamWork,
+)
 from gwpolicy.gateway.policies.ratelimit import rate_zone
 from gwpolicy.gateway.policies.values import specs_by_kind
 

@@ -7,8 +7,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from gwpolicy.gateway.policies.generator import LocationWork, UpstreamWork
-from gwpolicy.gateway.policies.values import (DEFAULT_RETRY_ON, MAX_ATTEMPTS, RETRY, RETRY_CONDITIONS, RETRYABLE_CODES,
-                                         PolicyValueError, bounded, int_in, is_set, nginx_time)
+from gwpolicy.gateway.policies.values import (
+    DEFAULT_RETRY_ON,
+    MAX_ATTEMPTS,
+    RETRY,
+    RETRY_CONDITIONS,
+    RETRYABLE_CODES,
+    PolicyValueError,
+    bounded,
+    int_in,
+    is_set,
+    nginx_time,
+)
 
 
 def peer_copies(r: Mapping[str, Any]) -> int:

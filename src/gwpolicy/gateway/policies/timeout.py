@@ -7,8 +7,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from gwpolicy.gateway.policies.generator import LocationWork, UpstreamWork
-from gwpolicy.gateway.policies.values import (MAX_CONNECT_TIMEOUT_MS, NO_TIMEOUT_MS, TIMEOUT, bounded, duration_ms, is_set,
-                                         nginx_time)
+from gwpolicy.gateway.policies.values import (
+    MAX_CONNECT_TIMEOUT_MS,
+    NO_TIMEOUT_MS,
+    TIMEOUT,
+    bounded,
+    duration_ms,
+    is_set,
+    nginx_time,
+)
 
 #: the TimeoutPolicy fields that bound a response (a timed-out response counts as a failed attempt)
 TIMED_FIELDS = ("readTimeout", "sendTimeout", "_requestTimeout")

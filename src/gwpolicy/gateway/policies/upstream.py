@@ -10,8 +10,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from gwpolicy.gateway.policies.generator import LocationWork, UpstreamWork
-from gwpolicy.gateway.policies.values import (DEFAULT_KEEPALIVE_CONNECTIONS, UPSTREAM, bounded, field_value, is_set,
-                                              nginx_time, zone_size)
+from gwpolicy.gateway.policies.values import (
+    DEFAULT_KEEPALIVE_CONNECTIONS,
+    UPSTREAM,
+    bounded,
+    field_value,
+    is_set,
+    nginx_time,
+    zone_size,
+)
 
 
 class UpstreamSettings:
