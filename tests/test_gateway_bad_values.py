@@ -20,6 +20,7 @@ from gateway_kit import TEST_ENDPOINTS, have_nginx, key_pair
 from gwpolicy.gateway import policies
 from gwpolicy.gateway import policyconf as pc
 from gwpolicy.gateway.controller import GatewayController, GatewayOptions, Renderer
+from gwpolicy.gateway.policies import values as pv
 from gwpolicy.gateway.state import object_key
 from gwpolicy.refs import Ref
 from test_gateway_inplace import kind_of
@@ -107,15 +108,15 @@ def _spec(kind: str, fname: str, value: Any) -> dict[str, Any]:
     return spec
 
 
-def _text(bounds: pc.Bounds, n: int) -> Any:
-    if bounds.kind == pc.DURATION:  # a Gateway API duration: at most 5 digits a part
+def _text(bounds: pv.Bounds, n: int) -> Any:
+    if bounds.kind == pv.DURATION:  # a Gateway API duration: at most 5 digits a part
         return "".join(f"{q}{u}" for q, u in ((n // 3_600_000, "h"), (n // 1000 % 3600, "s"), (n % 1000, "ms")) if q) or "0s"
     return n  # bytes and counts as numbers
 
 
 @pytest.mark.parametrize("kind, fname, bounds", NUMERIC, ids=[f"{k}.{f}" for k, f, _ in NUMERIC])
 def test_every_numeric_field_takes_its_range_and_refuses_what_is_outside_naming_it(kind: str, fname: str,
-                                                                                   bounds: pc.Bounds) -> None:
+                                                                                   bounds: pv.Bounds) -> None:
     for inside in (bounds.minimum, bounds.maximum):
         assert pc.invalid_message(kind, _spec(kind, fname, _text(bounds, inside))) is None, (fname, inside)
     outside = [bounds.maximum + 1] + ([bounds.minimum - 1] if bounds.minimum > 0 else [])
@@ -127,7 +128,7 @@ def test_every_numeric_field_takes_its_range_and_refuses_what_is_outside_naming_
 def test_zone_sizes_are_written_in_k_and_m_and_gibibytes_become_megabytes() -> None:
     assert policies.rate_zone({"requests": 1, "zoneSize": "1Mi"}).size == "1m"
     assert policies.rate_zone({"requests": 1, "zoneSize": 40000}).size == "40k"  # rounded up to a KiB
-    assert pc.zone_size(pc.GIB) == "1024m"
+    assert pv.zone_size(pv.GIB) == "1024m"
     assert pc.invalid_message(pc.RATELIMIT, {"requests": 1, "zoneSize": "1Gi"}) is not None  # above the cap
     assert "zone u 16m;" in policies.upstream_directives("u", {pc.UPSTREAM: {"zoneSize": "16Mi"}}).lines
 
