@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from typing import AsyncIterator, Coroutine
 
-from gwpolicy.controller.loop import SYNC_POLL, synced_bursts
+from gwpolicy.kube.loop import SYNC_POLL, synced_bursts
 
 WAIT = 5.0  # seconds at most for what must happen (a loaded machine is slow, never this slow)
 

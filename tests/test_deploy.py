@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 import kube_apiserver
-from gwpolicy.controller import kube
 from gwpolicy.gateway import controller as gateway
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.facts import ROUTE_KINDS as GATEWAY_ROUTE_KINDS
+from gwpolicy.kube import client as kube
 from gwpolicy.sandbox import bundled
 from helpers import ROOT
 from kube_apiserver import KubeApiServer

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from gwpolicy.controller.endpoints import ListenError, healthz, metrics, serve_endpoints
+from gwpolicy.kube.endpoints import ListenError, healthz, metrics, serve_endpoints
 from gwpolicy.sandbox.server import write_kubeconfig
 from sandbox_proc import BIN
 

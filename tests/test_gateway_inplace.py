@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from gateway_kit import TEST_ENDPOINTS
 from gwpolicy.bench.gateway import _cert, gateway_cluster
 from gwpolicy.bench.gateway_policies import gateway_policies, policy_kinds
-from gwpolicy.controller.kube import Kind
+from gwpolicy.engine.kinds import split_api_version
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway.controller import GatewayController, GatewayOptions, Renderer
 from gwpolicy.gateway.state import key_ref, object_key
-from gwpolicy.kinds import split_api_version
-from gwpolicy.refs import Ref
+from gwpolicy.kube.client import Kind
 
 OURS = "gwpolicy.io/gateway-controller"
 OPTS = GatewayOptions(controller_name=OURS, address_pool="127.0.40.0/24", port_offset=20000, **TEST_ENDPOINTS)

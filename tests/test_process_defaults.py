@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from gateway_proc import alive, request, wait_until
-from gwpolicy.controller import defaults
+from gwpolicy.kube import defaults
 from sandbox_proc import BIN, SandboxProcess
 
 GATEWAY_ADDRESS = "127.0.70.1"  # this module's /24 (tests/gateway_kit.py)

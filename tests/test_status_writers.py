@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gwpolicy.controller.writer import StatusWriters
+from gwpolicy.kube.writer import StatusWriters
 
 WAIT = 5.0  # seconds at most for what must happen (a loaded machine is slow, never this slow)
 SLOW = 30.0  # an idle look and a retry pause the tests must never wait for

@@ -9,8 +9,8 @@ import copy
 
 import pytest
 
-from gwpolicy.analysis import analyse
 from gwpolicy.controller.model import ClusterModel
+from gwpolicy.engine.analysis import analyse
 from gwpolicy.webhook import review as review_module
 from gwpolicy.webhook.review import Options, Verdict, _verdict, ref_of_raw, review
 from gwpolicy.webhook.server import Reviewer

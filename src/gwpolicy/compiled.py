@@ -29,9 +29,9 @@ from types import ModuleType
 from typing import Any, Sequence
 
 #: the modules compiled: the engine's core (tests/test_types.py's CORE_MODULES), not its edges
-MODULES = ("gwpolicy.topology", "gwpolicy.effective", "gwpolicy.incremental", "gwpolicy.refs", "gwpolicy.model",
-           "gwpolicy.merge.fieldmerge", "gwpolicy.merge.strategies", "gwpolicy.merge.leaves", "gwpolicy.merge.values",
-           "gwpolicy.analysis", "gwpolicy.status", "gwpolicy.attach", "gwpolicy.policies")
+MODULES = ("gwpolicy.engine.topology", "gwpolicy.engine.effective", "gwpolicy.engine.incremental", "gwpolicy.engine.refs", "gwpolicy.engine.model",
+           "gwpolicy.engine.merge.fieldmerge", "gwpolicy.engine.merge.strategies", "gwpolicy.engine.merge.leaves", "gwpolicy.engine.merge.values",
+           "gwpolicy.engine.analysis", "gwpolicy.engine.status", "gwpolicy.engine.attach", "gwpolicy.engine.policies")
 #: mypyc's shared library is named after the group: `gwpolicy/_core__mypyc.*.so`, inside the package
 GROUP = "gwpolicy._core"
 PACKAGE_DIR = Path(__file__).resolve().parent

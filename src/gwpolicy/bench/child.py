@@ -28,7 +28,7 @@ def parse_fastest(path: str) -> dict[str, float]:
     made large enough) and its JSON, then orjson; the fast path's own steps without its checks."""
     import orjson
 
-    from gwpolicy.yamlfast import parse_to_json
+    from gwpolicy.files.yamlfast import parse_to_json
 
     t, c = time.perf_counter(), time.process_time()
     with open(path, "rb") as fh:
@@ -41,9 +41,9 @@ def parse_fastest(path: str) -> dict[str, float]:
 def phases(path: str) -> dict[str, float]:
     """What `gwpolicy effective` and `gwpolicy status` do, phase by phase."""
     gc.disable()  # as the CLI does
-    from gwpolicy.analysis import analyse
-    from gwpolicy.load import load_paths
-    from gwpolicy.output import status_list, write_effective
+    from gwpolicy.engine.analysis import analyse
+    from gwpolicy.files.load import load_paths
+    from gwpolicy.files.output import status_list, write_effective
 
     out: dict[str, float] = {}
     t = time.perf_counter()

@@ -157,7 +157,7 @@ def informer_objects(path: str) -> list[dict[str, Any]]:
     """The objects of a cluster file as an informer delivers them: decoded JSON, each object its own."""
     import orjson
 
-    from gwpolicy.load import load_paths
+    from gwpolicy.files.load import load_paths
 
     loaded = load_paths([path])
     return [orjson.loads(orjson.dumps(o, default=str)) for o in loaded.objects]
@@ -261,7 +261,7 @@ def write_status(model: Any, refs: list[Any]) -> int:
     number of objects written."""
     import orjson
 
-    from gwpolicy.status import ANNOTATION
+    from gwpolicy.engine.status import ANNOTATION
 
     written = 0
     for ref in refs:
@@ -289,8 +289,8 @@ def write_status(model: Any, refs: list[Any]) -> int:
 def _same_as_full(model: Any) -> bool:
     """The analysis after all the edits equals a full analysis of the same objects (as sets: the
     order of a target's paths may differ after an in-place change)."""
-    from gwpolicy.analysis import analyse
-    from gwpolicy.output import effective_list, encode, status_list
+    from gwpolicy.engine.analysis import analyse
+    from gwpolicy.files.output import effective_list, encode, status_list
 
     a = model.analysis
     full = analyse(list(model.objects.values()), controller=model.controller, now=a.now)
@@ -348,7 +348,7 @@ def _positive(text: str) -> int:
 def main(argv: list[str]) -> int:
     from gwpolicy.bench.generate import write_yaml
     from gwpolicy.bench.run import route_counts
-    from gwpolicy.cli.args import HelpFormatter, Parser
+    from gwpolicy.kube.args import HelpFormatter, Parser
 
     if argv[:1] == ["--child"]:
         verify = "--verify" in argv

@@ -156,7 +156,7 @@ def _policies(scenario: str, route: str, services: list[str], keepalive: bool) -
 
 def render_gwpolicy(objects: list[dict[str, Any]], port_offset: int, worker_processes: int | str = 1) -> dict[str, bytes]:
     """gwpolicy's files for the objects, by the code `gwpolicy render -f` runs."""
-    from gwpolicy.analysis import analyse
+    from gwpolicy.engine.analysis import analyse
     from gwpolicy.gateway import policyconf
     from gwpolicy.gateway.dataplane import DEFAULT_CONTROLLER_NAME, DataPlaneConfig, build_dataplane
     from gwpolicy.gateway.render import render

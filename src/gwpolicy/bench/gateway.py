@@ -166,7 +166,7 @@ def _rss_kb(pid: int) -> int:
 
 
 def measure_size(routes: int, workdir: Path, port_offset: int, cert: tuple[bytes, bytes]) -> dict[str, Any]:
-    from gwpolicy.analysis import analyse
+    from gwpolicy.engine.analysis import analyse
     from gwpolicy.gateway import policyconf
     from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
     from gwpolicy.gateway.echo import EchoServer

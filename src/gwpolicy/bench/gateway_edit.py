@@ -52,7 +52,7 @@ from gwpolicy.bench.gateway import (
     with_edit_backend,
 )
 from gwpolicy.bench.gateway_policies import gateway_policies, policy_kinds
-from gwpolicy.webhook.certs import make_ca, make_serving
+from gwpolicy.kube.certs import make_ca, make_serving
 
 ADDRESS_POOL = "127.0.44.0/24"
 BACKEND = "127.0.45.1"
@@ -133,10 +133,10 @@ def cluster(routes: int, workdir: Path, echo_a: Any, echo_b: Any) -> list[dict[s
 
 
 def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[str, Any]:
-    from gwpolicy.controller.kube import Kind
+    from gwpolicy.engine.kinds import split_api_version
     from gwpolicy.gateway.controller import DataPlaneDriver, GatewayController, GatewayOptions
     from gwpolicy.gateway.echo import EchoServer
-    from gwpolicy.kinds import split_api_version
+    from gwpolicy.kube.client import Kind
 
     def kind_of(raw: dict[str, Any]) -> Kind:
         group, version = split_api_version(raw.get("apiVersion", ""))

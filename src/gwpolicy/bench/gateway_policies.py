@@ -86,7 +86,7 @@ def gateway_policies(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def measure(routes: int, workdir: Path, port_offset: int, traffic: bool) -> dict[str, Any]:
-    from gwpolicy.analysis import analyse
+    from gwpolicy.engine.analysis import analyse
     from gwpolicy.gateway import policyconf
     from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
     from gwpolicy.gateway.echo import EchoServer

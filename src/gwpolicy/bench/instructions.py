@@ -149,9 +149,9 @@ def engine_child(path: str, outdir: str) -> dict[str, Any]:
     """Run under callgrind: what `gwpolicy effective -f FILE -o json` and `gwpolicy status` do,
     phase by phase (bench/child.py's `phases`), each phase a window; the collector off, as the CLI has it."""
     gc.disable()
-    from gwpolicy.analysis import analyse
-    from gwpolicy.load import load_paths
-    from gwpolicy.output import status_list, write_effective
+    from gwpolicy.engine.analysis import analyse
+    from gwpolicy.files.load import load_paths
+    from gwpolicy.files.output import status_list, write_effective
 
     windows = Windows(outdir, collect=False)
     out: dict[str, Any] = {}

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from gwpolicy import compiled
 from gwpolicy.bench.generate import write_yaml
-from gwpolicy.cli.args import HelpFormatter, Parser, program_name
+from gwpolicy.kube.args import HelpFormatter, Parser, program_name
 
 
 def _child(mode: str, path: str) -> dict[str, float]:

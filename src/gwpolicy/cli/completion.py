@@ -76,8 +76,8 @@ class _Words:
 
 def _analysis(words: "_Words") -> Any:
     """The analysis of the -f files (or the cluster), quietly: completion must never print errors."""
-    from gwpolicy.cli.kubeconfig import context_namespace
     from gwpolicy.cli.main import _load, build_parser
+    from gwpolicy.kube.kubeconfig import context_namespace
 
     kubeconfig, context = words.last("kubeconfig"), words.last("context")
     namespace = words.last("namespace") or context_namespace(kubeconfig, context)
@@ -103,7 +103,7 @@ def _names_of(a: Any, type_text: str, namespace: str, all_ns: bool) -> list[str]
     if low in ("policies", "policy", "pol"):
         refs = list(a.policies)
     elif low in ("policykinds", "policykind"):
-        from gwpolicy.kinds import plural_of
+        from gwpolicy.engine.kinds import plural_of
         return sorted(f"{plural_of(k.kind)}.{k.group}" for k in a.kinds.values())
     else:
         rt = resolve_type(type_text, a)
@@ -152,7 +152,7 @@ def _typed(state: _Words, current: str, more_names: bool) -> tuple[list[str], in
     try:
         a, namespace = _analysis(state)
     except Exception:  # noqa: BLE001 - no input to read: the built-in types, no names, never an error
-        from gwpolicy.analysis import analyse
+        from gwpolicy.engine.analysis import analyse
         a, namespace = analyse([]), ""
     all_ns = "all_namespaces" in state.seen
     types = _type_names(a)
@@ -187,7 +187,7 @@ def _flag_values(flag: str, action: argparse.Action, state: _Words) -> tuple[lis
             return [], DIRECTIVE_NO_FILES
         return sorted(a.index.namespaces), DIRECTIVE_NO_FILES
     if flag == "--context":
-        from gwpolicy.cli.kubeconfig import load_kubeconfig
+        from gwpolicy.kube.kubeconfig import load_kubeconfig
         cfg = load_kubeconfig(state.last("kubeconfig"))
         return [c["name"] for c in cfg.get("contexts") or [] if isinstance(c, dict) and isinstance(c.get("name"), str)], \
             DIRECTIVE_NO_FILES

@@ -6,8 +6,8 @@ from typing import Any
 
 from lightkube import ApiError, Client
 
-from gwpolicy.controller import kube
-from gwpolicy.controller.defaults import kube_config
+from gwpolicy.kube import client as kube
+from gwpolicy.kube.defaults import kube_config
 
 
 def read_cluster(kubeconfig: str | None, context: str | None) -> list[dict[str, Any]]:

@@ -15,16 +15,16 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from gwpolicy import __version__
-from gwpolicy.analysis import Analysis, analyse
-from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.cli.context import Ctx, port_number, positive_number, rfc3339_time
-from gwpolicy.cli.kubeconfig import context_namespace
-from gwpolicy.cli.printers import Style
 from gwpolicy.cli.resources import NotFound, find_object
-from gwpolicy.load import LoadError, load_paths
-from gwpolicy.model import well_shaped
-from gwpolicy.output import encode, status_list, write_effective
-from gwpolicy.status import DEFAULT_CONTROLLER
+from gwpolicy.engine.analysis import Analysis, analyse
+from gwpolicy.engine.model import well_shaped
+from gwpolicy.engine.status import DEFAULT_CONTROLLER
+from gwpolicy.files.load import LoadError, load_paths
+from gwpolicy.files.output import encode, status_list, write_effective
+from gwpolicy.files.printers import Style
+from gwpolicy.kube.args import HelpFormatter, Parser, program_name
+from gwpolicy.kube.kubeconfig import context_namespace
 
 if TYPE_CHECKING:
     from gwpolicy.cli.get import GetOptions
@@ -206,7 +206,7 @@ def _load(args: argparse.Namespace, namespace: str) -> tuple[Analysis, Callable[
             print(f"Warning: {w}", file=sys.stderr)
     else:  # live mode: read the cluster of the kubeconfig (read-only)
         from gwpolicy.cli.live import read_cluster
-        from gwpolicy.load import Loaded
+        from gwpolicy.files.load import Loaded
 
         try:
             objects = read_cluster(args.kubeconfig, args.context)
@@ -255,8 +255,8 @@ class GateFailed(Exception):
 def not_accepted(a: Analysis, namespace: str | None) -> list[tuple[str, str]]:
     """`Kind/namespace/name: Reason on Target: message`, a line per target where a policy in scope
     is not Accepted (a CI log then says what to fix, not only that something is wrong)."""
-    from gwpolicy.attach import ACCEPTED
     from gwpolicy.cli.context import label
+    from gwpolicy.engine.attach import ACCEPTED
 
     out = []
     for ref in sorted(a.policies, key=lambda r: (r.namespace or "", r.name, r.kind)):

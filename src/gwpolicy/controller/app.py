@@ -17,18 +17,19 @@ from aiohttp import web
 from lightkube import ApiError, AsyncClient
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
-from gwpolicy.controller import defaults, kube
-from gwpolicy.controller.defaults import ProcessOptions
 from gwpolicy.controller.effectivepolicies import EffectivePolicySync
-from gwpolicy.controller.endpoints import ListenError, healthz, metrics, serve_endpoints
-from gwpolicy.controller.informer import Informer
-from gwpolicy.controller.kube import Kind
-from gwpolicy.controller.leader import LeaderElector
-from gwpolicy.controller.loop import synced_bursts
 from gwpolicy.controller.model import ClusterModel
-from gwpolicy.controller.writer import Job, StatusWriters
-from gwpolicy.refs import Ref
-from gwpolicy.status import ANNOTATION, DEFAULT_CONTROLLER
+from gwpolicy.engine.refs import Ref
+from gwpolicy.engine.status import ANNOTATION, DEFAULT_CONTROLLER
+from gwpolicy.kube import client as kube
+from gwpolicy.kube import defaults
+from gwpolicy.kube.client import Kind
+from gwpolicy.kube.defaults import ProcessOptions
+from gwpolicy.kube.endpoints import ListenError, healthz, metrics, serve_endpoints
+from gwpolicy.kube.informer import Informer
+from gwpolicy.kube.leader import LeaderElector
+from gwpolicy.kube.loop import synced_bursts
+from gwpolicy.kube.writer import Job, StatusWriters
 
 log = logging.getLogger("gwpolicy.controller")
 

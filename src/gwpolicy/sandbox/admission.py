@@ -25,9 +25,9 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gwpolicy.engine.topology import selector_matches
 from gwpolicy.sandbox.resources import Resource
 from gwpolicy.sandbox.store import ApiFailure, Store
-from gwpolicy.topology import selector_matches
 
 log = logging.getLogger("gwpolicy.sandbox.admission")
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 import jsonpatch
 import orjson
 
-from gwpolicy.merge.values import set_in
+from gwpolicy.engine.merge.values import set_in
 from gwpolicy.sandbox import builtin, gotypes
 from gwpolicy.sandbox.persist import Persistence
 from gwpolicy.sandbox.resources import Registry, Resource

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from gwpolicy import serve
-from gwpolicy.cli.args import HelpFormatter, Parser, program_name
-from gwpolicy.controller import defaults
 from gwpolicy.controller.app import Options as ControllerOptions
-from gwpolicy.controller.endpoints import ListenError
-from gwpolicy.status import DEFAULT_CONTROLLER
+from gwpolicy.engine.status import DEFAULT_CONTROLLER
+from gwpolicy.kube import defaults, serve
+from gwpolicy.kube.args import HelpFormatter, Parser, program_name
+from gwpolicy.kube.endpoints import ListenError
 from gwpolicy.webhook.review import Options as ReviewOptions
 from gwpolicy.webhook.server import WebhookOptions, WebhookProcess
 

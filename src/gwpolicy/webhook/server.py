@@ -22,14 +22,14 @@ import orjson
 from aiohttp import web
 from lightkube import ApiError
 
-from gwpolicy.controller import kube
 from gwpolicy.controller.app import Controller
 from gwpolicy.controller.app import Options as ControllerOptions
-from gwpolicy.controller.kube import BUILTIN, CRD, Kind
-from gwpolicy.controller.loop import synced_bursts
 from gwpolicy.controller.model import ClusterModel
-from gwpolicy.refs import GATEWAY_GROUP
-from gwpolicy.webhook import certs
+from gwpolicy.engine.refs import GATEWAY_GROUP
+from gwpolicy.kube import certs
+from gwpolicy.kube import client as kube
+from gwpolicy.kube.client import BUILTIN, CRD, Kind
+from gwpolicy.kube.loop import synced_bursts
 from gwpolicy.webhook.review import Options as ReviewOptions
 from gwpolicy.webhook.review import review
 

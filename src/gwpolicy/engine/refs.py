@@ -62,7 +62,7 @@ class Ref(NamedTuple):
 
 def parse_ref(text: str, *, group_of: "dict[str, str] | None" = None, namespaced: bool | None = None) -> Ref:
     """Parse `Kind/ns/name#section` or `Kind/name` (S1.1); group comes from `group_of` or known kinds."""
-    from gwpolicy.kinds import default_group
+    from gwpolicy.engine.kinds import default_group
 
     section = None
     if "#" in text:

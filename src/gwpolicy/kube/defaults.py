@@ -59,7 +59,7 @@ def kube_config(kubeconfig: str | None, context: str | None) -> Any:
     from lightkube import KubeConfig
     from lightkube.core.exceptions import ConfigError
 
-    from gwpolicy.cli.kubeconfig import load_kubeconfig
+    from gwpolicy.kube.kubeconfig import load_kubeconfig
 
     config: Any
     if kubeconfig:

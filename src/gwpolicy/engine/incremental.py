@@ -26,17 +26,17 @@ from collections import Counter
 from itertools import chain, filterfalse
 from typing import AbstractSet, Any, Iterable, cast
 
-from gwpolicy.analysis import Analysis, _level_entry
-from gwpolicy.attach import TargetOutcome, resolve_targets
-from gwpolicy.effective import EMPTY_TRAIL, Evaluator, KindKey, LevelEntry, Pairs, Result, Summary, trail_through
-from gwpolicy.grants import ReferenceGrants
-from gwpolicy.kinds import ROUTE_KINDS, split_api_version
-from gwpolicy.merge.fieldmerge import Contribution
-from gwpolicy.model import Obj, ObjectIndex
-from gwpolicy.policies import TARGET_FIELDS, Policy, PolicyKind, parse_policy
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
-from gwpolicy.shapes import list_map_problem, object_problem
-from gwpolicy.topology import (
+from gwpolicy.engine.analysis import Analysis, _level_entry
+from gwpolicy.engine.attach import TargetOutcome, resolve_targets
+from gwpolicy.engine.effective import EMPTY_TRAIL, Evaluator, KindKey, LevelEntry, Pairs, Result, Summary, trail_through
+from gwpolicy.engine.grants import ReferenceGrants
+from gwpolicy.engine.kinds import ROUTE_KINDS, split_api_version
+from gwpolicy.engine.merge.fieldmerge import Contribution
+from gwpolicy.engine.model import Obj, ObjectIndex
+from gwpolicy.engine.policies import TARGET_FIELDS, Policy, PolicyKind, parse_policy
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.engine.shapes import list_map_problem, object_problem
+from gwpolicy.engine.topology import (
     PathNode,
     Topology,
     _add_backend,
@@ -125,7 +125,7 @@ def _apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) 
     if obj.kind in ROUTE_KINDS:
         return update_route(a, obj, new)
     if new is not None and object_problem(new) is not None:
-        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.shapes)
+        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.engine.shapes)
     if (obj.group, obj.kind) == (GATEWAY_GROUP, "Gateway"):
         return update_gateway(a, obj, new)
     if (obj.group, obj.kind) == (CORE_GROUP, "Service"):
@@ -221,7 +221,7 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
     if kind is None:
         return None
     if raw is not None and (object_problem(raw) is not None or _misfits_schema(raw, kind)):
-        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.shapes)
+        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.engine.shapes)
     if raw is not None:
         spec = raw.get("spec")
         if kind.recognized_by == "name-heuristic" and not (isinstance(spec, dict) and any(f in spec for f in TARGET_FIELDS)):
@@ -931,7 +931,7 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     if ref.group != GATEWAY_GROUP or ref.kind not in ROUTE_KINDS or ref.namespace is None:
         return None
     if raw is not None and object_problem(raw) is not None:
-        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.shapes)
+        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.engine.shapes)
     if ref.namespace not in a.index.namespaces:
         return None
     index = a.index

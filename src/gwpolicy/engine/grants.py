@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gwpolicy.model import ObjectIndex
-from gwpolicy.refs import GATEWAY_GROUP
+from gwpolicy.engine.model import ObjectIndex
+from gwpolicy.engine.refs import GATEWAY_GROUP
 
 
 class ReferenceGrants:

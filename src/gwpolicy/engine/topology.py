@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Iterator
 
-from gwpolicy.grants import ReferenceGrants
-from gwpolicy.kinds import PROTOCOL_ROUTE_KINDS, ROUTE_KINDS
-from gwpolicy.model import Obj, ObjectIndex
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.engine.grants import ReferenceGrants
+from gwpolicy.engine.kinds import PROTOCOL_ROUTE_KINDS, ROUTE_KINDS
+from gwpolicy.engine.model import Obj, ObjectIndex
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 
 if TYPE_CHECKING:  # effective.py imports this module: for the annotation of `PathNode.summary` only
-    from gwpolicy.effective import Summary
+    from gwpolicy.engine.effective import Summary
 
 
 class PathNode:

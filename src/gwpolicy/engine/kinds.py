@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP
 
 ROUTE_KINDS = ("HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute")
 
