@@ -829,9 +829,9 @@ def _scenarios(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gwpolicy.bench.run import _at_least, route_counts
+    from gwpolicy.bench.generate import at_least, route_counts
 
-    _positive = _at_least(1)
+    _positive = at_least(1)
     p = argparse.ArgumentParser(prog="gwpolicy bench dataplane", description=(__doc__ or "").splitlines()[0],
                                 epilog="examples:\n  gwpolicy bench dataplane --quick\n"
                                        "  gwpolicy bench dataplane --sizes 20000 --scenarios '' --rounds 5\n"

@@ -40,12 +40,12 @@ from gwpolicy.bench.gateway import (
     EDIT_SERVICE,
     ROUTE0,
     ROUTE0_HOST,
-    _cert,
     first_request_showing,
     gateway_cluster,
     print_report,
     request,
     route0_server,
+    self_signed_cert,
     sizes_of,
     sizes_parser,
     table_head,
@@ -123,7 +123,7 @@ def _children_cpu() -> float:
 
 
 def cluster(routes: int, workdir: Path, echo_a: Any, echo_b: Any) -> list[dict[str, Any]]:
-    base = with_edit_backend(list(gateway_cluster(routes, _cert(workdir), echo={"svc-000000": (echo_a.address, echo_a.port)})),
+    base = with_edit_backend(list(gateway_cluster(routes, self_signed_cert(workdir), echo={"svc-000000": (echo_a.address, echo_a.port)})),
                              echo_b.address, echo_b.port)
     objs = base + policy_kinds() + gateway_policies(base)
     for o in objs:

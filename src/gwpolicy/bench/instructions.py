@@ -120,7 +120,7 @@ def dump_total(path: str, label: str) -> int:
 
 def child(path: str, outdir: str) -> dict[str, Any]:
     """Run under callgrind: feed the model, count the full analysis and each edit."""
-    from gwpolicy.bench.controller_inproc import EDITS, fed_model
+    from gwpolicy.bench.edits import EDITS, fed_model
 
     windows = Windows(outdir)
     out: dict[str, Any] = {}
@@ -286,7 +286,7 @@ def count_opcodes(work: Callable[[], Any]) -> tuple[collections.Counter, collect
 
 def opcodes_child(path: str, wanted: int, top: int) -> dict[str, Any]:
     """Feed the model, run the edits before `wanted` untraced, and count `wanted`'s bytecodes."""
-    from gwpolicy.bench.controller_inproc import EDITS, fed_model
+    from gwpolicy.bench.edits import EDITS, fed_model
 
     model, objects, routes = fed_model(path)
     model.reconcile()

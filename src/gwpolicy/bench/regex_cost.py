@@ -106,8 +106,8 @@ def measure(args: argparse.Namespace) -> list[str]:
 
     cases = ACCEPTED + (REFUSED if args.refused else [])
     if args.refused:  # show what the dialect prevents: its repetition check off, for this process only
-        pathregex._repetition_problem = lambda value: None
-        pathregex._problem.cache_clear()
+        pathregex.repetition_problem = lambda value: None
+        pathregex.path_problem.cache_clear()
     with socket.socket() as s:
         s.bind((ADDR, 0))
         port = s.getsockname()[1]

@@ -76,7 +76,8 @@ class _Words:
 
 def _analysis(words: "_Words") -> Any:
     """The analysis of the -f files (or the cluster), quietly: completion must never print errors."""
-    from gwpolicy.cli.main import _load, build_parser
+    from gwpolicy.cli.loading import load_analysis
+    from gwpolicy.cli.parser import build_parser
     from gwpolicy.kube.kubeconfig import context_namespace
 
     kubeconfig, context = words.last("kubeconfig"), words.last("context")
@@ -85,7 +86,7 @@ def _analysis(words: "_Words") -> Any:
     args.filename = words.values.get("filename") or None
     args.kubeconfig, args.context = kubeconfig, context
     with contextlib.redirect_stderr(io.StringIO()):
-        a, _ = _load(args, namespace)
+        a, _ = load_analysis(args, namespace)
     return a, namespace
 
 
@@ -115,7 +116,7 @@ def _names_of(a: Any, type_text: str, namespace: str, all_ns: bool) -> list[str]
 
 def candidates(words: Sequence[str]) -> tuple[list[str], int]:
     """What may come next after `words` (the last one is the word being typed, maybe empty)."""
-    from gwpolicy.cli.main import build_parser
+    from gwpolicy.cli.parser import build_parser
 
     parser = build_parser()
     *done, current = list(words) or [""]
@@ -176,7 +177,7 @@ def _flag_values(flag: str, action: argparse.Action, state: _Words) -> tuple[lis
     if action.choices:
         return [str(c) for c in action.choices], DIRECTIVE_NO_FILES
     if flag in ("-o", "--output"):
-        from gwpolicy.cli.main import GET_FORMATS
+        from gwpolicy.cli.parser import GET_FORMATS
         return list(GET_FORMATS) + ["jsonpath=", "custom-columns="], DIRECTIVE_NO_FILES
     if flag in FILE_FLAGS:
         return [], DIRECTIVE_DEFAULT

@@ -29,6 +29,7 @@ from gwpolicy.kube.endpoints import ListenError, healthz, metrics, serve_endpoin
 from gwpolicy.kube.informer import Informer
 from gwpolicy.kube.leader import LeaderElector
 from gwpolicy.kube.loop import synced_bursts
+from gwpolicy.kube.process import shut_down
 from gwpolicy.kube.writer import Job, StatusWriters
 
 log = logging.getLogger("gwpolicy.controller")
@@ -498,22 +499,3 @@ class Controller:
         if self.effective is not None:
             await self.effective.stop()
         await shut_down(self.tasks, list(self.informers.values()), self.runner, self.client)
-
-
-async def shut_down(tasks: list[asyncio.Task], informers: list[Informer], runner: web.AppRunner | None,
-                    client: AsyncClient | None) -> None:
-    """The end of a process that watches (the controller, the gateway): its tasks cancelled and
-    awaited, its informers stopped, its HTTP endpoints and API client closed."""
-    for t in tasks:
-        t.cancel()
-    for i in informers:
-        await i.stop()
-    for t in tasks:
-        try:
-            await t
-        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: a task's end is not news
-            pass
-    if runner:
-        await runner.cleanup()
-    if client:
-        await kube.close_client(client)

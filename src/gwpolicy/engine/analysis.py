@@ -250,7 +250,7 @@ def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None
         for o in outs:
             if o.reason == ACCEPTED and o.declared is not None:
                 attached.setdefault((p.kind.key, o.declared), []).append(p)
-    entries = {key: _level_entry(kinds[key[0]], ps, outcomes, key[1]) for key, ps in attached.items()}
+    entries = {key: level_entry(kinds[key[0]], ps, outcomes, key[1]) for key, ps in attached.items()}
     clock.lap("attachment")
     evaluator = Evaluator(kinds, entries, index)
     per_target: dict[Ref, dict[PathNode, Pairs]] | None = {} if by_target else None
@@ -280,7 +280,7 @@ class _Clock:
             self.t = now
 
 
-def _level_entry(kind: PolicyKind, policies: list[Policy], outcomes: dict[Ref, list[TargetOutcome]],
+def level_entry(kind: PolicyKind, policies: list[Policy], outcomes: dict[Ref, list[TargetOutcome]],
                  target: Ref) -> LevelEntry:
     """Settle conflicts among the policies of one kind on one target and keep what they give."""
     entry = LevelEntry()

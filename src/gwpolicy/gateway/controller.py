@@ -39,7 +39,6 @@ from aiohttp import web
 from lightkube import ApiError, AsyncClient
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gwpolicy.controller.app import shut_down
 from gwpolicy.engine.analysis import utc_now
 from gwpolicy.engine.kinds import split_api_version
 from gwpolicy.engine.model import Obj
@@ -66,6 +65,7 @@ from gwpolicy.kube.endpoints import ListenError, healthz, metrics, serve_endpoin
 from gwpolicy.kube.informer import Informer
 from gwpolicy.kube.leader import LEASE, LeaderElector
 from gwpolicy.kube.loop import synced_bursts
+from gwpolicy.kube.process import shut_down
 from gwpolicy.kube.writer import Job, StatusWriters
 
 log = logging.getLogger("gwpolicy.gateway")

@@ -8,8 +8,7 @@ import hashlib
 from typing import Any
 
 from gwpolicy.engine import names
-from gwpolicy.engine.grants import ReferenceGrants
-from gwpolicy.engine.grants import _from_key as grant_from_key
+from gwpolicy.engine.grants import ReferenceGrants, grant_from_key
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.engine.topology import PathNode, namespace_ref
 from gwpolicy.gateway import backendtls, policies, policyconf
