@@ -1,4 +1,4 @@
-"""The loop the controller, the webhook and the gateway share (controller/loop.py): one pass per
+"""The loop the controller, the webhook and the gateway share (kube/loop.py): one pass per
 burst of events, none before every informer has listed, `busy` exactly while a pass runs."""
 
 from __future__ import annotations

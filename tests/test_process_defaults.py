@@ -2,7 +2,7 @@
 each given nothing but `--kubeconfig`, all three at once against a fresh `gwpolicy sandbox`, each do
 their job (the controller writes policy status, the gateway accepts its GatewayClass, starts NGINX
 and serves a route, the webhook registers itself and warns on `kubectl apply`); and the flags they
-share (controller/defaults.py) read the same in all three.
+share (kube/defaults.py) read the same in all three.
 
 The defaults are machine-wide (ports 8080, 8081, 8082 and 9443 on 127.0.0.1): a lock file keeps two
 runs of this module on one machine from meeting."""

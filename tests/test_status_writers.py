@@ -1,4 +1,4 @@
-"""The status writers the controller and the gateway share (controller/writer.py): one worker per
+"""The status writers the controller and the gateway share (kube/writer.py): one worker per
 object at a time, a failing write put back and the workers alive, a woken worker starts at once,
 and cancellation ends them."""
 

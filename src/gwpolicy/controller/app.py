@@ -93,7 +93,7 @@ class Metrics:
 
 @dataclass
 class Options(ProcessOptions):
-    """The controller's options: the shared ones (controller/defaults.py) and its own."""
+    """The controller's options: the shared ones (kube/defaults.py) and its own."""
 
     controller_name: str = DEFAULT_CONTROLLER
     namespace: str | None = None  # write only inside it (reads stay cluster-wide)
@@ -114,7 +114,7 @@ def unordered(status: dict[str, Any]) -> dict[str, Any]:
 
 
 class Controller:
-    command = "controller"  # its defaults (controller/defaults.py)
+    command = "controller"  # its defaults (kube/defaults.py)
     listen_flag = "--listen"  # the option that sets `Options.listen` (error messages name it)
 
     def __init__(self, opts: Options) -> None:
@@ -131,7 +131,7 @@ class Controller:
         self.high: dict[Ref, None] = {}  # policy status: first
         self.fresh: dict[Ref, None] = {}  # breadcrumbs a change since the last analysis caused: before the backlog
         self.low: dict[Ref, None] = {}  # breadcrumbs: after, rate-limited
-        #: the write workers (controller/writer.py); `queue_event` tells them something is queued
+        #: the write workers (kube/writer.py); `queue_event` tells them something is queued
         self.writers = StatusWriters(self._next_write, self._requeue, self.metrics.errors.labels("write").inc,
                                      after=self._gauge)
         self.queue_event = self.writers.wake
@@ -288,7 +288,7 @@ class Controller:
         return None, False
 
     def _next_write(self) -> Job[Ref] | None:
-        """The writers' next job (controller/writer.py): the next object and its write."""
+        """The writers' next job (kube/writer.py): the next object and its write."""
         ref, paced = self._take()
         if ref is None:
             return None

@@ -115,7 +115,7 @@ class Metrics:
 
 @dataclass
 class GatewayOptions(ProcessOptions):
-    """The gateway's options: the shared ones (controller/defaults.py) and its own."""
+    """The gateway's options: the shared ones (kube/defaults.py) and its own."""
 
     controller_name: str = GATEWAY_CONTROLLER
     field_manager: str = "gwpolicy-gateway"
@@ -885,7 +885,7 @@ class GatewayController:
         return not self.opts.leader_election or (self.elector is not None and self.elector.is_leader)
 
     def _next_write(self) -> Job[Ref] | None:
-        """The writers' next job (controller/writer.py): the first queued object no worker holds."""
+        """The writers' next job (kube/writer.py): the first queued object no worker holds."""
         if not self.leading:
             return None
         ref = next((r for r in self.queue if r not in self.writing), None)

@@ -36,7 +36,8 @@ def parse(argv: list[str]) -> WebhookOptions:
                     "target, or beaten; it can deny conflicts and invalid policies instead. It answers from "
                     "a model of the cluster kept by informers.")
     defaults.add_arguments(p, "webhook", listen_flag="--health-listen", leader_election=False)
-    p.add_argument("--port", type=int, default=9443, help="HTTPS port of /validate (0 picks one)")
+    p.add_argument("--port", type=int, default=defaults.ADMISSION_PORT,
+                   help="HTTPS port of /validate (0 picks one)")
     p.add_argument("--listen-address", default=defaults.host(),
                    help="address to serve /validate on (default: 127.0.0.1, in a pod 0.0.0.0)")
     p.add_argument("--deny-invalid", action="store_true", help="deny a policy that would be Invalid")
