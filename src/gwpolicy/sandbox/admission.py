@@ -26,8 +26,9 @@ import aiohttp
 import orjson
 
 from gwpolicy.engine.topology import selector_matches
+from gwpolicy.sandbox.objects import ApiFailure
 from gwpolicy.sandbox.resources import Resource
-from gwpolicy.sandbox.store import ApiFailure, Store
+from gwpolicy.sandbox.store import Store
 
 log = logging.getLogger("gwpolicy.sandbox.admission")
 

@@ -26,10 +26,13 @@ from aiohttp import web
 from gwpolicy.files.load import BoundedLoader
 from gwpolicy.sandbox import protobuf
 from gwpolicy.sandbox.admission import Admission, Call, warning_header
+from gwpolicy.sandbox.faults import FaultRule
+from gwpolicy.sandbox.objects import ApiFailure, Event
 from gwpolicy.sandbox.persist import DataDirError
 from gwpolicy.sandbox.protobuf import ProtobufError
 from gwpolicy.sandbox.resources import Resource
-from gwpolicy.sandbox.store import LIST_EXPIRED, ApiFailure, Event, FaultRule, Store, field_matcher, label_matcher
+from gwpolicy.sandbox.selectors import field_matcher, label_matcher
+from gwpolicy.sandbox.store import LIST_EXPIRED, Store
 from gwpolicy.sandbox.table import table
 
 log = logging.getLogger("gwpolicy.sandbox")
