@@ -247,8 +247,9 @@ def _free_port() -> int:
 
 def test_the_sidecar_starts_nginx_again_when_it_exits_by_itself_and_sigint_stops_it(state):
     """No gateway: a configuration written by hand. The sidecar starts NGINX once `current` holds
-    one, starts it again when it exits without being told (the gateway quits a master that fails
-    its adoption checks), and stops it on SIGINT."""
+    one and starts it again when it exits without being told (the gateway quits a master that fails
+    its adoption checks); after a SIGKILL of the sidecar NGINX serves on, the next sidecar takes it
+    over rather than starting a second one, and its SIGINT stops it."""
     port = _free_port()
     sidecar = SidecarProcess(state)
     try:
@@ -265,6 +266,13 @@ def test_the_sidecar_starts_nginx_again_when_it_exits_by_itself_and_sigint_stops
                            what=f"NGINX started again\n{sidecar.tail()}")
         wait_until(lambda: request("127.0.26.250", port, "/")[2] == b"one", 10, what="NGINX serving again")
         assert _parent(again) == sidecar.proc.pid
+        sidecar.proc.kill()  # SIGKILL, out of a container: NGINX serves on, and the next sidecar takes it over
+        sidecar.proc.wait(5)
+        assert alive(again) and request("127.0.26.250", port, "/")[2] == b"one"
+        sidecar = SidecarProcess(state)
+        wait_until(lambda: "took over the NGINX master pid %d" % again in sidecar.tail(), 15,
+                   what=f"the orphaned NGINX taken over\n{sidecar.tail()}")
+        assert sidecar.master() == again
         assert sidecar.stop(signal.SIGINT) == 0
         assert not alive(again)
     finally:

@@ -13,7 +13,9 @@ Signals: SIGTERM and SIGQUIT stop NGINX gracefully (its SIGQUIT: requests in fli
 by worker_shutdown_timeout; then SIGTERM after --stop-timeout, SIGKILL 5 s later) and end this
 process with status 0; SIGINT stops it at once (NGINX's SIGTERM). An NGINX that exits on its own
 (or is stopped by the gateway, which stops a master that fails its adoption checks) is started
-again from `current`, after a pause that grows from 0.2 s to 5 s while it keeps failing.
+again from `current`, after a pause that grows from 0.2 s to 5 s while it keeps failing. A sidecar
+that finds the master an earlier one recorded still running (that one was killed with SIGKILL, out
+of a container) takes it over instead of starting a second NGINX.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from types import FrameType
 
 from gwpolicy import serve
 from gwpolicy.cli.args import HelpFormatter, Parser, program_name
-from gwpolicy.gateway.nginx import SIDECAR_FILE, NginxError, nginx_command, nginx_version, start_time
+from gwpolicy.gateway.nginx import SIDECAR_FILE, NginxError, nginx_command, nginx_version, sidecar_master, start_time
 
 log = logging.getLogger("gwpolicy.nginx-sidecar")
 
@@ -85,38 +87,52 @@ class Sidecar:
         return 0
 
     def _serve(self) -> int | None:
-        """Start NGINX, wait until it ends (stopping it when a signal says so); its exit status."""
-        with open(self.root / "logs" / "stderr.log", "ab") as err:
-            # a session of its own: a terminal's Ctrl-C reaches NGINX only through this process
-            self.proc = subprocess.Popen(nginx_command(self.opts.nginx, self.root), stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, cwd=self.root)
-        proc = self.proc
-        start = start_time(proc.pid)
-        if start is not None:
-            self._record(proc.pid, start)
-        target = os.readlink(self.root / "current") if (self.root / "current").is_symlink() else "current"
-        log.info("started NGINX (master pid %d) on %s -> %s", proc.pid, self.root / "current", target)
+        """Start NGINX (or take over the one an earlier sidecar on this root left running), wait
+        until it ends, stopping it when a signal says so; its exit status, when it was our child."""
+        found = sidecar_master(self.root)
+        if found is not None:  # an earlier sidecar was killed, its NGINX serves on: watch it instead
+            pid, start = found
+            log.info("took over the NGINX master pid %d an earlier nginx-sidecar left running on %s", pid, self.root)
+        else:
+            with open(self.root / "logs" / "stderr.log", "ab") as err:
+                # a session of its own: a terminal's Ctrl-C reaches NGINX only through this process
+                self.proc = subprocess.Popen(nginx_command(self.opts.nginx, self.root), stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                                             cwd=self.root)
+            pid, start = self.proc.pid, start_time(self.proc.pid) or ""
+            self._record(pid, start)
+            target = os.readlink(self.root / "current") if (self.root / "current").is_symlink() else "current"
+            log.info("started NGINX (master pid %d) on %s -> %s", pid, self.root / "current", target)
         sent = False
-        while proc.poll() is None:
+        while self._running(pid, start):
             if self.stopping is not None and not sent:
-                self._stop(proc)
+                self._stop(pid, start)
                 sent = True
             time.sleep(self.poll)
         (self.root / SIDECAR_FILE).unlink(missing_ok=True)
+        code = self.proc.returncode if self.proc is not None else None
         self.proc = None
-        return proc.returncode
+        return code
 
-    def _stop(self, proc: subprocess.Popen[bytes]) -> None:
+    def _running(self, pid: int, start: str) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return start_time(pid) == start  # not our child: someone else reaps it
+
+    def _stop(self, pid: int, start: str) -> None:
         steps = ([(signal.SIGQUIT, self.opts.stop_timeout)] if self.stopping == GRACEFUL else []) + \
             [(signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)]
         for sig, wait in steps:
-            log.info("sending %s to NGINX (master pid %d)", signal.Signals(sig).name, proc.pid)
-            try:
-                proc.send_signal(sig)
-                proc.wait(wait)
+            if not self._running(pid, start):
                 return
-            except subprocess.TimeoutExpired:
-                continue
+            log.info("sending %s to NGINX (master pid %d)", signal.Signals(sig).name, pid)
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                return
+            end = time.monotonic() + wait
+            while self._running(pid, start) and time.monotonic() < end:
+                time.sleep(0.02)
 
     def _record(self, pid: int, start: str) -> None:
         tmp = self.root / f".{SIDECAR_FILE}.{os.getpid()}"
