@@ -287,6 +287,7 @@ class Renderer:
             kw["address_pool"] = self.opts.address_pool
         if self.opts.pod_addresses:
             kw["addresses"] = EVERY_ADDRESS
+            kw["any_address"] = True
         return DataPlaneConfig(**kw)
 
     def build(self, analysis: Any, epoch: Any = None, left_out: Any = None) -> tuple[Any, dict[str, bytes]]:
@@ -502,7 +503,7 @@ class GatewayController:
         self.writing: set[Ref] = set()  # objects a write worker holds
         self.nginx_thread = ThreadPoolExecutor(1, thread_name_prefix="nginx")
         #: the analysis and facts, kept up to date in place (gateway/state.py)
-        self.state = GatewayState(self.objects, opts.controller_name, _kind_checks())
+        self.state = GatewayState(self.objects, opts.controller_name, _kind_checks(), any_address=opts.pod_addresses)
         self.policy_wanted: dict[Ref, Any] = {}  # the policies' part of `wanted`
         self.recheck_all = True  # the next reconcile compares every object of ours, changed or not
         self.last_reconcile: dict[str, float] = {}  # seconds per step of the last reconcile (/statusz, the bench)

@@ -95,7 +95,7 @@ class Sidecar:
             log.info("took over the NGINX master pid %d an earlier nginx-sidecar left running on %s", pid, self.root)
         else:
             with open(self.root / "logs" / "stderr.log", "ab") as err:
-                # a session of its own: a terminal's Ctrl-C reaches NGINX only through this process
+                # setsid(2): a terminal's Ctrl-C reaches NGINX only through this process
                 self.proc = subprocess.Popen(nginx_command(self.opts.nginx, self.root), stdin=subprocess.DEVNULL,
                                              stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
                                              cwd=self.root)
