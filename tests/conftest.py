@@ -24,7 +24,10 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helper modules, from any folder below
+TESTS = Path(__file__).resolve().parent
+#: the helper modules here, and the test modules of every area folder, importable by name from any folder
+#: (`from test_gateway_render import nginx_t`): module names are unique across the folders
+sys.path[:0] = [str(TESTS)] + sorted(str(d) for d in TESTS.iterdir() if d.is_dir() and any(d.glob("test_*.py")))
 
 import kube_apiserver  # noqa: E402
 import tiers  # noqa: E402
@@ -35,7 +38,7 @@ SERVERS = [s.strip() for s in os.environ.get("GWPOLICY_TEST_SERVERS", "sandbox,k
 
 #: modules whose every test reads ../shared (the translated conformance cases)
 ABOUT_SHARED = ["test_gateway_conformance.py", "test_gateway_status.py", "test_gateway_policies_tls.py"]
-collect_ignore = [] if SHARED.is_dir() else ABOUT_SHARED
+collect_ignore_glob = [] if SHARED.is_dir() else [f"**/{name}" for name in ABOUT_SHARED]
 
 
 @pytest.fixture(params=SERVERS)

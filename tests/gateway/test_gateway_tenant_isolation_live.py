@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(not have_nginx(), reason="NGINX is not installed
 POOL = "127.0.55.0/25"
 ADDRESS = "127.0.55.1"  # the pool's first address: the Gateway's
 BACKENDS = "127.0.55.200"
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 GW = "gateway.networking.k8s.io"
 PLURALS = {"HTTPRoute": (f"/apis/{GW}/v1", "httproutes"), "Gateway": (f"/apis/{GW}/v1", "gateways"),
            "BackendTLSPolicy": (f"/apis/{GW}/v1", "backendtlspolicies")}

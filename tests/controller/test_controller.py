@@ -62,7 +62,7 @@ def test_controller_writes_what_gwpolicy_status_computes(kind: str, path: Path, 
     assert not problems, f"{path.relative_to(CONFORMANCE)}:\n  " + "\n  ".join(problems)
 
 
-PARABLE = Path(__file__).resolve().parent.parent / "examples" / "parable"
+PARABLE = Path(__file__).resolve().parents[2] / "examples" / "parable"
 
 
 def parable() -> list[dict]:

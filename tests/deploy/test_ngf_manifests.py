@@ -20,7 +20,7 @@ import yaml
 from sandbox_proc import GW_CRDS, SandboxProcess
 from test_sandbox_builtin import _contains, _without_server_fields
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "deploy" / "crds" / "gateway.nginx.org"
 DATA = ROOT / "tests" / "data" / "ngf"
 GROUP = "gateway.nginx.org"

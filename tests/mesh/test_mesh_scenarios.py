@@ -20,7 +20,7 @@ from gwpolicy.refs import parse_ref
 from helpers import NOW, run_cli, write_manifests
 from test_conformance import _ref_matches, _source_text, check_scenario
 
-DIR = Path(__file__).resolve().parent / "data" / "mesh-scenarios"
+DIR = Path(__file__).resolve().parents[1] / "data" / "mesh-scenarios"
 SCENARIOS = sorted(DIR.glob("*.yaml"))
 MESH_CONTROLLER = "gwpolicy.io/mesh-controller"
 CLUSTER_SCOPED = {"Namespace", "XMesh", "ExternalService", "GatewayClass"}

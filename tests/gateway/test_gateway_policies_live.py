@@ -23,7 +23,7 @@ from sandbox_proc import GW_CRDS, SandboxProcess
 NS = "poltest"
 POOL = "127.0.32.0/24"
 BACKEND_IP = "127.0.33.1"
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 def _apply(sb: SandboxProcess, *objs: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ import pytest
 import gwpolicy.cli.main as cli
 from gwpolicy.sandbox import seed, server
 
-PARABLE = Path(__file__).resolve().parent.parent / "examples" / "parable"
+PARABLE = Path(__file__).resolve().parents[2] / "examples" / "parable"
 
 
 class Parsed(dict):

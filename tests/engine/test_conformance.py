@@ -13,7 +13,7 @@ from helpers import CONFORMANCE, NOW, needs_shared, run_cli, scenario_files, wri
 
 SCENARIOS = scenario_files()
 #: the project's own corners, in the same format, beside the shared ones
-PROJECT_SCENARIOS = sorted((Path(__file__).resolve().parent / "scenarios").glob("**/*.yaml"))
+PROJECT_SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("**/*.yaml"))
 CONTROLLER = "gwpolicy.io/policy-controller"
 
 

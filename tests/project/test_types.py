@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "gwpolicy"
 
 #: the engine from objects to effective policy and status: the compiled core (tests/test_compiled.py)

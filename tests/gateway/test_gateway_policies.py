@@ -20,7 +20,7 @@ from gwpolicy.gateway import policyconf as pc
 from gwpolicy.gateway.policies import values as pv
 from helpers import needs_shared
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEEDS = ROOT.parent / "shared" / "conformance" / "seeds"
 POLICY_FILES = sorted((ROOT / "deploy").glob("4[0-9]-*.yaml")) + sorted((ROOT / "deploy" / "policykinds").glob("4[0-9]-*.yaml"))
 

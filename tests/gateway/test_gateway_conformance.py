@@ -36,7 +36,7 @@ from gateway_proc import GatewayProcess, request, wait_until
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.facts import SUPPORTED_FEATURES
 
-CRDS = Path(__file__).resolve().parent.parent / "deploy" / "gateway-api" / "experimental"
+CRDS = Path(__file__).resolve().parents[2] / "deploy" / "gateway-api" / "experimental"
 
 
 def _free_net() -> tuple[int, Any]:

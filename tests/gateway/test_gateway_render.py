@@ -28,7 +28,7 @@ from gwpolicy.gateway.render import render
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 from gwpolicy.topology import hostnames_intersect
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
 
 def load(path: Path) -> list[dict[str, Any]]:

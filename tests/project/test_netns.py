@@ -31,7 +31,7 @@ from netns import CLUSTER_IPS, Fabric, Host, leftovers, run_in_thread, sweep
 WHY = netns.unavailable()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"network namespaces cannot be made here: {WHY}")
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 TIMEOUT = 5.0
 
 

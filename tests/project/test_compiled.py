@@ -20,7 +20,7 @@ from gwpolicy import compiled
 from gwpolicy.bench.generate import write_yaml
 from helpers import NOW, needs_shared
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "conformance"
 BUILT = compiled.MANIFEST.is_file()
 needs_build = pytest.mark.skipif(not BUILT, reason="the core is not compiled here (python -m gwpolicy.corebuild build)")

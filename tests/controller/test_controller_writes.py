@@ -10,7 +10,7 @@ import yaml
 
 from kube_harness import Cluster
 
-PARABLE = Path(__file__).resolve().parent.parent / "examples" / "parable"
+PARABLE = Path(__file__).resolve().parents[2] / "examples" / "parable"
 
 
 def parable() -> list[dict]:

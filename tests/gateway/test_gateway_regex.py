@@ -502,7 +502,7 @@ def test_gwpolicy_render_prints_the_golden_regex_configuration() -> None:
     the quoted expression that holds NGINX syntax, the refused one nowhere."""
     from helpers import run_cli
 
-    golden = Path(__file__).parent / "golden" / "gateway-regex"
+    golden = Path(__file__).resolve().parents[1] / "golden" / "gateway-regex"
     run = run_cli("render", "-f", str(golden / "input.yaml"), "--file", "servers.conf", "--file", "maps.conf",
                   *TEST_ENDPOINT_FLAGS)
     assert run.code == 0, run.err

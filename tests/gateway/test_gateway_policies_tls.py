@@ -19,7 +19,7 @@ from gwpolicy.analysis import analyse
 from gwpolicy.gateway import backendtls as bt
 from gwpolicy.refs import Ref
 
-CASES = Path(__file__).resolve().parent.parent.parent / "shared" / "gateway-conformance"
+CASES = Path(__file__).resolve().parents[3] / "shared" / "gateway-conformance"
 NOW = "2026-01-01T00:00:00Z"
 
 

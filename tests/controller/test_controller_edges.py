@@ -26,7 +26,7 @@ from gwpolicy.sandbox.store import ApiFailure
 from kube_harness import Cluster, cluster, key_of, offline_expectation, strip_times
 from sandbox_proc import BIN, SandboxProcess, wait_for
 
-PARABLE = Path(__file__).resolve().parent.parent / "examples" / "parable"
+PARABLE = Path(__file__).resolve().parents[2] / "examples" / "parable"
 OURS, THEIRS = "gwpolicy.io/policy-controller", "other.example.com/policy-controller"
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from gwpolicy.bench import dataplane, requestpath
 
-DATA = Path(__file__).parent / "data" / "requestpath"
+DATA = Path(__file__).resolve().parents[1] / "data" / "requestpath"
 NET = "127.0.97"
 needs_nginx = pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx is not installed (Debian: nginx)")
 

@@ -25,7 +25,7 @@ from gwpolicy.sandbox.store import ApiFailure, Store, is_builtin
 from helpers import needs_shared
 from sandbox_proc import SandboxProcess
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared"
 
 

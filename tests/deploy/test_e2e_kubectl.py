@@ -11,7 +11,7 @@ import yaml
 from helpers import CONFORMANCE, needs_shared
 from sandbox_proc import BIN, GW_CRDS, SandboxProcess, wait_for
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 @pytest.fixture

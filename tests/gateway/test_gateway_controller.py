@@ -208,7 +208,7 @@ def test_a_clean_stop_of_the_gateway_stops_its_nginx(env, tmp_path):
 
 def test_the_quickstart_runs_and_curls_through_nginx():
     """examples/quickstart/run.sh, as the README shows it: both backends answer by path, 404 elsewhere."""
-    script = Path(__file__).resolve().parent.parent / "examples" / "quickstart" / "run.sh"
+    script = Path(__file__).resolve().parents[2] / "examples" / "quickstart" / "run.sh"
     out = subprocess.run([str(script)], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, ADDRESS_POOL="127.0.24.0/24"))
     assert out.returncode == 0, out.stdout + out.stderr
@@ -276,7 +276,7 @@ def test_beside_the_policy_controller_neither_fights_and_enforced_policies_get_o
     from gwpolicy.status import DEFAULT_CONTROLLER as POLICY_CONTROLLER
 
     sb, gw, echo = env
-    deploy = Path(__file__).resolve().parent.parent / "deploy"
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
     sb.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(deploy / "10-policykind-crd.yaml"))
     sb.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(deploy / "41-timeoutpolicy.yaml"),
                "-f", str(deploy / "42-retrypolicy.yaml"))

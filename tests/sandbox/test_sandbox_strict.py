@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from sandbox_proc import GW_CRDS, SandboxProcess, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GW = "/apis/gateway.networking.k8s.io/v1"
 
 
