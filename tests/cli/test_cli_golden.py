@@ -1,20 +1,18 @@
 """Golden output of every command on the bundled parable (tables and JSON), as gwctl keeps it.
 
-Regenerate after an intended change with `GWPOLICY_UPDATE_GOLDEN=1 ./dev test tests/test_cli_golden.py`
-and read the diff: it is the change users will see.
+Kept in tests/golden/cli/; `./dev test --update-golden` rewrites them after an intended change, and
+`git diff` then shows the change users will see.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
+from golden_files import GOLDEN, check
 from helpers import NOW, ROOT, run_cli
 
 PARABLE = str(ROOT / "examples" / "parable")
 CHANGE = str(ROOT / "tests" / "data" / "cake-api-retries-edit.yaml")
-GOLDEN = ROOT / "tests" / "golden"
 
 CASES = {
     "get-policies-all": ["get", "policies", "-A"],
@@ -59,8 +57,4 @@ def test_golden(name: str) -> None:
     assert run.code == 0, run.err
     assert "Traceback" not in run.err
     got = run.out.replace(str(ROOT), "<root>")
-    path = GOLDEN / f"{name}.out"
-    if os.environ.get("GWPOLICY_UPDATE_GOLDEN"):
-        path.write_text(got)
-    assert path.exists(), f"no golden file {path.name}; run with GWPOLICY_UPDATE_GOLDEN=1 to create it"
-    assert got == path.read_text(), f"output of {' '.join(CASES[name])} changed; see {path}"
+    check(GOLDEN / "cli" / f"{name}.out", got)

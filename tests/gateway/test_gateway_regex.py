@@ -497,12 +497,12 @@ def test_a_host_with_hundreds_of_expressions_chains_its_maps_and_still_routes(wo
 
 
 def test_gwpolicy_render_prints_the_golden_regex_configuration() -> None:
-    """`gwpolicy render` of tests/golden/gateway-regex (regenerate with GWPOLICY_UPDATE_GOLDEN=1 and
-    tests/test_gateway_render.py, which also runs `nginx -t` on it): the regex rules in their maps,
+    """`gwpolicy render` of tests/golden/render/features/regex-paths (regenerate with GWPOLICY_UPDATE_GOLDEN=1 and
+    test_gateway_render.py, which also runs `nginx -t` on it): the regex rules in their maps,
     the quoted expression that holds NGINX syntax, the refused one nowhere."""
     from helpers import run_cli
 
-    golden = Path(__file__).resolve().parents[1] / "golden" / "gateway-regex"
+    golden = Path(__file__).resolve().parents[1] / "golden" / "render" / "features" / "regex-paths"
     run = run_cli("render", "-f", str(golden / "input.yaml"), "--file", "servers.conf", "--file", "maps.conf",
                   *TEST_ENDPOINT_FLAGS)
     assert run.code == 0, run.err

@@ -1,13 +1,12 @@
 """The pure data plane and its NGINX rendering: golden files, `nginx -t`, and the routing rules as
 properties (hostname intersection, match precedence) checked without a running NGINX.
 
-Regenerate the golden files after an intended change with
-`GWPOLICY_UPDATE_GOLDEN=1 ./dev test tests/test_gateway_render.py`.
+The golden files of the rendering (tests/golden/render/, one case per feature and per policy kind)
+are compared in test_gateway_golden.py.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import subprocess
@@ -28,7 +27,8 @@ from gwpolicy.gateway.render import render
 from gwpolicy.refs import GATEWAY_GROUP, Ref
 from gwpolicy.topology import hostnames_intersect
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "render"
+BASIC = GOLDEN / "features" / "basic" / "input.yaml"
 
 
 def load(path: Path) -> list[dict[str, Any]]:
@@ -51,29 +51,8 @@ def nginx_t(tmp: Path, files: dict[str, bytes]) -> subprocess.CompletedProcess[s
                           capture_output=True, text=True, timeout=120)
 
 
-# ---------------------------------------------------------------------------------------------
-# golden files
-
-
-@pytest.mark.parametrize("case", sorted(p.name for p in GOLDEN.glob("gateway-*") if p.is_dir()))
-def test_rendered_files_match_the_golden_ones(case: str) -> None:
-    d = GOLDEN / case
-    files = rendered(load(d / "input.yaml"))
-    if os.environ.get("GWPOLICY_UPDATE_GOLDEN"):
-        for old in d.rglob("*"):
-            if old.is_file() and old.name != "input.yaml":
-                old.unlink()
-        for rel, data in files.items():
-            (d / "out" / rel).parent.mkdir(parents=True, exist_ok=True)
-            (d / "out" / rel).write_bytes(data)
-    expected = {str(p.relative_to(d / "out")): p.read_bytes() for p in (d / "out").rglob("*") if p.is_file()}
-    assert sorted(files) == sorted(expected), "run with GWPOLICY_UPDATE_GOLDEN=1 after an intended change"
-    for rel in files:
-        assert files[rel].decode() == expected[rel].decode(), rel
-
-
 def test_rendering_is_deterministic_whatever_the_input_order() -> None:
-    objects = load(GOLDEN / "gateway-basic" / "input.yaml")
+    objects = load(BASIC)
     first = rendered(objects)
     for seed in range(3):
         shuffled = objects[:]
@@ -83,8 +62,10 @@ def test_rendering_is_deterministic_whatever_the_input_order() -> None:
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="NGINX is not installed (./dev test installs it)")
 def test_nginx_accepts_every_golden_tree(tmp_path: Path) -> None:
-    for case in sorted(p for p in GOLDEN.glob("gateway-*") if p.is_dir()):
-        out = nginx_t(tmp_path / case.name, rendered(load(case / "input.yaml")))
+    from test_gateway_golden import CASES, case_files
+
+    for case in CASES:
+        out = nginx_t(tmp_path / case.parent.name / case.name, {rel: text.encode() for rel, text in case_files(case).items()})
         assert out.returncode == 0, out.stderr
         assert "[warn]" not in out.stderr, out.stderr
 
@@ -103,7 +84,7 @@ def test_gwpolicy_render_prints_every_file_but_no_private_key(tmp_path: Path) ->
     from gateway_kit import self_signed, tls_secret
     from helpers import run_cli, write_manifests
 
-    objects = load(GOLDEN / "gateway-basic" / "input.yaml")
+    objects = load(BASIC)
     cert, key = self_signed(tmp_path, "c", ["secure.test"])
     objects[1]["spec"]["listeners"].append({"name": "https", "port": 18443, "protocol": "HTTPS",
                                             "tls": {"certificateRefs": [{"name": "cert"}]}})
@@ -123,7 +104,7 @@ def test_gwpolicy_render_prints_every_file_but_no_private_key(tmp_path: Path) ->
 
 
 def test_facts_name_what_was_not_programmed_and_why() -> None:
-    objects = load(GOLDEN / "gateway-basic" / "input.yaml")
+    objects = load(BASIC)
     objects[1]["spec"]["listeners"].append({"name": "tls", "port": 18443, "protocol": "HTTPS",
                                             "tls": {"certificateRefs": [{"name": "absent"}]}})
     objects[1]["spec"]["listeners"].append({"name": "udp", "port": 18444, "protocol": "UDP"})
@@ -139,14 +120,14 @@ def test_facts_name_what_was_not_programmed_and_why() -> None:
 
 
 def test_gateways_of_other_controllers_are_not_rendered() -> None:
-    objects = load(GOLDEN / "gateway-basic" / "input.yaml")
+    objects = load(BASIC)
     objects[0]["spec"]["controllerName"] = "example.io/other"
     dp = build_dataplane(analyse(objects), DataPlaneConfig(**TEST_ENDPOINTS))
     assert dp.servers == [] and dp.addresses == {}
 
 
 def test_addresses_come_from_the_pool_and_stay_with_the_status() -> None:
-    objects = load(GOLDEN / "gateway-basic" / "input.yaml")
+    objects = load(BASIC)
     del objects[1]["spec"]["addresses"]
     second = yaml.safe_load(yaml.safe_dump(objects[1]))
     second["metadata"]["name"] = "gw2"
@@ -235,7 +216,7 @@ def test_the_rule_nginx_picks_is_the_one_the_spec_ranks_first(rules_: list[Match
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="NGINX is not installed (./dev test installs it)")
 def test_values_from_manifests_cannot_break_or_smuggle_into_the_configuration(tmp_path: Path) -> None:
-    objects = load(GOLDEN / "gateway-basic" / "input.yaml")
+    objects = load(BASIC)
     hostile = "X-A; return 200 pwned; #"
     objects.append({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
                     "metadata": {"name": "hostile", "namespace": "infra"},
@@ -311,7 +292,7 @@ RULE = st.fixed_dictionaries({}, optional={
 @settings(max_examples=150, deadline=None)
 @given(st.lists(RULE, max_size=3), _maybe(st.lists(_maybe(st.sampled_from(["a.example.com", "*.example.com", "x;y"])), max_size=2)))
 def test_any_route_a_server_might_hold_gives_a_data_plane_and_files(rules_: list[Any], hostnames: Any) -> None:
-    objects = load(GOLDEN / "gateway-basic" / "input.yaml")
+    objects = load(BASIC)
     objects.append({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "fuzz", "namespace": "infra"},
                     "spec": {"parentRefs": [{"name": "gw"}], "hostnames": hostnames, "rules": rules_}})
     files = rendered(objects)
@@ -322,7 +303,7 @@ def test_any_route_a_server_might_hold_gives_a_data_plane_and_files(rules_: list
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="NGINX is not installed (./dev test installs it)")
 def test_two_gateways_on_one_address_and_port_do_not_break_the_configuration(tmp_path: Path) -> None:
-    objects = load(GOLDEN / "gateway-basic" / "input.yaml")
+    objects = load(BASIC)
     second = yaml.safe_load(yaml.safe_dump(objects[1]))
     second["metadata"].update(name="gw2", creationTimestamp="2025-01-01T00:00:00Z")
     objects[1]["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
