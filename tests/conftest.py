@@ -12,8 +12,9 @@ that read some of it skip, and the summary says so.
 
 Tiers: each test is marked from what it uses (`tiers.marks`): `nginx` (starts NGINX), `cluster` (the
 sandbox, a kube-apiserver or one of our processes), `kubectl` (runs kubectl), `valgrind` (counts
-instructions). `./dev test --fast` runs the tests with none of them; there a test that starts one of
-those programs fails, naming the marker its module lacks."""
+instructions); `slow` is set by hand on a check too slow for the fast tier. `./dev test --fast` runs the
+tests with none of them, each property on fewer examples; there a test that starts one of those
+programs fails, naming the marker its module lacks."""
 
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {what}")
     if tiers.FAST:
         tiers.guard()
+        tiers.fewer_examples()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

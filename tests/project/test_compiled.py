@@ -85,6 +85,7 @@ def test_a_source_edited_after_the_build_is_run_from_source_with_the_rest_of_the
     assert _which_core(tmp_path)["in_use"] is True
 
 
+@pytest.mark.slow  # the whole engine twice, on every shared scenario
 @needs_shared
 @needs_build
 def test_the_compiled_and_the_interpreted_core_give_the_same_answers(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ CORE_MODULES = ("analysis.py", "effective.py", "incremental.py", "topology.py", 
                 "policies.py", "model.py", "refs.py", "merge")
 
 
+@pytest.mark.slow  # ./dev lint runs the same mypy
 def test_the_package_type_checks_clean() -> None:
     try:  # never skipped: a missing mypy must fail, not pass quietly
         import mypy  # noqa: F401
