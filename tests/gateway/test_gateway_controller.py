@@ -174,7 +174,7 @@ def test_defaults_a_server_did_not_apply_are_filled_in_and_idempotent():
 
 
 def test_a_clean_stop_of_the_gateway_stops_its_nginx(env, tmp_path):
-    """SIGTERM stops NGINX with the gateway (a SIGKILL does not: tests/test_gateway_adoption.py)."""
+    """SIGTERM stops NGINX with the gateway (a SIGKILL does not: tests/gateway/test_gateway_adoption.py)."""
     sb, _, echo = env
     sig = signal.SIGTERM
     _apply(sb, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})

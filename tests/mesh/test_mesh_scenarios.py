@@ -1,7 +1,7 @@
 """The engine scenarios for mesh paths (tests/data/mesh-scenarios, format and rules in its README).
 
 A scenario marked `pending` is skipped with its reason; the others run through the CLI's JSON like
-the shared scenarios (tests/test_conformance.py), plus the README's extensions: `consumer` on an
+the shared scenarios (tests/engine/test_conformance.py), plus the README's extensions: `consumer` on an
 effective expectation and `meshStatus`. Every scenario, pending or not, must name only objects
 of its own input, so the data cannot drift from what it describes.
 """
