@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 import kube_apiserver
-from gwpolicy.controller import kube
+from gwpolicy.controller import defaults, kube
 from gwpolicy.gateway import controller as gateway
-from gwpolicy.gateway import policyconf
+from gwpolicy.gateway import policyconf, sidecar
 from gwpolicy.gateway.facts import ROUTE_KINDS as GATEWAY_ROUTE_KINDS
 from gwpolicy.sandbox import bundled
 from helpers import ROOT
@@ -182,6 +182,43 @@ def test_the_lease_role_is_the_process_own(process: str, lease: bool) -> None:
              and any(s.get("name") == sa for s in d.get("subjects") or [])}
     rules = [r for d in docs if d["kind"] == "Role" and d["metadata"]["name"] in bound for r in d.get("rules") or []]
     assert all(_allows(rules, "coordination.k8s.io", "leases", v) for v in ("get", "create", "update")) == lease
+
+
+def test_the_gateway_pod_runs_nginx_in_a_container_of_its_own() -> None:
+    """A crash of the gateway's container leaves NGINX serving: NGINX is run by `gwpolicy
+    nginx-sidecar` in the pod's nginx container, on the state directory both containers mount at
+    the same path, in a pod whose containers see (and, as one user, signal) each other's processes;
+    the gateway adopts and reloads it. Several replicas, each ready on /readyz, and a disruption
+    budget that lets one go at a time."""
+    deployment = next(d for d in _docs(DEPLOY / "70-gateway.yaml") if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod.get("shareProcessNamespace") is True
+    containers = {c["name"]: c for c in pod["containers"]}
+    gw, ng = containers["gateway"], containers["nginx"]
+    assert gw["args"][0] == "gateway" and ng["args"][0] == "nginx-sidecar" and gw["image"] == ng["image"]
+    gw_opts, ng_opts = gateway.parse(gw["args"][1:]), sidecar.parse(ng["args"][1:])
+    assert gw_opts.nginx_sidecar and gw_opts.pod_addresses
+
+    def volume_at(c: dict[str, Any], path: str) -> str:
+        return next(m["name"] for m in c["volumeMounts"] if m["mountPath"] == path)
+
+    shared = volume_at(gw, str(gw_opts.state_dir))
+    assert shared == volume_at(ng, str(ng_opts.state_dir))
+    assert "emptyDir" in next(v for v in pod["volumes"] if v["name"] == shared)
+    assert pod["securityContext"]["runAsUser"] and not any(
+        "runAsUser" in (c.get("securityContext") or {}) for c in containers.values())  # one user: signals allowed
+    assert ng_opts.stop_timeout < pod.get("terminationGracePeriodSeconds", 30)  # a graceful stop ends before SIGKILL
+
+    assert deployment["spec"]["replicas"] >= 3
+    probe = gw["readinessProbe"]["httpGet"]
+    port = next(p["containerPort"] for p in gw["ports"] if p["name"] == probe["port"])
+    assert probe["path"] == "/readyz" and port == int(gw_opts.listen.rsplit(":", 1)[1] if gw_opts.listen else
+                                                      defaults.listen("gateway").rsplit(":", 1)[1])
+    pdb = _docs(DEPLOY / "disruption" / "gateway-pdb.yaml")[0]
+    assert pdb["kind"] == "PodDisruptionBudget" and pdb["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert 1 <= pdb["spec"]["minAvailable"] < deployment["spec"]["replicas"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
 
 
 def _crd_with(field: dict[str, Any]) -> str:

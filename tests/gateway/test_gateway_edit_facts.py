@@ -57,9 +57,9 @@ def test_a_gateway_edit_reads_only_that_gateway_and_its_routes(monkeypatch: pyte
             facts_of.append(route.ref)
             return route_facts(route, *args)
 
-        def every_route(*args: Any) -> Any:
+        def every_route(*args: Any, **kw: Any) -> Any:
             full_facts[0] += 1
-            return all_facts(*args)
+            return all_facts(*args, **kw)
 
         monkeypatch.setattr(gateway_state, "route_fact", one_route)
         monkeypatch.setattr(gateway_state, "gateway_facts", every_route)

@@ -154,6 +154,34 @@ def test_every_replica_serves_every_route_and_an_edit_reaches_all(cluster):
     assert programmed["status"] == "True", programmed
 
 
+def test_spec_addresses_are_what_status_says_and_every_replica_serves_the_gateway(cluster):
+    """Serving on the pods' addresses, a Gateway's spec.addresses name where clients reach them (a
+    load balancer in front of the pods, made by whoever runs it): status.addresses lists those, each
+    with its type, instead of the replicas' addresses, and every replica serves the Gateway on its
+    own address at the listener's port."""
+    c = cluster
+    lb = [{"type": "IPAddress", "value": "203.0.113.7"}, {"type": "Hostname", "value": "lb.example.com"}]
+    gateway = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "lb", "namespace": NS},
+               "spec": {"gatewayClassName": "replicas", "addresses": lb,
+                        "listeners": [{"name": "http", "port": 8000, "protocol": "HTTP"}]}}
+    route = _route("lb", "/lb")
+    route["spec"]["parentRefs"] = [{"name": "lb"}]
+    c.sb.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all([gateway, route]))
+    try:
+        def status() -> dict:
+            return json.loads(c.sb.kubectl("get", "gateway", "lb", "-n", NS, "-o", "json").stdout).get("status") or {}
+
+        wait_until(lambda: status().get("addresses") == lb, 60, what=f"status.addresses = spec.addresses: {status()}")
+        for address in c.addresses():
+            wait_until(lambda: request(address, 8000, "/lb", timeout=5)[0] == 200, 30,
+                       what=f"Gateway lb through the replica at {address}")
+        conditions = {x["type"]: x["status"] for x in status()["conditions"]}
+        assert conditions["Accepted"] == conditions["Programmed"] == "True", status()["conditions"]
+        assert _status_addresses(c) == sorted(c.addresses())  # the Gateway without spec.addresses: the pods'
+    finally:
+        c.sb.kubectl("delete", "-f", "-", "--ignore-not-found", input=yaml.safe_dump_all([gateway, route]))
+
+
 class _Client:
     """Requests spread round-robin over the replicas' addresses; `retry`: an idempotent request that
     fails is sent again to the next address."""
@@ -216,3 +244,4 @@ def test_killing_the_leader_under_load_loses_nothing_for_a_retrying_client_and_s
     assert retrying.failed == [] and retrying.ok > 100, (retrying.ok, retrying.failed[:5])
     # without retries, only the requests sent to the dead replica fail: those to the others succeed
     assert plain.ok > 100 and all(f.startswith(gone + ":") for f in plain.failed), plain.failed[:5]
+

@@ -178,6 +178,10 @@ class Facts:
     class_versions: dict[Ref, Cond]  # SupportedVersion
     gateways: dict[Ref, GatewayFacts]
     routes: dict[Ref, RouteFacts]
+    #: Gateways are served on every address of the gateway's pods (`gwpolicy gateway --pod-addresses`):
+    #: spec.addresses names where clients reach them (a load balancer's IP address or hostname),
+    #: not an address NGINX binds, so any IPAddress or Hostname is accepted, not only loopback ones
+    any_address: bool = False
 
     def attached(self, gateway: Ref, listener: str) -> list[RouteFacts]:
         """Routes attached to one listener (Accepted for that parent), in a stable order."""
@@ -197,11 +201,12 @@ def our_classes(index: ObjectIndex, controller: str) -> dict[Ref, Obj]:
 
 
 def gateway_facts(index: ObjectIndex, controller: str = GATEWAY_CONTROLLER,
-                  grants: ReferenceGrants | None = None) -> Facts:
-    """Everything status needs to know about our objects, from the objects alone."""
+                  grants: ReferenceGrants | None = None, *, any_address: bool = False) -> Facts:
+    """Everything status needs to know about our objects, from the objects alone (`any_address`:
+    see Facts)."""
     grants = grants if grants is not None else ReferenceGrants(index)
     classes = our_classes(index, controller)
-    facts = Facts(controller, {}, {}, {}, {})
+    facts = Facts(controller, {}, {}, {}, {}, any_address)
     version = _bundle_version(index)
     for ref, gc in classes.items():
         facts.classes[ref] = class_acceptance(gc)
@@ -233,7 +238,7 @@ def class_acceptance(gc: Obj) -> Cond:
 def gateway_fact(gw: Obj, gc_ref: Ref, facts: Facts, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
     """One Gateway of ours (its class `gc_ref` in `facts.classes`), as gateway_facts makes it; its
     listeners' `attached_routes` are left at 0 (they count routes, which the caller knows)."""
-    return _gateway(gw, gc_ref, facts.classes[gc_ref], index, grants)
+    return _gateway(gw, gc_ref, facts.classes[gc_ref], index, grants, facts.any_address)
 
 
 def gateway_references(gw: Obj) -> set[Ref]:
@@ -300,7 +305,8 @@ def listener_verdicts(gw: Obj, index: ObjectIndex, grants: ReferenceGrants) -> d
     return listeners
 
 
-def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_class: Cond) -> Cond:
+def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_class: Cond,
+                       any_address: bool = False) -> Cond:
     """The Gateway's Accepted condition from its GatewayClass' (`class_acceptance`), its spec and
     its listeners' verdicts (the data plane serves nothing of a Gateway that is not accepted)."""
     if not gateway_class.status:
@@ -310,8 +316,7 @@ def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_cla
     accepted = Cond("Accepted", True, "Accepted", "Accepted by the gwpolicy NGINX gateway.")
     infra = _dict(spec.get("infrastructure"))
     addresses = [a for a in spec.get("addresses") or [] if isinstance(a, dict)]
-    bad_addresses = [a for a in addresses if (a.get("type") or "IPAddress") != "IPAddress"
-                     or not _is_loopback(a.get("value"))]
+    bad_addresses = [a for a in addresses if not _usable_address(a, any_address)]
     invalid = [n for n, lf in listeners.items() if not lf.accepted.status]
     if isinstance(infra.get("parametersRef"), dict):
         p = infra["parametersRef"]
@@ -321,6 +326,8 @@ def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_cla
     elif bad_addresses:
         a = bad_addresses[0]
         accepted = Cond("Accepted", False, "UnsupportedAddress",
+                        f"spec.addresses: {a.get('type') or 'IPAddress'} {a.get('value')!r} is not an IP address or a "
+                        "hostname (where clients reach the gateway's pods)" if any_address else
                         f"spec.addresses: {a.get('type') or 'IPAddress'} {a.get('value')!r} is not a loopback IP address "
                         "(this gateway serves on 127.0.0.0/8 only)")
     elif listeners and len(invalid) == len(listeners):
@@ -332,10 +339,11 @@ def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_cla
     return accepted
 
 
-def _gateway(gw: Obj, gc_ref: Ref, gateway_class: Cond, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
+def _gateway(gw: Obj, gc_ref: Ref, gateway_class: Cond, index: ObjectIndex, grants: ReferenceGrants,
+             any_address: bool = False) -> GatewayFacts:
     spec = _dict(gw.spec)
     listeners = listener_verdicts(gw, index, grants)
-    accepted = gateway_acceptance(gw, listeners, gateway_class)
+    accepted = gateway_acceptance(gw, listeners, gateway_class, any_address)
     addresses = [a for a in spec.get("addresses") or [] if isinstance(a, dict)]
 
     resolved = None
@@ -355,6 +363,27 @@ def _gateway(gw: Obj, gc_ref: Ref, gateway_class: Cond, index: ObjectIndex, gran
 def _named(names: list[str], listeners: dict[str, ListenerFacts]) -> str:
     """Listener names, each with the reason it is not accepted."""
     return ", ".join(f"{n} ({listeners[n].accepted.reason})" for n in names)
+
+
+def _usable_address(a: dict[str, Any], any_address: bool) -> bool:
+    """A spec.addresses entry this gateway can stand for: a loopback IP address it binds, or with
+    `any_address` any IP address or hostname (the CRD checks a hostname's form)."""
+    kind, value = a.get("type") or "IPAddress", a.get("value")
+    if not any_address:
+        return kind == "IPAddress" and _is_loopback(value)
+    if kind == "Hostname":
+        return isinstance(value, str) and bool(value)
+    return kind == "IPAddress" and is_ip_address(value)
+
+
+def is_ip_address(value: Any) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 def _is_loopback(value: Any) -> bool:

@@ -155,9 +155,11 @@ class GatewayState:
     `refresh` brings everything up to date."""
 
     def __init__(self, objects: dict[Key, dict[str, Any]], controller: str,
-                 kind_checks: Mapping[Any, Callable[[dict[str, Any]], str | None]] | None = None) -> None:
+                 kind_checks: Mapping[Any, Callable[[dict[str, Any]], str | None]] | None = None,
+                 any_address: bool = False) -> None:
         self.objects = objects
         self.controller = controller
+        self.any_address = any_address  # facts.Facts.any_address
         self.kind_checks = kind_checks
         self.index: ObjectIndex | None = None
         self.grants: ReferenceGrants | None = None
@@ -510,7 +512,7 @@ class GatewayState:
         raws = list(self.objects.values())
         self.index = build_index(raws)
         self.grants = ReferenceGrants(self.index)
-        self.facts = gateway_facts(self.index, self.controller, self.grants)
+        self.facts = gateway_facts(self.index, self.controller, self.grants, any_address=self.any_address)
         return raws
 
     def _view_again(self, ref: Ref, view: dict[str, Any], raw: dict[str, Any]) -> AbstractSet[Ref] | None:

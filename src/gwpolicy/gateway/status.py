@@ -24,6 +24,7 @@ from gwpolicy.gateway.facts import (
     Facts,
     GatewayFacts,
     RouteFacts,
+    is_ip_address,
     route_objects,
 )
 from gwpolicy.gateway.isolate import without_paths
@@ -153,7 +154,8 @@ def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Progra
                          f"Listeners {', '.join(insecure)} accept clients whose certificate is missing or does not "
                          "verify (spec.tls.frontend validation mode AllowInsecureFallback)."))
     status["conditions"] = _merge_conditions(prev, [c.to_json(gen, prev, now) for c in ours], GATEWAY_CONDITION_TYPES)
-    status["addresses"] = [{"type": "IPAddress", "value": a} for a in addresses] if gf.accepted.status else []
+    status["addresses"] = ([{"type": "IPAddress" if is_ip_address(a) else "Hostname", "value": a} for a in addresses]
+                           if gf.accepted.status else [])
     old_listeners = {l.get("name"): l for l in status.get("listeners") or [] if isinstance(l, dict)}
     listeners = []
     for lf in gf.listeners.values():

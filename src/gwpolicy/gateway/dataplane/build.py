@@ -200,7 +200,7 @@ class _Builder(BackendResolver):
         # certificate file, address:port ownership across Gateways) is decided here on top
 
         verdicts = listener_verdicts(gw, self.index, self.grants)
-        gateway_ok = gateway_acceptance(gw, verdicts, class_ok)
+        gateway_ok = gateway_acceptance(gw, verdicts, class_ok, self.config.any_address)
         if not gateway_ok.status:
             self.unserved[gw.ref] = f"it is not accepted ({gateway_ok.reason}): {gateway_ok.message}"
         out = []
