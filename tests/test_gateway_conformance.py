@@ -69,6 +69,7 @@ KINDS = {  # kind -> (apiVersion, plural, namespaced)
     "Gateway": ("gateway.networking.k8s.io/v1", "gateways", True),
     "GatewayClass": ("gateway.networking.k8s.io/v1", "gatewayclasses", False),
     "HTTPRoute": ("gateway.networking.k8s.io/v1", "httproutes", True),
+    "GRPCRoute": ("gateway.networking.k8s.io/v1", "grpcroutes", True),
     "ReferenceGrant": ("gateway.networking.k8s.io/v1", "referencegrants", True),
     "BackendTLSPolicy": ("gateway.networking.k8s.io/v1", "backendtlspolicies", True),
     "Service": ("v1", "services", True),

@@ -298,7 +298,9 @@ def header_lines(fs: tuple[dict[str, Any], ...], maps: dict[str, str]) -> list[s
         for name in m.get("remove") or []:
             if isinstance(name, str):
                 headers[name.lower()] = (header_name(name), '""')
-    out += [f"grpc_set_header {n} {v};" for n, v in headers.values()]
+    # HTTP/2 header names are lower case: NGINX's gRPC proxy sends them as written, and a gRPC
+    # peer drops a name with a capital letter
+    out += [f"grpc_set_header {n.lower()} {v};" for n, v in headers.values()]
     for m in (v for f in fs if f.get("type") == "ResponseHeaderModifier" for v in (f.get("responseHeaderModifier"),)
               if isinstance(v, dict)):
         for h in m.get("set") or []:
