@@ -328,10 +328,11 @@ class _Builder(BackendResolver):
         vhosts: dict[tuple[str, str], VirtualHost] = {}
         rules_of: dict[tuple[str, str], list[MatchRule]] = {}
         # GRPCRoutes as the HTTPRoutes they are served as (grpcroute.py); one virtual host serves one
-        # kind, the older route's (status says the same: grpcroute.conflict)
+        # kind, the older route's (status says the same: grpcroute.conflict); one that cannot be
+        # served as written is not (status: Accepted=False/UnsupportedValue)
         routes = sorted([r for r in self.index.of_kind(GATEWAY_GROUP, "HTTPRoute") if r.ref not in self.config.left_out]
                         + [grpcroute.as_http(r) for r in self.index.of_kind(GATEWAY_GROUP, grpcroute.KIND)
-                           if r.ref not in self.config.left_out],
+                           if r.ref not in self.config.left_out and grpcroute.problem(r.spec) is None],
                         key=lambda o: o.age_key)
         kind_of: dict[tuple[str, str], str] = {}
         if self.config.namespace_budget is not None:
