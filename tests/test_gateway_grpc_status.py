@@ -1,0 +1,97 @@
+"""GRPCRoute's status and attachment: listeners of HTTP and HTTPS list it in supportedKinds and
+take it unless their allowedRoutes.kinds leave it out; the GatewayClass claims the GRPCRoute
+feature; an HTTPRoute and a GRPCRoute serving one hostname through one listener: the older one is
+served there, the newer one is Accepted=False reason Conflicted, naming the other (whichever kind
+is older), and the data plane serves that hostname with the winner's kind only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway_kit import GW, TEST_ENDPOINTS, backend, endpoints, gateway, gatewayclass, listener, meta, route, service
+from gwpolicy.analysis import analyse
+from gwpolicy.gateway import policyconf
+from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
+from gwpolicy.gateway.facts import SUPPORTED_FEATURES, dataplane_objects, gateway_facts
+from gwpolicy.gateway.render import render
+from gwpolicy.model import build_index
+from gwpolicy.refs import GATEWAY_GROUP, Ref
+
+GRPC = Ref(GATEWAY_GROUP, "GRPCRoute", "app", "g")
+HTTP = Ref(GATEWAY_GROUP, "HTTPRoute", "app", "h")
+GW_REF = Ref(GATEWAY_GROUP, "Gateway", "infra", "gw")
+
+
+def grpc_route(hostnames: list[str] | None, ts: str, name: str = "g") -> dict[str, Any]:
+    spec: dict[str, Any] = {"parentRefs": [{"name": "gw", "namespace": "infra"}],
+                            "rules": [{"matches": [{"method": {"service": "pkg.Svc"}}], "backendRefs": [backend("grpc")]}]}
+    if hostnames is not None:
+        spec["hostnames"] = hostnames
+    return {"apiVersion": f"{GW}/v1", "kind": "GRPCRoute", "metadata": meta(name, "app", ts=ts), "spec": spec}
+
+
+def http_route(hostnames: list[str] | None, ts: str) -> dict[str, Any]:
+    r = route("h", "app", [{"backendRefs": [backend("web")]}], hostnames=hostnames)
+    r["metadata"]["creationTimestamp"] = ts
+    return r
+
+
+def world(*routes: dict[str, Any], **listener_extra: Any) -> list[dict[str, Any]]:
+    return [gatewayclass(), gateway("gw", "infra", listener("http", 8080, **listener_extra)),
+            service("grpc", "app"), *endpoints("grpc", "app", [("127.0.0.5", 3000)]),
+            service("web", "app"), *endpoints("web", "app", [("127.0.0.6", 3000)]), *routes]
+
+
+def accepted(objs: list[dict[str, Any]], ref: Ref) -> Any:
+    return gateway_facts(build_index(objs)).routes[ref].parents[0].accepted
+
+
+def served_conf(objs: list[dict[str, Any]]) -> str:
+    view = dataplane_objects(objs, gateway_facts(build_index(objs)))
+    dp = build_dataplane(analyse(view, kind_checks=policyconf.kind_checks()), DataPlaneConfig(**TEST_ENDPOINTS))
+    return render(dp)["servers.conf"].decode()
+
+
+def test_http_and_https_listeners_support_grpcroute_and_the_class_claims_it():
+    facts = gateway_facts(build_index(world()))
+    kinds = facts.gateways[GW_REF].listeners["http"].supported_kinds
+    assert {"group": GW, "kind": "GRPCRoute"} in kinds and {"group": GW, "kind": "HTTPRoute"} in kinds
+    assert "GRPCRoute" in SUPPORTED_FEATURES
+    assert accepted(world(grpc_route(None, "2024-01-02T00:00:00Z")), GRPC).status
+
+
+def test_a_listener_whose_allowed_kinds_leave_grpcroute_out_does_not_take_it():
+    objs = world(grpc_route(None, "2024-01-02T00:00:00Z"), allowedRoutes={"kinds": [{"kind": "HTTPRoute"}]})
+    verdict = accepted(objs, GRPC)
+    assert (verdict.status, verdict.reason) == (False, "NotAllowedByListeners")
+    assert "grpc_pass" not in served_conf(objs)
+
+
+@pytest.mark.parametrize("grpc_older", [True, False])
+def test_an_httproute_and_a_grpcroute_on_one_hostname_the_older_wins(grpc_older):
+    older, newer = "2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z"
+    objs = world(grpc_route(["api.example"], older if grpc_older else newer),
+                 http_route(["api.example", "www.example"], newer if grpc_older else older))
+    winner, loser = (GRPC, HTTP) if grpc_older else (HTTP, GRPC)
+    assert accepted(objs, winner).status
+    lost = accepted(objs, loser)
+    assert (lost.status, lost.reason) == (False, "Conflicted")
+    assert f"{winner.kind} app/{winner.name}" in lost.message and "api.example" in lost.message
+    conf = served_conf(objs)
+    assert ("grpc_pass" in conf) == grpc_older and ("proxy_pass" in conf) == (not grpc_older)
+
+
+def test_different_hostnames_on_one_listener_both_are_served():
+    objs = world(grpc_route(["grpc.example"], "2024-01-02T00:00:00Z"), http_route(["www.example"], "2024-01-01T00:00:00Z"))
+    assert accepted(objs, GRPC).status and accepted(objs, HTTP).status
+    conf = served_conf(objs)
+    assert "grpc_pass" in conf and "proxy_pass" in conf
+
+
+def test_two_grpcroutes_on_one_hostname_are_no_conflict():
+    objs = world(grpc_route(None, "2024-01-02T00:00:00Z"), grpc_route(None, "2024-01-03T00:00:00Z", name="g2"))
+    assert accepted(objs, GRPC).status
+    assert accepted(objs, Ref(GATEWAY_GROUP, "GRPCRoute", "app", "g2")).status
