@@ -6,13 +6,15 @@ two replicas each) running as well. Each case's calls are compared as the suite'
 `compareResponse` does (tests/grpc_conformance.py), GRPCRouteRequestHeaderModifier's
 expectedMetadata too, and GRPCRouteWeight's distribution is checked.
 
-A call marked `requires: [...]` runs when the harness has that capability (CAPABILITIES below);
-otherwise the case says which calls it did not make.
+grpc-infra-backend-v1's replicas also serve gRPC over TLS on port 8443 (the generated
+tls-checks-certificate), for BackendTLSPolicyGRPCRoute's calls (`requires: [backendTLS]`).
 """
 
 from __future__ import annotations
 
 import random
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +25,10 @@ from gwpolicy.gateway.grpcecho import GrpcEchoServer
 from test_gateway_conformance import STATUS_TIMEOUT, Suite, _cleanup
 
 #: what this harness can check beyond plain gRPC (README `requires`)
-CAPABILITIES: set[str] = set()
+CAPABILITIES = {"backendTLS"}
+#: the README's backend TLS set-up: grpc-infra-backend-v1's replicas also serve gRPC over TLS on the
+#: port published for 8443, with the generated tls-checks-certificate
+TLS_BACKEND, TLS_PORT, TLS_SECRET = "grpc-infra-backend-v1", 8443, "tls-checks-certificate"
 
 
 class GrpcSuite(Suite):
@@ -32,6 +37,7 @@ class GrpcSuite(Suite):
     def _start_backends(self, pems: dict[tuple[str, str], tuple[bytes, bytes]]) -> None:
         super()._start_backends(pems)
         n = sum(len(b["instances"]) for b in self.backends)
+        certdir = Path(tempfile.mkdtemp(dir=self.tmp))
         specs: list[dict[str, Any]] = []
         for b in self.base["backends"]:
             if b.get("mode") != "grpc":
@@ -43,13 +49,21 @@ class GrpcSuite(Suite):
                 pod = f"{b['podNamePrefix']}-{random.randrange(16**8):08x}-{random.randrange(16**5):05x}"
                 ports = [listen["port"] for listen in b["listens"] if listen["protocol"] == "grpc"]
                 specs += [{"pod": pod, "namespace": b["namespace"], "address": address, "port": p, "grpc": True} for p in ports]
+                if b["podNamePrefix"] == TLS_BACKEND:  # gRPC over TLS too, with the generated certificate
+                    crt, key = pems[(b["namespace"], TLS_SECRET)]
+                    cf, kf = certdir / f"{pod}.crt", certdir / f"{pod}.key"
+                    cf.write_bytes(crt)
+                    kf.write_bytes(key)
+                    specs.append({"pod": pod, "namespace": b["namespace"], "address": address, "port": TLS_PORT, "grpc": True,
+                                  "cert": str(cf), "key": str(kf)})
+                    ports.append(TLS_PORT)
                 instances.append({"address": address, "ports": sorted(ports)})
             self.backends.append(dict(b, instances=instances))
         if self.host:
             self.host.serve(specs)
         else:
-            self.grpc_echoes = [GrpcEchoServer(s["pod"], s["namespace"], address=s["address"], port=s["port"]).start()
-                                for s in specs]
+            self.grpc_echoes = [GrpcEchoServer(s["pod"], s["namespace"], address=s["address"], port=s["port"],
+                                               cert=s.get("cert"), key=s.get("key")).start() for s in specs]
 
     def stop(self) -> None:
         try:
