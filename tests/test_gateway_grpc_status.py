@@ -95,3 +95,20 @@ def test_two_grpcroutes_on_one_hostname_are_no_conflict():
     objs = world(grpc_route(None, "2024-01-02T00:00:00Z"), grpc_route(None, "2024-01-03T00:00:00Z", name="g2"))
     assert accepted(objs, GRPC).status
     assert accepted(objs, Ref(GATEWAY_GROUP, "GRPCRoute", "app", "g2")).status
+
+
+def test_rendering_with_the_in_place_cache_gives_the_same_files():
+    """gRPC locations (and their internal locations) replay from the RenderCache byte for byte."""
+    from gwpolicy.gateway.render import RenderCache
+
+    grpc = grpc_route(["grpc.example"], "2024-01-02T00:00:00Z")
+    grpc["spec"]["rules"].append({"matches": [{"method": {"type": "RegularExpression", "method": "Echo.*"},
+                                               "headers": [{"name": "version", "value": "two"}]}],
+                                  "backendRefs": [backend("grpc", weight=3), backend("web", weight=1)]})
+    objs = world(grpc, http_route(["www.example"], "2024-01-01T00:00:00Z"))
+    view = dataplane_objects(objs, gateway_facts(build_index(objs)))
+    dp = build_dataplane(analyse(view, kind_checks=policyconf.kind_checks()), DataPlaneConfig(**TEST_ENDPOINTS))
+    cache = RenderCache()
+    plain = render(dp)
+    assert render(dp, cache) == plain
+    assert render(dp, cache) == plain and cache.hits > 0
