@@ -7,18 +7,35 @@ is older), and the data plane serves that hostname with the winner's kind only.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from typing import Any
 
 import pytest
 
-from gateway_kit import GW, TEST_ENDPOINTS, backend, endpoints, gateway, gatewayclass, listener, meta, route, service
+from gateway_kit import (
+    GW,
+    TEST_ENDPOINTS,
+    backend,
+    endpoints,
+    gateway,
+    gatewayclass,
+    have_nginx,
+    listener,
+    meta,
+    route,
+    service,
+)
 from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
+from gwpolicy.gateway.dataplane.model import SOCKET_DIR
 from gwpolicy.gateway.facts import SUPPORTED_FEATURES, dataplane_objects, gateway_facts
 from gwpolicy.gateway.render import render
 from gwpolicy.model import build_index
 from gwpolicy.refs import GATEWAY_GROUP, Ref
+from test_gateway_policies import policy_manifests
+from test_gateway_render_syntax import _nginx_t
 
 GRPC = Ref(GATEWAY_GROUP, "GRPCRoute", "app", "g")
 HTTP = Ref(GATEWAY_GROUP, "HTTPRoute", "app", "h")
@@ -112,3 +129,31 @@ def test_rendering_with_the_in_place_cache_gives_the_same_files():
     plain = render(dp)
     assert render(dp, cache) == plain
     assert render(dp, cache) == plain and cache.hits > 0
+
+
+@pytest.mark.skipif(not have_nginx(), reason="NGINX is not installed (./dev test installs it)")
+def test_client_settings_and_timeouts_reach_grpc_locations_and_nginx_loads_them(tmp_path):
+    """A Gateway's ClientSettingsPolicy and TimeoutPolicy on an unconditional and a conditional gRPC
+    rule: each directive once per location, gRPC names, and `nginx -t` takes the files."""
+    grpc = grpc_route(None, "2024-01-02T00:00:00Z")
+    grpc["spec"]["rules"].append({"matches": [{"method": {"service": "pkg.Other"}, "headers": [{"name": "v", "value": "2"}]}],
+                                  "backendRefs": [backend("grpc")]})
+    target = {"group": GW, "kind": "Gateway", "name": "gw"}
+    objs = policy_manifests() + world(grpc) + [
+        {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "ClientSettingsPolicy", "metadata": meta("c", "infra"),
+         "spec": {"targetRef": target, "default": {"body": {"maxSize": "2m"}}}},
+        {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "TimeoutPolicy", "metadata": meta("t", "infra"),
+         "spec": {"targetRef": target, "default": {"readTimeout": 9}}}]
+    view = dataplane_objects(objs, gateway_facts(build_index(objs)))
+    files = render(build_dataplane(analyse(view, kind_checks=policyconf.kind_checks()), DataPlaneConfig(**TEST_ENDPOINTS)))
+    conf = files["servers.conf"].decode()
+    assert "grpc_read_timeout 9s;" in conf and "proxy_read_timeout" not in conf
+    for block in conf.split("location ")[1:]:
+        assert block.count("client_max_body_size") <= 1, block
+    assert "client_max_body_size 2m;" in conf
+    sockets = tempfile.mkdtemp(prefix="gwg", dir="/tmp")
+    try:
+        run = _nginx_t(tmp_path / "t", {k: v.replace(SOCKET_DIR.encode(), sockets.encode()) for k, v in files.items()})
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+    assert run.returncode == 0, run.stderr[-2000:]

@@ -325,7 +325,9 @@ def render_location(s: Server, v: VirtualHost, loc: Location, uri: str, st: Any,
     head = f"    location {'= ' if loc.exact else ''}{uri} {{"
     out = Out(st.maps, st.splits, st.zones, st.named[s.id], named_done)
     text = location(head, f"/_v{v.id}", loc, out)
-    extra = uri_lines(out.uri_lines)
+    # lines NGINX reads in the location it selects by URI (client_max_body_size), when the rules'
+    # own lines are in internal locations; an unconditional rule's are in this location already
+    extra = [l for l in uri_lines(out.uri_lines) if f"        {l}\n" not in text]
     if extra and text.count("\n") >= 1:
         first, rest = text.split("\n", 1)
         text = "\n".join([first] + [f"        {l}" for l in extra] + [rest])
