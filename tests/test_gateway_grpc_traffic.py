@@ -189,3 +189,23 @@ def test_a_timeout_policy_reaches_the_grpc_proxy(plane):
         assert a.code == grpc.StatusCode.OK and a.pod.startswith("grpc-v1-")
     finally:
         served.apply(plane["objects"])
+
+
+def test_a_retry_and_timeout_policy_naming_the_grpcroute_reach_only_its_locations(plane):
+    """TimeoutPolicy and RetryPolicy may name a GRPCRoute: its locations get grpc_* directives, the
+    HTTPRoute's none, and calls still succeed (the retries list each endpoint twice)."""
+    target = {"group": GW, "kind": "GRPCRoute", "name": "g"}
+    policies = [{"apiVersion": "gwpolicy.io/v1alpha1", "kind": "TimeoutPolicy", "metadata": meta("tg", NS),
+                 "spec": {"targetRef": target, "default": {"readTimeout": 11}}},
+                {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "RetryPolicy", "metadata": meta("rg", NS),
+                 "spec": {"targetRef": target, "default": {"attempts": 2}}}]
+    served = plane["served"]
+    served.apply(plane["objects"] + policies)
+    try:
+        text = served.files(plane["objects"] + policies)["servers.conf"].decode()
+        assert "grpc_read_timeout 11s;" in text and "grpc_next_upstream_tries 2;" in text
+        assert "proxy_read_timeout" not in text and "proxy_next_upstream" not in text
+        a = _call(plane["plain"], "Echo")
+        assert a.code == grpc.StatusCode.OK and a.pod.startswith("grpc-v1-")
+    finally:
+        served.apply(plane["objects"])
