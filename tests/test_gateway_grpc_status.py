@@ -157,3 +157,10 @@ def test_client_settings_and_timeouts_reach_grpc_locations_and_nginx_loads_them(
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_a_missing_stream_js_module_is_named_with_its_package():
+    from gwpolicy.gateway.nginx import NginxError, check_modules
+
+    with pytest.raises(NginxError, match="libnginx-mod-stream-js.*GRPCRoute"):
+        check_modules({"nginx.conf": b"load_module /nowhere/ngx_stream_js_module.so;\n"})
