@@ -37,9 +37,8 @@ from gateway_kit import (
 )
 from gwpolicy.gateway import grpcroute
 from gwpolicy.gateway.dataplane.model import SOCKET_DIR
-from gwpolicy.gateway.facts import gateway_facts
-from gwpolicy.model import build_index
-from gwpolicy.refs import GATEWAY_GROUP, Ref
+from gwpolicy.gateway.facts import GATEWAY_GROUP, Ref, gateway_facts
+from gwpolicy.gateway.state import build_index
 from test_gateway_render_syntax import MARKED, Strings, _header_filter, _nginx_t, _render, _swapped
 
 CERT, KEY = key_pair("grpc.example")

@@ -16,6 +16,7 @@ import pytest
 from gateway_kit import (
     GW,
     TEST_ENDPOINTS,
+    analyse,
     backend,
     endpoints,
     gateway,
@@ -26,14 +27,12 @@ from gateway_kit import (
     route,
     service,
 )
-from gwpolicy.analysis import analyse
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.dataplane.model import SOCKET_DIR
-from gwpolicy.gateway.facts import SUPPORTED_FEATURES, dataplane_objects, gateway_facts
+from gwpolicy.gateway.facts import GATEWAY_GROUP, SUPPORTED_FEATURES, Ref, dataplane_objects, gateway_facts
 from gwpolicy.gateway.render import render
-from gwpolicy.model import build_index
-from gwpolicy.refs import GATEWAY_GROUP, Ref
+from gwpolicy.gateway.state import build_index
 from test_gateway_policies import policy_manifests
 from test_gateway_render_syntax import _nginx_t
 

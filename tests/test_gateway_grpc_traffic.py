@@ -19,6 +19,7 @@ from gateway_kit import (
     GW,
     TEST_ENDPOINTS,
     Served,
+    analyse,
     backend,
     endpoints,
     free_port_offset,
@@ -31,7 +32,6 @@ from gateway_kit import (
     service,
     tls_secret,
 )
-from gwpolicy.analysis import analyse
 from gwpolicy.gateway import grpcecho, policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.echo import EchoServer
