@@ -53,7 +53,7 @@ KIND = "GRPCRoute"
 PREFACE_FILE = "grpc-preface.js"
 STREAM_FILE = "grpc-stream.conf"
 JS_MODULE = "ngx_stream_js_module.so"
-#: no rule matches: a URI no location serves but the server's `location /` (404, gRPC UNIMPLEMENTED)
+#: no rule matches: an internal location of the server that answers 404 (gRPC clients: UNIMPLEMENTED)
 NO_RULE = "/_gw_grpc_none/"
 
 #: the proxy directives policies write and their gRPC names; a policy line whose directive is in
@@ -202,6 +202,10 @@ def location(head: str, prefix: str, loc: Location, out: Out) -> str:
             body = [comment(_who(first.action))] + _action(first.action, out)
             return joined([head] + [f"        {l}" for l in body] + ["    }"])
         targets = [(c, _target(c.action, out)) for c in loc.candidates]
+        if NO_RULE not in out.done:
+            out.done.add(NO_RULE)
+            out.internal.append(joined([f"    location {NO_RULE} {{", "        " + comment("no GRPCRoute rule matches"),
+                                        "        internal;", "        return 404;", "    }"]))
         var = NO_RULE
         for chunk in reversed(chunks([(c.method, c.headers, c.query, t, c.regex) for c, t in targets])):
             var = match_map(chunk, out.maps, var)
