@@ -312,7 +312,7 @@ def _location_cached(s: Server, v: VirtualHost, loc: Location, st: _State, named
         sub = _State()
         sub.named[s.id] = []
         text = _location(s, v, loc, sub, set())
-        named = [(block.split(None, 2)[1], block) for block in sub.named[s.id]]
+        named = [(block.split("{", 1)[0].split()[-1], block) for block in sub.named[s.id]]  # `location [=] <name> {`
         got = cache.locations[key] = _Rendered(tuple(cands), text, sub.maps, sub.splits, sub.zones, sub.system_ca, named)
     else:
         cache.hits += 1

@@ -204,7 +204,7 @@ def location(head: str, prefix: str, loc: Location, out: Out) -> str:
         targets = [(c, _target(c.action, out)) for c in loc.candidates]
         if NO_RULE not in out.done:
             out.done.add(NO_RULE)
-            out.internal.append(joined([f"    location {NO_RULE} {{", "        " + comment("no GRPCRoute rule matches"),
+            out.internal.append(joined([f"    location = {NO_RULE} {{", "        " + comment("no GRPCRoute rule matches"),
                                         "        internal;", "        return 404;", "    }"]))
         var = NO_RULE
         for chunk in reversed(chunks([(c.method, c.headers, c.query, t, c.regex) for c, t in targets])):
@@ -230,7 +230,7 @@ def _internal(a: Action, body: list[str], out: Out) -> str:
     uri = "/_gw_grpc_" + hashlib.sha1("\n".join(lines).encode()).hexdigest()[:12] + "/"
     if uri not in out.done:
         out.done.add(uri)
-        out.internal.append(joined([f"    location {uri} {{", "        " + comment(f"first used by {_who(a)}"), "        internal;"]
+        out.internal.append(joined([f"    location = {uri} {{", "        " + comment(f"first used by {_who(a)}"), "        internal;"]
                                    + [f"        {l}" for l in body] + ["    }"]))
     return uri
 
