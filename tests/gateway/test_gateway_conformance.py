@@ -69,6 +69,7 @@ KINDS = {  # kind -> (apiVersion, plural, namespaced)
     "Gateway": ("gateway.networking.k8s.io/v1", "gateways", True),
     "GatewayClass": ("gateway.networking.k8s.io/v1", "gatewayclasses", False),
     "HTTPRoute": ("gateway.networking.k8s.io/v1", "httproutes", True),
+    "GRPCRoute": ("gateway.networking.k8s.io/v1", "grpcroutes", True),
     "ReferenceGrant": ("gateway.networking.k8s.io/v1", "referencegrants", True),
     "BackendTLSPolicy": ("gateway.networking.k8s.io/v1", "backendtlspolicies", True),
     "Service": ("v1", "services", True),
@@ -509,7 +510,8 @@ def _attributed(case: dict[str, Any]) -> set[str]:
 
 def test_supported_features_are_only_what_passes():
     """GatewayClass.status.supportedFeatures claims no feature a known gap tests, and every claimed
-    feature is tested by some case here (each case not in GAPS passes in test_conformance_case)."""
+    feature is tested by some case here (each case not in GAPS passes in test_conformance_case) or
+    among the GRPCRoute cases."""
     claimed = set(SUPPORTED_FEATURES)
     tested: set[str] = set()
     for name in gc.case_names():
@@ -517,6 +519,10 @@ def test_supported_features_are_only_what_passes():
         tested |= features
         if name in GAPS:
             assert not features & claimed, f"{name} is a gap ({GAPS[name]}) but {sorted(features & claimed)} is claimed"
+    import grpc_conformance  # the GRPCRoute cases (tests/test_gateway_grpc_conformance.py runs them)
+
+    for name in grpc_conformance.case_names():
+        tested |= _attributed(grpc_conformance.load_case(name))
     assert claimed <= tested, f"claimed without a case: {sorted(claimed - tested)}"
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gwpolicy import names
-from gwpolicy.gateway import frontendtls, pathregex, policyconf, routevalues
+from gwpolicy.gateway import frontendtls, grpcroute, pathregex, policyconf, routevalues
 from gwpolicy.gateway.listeners import Candidate, tls_pem, tls_problem, valid_hostname
 from gwpolicy.gateway.listeners import conflicts as listener_conflicts
 from gwpolicy.grants import ReferenceGrants
@@ -32,9 +32,10 @@ BUNDLE_ANNOTATION = "gateway.networking.k8s.io/bundle-version"
 #: listener protocols this data plane serves
 SUPPORTED_PROTOCOLS = ("HTTP", "HTTPS", "TLS")
 #: route kinds this data plane serves, per protocol (TLS: passthrough only)
-SUPPORTED_ROUTE_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute",), "HTTPS": ("HTTPRoute",), "TLS": ("TLSRoute",)}
+SUPPORTED_ROUTE_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute", "GRPCRoute"), "HTTPS": ("HTTPRoute", "GRPCRoute"),
+                                                      "TLS": ("TLSRoute",)}
 #: the route kinds whose status this gateway writes, in the order facts list them
-ROUTE_KINDS = ("HTTPRoute", "TLSRoute")
+ROUTE_KINDS = ("HTTPRoute", "GRPCRoute", "TLSRoute")
 
 
 def route_objects(index: ObjectIndex) -> list[Obj]:
@@ -61,7 +62,7 @@ SUPPORTED_PATH_TYPES = frozenset({"Exact", "PathPrefix", "RegularExpression"})
 #: Gateway API features (conformance names) this gateway claims in GatewayClass.status.supportedFeatures;
 #: the conformance harness checks that every case needing only these passes (tests/gateway_conformance)
 SUPPORTED_FEATURES = (
-    "BackendTLSPolicy", "Gateway", "GatewayFrontendClientCertificateValidation", "HTTPRoute",
+    "BackendTLSPolicy", "GRPCRoute", "Gateway", "GatewayFrontendClientCertificateValidation", "HTTPRoute",
     "HTTPRoute303RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
     "HTTPRouteBackendRequestHeaderModification", "HTTPRouteBackendRequestRedirect", "HTTPRouteCORS", "HTTPRouteHostRewrite", "HTTPRouteMethodMatching",
     "HTTPRoutePathRedirect", "HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "ReferenceGrant", "TLSRoute",
@@ -516,7 +517,11 @@ def _conflicts(raw: list[dict[str, Any]], listeners: dict[str, ListenerFacts]) -
 def route_fact(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGrants) -> RouteFacts | None:
     spec = _dict(route.spec)
     parents: list[ParentFacts] = []
-    unsupported = _unsupported(spec)
+    if route.kind == grpcroute.KIND:
+        unsupported = grpcroute.problem(spec) or _unsupported(grpcroute.http_spec(spec))
+    else:
+        unsupported = _unsupported(spec)
+    mixed = route.kind in _MIXED and bool(index.of_kind(GATEWAY_GROUP, _MIXED[route.kind]))
     for pref in spec.get("parentRefs") or []:
         if not isinstance(pref, dict):
             continue
@@ -531,6 +536,7 @@ def route_fact(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGr
         declared = [l for l in _dict(gf.obj.spec).get("listeners") or []
                     if isinstance(l, dict) and l.get("name") in gf.listeners]
         attached, why = parent_listeners(route, pref, gf.obj, declared, index)
+        conflicted = ""
         if why is None:  # attached only to listeners that are not valid: no usable parent
             attached = [l for l in attached if gf.listeners[l["name"]].accepted.status]
             why = None if attached else "NoMatchingParent"
@@ -538,6 +544,13 @@ def route_fact(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGr
             if attached and not served:  # e.g. allowedRoutes.kinds names HTTPRoute on a TLS listener
                 why = "NotAllowedByListeners"
             attached = served
+            if mixed and attached:  # an HTTPRoute and a GRPCRoute on one hostname of a listener: the older keeps it
+                verdicts = [(l, grpcroute.conflict(route, gf, l, index, lambda o, g, l: _attaches(o, g, l, index)))
+                            for l in attached]
+                lost = [c for _, c in verdicts if c]
+                attached = [l for l, c in verdicts if c is None]
+                if lost and not attached:
+                    why, conflicted = "Conflicted", lost[0]
         if unsupported is not None:
             accepted = Cond("Accepted", False, "UnsupportedValue", unsupported)
             attached = []
@@ -546,7 +559,7 @@ def route_fact(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGr
                             f"Gateway {gw_ref.namespace}/{gw_ref.name} is not accepted: {gf.accepted.message}")
             attached = []
         elif why is not None:
-            accepted = Cond("Accepted", False, why, _why(why, pref, gf))
+            accepted = Cond("Accepted", False, why, conflicted if why == "Conflicted" else _why(why, pref, gf))
         else:
             names = ", ".join(l["name"] for l in attached)
             accepted = Cond("Accepted", True, "Accepted",
@@ -559,6 +572,29 @@ def route_fact(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGr
     problems = [b.problem for b in backends if b.problem is not None] + _mirror_problems(route, spec, index, grants)
     resolved = problems[0] if problems else Cond("ResolvedRefs", True, "ResolvedRefs", "All references are resolved.")
     return RouteFacts(route.ref, route, parents, backends, resolved, unsupported)
+
+
+#: the route kind each of HTTPRoute and GRPCRoute may conflict with on a listener's hostname
+_MIXED = {"HTTPRoute": grpcroute.KIND, grpcroute.KIND: "HTTPRoute"}
+
+
+def _attaches(other: Obj, gf: GatewayFacts, listener: dict[str, Any], index: ObjectIndex) -> bool:
+    """Does `other` (a route) attach to that listener of that Gateway and get served there (its
+    kind allowed, nothing unsupported in it)? The conflict rule between HTTPRoute and GRPCRoute."""
+    lf = gf.listeners.get(listener.get("name", ""))
+    if lf is None or other.kind not in SUPPORTED_ROUTE_KINDS.get(lf.protocol, ()):
+        return False
+    spec = _dict(other.spec)
+    if (grpcroute.problem(spec) or _unsupported(grpcroute.http_spec(spec))) if other.kind == grpcroute.KIND \
+            else _unsupported(spec):
+        return False
+    declared = [l for l in _dict(gf.obj.spec).get("listeners") or [] if isinstance(l, dict) and l.get("name") in gf.listeners]
+    for pref in spec.get("parentRefs") or []:
+        if isinstance(pref, dict) and parent_gateway(other, pref) == gf.ref:
+            got, why = parent_listeners(other, pref, gf.obj, declared, index)
+            if why is None and any(l.get("name") == listener.get("name") for l in got):
+                return True
+    return False
 
 
 def _route_notes(spec: dict[str, Any]) -> str:

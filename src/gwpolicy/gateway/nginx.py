@@ -105,6 +105,9 @@ def check_modules(files: dict[str, bytes]) -> None:
     for m in re.finditer(rb"^\s*load_module\s+([^;]+);", files.get("nginx.conf", b""), re.M):
         path = m.group(1).decode()
         if not os.path.exists(path):
+            if "stream_js" in path:
+                raise NginxError(f"NGINX module {path} is missing (install the Debian package 'libnginx-mod-stream-js'); "
+                                 "a GRPCRoute on a plaintext listener needs it (HTTP/1.1 and h2c on one port)")
             if "stream" in path:
                 raise NginxError(f"NGINX module {path} is missing (install the Debian package 'libnginx-mod-stream'); "
                                  "TLS passthrough listeners need it")

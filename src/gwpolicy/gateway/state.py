@@ -7,7 +7,8 @@ one object is applied in place instead where that gives the same result:
 
 - a policy: the facts do not read policies and the view passes them through, so the change goes to
   the engine as it is (`incremental.apply_change`);
-- a route (HTTPRoute, TLSRoute): its own facts are computed again (nothing else's facts read a route, except the
+- a route (HTTPRoute, TLSRoute; while there is no GRPCRoute, whose conflict rule with HTTPRoutes
+  reads other routes, so that a full pass follows): its own facts are computed again (nothing else's facts read a route, except the
   `attachedRoutes` counts of the listeners it was or is attached to), and its new view goes to
   `apply_change`;
 - an EndpointSlice: nothing status says reads one and the view passes it through, so it goes to
@@ -334,6 +335,8 @@ class GatewayState:
     def _route(self, ref: Ref, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
         a, index, facts = self.analysis, self.index, self.facts
         assert a is not None and index is not None and facts is not None and self.grants is not None
+        if ref.kind == "GRPCRoute" or index.of_kind(GATEWAY_GROUP, "GRPCRoute"):
+            return None  # an HTTPRoute and a GRPCRoute on one hostname: the older wins, which reads other routes
         replace_object(index, ref, new)
         before = facts.routes.get(ref)
         obj = index.by_ref.get(ref)

@@ -252,14 +252,14 @@ def stale_routes(index: ObjectIndex, facts: Facts) -> list[Ref]:
 
 def policy_ancestors(policy: Obj, facts: Facts) -> list[Ref]:
     """Our Gateways that send traffic to a Service the policy targets (through an accepted parent of
-    an HTTPRoute: a TLSRoute's connections pass through untouched, no backend policy applies)."""
+    an HTTPRoute or a GRPCRoute: a TLSRoute's connections pass through untouched, no backend policy applies)."""
     spec = _dict(policy.spec)
     targets = {Ref(CORE_GROUP, "Service", policy.namespace, str(t.get("name", "")))
                for t in spec.get("targetRefs") or [] if isinstance(t, dict)
                and (t.get("group") or CORE_GROUP) == CORE_GROUP and (t.get("kind") or "Service") == "Service"}
     out: dict[Ref, None] = {}
     for rf in facts.routes.values():
-        if rf.ref.kind != "HTTPRoute" or not any(b.ref in targets for b in rf.backends):
+        if rf.ref.kind not in ("HTTPRoute", "GRPCRoute") or not any(b.ref in targets for b in rf.backends):
             continue
         for p in rf.parents:
             if p.accepted.status:

@@ -395,6 +395,8 @@ def _digest(*parts: object) -> str:
 
 def action_id(server: str, route: Ref, rule: int, match: int) -> str:
     """The id of one match of one rule of one route through one listener's server."""
+    if route.kind == "GRPCRoute":  # a GRPCRoute and an HTTPRoute may have one name
+        return f"{server}_g_{slug(route.namespace)}_{slug(route.name)}_{_digest(route.kind, route.namespace, route.name)}_r{rule}_m{match}"
     return f"{server}_{slug(route.namespace)}_{slug(route.name)}_{_digest(route.namespace, route.name)}_r{rule}_m{match}"
 
 
