@@ -28,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
-#: the modules compiled: the engine's core (tests/test_types.py's CORE_MODULES), not its edges
+#: the modules compiled: the engine's core (tests/project/test_types.py's CORE_MODULES), not its edges
 MODULES = ("gwpolicy.engine.topology", "gwpolicy.engine.effective", "gwpolicy.engine.incremental", "gwpolicy.engine.refs", "gwpolicy.engine.model",
            "gwpolicy.engine.merge.fieldmerge", "gwpolicy.engine.merge.strategies", "gwpolicy.engine.merge.leaves", "gwpolicy.engine.merge.values",
            "gwpolicy.engine.analysis", "gwpolicy.engine.status", "gwpolicy.engine.attach", "gwpolicy.engine.policies")

@@ -202,6 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["echo"]:
         from gwpolicy.gateway.echo import main as echo_main
         return echo_main(argv[1:])
+    if argv[:1] == ["nginx-sidecar"]:
+        from gwpolicy.gateway.sidecar import main as sidecar_main
+        return sidecar_main(argv[1:])
     if argv[:1] == ["gateway"]:
         from gwpolicy.gateway.controller import main as gateway_main
         return gateway_main(argv[1:])
@@ -321,7 +324,7 @@ def sandbox_main(argv: list[str]) -> int:
     return 0
 
 
-_SERVERS = ("bench", "sandbox", "controller", "webhook", "gateway", "echo")
+_SERVERS = ("bench", "sandbox", "controller", "webhook", "gateway", "nginx-sidecar", "echo")
 
 
 def entry() -> None:
