@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlane, DataPlaneConfig, Location, MatchRule, VirtualHost, build_dataplane
 from gwpolicy.gateway.dataplane.order import segment_prefix
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.nginx import Nginx, ReloadResult
 from gwpolicy.gateway.render import render
-from gwpolicy.refs import Ref
 
 GW = "gateway.networking.k8s.io"
 CONTROLLER = "gwpolicy.io/gateway-controller"
@@ -161,7 +161,7 @@ def key_pair(cn: str = "test.example") -> tuple[bytes, bytes]:
     """A certificate for `cn` and its private key (EC P-256, signed by a CA of its own, made with the
     webhook's `cryptography` helpers), as PEM: what NGINX loads (the gateway parses every
     certificate and key before it renders one)."""
-    from gwpolicy.webhook import certs
+    from gwpolicy.kube import certs
 
     pair = certs.make_serving(certs.make_ca(f"{cn}-ca"), [cn])
     return pair.cert_pem, pair.key_pem

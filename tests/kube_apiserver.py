@@ -37,8 +37,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gwpolicy.kinds import split_api_version
-from gwpolicy.webhook import certs
+from gwpolicy.engine.kinds import split_api_version
+from gwpolicy.kube import certs
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx2 as httpx
 
-from gwpolicy.analysis import analyse
 from gwpolicy.controller.app import Controller, Options
+from gwpolicy.engine.analysis import analyse
 from gwpolicy.sandbox.seed import apply_all
 from gwpolicy.sandbox.server import Sandbox, SandboxServer, preload_object, write_kubeconfig
 from gwpolicy.sandbox.store import ApiFailure, Store
@@ -113,7 +113,7 @@ class Cluster:
 
     async def apply(self, obj: dict[str, Any], manager: str = "test") -> dict[str, Any]:
         """Server-side apply one object as it is (no CRDs or namespaces made up around it)."""
-        from gwpolicy.kinds import split_api_version
+        from gwpolicy.engine.kinds import split_api_version
         from gwpolicy.sandbox.seed import url_of
 
         group, _ = split_api_version(obj["apiVersion"])
@@ -178,7 +178,7 @@ def offline_expectation(objects: list[dict[str, Any]], controller: str = "gwpoli
 
 
 def key_of(raw: dict[str, Any]) -> tuple[str, str, str, str]:
-    from gwpolicy.kinds import split_api_version
+    from gwpolicy.engine.kinds import split_api_version
 
     group, _ = split_api_version(raw["apiVersion"])
     return (group, raw["kind"], raw["metadata"].get("namespace") or "", raw["metadata"]["name"])

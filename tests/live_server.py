@@ -13,7 +13,7 @@ from typing import Any, Iterable
 import yaml
 
 import kube_apiserver
-from gwpolicy.load import load_paths
+from gwpolicy.files.load import load_paths
 from gwpolicy.sandbox.seed import synthesize_crds
 from kube_apiserver import DEPLOY, KubeApiServer
 from sandbox_proc import GW_CRDS, SandboxProcess

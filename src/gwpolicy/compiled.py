@@ -28,10 +28,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
-#: the modules compiled: the engine's core (tests/test_types.py's CORE_MODULES), not its edges
-MODULES = ("gwpolicy.topology", "gwpolicy.effective", "gwpolicy.incremental", "gwpolicy.refs", "gwpolicy.model",
-           "gwpolicy.merge.fieldmerge", "gwpolicy.merge.strategies", "gwpolicy.merge.leaves", "gwpolicy.merge.values",
-           "gwpolicy.analysis", "gwpolicy.status", "gwpolicy.attach", "gwpolicy.policies")
+#: the modules compiled: the engine's core (tests/project/test_types.py's CORE_MODULES), not its edges
+MODULES = ("gwpolicy.engine.topology", "gwpolicy.engine.effective", "gwpolicy.engine.incremental", "gwpolicy.engine.refs", "gwpolicy.engine.model",
+           "gwpolicy.engine.merge.fieldmerge", "gwpolicy.engine.merge.strategies", "gwpolicy.engine.merge.leaves", "gwpolicy.engine.merge.values",
+           "gwpolicy.engine.analysis", "gwpolicy.engine.status", "gwpolicy.engine.attach", "gwpolicy.engine.policies")
 #: mypyc's shared library is named after the group: `gwpolicy/_core__mypyc.*.so`, inside the package
 GROUP = "gwpolicy._core"
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -42,17 +42,17 @@ PURE_ENV = "GWPOLICY_PURE"
 reason = "not checked"
 
 
-def _digest(path: Path) -> str:
+def digest_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _source(module: str) -> Path:
+def source_path(module: str) -> Path:
     return PACKAGE_DIR.parent.joinpath(*module.split(".")).with_suffix(".py")
 
 
 def stale(manifest: dict[str, Any], digest: Any = None) -> str:
     """Why the build the manifest describes is not the build of the sources now ("" when it is)."""
-    digest = digest or _digest
+    digest = digest or digest_file
     if manifest.get("python") != sys.implementation.cache_tag:
         return f"built for {manifest.get('python')}, not {sys.implementation.cache_tag}"
     if sorted(manifest.get("modules", ())) != sorted(MODULES):
@@ -76,7 +76,7 @@ class _FromSource:
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MODULES:
             return None
-        return importlib.util.spec_from_file_location(fullname, _source(fullname))
+        return importlib.util.spec_from_file_location(fullname, source_path(fullname))
 
 
 def check() -> str:

@@ -13,7 +13,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from gwpolicy.compiled import GROUP, MANIFEST, MODULES, PACKAGE_DIR, _digest, _source, check, describe
+from gwpolicy.compiled import GROUP, MANIFEST, MODULES, PACKAGE_DIR, check, describe, digest_file, source_path
 
 
 def _imports(path: Path) -> set[str]:
@@ -30,10 +30,10 @@ def _imports(path: Path) -> set[str]:
 
 def _sources() -> list[Path]:
     """The compiled modules' sources and the package's own modules they import."""
-    out = {_source(m) for m in MODULES}
+    out = {source_path(m) for m in MODULES}
     for m in MODULES:
-        for dep in _imports(_source(m)):
-            for cand in (_source(dep), _source(dep).with_suffix("") / "__init__.py"):
+        for dep in _imports(source_path(m)):
+            for cand in (source_path(dep), source_path(dep).with_suffix("") / "__init__.py"):
                 if cand.is_file():
                     out.add(cand)
     return sorted(out)
@@ -41,11 +41,11 @@ def _sources() -> list[Path]:
 
 def _hashes() -> dict[str, str]:
     """Each source's SHA-256, by its path from `src`: what the manifest records and the guard checks."""
-    return {str(p.relative_to(PACKAGE_DIR.parent)): _digest(p) for p in _sources()}
+    return {str(p.relative_to(PACKAGE_DIR.parent)): digest_file(p) for p in _sources()}
 
 
 def _built_files() -> list[Path]:
-    stems = [_source(m).with_suffix("") for m in MODULES] + [_source(GROUP + "__mypyc").with_suffix("")]
+    stems = [source_path(m).with_suffix("") for m in MODULES] + [source_path(GROUP + "__mypyc").with_suffix("")]
     return [p for s in stems for p in s.parent.glob(s.name + ".*") if p.suffix in (".so", ".pyd")]
 
 
@@ -87,7 +87,7 @@ def build(workdir: Path) -> None:
         os.dup2(log.fileno(), 2)
         os.chdir(PACKAGE_DIR.parent)  # module names are paths from `src`
         try:
-            ext = mypycify([str(_source(m).relative_to(PACKAGE_DIR.parent)) for m in MODULES],
+            ext = mypycify([str(source_path(m).relative_to(PACKAGE_DIR.parent)) for m in MODULES],
                            opt_level="3", group_name=GROUP, target_dir=str(workdir / "c"))
             setup(name="gwpolicy-core", ext_modules=ext,
                   script_args=["-q", "build_ext", "--inplace", "--build-temp", str(workdir / "o"), "--build-lib", str(workdir / "lib"),

@@ -3,7 +3,8 @@ leaves equals a full analysis of the same objects."""
 
 from __future__ import annotations
 
-from gwpolicy.bench.controller_inproc import EDITS, measure, table
+from gwpolicy.bench.controller_inproc import measure, table
+from gwpolicy.bench.edits import EDITS
 from gwpolicy.bench.generate import write_yaml
 
 

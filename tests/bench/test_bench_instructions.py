@@ -11,7 +11,8 @@ import shutil
 import pytest
 
 from gwpolicy.bench import instructions
-from gwpolicy.bench.controller_inproc import EDITS, main
+from gwpolicy.bench.controller_inproc import main
+from gwpolicy.bench.edits import EDITS
 from gwpolicy.bench.generate import write_yaml
 
 NAMES = [name for name, _ in EDITS]

@@ -515,7 +515,7 @@ def test_every_command_has_examples_in_its_help(command):
 
 
 def _example_lines() -> list[str]:
-    from gwpolicy.cli.main import EXAMPLES
+    from gwpolicy.cli.parser import EXAMPLES
 
     return [line.strip() for text in EXAMPLES.values() for line in text.format(p="gwpolicy").splitlines()
             if line.strip().startswith("gwpolicy ") and "-f examples/parable" in line

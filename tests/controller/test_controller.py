@@ -13,7 +13,7 @@ import httpx2 as httpx
 import pytest
 import yaml
 
-from gwpolicy.controller import kube
+from gwpolicy.kube import client as kube
 from helpers import CONFORMANCE, needs_shared, scenario_files
 from kube_harness import Cluster, cluster, differences, key_of, offline_expectation, strip_times
 from live_server import require

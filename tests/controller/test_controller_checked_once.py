@@ -9,12 +9,12 @@ import copy
 
 import orjson
 
-from gwpolicy import shapes
-from gwpolicy.analysis import analyse
 from gwpolicy.bench.controller_inproc import write_status
 from gwpolicy.bench.generate import cluster
 from gwpolicy.controller.model import ClusterModel
-from gwpolicy.refs import GATEWAY_GROUP
+from gwpolicy.engine import shapes
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.refs import GATEWAY_GROUP
 
 CONTROLLER = "gwpolicy.io/policy-controller"
 

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from gwpolicy.controller.app import Controller, Options
-from gwpolicy.controller.defaults import listen as default_listen
 from gwpolicy.controller.main import parse
+from gwpolicy.kube.defaults import listen as default_listen
 from gwpolicy.sandbox.server import write_kubeconfig
 from gwpolicy.sandbox.store import ApiFailure
 from kube_harness import Cluster, cluster, key_of, offline_expectation, strip_times
@@ -446,7 +446,7 @@ def test_a_pass_during_the_backlog_costs_what_it_queues_not_the_backlog() -> Non
     """Each pass of the reconcile loop during the first status queues a few breadcrumbs before the
     backlog. Rebuilding the backlog behind them on every pass made the first status quadratic (at 20k
     routes ~9% of the controller's CPU, growing with the cluster)."""
-    from gwpolicy.refs import Ref
+    from gwpolicy.engine.refs import Ref
 
     def passes(backlog: int) -> float:
         ctl = Controller(Options())

@@ -7,10 +7,11 @@ import gc
 
 import orjson
 
-from gwpolicy.bench.controller_inproc import EDITS, write_status
+from gwpolicy.bench.controller_inproc import write_status
+from gwpolicy.bench.edits import EDITS
 from gwpolicy.bench.generate import write_yaml
 from gwpolicy.controller.model import ClusterModel, release
-from gwpolicy.load import load_paths
+from gwpolicy.files.load import load_paths
 
 
 def _model(tmp_path) -> ClusterModel:

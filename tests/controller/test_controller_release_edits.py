@@ -7,10 +7,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gwpolicy.bench.controller_inproc import EDITS, write_status
+from gwpolicy.bench.controller_inproc import write_status
+from gwpolicy.bench.edits import EDITS
 from gwpolicy.bench.generate import write_yaml
 from gwpolicy.controller.model import ClusterModel
-from gwpolicy.load import load_paths
+from gwpolicy.files.load import load_paths
 from test_controller_release import _cyclic_garbage_of_dropping
 
 

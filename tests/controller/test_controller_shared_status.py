@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gwpolicy.controller.app import unordered
-from gwpolicy.status import keep_places
+from gwpolicy.engine.status import keep_places
 
 CONTROLLERS = ["a.example/c", "b.example/c", "c.example/c"]
 entries = st.lists(st.tuples(st.sampled_from(CONTROLLERS), st.integers(0, 4), st.integers(0, 2)), max_size=10)

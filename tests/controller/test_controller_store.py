@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 from gen import GW, cluster
 from gwpolicy.controller import model as model_module
-from gwpolicy.controller.informer import seen, tombstone
-from gwpolicy.controller.kube import Kind, merge_patch_of
 from gwpolicy.controller.model import ClusterModel
 from gwpolicy.controller.store import kept, shared
-from gwpolicy.output import effective_list, encode
-from gwpolicy.refs import Ref
-from gwpolicy.status import ANNOTATION, DEFAULT_CONTROLLER
+from gwpolicy.engine.refs import Ref
+from gwpolicy.engine.status import ANNOTATION, DEFAULT_CONTROLLER
+from gwpolicy.files.output import effective_list, encode
+from gwpolicy.kube.client import Kind, merge_patch_of
+from gwpolicy.kube.informer import seen, tombstone
 from helpers import NOW
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"

@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 import live_server
-from gwpolicy import effectiveobjects as eo
-from gwpolicy.analysis import analyse
 from gwpolicy.cli.live import read_cluster
-from gwpolicy.status import DEFAULT_CONTROLLER
+from gwpolicy.engine import effectiveobjects as eo
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.status import DEFAULT_CONTROLLER
 from helpers import ROOT, run_cli
 from sandbox_proc import BIN, wait_for
 

@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 import kube_apiserver
-from gwpolicy.controller import defaults, kube
 from gwpolicy.gateway import controller as gateway
 from gwpolicy.gateway import policyconf, sidecar
 from gwpolicy.gateway.facts import ROUTE_KINDS as GATEWAY_ROUTE_KINDS
+from gwpolicy.kube import client as kube
+from gwpolicy.kube import defaults
 from gwpolicy.sandbox import bundled
 from helpers import ROOT
 from kube_apiserver import KubeApiServer

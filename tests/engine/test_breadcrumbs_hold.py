@@ -13,11 +13,11 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gwpolicy.analysis import analyse
-from gwpolicy.model import Obj
-from gwpolicy.refs import GATEWAY_GROUP, Ref
-from gwpolicy.status import ANNOTATION, MAX_PARENTS, breadcrumbs, route_breadcrumbs_hold
-from gwpolicy.topology import Topology
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.model import Obj
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
+from gwpolicy.engine.status import ANNOTATION, MAX_PARENTS, breadcrumbs, route_breadcrumbs_hold
+from gwpolicy.engine.topology import Topology
 from helpers import interpreted
 
 ME, OTHER = "gwpolicy.io/policy-controller", "example.com/other"
@@ -149,7 +149,7 @@ def test_full_analysis_of_statused_routes_is_what_building_every_breadcrumb_give
 
     objects, changed = _statused(orjson.loads(orjson.dumps(list(cluster(60)))))
     fast = analyse(copy.deepcopy(objects), now=LATER).status_changes()
-    plain = interpreted("gwpolicy.analysis")  # the shortcut patched where it is called, compiled or not
+    plain = interpreted("gwpolicy.engine.analysis")  # the shortcut patched where it is called, compiled or not
     asked: list[Any] = []
     monkeypatch.setattr(plain, "route_breadcrumbs_hold", lambda *args: asked.append(args) or False)
     built = plain.analyse(copy.deepcopy(objects), now=LATER).status_changes()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gwpolicy.refs import parse_ref
+from gwpolicy.engine.refs import parse_ref
 from helpers import CONFORMANCE, NOW, needs_shared, run_cli, scenario_files, write_manifests
 
 SCENARIOS = scenario_files()

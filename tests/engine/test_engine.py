@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from build import GW, gateway, gatewayclass, meta, namespace, parent, policy, policykind, route, service, target
-from gwpolicy.analysis import analyse
-from gwpolicy.refs import Ref
-from gwpolicy.topology import hostnames_intersect
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.refs import Ref
+from gwpolicy.engine.topology import hostnames_intersect
 
 NOW = "2026-01-01T00:00:00Z"
 

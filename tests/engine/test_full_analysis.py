@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gen import cluster, meta
-from gwpolicy.analysis import analyse
-from gwpolicy.effective import EffectivePolicy
-from gwpolicy.incremental import apply_change
-from gwpolicy.status import breadcrumbs
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.effective import EffectivePolicy
+from gwpolicy.engine.incremental import apply_change
+from gwpolicy.engine.status import breadcrumbs
 from helpers import NOW
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

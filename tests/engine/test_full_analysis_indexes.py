@@ -9,9 +9,9 @@ import copy
 from hypothesis import HealthCheck, given, settings
 
 from gen import cluster
-from gwpolicy.analysis import analyse
 from gwpolicy.bench.generate import cluster as cluster_of
-from gwpolicy.refs import Ref
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.refs import Ref
 from helpers import NOW
 
 
@@ -58,7 +58,7 @@ def test_the_indexes_on_the_synthetic_cluster() -> None:
 def test_objects_of_a_kind_are_in_reference_order_even_when_some_have_no_namespace() -> None:
     import random
 
-    from gwpolicy.model import build_index
+    from gwpolicy.engine.model import build_index
 
     # a kind nobody declares: namespaced when it names a namespace, else cluster-scoped, so one kind
     # holds references with and without a namespace (they do not compare as tuples)

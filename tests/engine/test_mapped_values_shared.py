@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 
 from gen import meta
-from gwpolicy.analysis import analyse
-from gwpolicy.incremental import apply_change
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.incremental import apply_change
 from helpers import NOW
 
 GW = "gateway.networking.k8s.io"

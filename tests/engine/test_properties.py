@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gen import cluster
-from gwpolicy.analysis import analyse
-from gwpolicy.output import effective_list, encode, status_list
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.files.output import effective_list, encode, status_list
 from helpers import NOW
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gwpolicy import shapes
+from gwpolicy.engine import shapes
 
 _KEYS = ["name", "namespace", "group", "kind", "port", "sectionName", "status", "type", "reason", "message",
          "lastTransitionTime", "observedGeneration", "parents", "parentRef", "controllerName", "conditions",

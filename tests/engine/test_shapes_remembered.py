@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 
-from gwpolicy import shapes
-from gwpolicy.refs import GATEWAY_GROUP
+from gwpolicy.engine import shapes
+from gwpolicy.engine.refs import GATEWAY_GROUP
 
 GW = f"{GATEWAY_GROUP}/v1"
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gwpolicy.model import Obj
-from gwpolicy.refs import GATEWAY_GROUP, Ref
-from gwpolicy.status import (
+from gwpolicy.engine.model import Obj
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
+from gwpolicy.engine.status import (
     ANNOTATION,
     MAX_CONDITIONS,
     MAX_PARENTS,
@@ -23,7 +23,7 @@ from gwpolicy.status import (
     find_condition,
     keep_places,
 )
-from gwpolicy.topology import Topology
+from gwpolicy.engine.topology import Topology
 
 ME, OTHER = "gwpolicy.io/policy-controller", "example.com/other"
 NOW = "2026-01-01T00:00:00Z"

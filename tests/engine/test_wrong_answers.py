@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from build import GW, gateway, gatewayclass, meta, parent, policy, route, target
 from gen import cluster
-from gwpolicy import status as status_module
-from gwpolicy.analysis import analyse
 from gwpolicy.cli import graph
 from gwpolicy.cli.impact import as_update
-from gwpolicy.explain import ladder
-from gwpolicy.output import effective_list, status_list
-from gwpolicy.refs import Ref
-from gwpolicy.timestamps import creation_time
+from gwpolicy.engine import status as status_module
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.explain import ladder
+from gwpolicy.engine.refs import Ref
+from gwpolicy.engine.timestamps import creation_time
+from gwpolicy.files.output import effective_list, status_list
 from helpers import GATEWAY_API_CRDS, NOW, ROOT, run_cli, write_manifests
 
 PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

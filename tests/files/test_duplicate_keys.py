@@ -12,10 +12,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gwpolicy import yamlfast
 from gwpolicy.bench.generate import cluster
-from gwpolicy.load import LoadError, load_text
-from gwpolicy.load import _Loader as Strict
+from gwpolicy.files import yamlfast
+from gwpolicy.files.load import LoadError, load_text
+from gwpolicy.files.load import _Loader as Strict
 from helpers import run_cli
 
 ROUTE = """\

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gwpolicy.load import load_text
+from gwpolicy.files.load import load_text
 from helpers import GATEWAY_API, needs_shared, run_cli
 
 
@@ -116,9 +116,9 @@ def test_streamed_effective_json_is_byte_for_byte_the_whole_document(tmp_path):
 
     import orjson
 
-    from gwpolicy.analysis import analyse
-    from gwpolicy.load import load_paths
-    from gwpolicy.output import effective_list, write_effective
+    from gwpolicy.engine.analysis import analyse
+    from gwpolicy.files.load import load_paths
+    from gwpolicy.files.output import effective_list, write_effective
     from helpers import ROOT
 
     loaded = load_paths([str(ROOT / "examples" / "parable")])

@@ -20,10 +20,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gwpolicy import load as load_module
-from gwpolicy import yamlfast
 from gwpolicy.bench.generate import cluster
-from gwpolicy.load import LoadError, load_text
+from gwpolicy.files import load as load_module
+from gwpolicy.files import yamlfast
+from gwpolicy.files.load import LoadError, load_text
 from helpers import ROOT, SHARED, needs_shared
 from test_mutations import BASES, REPLACEMENTS, mutate
 

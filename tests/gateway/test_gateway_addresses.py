@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway.dataplane import DataPlaneConfig, gateway_addresses
-from gwpolicy.refs import Ref
 
 
 def _gw(name: str, status_address: str | None) -> SimpleNamespace:

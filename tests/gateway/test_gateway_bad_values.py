@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 from freezing import Case, base_objects, freezing_objects
 from gateway_kit import TEST_ENDPOINTS, have_nginx, key_pair
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policies
 from gwpolicy.gateway import policyconf as pc
 from gwpolicy.gateway.controller import GatewayController, GatewayOptions, Renderer
 from gwpolicy.gateway.policies import values as pv
 from gwpolicy.gateway.state import object_key
-from gwpolicy.refs import Ref
 from test_gateway_inplace import kind_of
 from test_gateway_policies import policy_manifests
 from test_gateway_render import nginx_t

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from freezing import route
 from gateway_kit import TEST_ENDPOINT_FLAGS, TEST_ENDPOINTS
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway.controller import GatewayController, GatewayOptions
 from gwpolicy.gateway.dataplane import BUDGET_EXCEEDED, route_cost
-from gwpolicy.refs import Ref
 from helpers import run_cli
 from test_gateway_bad_values import cluster
 from test_gateway_inplace import kind_of
@@ -77,7 +77,7 @@ def test_over_its_budget_a_namespace_s_newest_routes_are_refused_and_no_one_else
        st.integers(1, 80))
 def test_a_route_is_never_refused_for_a_newer_one_and_each_namespace_stays_within(routes: list[tuple[str, int]],
                                                                                  budget: int) -> None:
-    from gwpolicy.analysis import analyse
+    from gwpolicy.engine.analysis import analyse
     from gwpolicy.gateway import policyconf
     from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 

@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gwpolicy.refs import GATEWAY_GROUP, Ref
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
 from test_gateway_listener_verdicts import GW, KEY, PEM, PEM_TEXT, _cond, _objects, _served, _status, listener
 
 #: the property's Gateways, each listener's tls.mode drawn again with `mode: null` and "" among them

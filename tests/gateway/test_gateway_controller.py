@@ -273,7 +273,7 @@ def test_beside_the_policy_controller_neither_fights_and_enforced_policies_get_o
     import threading
     import time
 
-    from gwpolicy.status import DEFAULT_CONTROLLER as POLICY_CONTROLLER
+    from gwpolicy.engine.status import DEFAULT_CONTROLLER as POLICY_CONTROLLER
 
     sb, gw, echo = env
     deploy = Path(__file__).resolve().parents[2] / "deploy"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
 from gwpolicy.gateway import state as gateway_state
-from gwpolicy.refs import GATEWAY_GROUP, Ref
 from test_gateway_inplace import base_cluster, check, kind_of, object_key, started, write_queued
 
 

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway_kit import TEST_ENDPOINT_FLAGS, backend, gateway, gatewayclass, listener, meta, route, service
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import ENDPOINTSLICE_CONTROLLER, MANAGED_BY_LABEL, DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.render import render
-from gwpolicy.refs import Ref
 from helpers import run_cli
 
 GW_REF = Ref("gateway.networking.k8s.io", "Gateway", "infra", "gw")

@@ -29,13 +29,13 @@ from gateway_kit import (
     route,
     tls_secret,
 )
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.model import build_index
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane, client_ca_path
 from gwpolicy.gateway.facts import gateway_facts
 from gwpolicy.gateway.render import render
-from gwpolicy.model import build_index
-from gwpolicy.refs import Ref
 
 ADDR = "127.0.14.1"
 BACKENDS = "127.0.14.2"

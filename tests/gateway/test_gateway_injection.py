@@ -33,10 +33,10 @@ from gateway_kit import (
     route,
     service,
 )
+from gwpolicy.engine.model import build_index
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
 from gwpolicy.gateway import render as render_mod
 from gwpolicy.gateway.facts import gateway_facts
-from gwpolicy.model import build_index
-from gwpolicy.refs import GATEWAY_GROUP, Ref
 
 ADDR = "127.0.72.1"
 BACKENDS = "127.0.72.2"
@@ -235,7 +235,7 @@ def test_a_sink_that_skips_the_escaping_fails_closed_for_its_rule_alone(monkeypa
     """The final guard: were a future sink to write text with a line break, the rule it serves
     answers 500 and the rest of the configuration is unchanged."""
     from gateway_kit import endpoints
-    from gwpolicy.analysis import analyse
+    from gwpolicy.engine.analysis import analyse
     from gwpolicy.gateway import policyconf
     from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 
@@ -268,7 +268,7 @@ def test_a_header_name_that_starts_a_string_or_a_comment_is_refused(names: tuple
     string or a comment to NGINX: `proxy_set_header 'A "1";` would swallow the lines up to the
     next `'`. Such a name makes its rule answer 500; the other directives stay as they were."""
     from gateway_kit import endpoints
-    from gwpolicy.analysis import analyse
+    from gwpolicy.engine.analysis import analyse
     from gwpolicy.gateway import policyconf
     from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 

@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway_kit import TEST_ENDPOINTS
-from gwpolicy.bench.gateway import _cert, gateway_cluster
+from gwpolicy.bench.gateway import gateway_cluster, self_signed_cert
 from gwpolicy.bench.gateway_policies import gateway_policies, policy_kinds
-from gwpolicy.controller.kube import Kind
+from gwpolicy.engine.kinds import split_api_version
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway.controller import GatewayController, GatewayOptions, Renderer
 from gwpolicy.gateway.state import key_ref, object_key
-from gwpolicy.kinds import split_api_version
-from gwpolicy.refs import Ref
+from gwpolicy.kube.client import Kind
 
 OURS = "gwpolicy.io/gateway-controller"
 OPTS = GatewayOptions(controller_name=OURS, address_pool="127.0.40.0/24", port_offset=20000, **TEST_ENDPOINTS)
@@ -38,7 +38,7 @@ CHANGES = ["route-backend", "route-hostname", "route-path", "route-parent", "rou
 @functools.lru_cache(maxsize=1)
 def certificate() -> tuple[bytes, bytes]:
     """The HTTPS listeners' certificate (made once; without it those listeners are not served)."""
-    return _cert(Path(tempfile.mkdtemp(prefix="gwinc-cert-")))
+    return self_signed_cert(Path(tempfile.mkdtemp(prefix="gwinc-cert-")))
 
 
 def base_cluster(routes: int, seed: int) -> list[dict[str, Any]]:

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from freezing import base_objects, freezing_objects, route
 from gateway_kit import TEST_ENDPOINTS, Echoes, eventually, free_port, have_nginx, key_pair, request
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import conftext, isolate, routevalues
-from gwpolicy.refs import Ref
 from test_gateway_inplace import kind_of
 from test_gateway_policies import policy_manifests
 

@@ -30,7 +30,9 @@ from gateway_kit import (
     route,
     tls_secret,
 )
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.model import build_index
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlane, DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.facts import dataplane_objects, gateway_facts
@@ -39,8 +41,6 @@ from gwpolicy.gateway.nginx import Nginx
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.state import GatewayState, object_key
 from gwpolicy.gateway.status import Programming, all_desired
-from gwpolicy.model import build_index
-from gwpolicy.refs import Ref
 
 GW = "gateway.networking.k8s.io"
 GW_REF = Ref(GW, "Gateway", "infra", "gw")

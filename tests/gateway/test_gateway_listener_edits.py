@@ -10,8 +10,8 @@ import copy
 import random
 import re
 
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
 from gwpolicy.gateway.dataplane import server_id
-from gwpolicy.refs import GATEWAY_GROUP, Ref
 from test_gateway_inplace import base_cluster, change, check, kind_of, object_key, started, write_queued
 
 

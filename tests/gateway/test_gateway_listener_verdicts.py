@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from gateway_kit import TEST_ENDPOINTS, key_pair
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, gateway_facts
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.status import Programming, all_desired
-from gwpolicy.refs import GATEWAY_GROUP, Ref
 
 GW = "gateway.networking.k8s.io/v1"
 NOW = "2026-12-01T00:00:00Z"

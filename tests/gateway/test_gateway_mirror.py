@@ -28,15 +28,15 @@ from gateway_kit import (
     request,
     route,
 )
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.model import build_index
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.facts import gateway_facts
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.state import GatewayState, object_key
 from gwpolicy.gateway.status import Programming, all_desired
-from gwpolicy.model import build_index
-from gwpolicy.refs import Ref
 
 ADDR = "127.0.12.1"
 BACKENDS = "127.0.12.2"

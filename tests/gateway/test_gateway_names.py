@@ -32,10 +32,10 @@ from gateway_kit import (
     route,
     service,
 )
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
 from gwpolicy.gateway import dataplane, policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, DataPlaneError, build_dataplane
-from gwpolicy.refs import GATEWAY_GROUP, Ref
 
 ADDR = "127.0.71.1"
 BACKENDS = "127.0.71.2"

@@ -34,15 +34,15 @@ from gateway_kit import (
     service,
     tls_secret,
 )
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.model import build_index
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane, tls_upstream_name
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.facts import gateway_facts
 from gwpolicy.gateway.render import render
 from gwpolicy.gateway.status import Programming, all_desired
-from gwpolicy.model import build_index
-from gwpolicy.refs import Ref
 
 GW = "gateway.networking.k8s.io"
 ADDR = "127.0.15.1"

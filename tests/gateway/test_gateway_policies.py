@@ -14,7 +14,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
 from gwpolicy.gateway import policies
 from gwpolicy.gateway import policyconf as pc
 from gwpolicy.gateway.policies import values as pv

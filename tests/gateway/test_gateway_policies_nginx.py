@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import backendtls as bt
 from gwpolicy.gateway import policies
 from gwpolicy.gateway import policyconf as pc
-from gwpolicy.refs import Ref
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 pytestmark = pytest.mark.skipif(not Path(NGINX).exists(), reason="nginx is not installed")

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from gateway_kit import TEST_ENDPOINTS
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policies
 from gwpolicy.gateway import policyconf as pc
-from gwpolicy.refs import Ref
 from test_gateway_policies import policy_manifests
 
 dataplane = pytest.importorskip("gwpolicy.gateway.dataplane")

@@ -15,9 +15,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from gwconformance import merge_patch
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import backendtls as bt
-from gwpolicy.refs import Ref
 
 CASES = Path(__file__).resolve().parents[3] / "shared" / "gateway-conformance"
 NOW = "2026-01-01T00:00:00Z"

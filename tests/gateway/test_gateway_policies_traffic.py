@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from gwpolicy.analysis import Analysis, analyse
+from gwpolicy.engine.analysis import Analysis, analyse
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import backendtls as bt
 from gwpolicy.gateway import policyconf as pc
-from gwpolicy.refs import Ref
 
 dataplane = pytest.importorskip("gwpolicy.gateway.dataplane")
 render_mod = pytest.importorskip("gwpolicy.gateway.render")

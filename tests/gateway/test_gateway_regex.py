@@ -37,14 +37,14 @@ from gateway_kit import (
     request,
     route,
 )
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.model import build_index
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
 from gwpolicy.gateway import pathregex, policyconf
 from gwpolicy.gateway.dataplane import Action, DataPlaneConfig, MatchRule, VirtualHost, build_dataplane
 from gwpolicy.gateway.dataplane.order import place_locations, segment_prefix
 from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, gateway_facts
 from gwpolicy.gateway.render import render
-from gwpolicy.model import build_index
-from gwpolicy.refs import GATEWAY_GROUP, Ref
 
 ADDR = "127.0.17.1"
 BACKENDS = "127.0.17.2"

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gateway_kit import Echoes, Served, backend, free_port, gateway, gatewayclass, have_nginx, listener, request, route
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
 from gwpolicy.gateway import pathregex
-from gwpolicy.refs import GATEWAY_GROUP, Ref
 
 ADDR = "127.0.74.1"
 BACKENDS = "127.0.74.2"

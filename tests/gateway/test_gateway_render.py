@@ -19,13 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway_kit import TEST_ENDPOINTS, nginx_choice
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
+from gwpolicy.engine.topology import hostnames_intersect
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, MatchRule, VirtualHost, build_dataplane, intersect_hostname
 from gwpolicy.gateway.dataplane.order import place_locations, segment_prefix
 from gwpolicy.gateway.render import render
-from gwpolicy.refs import GATEWAY_GROUP, Ref
-from gwpolicy.topology import hostnames_intersect
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "render"
 BASIC = GOLDEN / "features" / "basic" / "input.yaml"

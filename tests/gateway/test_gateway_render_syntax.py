@@ -29,11 +29,11 @@ from hypothesis import strategies as st
 
 import nginx_conf
 from gateway_kit import TEST_ENDPOINTS, backend, endpoints, gateway, gatewayclass, have_nginx, listener, meta, service
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.render import render
-from gwpolicy.refs import GATEWAY_GROUP, Ref
 from test_gateway_policies import policy_manifests
 
 POLICY_KINDS = policy_manifests()
@@ -198,7 +198,7 @@ def test_strings_with_nginx_metacharacters_never_change_the_directives(tmp_path:
 def test_the_property_sees_an_injection(monkeypatch: pytest.MonkeyPatch) -> None:
     """The comparison is not blind: with names unchecked and comments written raw (an unescaped
     sink), the twin of a backend name with a line break renders another tree."""
-    from gwpolicy import names
+    from gwpolicy.engine import names
     from gwpolicy.gateway import render as render_mod
 
     monkeypatch.setattr(names, "reference_problem", lambda kind, namespace, name: None)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway.replicas import ADDRESSES, REPLICA_OF, SERVING, Replicas, lease_name
-from gwpolicy.refs import Ref
 
 GW = Ref("gateway.networking.k8s.io", "Gateway", "ns", "gw")
 ROUTE = Ref("gateway.networking.k8s.io", "HTTPRoute", "ns", "r")

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 import gwconformance as gc
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.kinds import split_api_version
+from gwpolicy.engine.model import build_index
 from gwpolicy.gateway import backendtls
 from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, dataplane_objects, gateway_facts
 from gwpolicy.gateway.status import POLICY_KINDS_ANNOTATION, Programming, all_desired, class_annotations, policy_status
-from gwpolicy.kinds import split_api_version
-from gwpolicy.model import build_index
 
 NOW = "2026-12-01T00:00:00Z"
 BASE = gc.load_base()
@@ -235,8 +235,8 @@ def test_route_without_crd_defaults_gets_full_parent_refs():
 
 def test_status_is_merged_into_the_newest_copy_not_the_one_analysed():
     """Another controller writes between our analysis and our write: what it wrote survives."""
+    from gwpolicy.engine.model import Obj
     from gwpolicy.gateway.status import desired_status
-    from gwpolicy.model import Obj
 
     world = _world_with_route()
     world.reconcile()

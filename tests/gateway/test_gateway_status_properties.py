@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway_kit import key_pair
-from gwpolicy.analysis import analyse
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.model import build_index
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
 from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, gateway_facts
 from gwpolicy.gateway.status import Programming, all_desired
-from gwpolicy.model import build_index
-from gwpolicy.refs import GATEWAY_GROUP, Ref
 
 GW = "gateway.networking.k8s.io/v1"
 NOW = "2026-12-01T00:00:00Z"

@@ -1,4 +1,4 @@
-"""The loop the controller, the webhook and the gateway share (controller/loop.py): one pass per
+"""The loop the controller, the webhook and the gateway share (kube/loop.py): one pass per
 burst of events, none before every informer has listed, `busy` exactly while a pass runs."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from typing import AsyncIterator, Coroutine
 
-from gwpolicy.controller.loop import SYNC_POLL, synced_bursts
+from gwpolicy.kube.loop import SYNC_POLL, synced_bursts
 
 WAIT = 5.0  # seconds at most for what must happen (a loaded machine is slow, never this slow)
 

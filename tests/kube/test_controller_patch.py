@@ -15,7 +15,7 @@ import yaml
 from aiohttp import web
 from lightkube import ApiError
 
-from gwpolicy.controller import kube
+from gwpolicy.kube import client as kube
 
 SERVICES = kube.Kind("", "v1", "Service", "services", True)
 ROUTES = kube.Kind("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes", True)

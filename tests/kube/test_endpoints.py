@@ -1,4 +1,4 @@
-"""The health and metrics endpoints every watching process serves (controller/endpoints.py): a busy or
+"""The health and metrics endpoints every watching process serves (kube/endpoints.py): a busy or
 malformed listen address is one `Error:` line naming the option and exit 1, never a traceback, for
 the controller, the webhook and the gateway alike; and what they serve."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from gwpolicy.controller.endpoints import ListenError, healthz, metrics, serve_endpoints
+from gwpolicy.kube.endpoints import ListenError, healthz, metrics, serve_endpoints
 from gwpolicy.sandbox.server import write_kubeconfig
 from sandbox_proc import BIN
 

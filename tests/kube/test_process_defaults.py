@@ -2,7 +2,7 @@
 each given nothing but `--kubeconfig`, all three at once against a fresh `gwpolicy sandbox`, each do
 their job (the controller writes policy status, the gateway accepts its GatewayClass, starts NGINX
 and serves a route, the webhook registers itself and warns on `kubectl apply`); and the flags they
-share (controller/defaults.py) read the same in all three.
+share (kube/defaults.py) read the same in all three.
 
 The defaults are machine-wide (ports 8080, 8081, 8082 and 9443 on 127.0.0.1): a lock file keeps two
 runs of this module on one machine from meeting."""
@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from gateway_proc import alive, request, wait_until
-from gwpolicy.controller import defaults
+from gwpolicy.kube import defaults
 from sandbox_proc import BIN, SandboxProcess
 
 GATEWAY_ADDRESS = "127.0.70.1"  # this module's /24 (tests/gateway_kit.py)

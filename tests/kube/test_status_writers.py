@@ -1,4 +1,4 @@
-"""The status writers the controller and the gateway share (controller/writer.py): one worker per
+"""The status writers the controller and the gateway share (kube/writer.py): one worker per
 object at a time, a failing write put back and the workers alive, a woken worker starts at once,
 and cancellation ends them."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gwpolicy.controller.writer import StatusWriters
+from gwpolicy.kube.writer import StatusWriters
 
 WAIT = 5.0  # seconds at most for what must happen (a loaded machine is slow, never this slow)
 SLOW = 30.0  # an idle look and a retry pause the tests must never wait for

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gwpolicy.refs import parse_ref
+from gwpolicy.engine.refs import parse_ref
 from helpers import NOW, run_cli, write_manifests
 from test_conformance import _ref_matches, _source_text, check_scenario
 

@@ -32,7 +32,7 @@ def _run(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = 
 
 
 def _which_core(pythonpath: Path, env: dict[str, str] | None = None) -> dict[str, object]:
-    code = ("import json, gwpolicy.compiled as c; import gwpolicy.effective, gwpolicy.incremental, gwpolicy.topology;"
+    code = ("import json, gwpolicy.compiled as c; import gwpolicy.engine.effective, gwpolicy.engine.incremental, gwpolicy.engine.topology;"
             "print(json.dumps({'in_use': c.in_use(), 'reason': c.reason,"
             " 'files': [__import__(m, fromlist=['x']).__file__ for m in c.MODULES]}))")
     run = _run(["-c", code], env={"PYTHONPATH": str(pythonpath), **(env or {})})
@@ -49,17 +49,17 @@ def test_where_dev_built_the_core_it_is_the_one_imported() -> None:
 
 
 def test_the_manifest_is_stale_when_any_source_it_names_changed() -> None:
-    sources = {"gwpolicy/topology.py": "aa", "gwpolicy/model.py": "bb"}
+    sources = {"gwpolicy/engine/topology.py": "aa", "gwpolicy/engine/model.py": "bb"}
     manifest = {"python": sys.implementation.cache_tag, "modules": list(compiled.MODULES), "sources": sources}
     assert compiled.stale(manifest, lambda p: {"topology.py": "aa", "model.py": "bb"}[p.name]) == ""
     assert compiled.stale(manifest, lambda p: {"topology.py": "aa", "model.py": "cc"}[p.name]) \
-        == "gwpolicy/model.py changed since the build"
+        == "gwpolicy/engine/model.py changed since the build"
 
     def gone(p: Path) -> str:
         raise FileNotFoundError(p)
-    assert compiled.stale(manifest, gone) == "gwpolicy/model.py is gone"
+    assert compiled.stale(manifest, gone) == "gwpolicy/engine/model.py is gone"
     assert "not" in compiled.stale({**manifest, "python": "cpython-99"}, lambda p: "aa")
-    assert compiled.stale({**manifest, "modules": ["gwpolicy.topology"]}, lambda p: "aa") \
+    assert compiled.stale({**manifest, "modules": ["gwpolicy.engine.topology"]}, lambda p: "aa") \
         == "built from another list of modules"
 
 
@@ -75,11 +75,11 @@ def test_a_source_edited_after_the_build_is_run_from_source_with_the_rest_of_the
     assert _which_core(tmp_path, {"GWPOLICY_PURE": "1"})["in_use"] is False
 
     for edited in ("topology.py", "model.py"):
-        path = tmp_path / "gwpolicy" / edited
+        path = tmp_path / "gwpolicy" / "engine" / edited
         text = path.read_text()
         path.write_text(text + "\n# edited\n")
         got = _which_core(tmp_path)
-        assert got["in_use"] is False and got["reason"] == f"gwpolicy/{edited} changed since the build", got
+        assert got["in_use"] is False and got["reason"] == f"gwpolicy/engine/{edited} changed since the build", got
         assert all(str(f).endswith(".py") for f in got["files"])  # type: ignore[attr-defined]
         path.write_text(text)
     assert _which_core(tmp_path)["in_use"] is True

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gwpolicy.webhook import certs
+from gwpolicy.kube import certs
 from sandbox_proc import SandboxProcess
 
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gwpolicy.bench.generate import cluster
-from gwpolicy.kinds import split_api_version
+from gwpolicy.engine.kinds import split_api_version
 from gwpolicy.sandbox import builtin, gotypes
 from gwpolicy.sandbox.store import ApiFailure, Store, is_builtin
 from helpers import needs_shared

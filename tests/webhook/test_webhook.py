@@ -16,11 +16,11 @@ import orjson
 import pytest
 
 import live_server
-from gwpolicy.analysis import analyse
-from gwpolicy.incremental import prepare
-from gwpolicy.load import load_paths
-from gwpolicy.output import effective_list
-from gwpolicy.refs import Ref
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.incremental import prepare
+from gwpolicy.engine.refs import Ref
+from gwpolicy.files.load import load_paths
+from gwpolicy.files.output import effective_list
 from gwpolicy.webhook.review import MAX_TOTAL, MAX_WARNING, MAX_WARNINGS, Options, fold, review
 from helpers import NOW, ROOT
 from kube_apiserver import deploy_objects, free_port

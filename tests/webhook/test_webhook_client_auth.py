@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gwpolicy.webhook import certs
+from gwpolicy.kube import certs
 from sandbox_proc import SandboxProcess
 from test_webhook import PARABLE, Webhook, find, parable_raws, request
 

@@ -9,8 +9,8 @@ import copy
 
 import pytest
 
-from gwpolicy.analysis import analyse
 from gwpolicy.controller.model import ClusterModel
+from gwpolicy.engine.analysis import analyse
 from gwpolicy.webhook import review as review_module
 from gwpolicy.webhook.review import Options, Verdict, _verdict, ref_of_raw, review
 from gwpolicy.webhook.server import Reviewer
@@ -134,7 +134,7 @@ def test_a_namespace_label_change_reaches_the_webhooks_next_answer_without_a_ful
 
 
 def test_the_webhooks_loop_takes_a_namespace_change_in_place_and_its_metrics_say_so(raws):
-    """The webhook's own loop (controller/loop.py) on its model: one full analysis at the start, the
+    """The webhook's own loop (kube/loop.py) on its model: one full analysis at the start, the
     Namespace's new labels as an in-place update, and /metrics counting both as the controller's do."""
     import asyncio
 

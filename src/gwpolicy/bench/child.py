@@ -1,13 +1,12 @@
 """One measured run in a fresh process (so that peak RSS is the run's own).
 
-Usage: python -m gwpolicy.bench.child parse|parse_fastest|phases|effective FILE RESULT.json
+Usage: python -m gwpolicy.bench.child parse|parse_fastest|phases FILE RESULT.json
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import os
 import resource
 import sys
 import time
@@ -28,7 +27,7 @@ def parse_fastest(path: str) -> dict[str, float]:
     made large enough) and its JSON, then orjson; the fast path's own steps without its checks."""
     import orjson
 
-    from gwpolicy.yamlfast import parse_to_json
+    from gwpolicy.files.yamlfast import parse_to_json
 
     t, c = time.perf_counter(), time.process_time()
     with open(path, "rb") as fh:
@@ -41,9 +40,9 @@ def parse_fastest(path: str) -> dict[str, float]:
 def phases(path: str) -> dict[str, float]:
     """What `gwpolicy effective` and `gwpolicy status` do, phase by phase."""
     gc.disable()  # as the CLI does
-    from gwpolicy.analysis import analyse
-    from gwpolicy.load import load_paths
-    from gwpolicy.output import status_list, write_effective
+    from gwpolicy.engine.analysis import analyse
+    from gwpolicy.files.load import load_paths
+    from gwpolicy.files.output import status_list, write_effective
 
     out: dict[str, float] = {}
     t = time.perf_counter()
@@ -62,30 +61,14 @@ def phases(path: str) -> dict[str, float]:
     return out
 
 
-def effective(path: str) -> dict[str, float]:
-    """`gwpolicy effective -f FILE -o json > /dev/null`, exactly as the command line runs it."""
-    import os
-
-    from gwpolicy.cli.main import main as cli
-
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    code = cli(["effective", "-f", path, "-o", "json"])
-    sys.stdout.flush()
-    return {"exit": float(code)}
-
-
 def main() -> None:
     mode, path, result = sys.argv[1:4]
     t = time.perf_counter()
-    data = {"parse": parse, "parse_fastest": parse_fastest, "phases": phases, "effective": effective}[mode](path)
+    data = {"parse": parse, "parse_fastest": parse_fastest, "phases": phases}[mode](path)
     data["wall"] = time.perf_counter() - t
     data["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     with open(result, "w", encoding="utf-8") as fh:
         json.dump(data, fh)
-    if mode == "effective":  # and exit as the command line does (gwpolicy.cli.main.entry)
-        sys.stderr.flush()
-        os._exit(0)
 
 
 if __name__ == "__main__":

@@ -156,7 +156,7 @@ def _policies(scenario: str, route: str, services: list[str], keepalive: bool) -
 
 def render_gwpolicy(objects: list[dict[str, Any]], port_offset: int, worker_processes: int | str = 1) -> dict[str, bytes]:
     """gwpolicy's files for the objects, by the code `gwpolicy render -f` runs."""
-    from gwpolicy.analysis import analyse
+    from gwpolicy.engine.analysis import analyse
     from gwpolicy.gateway import policyconf
     from gwpolicy.gateway.dataplane import DEFAULT_CONTROLLER_NAME, DataPlaneConfig, build_dataplane
     from gwpolicy.gateway.render import render
@@ -829,9 +829,9 @@ def _scenarios(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from gwpolicy.bench.run import _at_least, route_counts
+    from gwpolicy.bench.generate import at_least, route_counts
 
-    _positive = _at_least(1)
+    _positive = at_least(1)
     p = argparse.ArgumentParser(prog="gwpolicy bench dataplane", description=(__doc__ or "").splitlines()[0],
                                 epilog="examples:\n  gwpolicy bench dataplane --quick\n"
                                        "  gwpolicy bench dataplane --sizes 20000 --scenarios '' --rounds 5\n"

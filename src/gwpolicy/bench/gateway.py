@@ -28,7 +28,7 @@ BACKEND_NET = "127.0.13"
 ADDRESS_POOL = "127.0.12.0/24"
 
 
-def _cert(workdir: Path) -> tuple[bytes, bytes]:
+def self_signed_cert(workdir: Path) -> tuple[bytes, bytes]:
     crt, key = workdir / "bench-gw.crt", workdir / "bench-gw.key"
     if not crt.exists():
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30", "-subj", "/CN=*.example.com",
@@ -166,7 +166,7 @@ def _rss_kb(pid: int) -> int:
 
 
 def measure_size(routes: int, workdir: Path, port_offset: int, cert: tuple[bytes, bytes]) -> dict[str, Any]:
-    from gwpolicy.analysis import analyse
+    from gwpolicy.engine.analysis import analyse
     from gwpolicy.gateway import policyconf
     from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
     from gwpolicy.gateway.echo import EchoServer
@@ -265,7 +265,7 @@ def report(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sizes_parser("gwpolicy bench gateway", __doc__ or "", "1000,10000", "gwpolicy-bench", 20000).parse_args(argv)
     workdir, sizes = sizes_of(args)
-    cert = _cert(workdir)
+    cert = self_signed_cert(workdir)
     rows = []
     for size in sizes:
         print(f"gateway: measuring {size} routes...", file=sys.stderr)

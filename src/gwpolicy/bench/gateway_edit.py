@@ -40,19 +40,19 @@ from gwpolicy.bench.gateway import (
     EDIT_SERVICE,
     ROUTE0,
     ROUTE0_HOST,
-    _cert,
     first_request_showing,
     gateway_cluster,
     print_report,
     request,
     route0_server,
+    self_signed_cert,
     sizes_of,
     sizes_parser,
     table_head,
     with_edit_backend,
 )
 from gwpolicy.bench.gateway_policies import gateway_policies, policy_kinds
-from gwpolicy.webhook.certs import make_ca, make_serving
+from gwpolicy.kube.certs import make_ca, make_serving
 
 ADDRESS_POOL = "127.0.44.0/24"
 BACKEND = "127.0.45.1"
@@ -123,7 +123,7 @@ def _children_cpu() -> float:
 
 
 def cluster(routes: int, workdir: Path, echo_a: Any, echo_b: Any) -> list[dict[str, Any]]:
-    base = with_edit_backend(list(gateway_cluster(routes, _cert(workdir), echo={"svc-000000": (echo_a.address, echo_a.port)})),
+    base = with_edit_backend(list(gateway_cluster(routes, self_signed_cert(workdir), echo={"svc-000000": (echo_a.address, echo_a.port)})),
                              echo_b.address, echo_b.port)
     objs = base + policy_kinds() + gateway_policies(base)
     for o in objs:
@@ -133,10 +133,10 @@ def cluster(routes: int, workdir: Path, echo_a: Any, echo_b: Any) -> list[dict[s
 
 
 def measure(routes: int, workdir: Path, port_offset: int, full: bool) -> dict[str, Any]:
-    from gwpolicy.controller.kube import Kind
+    from gwpolicy.engine.kinds import split_api_version
     from gwpolicy.gateway.controller import DataPlaneDriver, GatewayController, GatewayOptions
     from gwpolicy.gateway.echo import EchoServer
-    from gwpolicy.kinds import split_api_version
+    from gwpolicy.kube.client import Kind
 
     def kind_of(raw: dict[str, Any]) -> Kind:
         group, version = split_api_version(raw.get("apiVersion", ""))

@@ -23,12 +23,12 @@ import yaml
 from gwpolicy.bench.gateway import (
     ROUTE0,
     ROUTE0_HOST,
-    _cert,
     first_request_showing,
     gateway_cluster,
     print_report,
     request,
     route0_server,
+    self_signed_cert,
     sizes_of,
     sizes_parser,
     table_head,
@@ -86,7 +86,7 @@ def gateway_policies(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def measure(routes: int, workdir: Path, port_offset: int, traffic: bool) -> dict[str, Any]:
-    from gwpolicy.analysis import analyse
+    from gwpolicy.engine.analysis import analyse
     from gwpolicy.gateway import policyconf
     from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
     from gwpolicy.gateway.echo import EchoServer
@@ -95,7 +95,7 @@ def measure(routes: int, workdir: Path, port_offset: int, traffic: bool) -> dict
 
     echo = EchoServer("bench-pol-x-y", "bench", address=BACKEND).start()
     try:
-        base = list(gateway_cluster(routes, _cert(workdir), echo={"svc-000000": (echo.address, echo.port)}))
+        base = list(gateway_cluster(routes, self_signed_cert(workdir), echo={"svc-000000": (echo.address, echo.port)}))
         with_policies = base + policy_kinds() + gateway_policies(base)
         config = DataPlaneConfig(controller_name=None, address_pool=ADDRESS_POOL, port_offset=port_offset,
                                  # its backends: EndpointSlices it writes, on loopback

@@ -6,8 +6,9 @@ About 3 objects and 330 bytes of YAML per route (20k routes: ~60k objects, ~20 M
 
 from __future__ import annotations
 
+import argparse
 import random
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 GW = "gateway.networking.k8s.io"
 P = "policy.example.io"
@@ -150,3 +151,32 @@ def write_yaml(routes: int, path: str, seed: int = 1) -> int:
     with open(path, "w", encoding="utf-8") as fh:
         yaml.dump_all(objs, fh, Dumper=dumper, sort_keys=False, default_flow_style=False)
     return len(objs)
+
+
+def route_counts(text: str) -> list[int]:
+    """`--sizes 1000,10000`: route counts, comma-separated; empty for none."""
+    counts = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            n = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a route count (want numbers such as 1000,10000)") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{n}: a route count must be at least 1")
+        counts.append(n)
+    return counts
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{n}: must be at least {low}")
+        return n
+    return parse

@@ -120,7 +120,7 @@ def dump_total(path: str, label: str) -> int:
 
 def child(path: str, outdir: str) -> dict[str, Any]:
     """Run under callgrind: feed the model, count the full analysis and each edit."""
-    from gwpolicy.bench.controller_inproc import EDITS, fed_model
+    from gwpolicy.bench.edits import EDITS, fed_model
 
     windows = Windows(outdir)
     out: dict[str, Any] = {}
@@ -149,9 +149,9 @@ def engine_child(path: str, outdir: str) -> dict[str, Any]:
     """Run under callgrind: what `gwpolicy effective -f FILE -o json` and `gwpolicy status` do,
     phase by phase (bench/child.py's `phases`), each phase a window; the collector off, as the CLI has it."""
     gc.disable()
-    from gwpolicy.analysis import analyse
-    from gwpolicy.load import load_paths
-    from gwpolicy.output import status_list, write_effective
+    from gwpolicy.engine.analysis import analyse
+    from gwpolicy.files.load import load_paths
+    from gwpolicy.files.output import status_list, write_effective
 
     windows = Windows(outdir, collect=False)
     out: dict[str, Any] = {}
@@ -286,7 +286,7 @@ def count_opcodes(work: Callable[[], Any]) -> tuple[collections.Counter, collect
 
 def opcodes_child(path: str, wanted: int, top: int) -> dict[str, Any]:
     """Feed the model, run the edits before `wanted` untraced, and count `wanted`'s bytecodes."""
-    from gwpolicy.bench.controller_inproc import EDITS, fed_model
+    from gwpolicy.bench.edits import EDITS, fed_model
 
     model, objects, routes = fed_model(path)
     model.reconcile()

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from gwpolicy.cli.args import HelpFormatter, Parser, program_name
+from gwpolicy.kube.args import HelpFormatter, Parser, program_name
 
 ADDR, BACKEND = "127.0.75.1", "127.0.75.2"
 GW = "gateway.networking.k8s.io"
@@ -96,18 +96,18 @@ def _pct(values: list[float], q: float) -> float:
 def measure(args: argparse.Namespace) -> list[str]:
     import socket
 
-    from gwpolicy.analysis import analyse
+    from gwpolicy.engine.analysis import analyse
+    from gwpolicy.engine.refs import Ref
     from gwpolicy.gateway import pathregex, policyconf
     from gwpolicy.gateway.dataplane import DataPlaneConfig, build_dataplane
     from gwpolicy.gateway.echo import EchoServer
     from gwpolicy.gateway.nginx import Nginx
     from gwpolicy.gateway.render import render
-    from gwpolicy.refs import Ref
 
     cases = ACCEPTED + (REFUSED if args.refused else [])
     if args.refused:  # show what the dialect prevents: its repetition check off, for this process only
-        pathregex._repetition_problem = lambda value: None
-        pathregex._problem.cache_clear()
+        pathregex.repetition_problem = lambda value: None
+        pathregex.path_problem.cache_clear()
     with socket.socket() as s:
         s.bind((ADDR, 0))
         port = s.getsockname()[1]

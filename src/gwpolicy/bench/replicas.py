@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gwpolicy.cli.args import HelpFormatter, Parser, program_name
+from gwpolicy.kube.args import HelpFormatter, Parser, program_name
 
 NS = "bench-replicas"
 GATEWAY_ADDRESS = "127.0.47.1"

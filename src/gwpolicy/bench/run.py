@@ -16,11 +16,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any
 
 from gwpolicy import compiled
-from gwpolicy.bench.generate import write_yaml
-from gwpolicy.cli.args import HelpFormatter, Parser, program_name
+from gwpolicy.bench.generate import at_least, route_counts, write_yaml
+from gwpolicy.kube.args import HelpFormatter, Parser, program_name
 
 
 def _child(mode: str, path: str) -> dict[str, float]:
@@ -38,10 +38,16 @@ def _child(mode: str, path: str) -> dict[str, float]:
 
 def _end_to_end(path: str) -> tuple[float, float, float]:
     """Wall time and CPU time (process start to exit) and peak RSS (MB) of
-    `gwpolicy effective -f FILE -o json > /dev/null`."""
+    `gwpolicy effective -f FILE -o json > /dev/null`, run as the command line runs it."""
     t = time.perf_counter()
-    res = _child("effective", path)
-    return time.perf_counter() - t, res["process_cpu"], res["maxrss_mb"]
+    proc = subprocess.Popen([sys.executable, "-m", "gwpolicy.cli.main", "effective", "-f", path, "-o", "json"],
+                            stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, proc.args)
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def measure(routes: int, workdir: str, repeat: int) -> dict[str, Any]:
@@ -174,35 +180,6 @@ def _engine_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def route_counts(text: str) -> list[int]:
-    """`--sizes 1000,10000`: route counts, comma-separated; empty for none."""
-    counts = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            n = int(part)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{part!r} is not a route count (want numbers such as 1000,10000)") from None
-        if n < 1:
-            raise argparse.ArgumentTypeError(f"{n}: a route count must be at least 1")
-        counts.append(n)
-    return counts
-
-
-def _at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if n < low:
-            raise argparse.ArgumentTypeError(f"{n}: must be at least {low}")
-        return n
-    return parse
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
@@ -258,12 +235,12 @@ def _main(argv: list[str] | None = None) -> int:
 """)
     sub = parser.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate", help="write a synthetic cluster as YAML")
-    g.add_argument("--routes", type=_at_least(0), required=True)
+    g.add_argument("--routes", type=at_least(0), required=True)
     g.add_argument("--seed", type=int, default=1)
     g.add_argument("-o", "--output", default="-")
     r = sub.add_parser("run", help="measure the engine (and the controller) on synthetic clusters")
     r.add_argument("--sizes", type=route_counts, default="1000,10000,50000", help="route counts, comma-separated (empty: no engine runs)")
-    r.add_argument("--repeat", type=_at_least(1), default=2)
+    r.add_argument("--repeat", type=at_least(1), default=2)
     r.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "gwpolicy-bench"))
     r.add_argument("--controller", action="store_true", help="also measure `gwpolicy controller` against "
                    "`gwpolicy sandbox`, each in its own process")
@@ -278,7 +255,7 @@ def _main(argv: list[str] | None = None) -> int:
                         "instead of timing them; the counts repeat from run to run")
     w = sub.add_parser("webhook", help="measure the admission webhook's latency on synthetic clusters")
     w.add_argument("--routes", type=route_counts, default="1000,20000", help="route counts, comma-separated")
-    w.add_argument("--reviews", type=_at_least(1), default=300, help="reviews of each sort (policy, route, Service, Namespace) per size")
+    w.add_argument("--reviews", type=at_least(1), default=300, help="reviews of each sort (policy, route, Service, Namespace) per size")
     sub.add_parser("gateway", help="measure the NGINX data plane (gwpolicy bench gateway --help)", add_help=False)
     sub.add_parser("regex", help="what a hostile request to a regex route costs another tenant "
                    "(gwpolicy bench regex --help)", add_help=False)

@@ -71,10 +71,10 @@ def cluster(routes: int, path_length: int, echo_port: int) -> list[dict[str, Any
 
 
 def measure(routes: int, path_length: int, budget: int | None, port_offset: int, edits: int) -> dict[str, Any]:
-    from gwpolicy.controller.kube import Kind
+    from gwpolicy.engine.kinds import split_api_version
     from gwpolicy.gateway.controller import DataPlaneDriver, GatewayController, GatewayOptions
     from gwpolicy.gateway.echo import EchoServer
-    from gwpolicy.kinds import split_api_version
+    from gwpolicy.kube.client import Kind
 
     echo = EchoServer("b-pod", "tenant-b", address=BACKEND).start()
     fields = {f.name for f in dataclasses.fields(GatewayOptions)}

@@ -21,8 +21,8 @@ from aiohttp import web
 
 from gwpolicy.bench.generate import cluster
 from gwpolicy.controller.model import ClusterModel
-from gwpolicy.status import DEFAULT_CONTROLLER
-from gwpolicy.webhook import certs
+from gwpolicy.engine.status import DEFAULT_CONTROLLER
+from gwpolicy.kube import certs
 from gwpolicy.webhook.review import Options
 from gwpolicy.webhook.server import Reviewer, server_ssl
 

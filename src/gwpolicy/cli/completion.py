@@ -76,8 +76,9 @@ class _Words:
 
 def _analysis(words: "_Words") -> Any:
     """The analysis of the -f files (or the cluster), quietly: completion must never print errors."""
-    from gwpolicy.cli.kubeconfig import context_namespace
-    from gwpolicy.cli.main import _load, build_parser
+    from gwpolicy.cli.loading import load_analysis
+    from gwpolicy.cli.parser import build_parser
+    from gwpolicy.kube.kubeconfig import context_namespace
 
     kubeconfig, context = words.last("kubeconfig"), words.last("context")
     namespace = words.last("namespace") or context_namespace(kubeconfig, context)
@@ -85,7 +86,7 @@ def _analysis(words: "_Words") -> Any:
     args.filename = words.values.get("filename") or None
     args.kubeconfig, args.context = kubeconfig, context
     with contextlib.redirect_stderr(io.StringIO()):
-        a, _ = _load(args, namespace)
+        a, _ = load_analysis(args, namespace)
     return a, namespace
 
 
@@ -103,7 +104,7 @@ def _names_of(a: Any, type_text: str, namespace: str, all_ns: bool) -> list[str]
     if low in ("policies", "policy", "pol"):
         refs = list(a.policies)
     elif low in ("policykinds", "policykind"):
-        from gwpolicy.kinds import plural_of
+        from gwpolicy.engine.kinds import plural_of
         return sorted(f"{plural_of(k.kind)}.{k.group}" for k in a.kinds.values())
     else:
         rt = resolve_type(type_text, a)
@@ -115,7 +116,7 @@ def _names_of(a: Any, type_text: str, namespace: str, all_ns: bool) -> list[str]
 
 def candidates(words: Sequence[str]) -> tuple[list[str], int]:
     """What may come next after `words` (the last one is the word being typed, maybe empty)."""
-    from gwpolicy.cli.main import build_parser
+    from gwpolicy.cli.parser import build_parser
 
     parser = build_parser()
     *done, current = list(words) or [""]
@@ -152,7 +153,7 @@ def _typed(state: _Words, current: str, more_names: bool) -> tuple[list[str], in
     try:
         a, namespace = _analysis(state)
     except Exception:  # noqa: BLE001 - no input to read: the built-in types, no names, never an error
-        from gwpolicy.analysis import analyse
+        from gwpolicy.engine.analysis import analyse
         a, namespace = analyse([]), ""
     all_ns = "all_namespaces" in state.seen
     types = _type_names(a)
@@ -176,7 +177,7 @@ def _flag_values(flag: str, action: argparse.Action, state: _Words) -> tuple[lis
     if action.choices:
         return [str(c) for c in action.choices], DIRECTIVE_NO_FILES
     if flag in ("-o", "--output"):
-        from gwpolicy.cli.main import GET_FORMATS
+        from gwpolicy.cli.parser import GET_FORMATS
         return list(GET_FORMATS) + ["jsonpath=", "custom-columns="], DIRECTIVE_NO_FILES
     if flag in FILE_FLAGS:
         return [], DIRECTIVE_DEFAULT
@@ -187,7 +188,7 @@ def _flag_values(flag: str, action: argparse.Action, state: _Words) -> tuple[lis
             return [], DIRECTIVE_NO_FILES
         return sorted(a.index.namespaces), DIRECTIVE_NO_FILES
     if flag == "--context":
-        from gwpolicy.cli.kubeconfig import load_kubeconfig
+        from gwpolicy.kube.kubeconfig import load_kubeconfig
         cfg = load_kubeconfig(state.last("kubeconfig"))
         return [c["name"] for c in cfg.get("contexts") or [] if isinstance(c, dict) and isinstance(c.get("name"), str)], \
             DIRECTIVE_NO_FILES

@@ -6,9 +6,9 @@ import argparse
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from gwpolicy.analysis import Analysis
-from gwpolicy.cli.printers import Style
-from gwpolicy.refs import Ref
+from gwpolicy.engine.analysis import Analysis
+from gwpolicy.engine.refs import Ref
+from gwpolicy.files.printers import Style
 
 
 @dataclass

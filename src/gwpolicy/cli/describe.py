@@ -9,17 +9,17 @@ from typing import Any, Callable
 
 import orjson
 
-from gwpolicy.analysis import Analysis
-from gwpolicy.attach import ACCEPTED
 from gwpolicy.cli.context import Ctx, label, short
-from gwpolicy.cli.printers import age, table
-from gwpolicy.effective import EffectivePolicy
-from gwpolicy.effectiveobjects import kept_for
-from gwpolicy.explain import Candidate, fates, ladder
-from gwpolicy.merge.leaves import field_name
-from gwpolicy.refs import Ref
-from gwpolicy.status import ancestor_results
-from gwpolicy.topology import Path
+from gwpolicy.engine.analysis import Analysis
+from gwpolicy.engine.attach import ACCEPTED
+from gwpolicy.engine.effective import EffectivePolicy
+from gwpolicy.engine.effectiveobjects import kept_for
+from gwpolicy.engine.explain import Candidate, fates, ladder
+from gwpolicy.engine.merge.leaves import field_name
+from gwpolicy.engine.refs import Ref
+from gwpolicy.engine.status import ancestor_results
+from gwpolicy.engine.topology import Path
+from gwpolicy.files.printers import age, table
 
 
 def show(value: Any) -> str:

@@ -6,11 +6,11 @@ from typing import Any
 
 from gwpolicy.cli.context import Ctx, label, short
 from gwpolicy.cli.describe import indent, path_text, show
-from gwpolicy.cli.printers import table
 from gwpolicy.cli.resources import NotFound
-from gwpolicy.explain import ladder
-from gwpolicy.output import encode
-from gwpolicy.refs import Ref
+from gwpolicy.engine.explain import ladder
+from gwpolicy.engine.refs import Ref
+from gwpolicy.files.output import encode
+from gwpolicy.files.printers import table
 
 
 def _matches(candidate_field: str, wanted: str) -> bool:

@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Sequence
 
-from gwpolicy.attach import ACCEPTED, SEVERITY, TargetOutcome
 from gwpolicy.cli.context import Ctx, label
 from gwpolicy.cli.jsonpath import column_cell, parse_columns, parse_template, relaxed, sort_key, unquote
-from gwpolicy.cli.printers import age, table
 from gwpolicy.cli.resources import NotFound, ResourceType, plural_of, resolve_type, split_ref
 from gwpolicy.cli.selector import Selector
-from gwpolicy.effectiveobjects import GROUP as EP_GROUP
-from gwpolicy.effectiveobjects import KIND as EP_KIND
-from gwpolicy.effectiveobjects import kept_for
-from gwpolicy.output import encode
-from gwpolicy.refs import Ref
+from gwpolicy.engine.attach import ACCEPTED, SEVERITY, TargetOutcome
+from gwpolicy.engine.effectiveobjects import GROUP as EP_GROUP
+from gwpolicy.engine.effectiveobjects import KIND as EP_KIND
+from gwpolicy.engine.effectiveobjects import kept_for
+from gwpolicy.engine.refs import Ref
+from gwpolicy.files.output import encode
+from gwpolicy.files.printers import age, table
 
 MAX_TARGETS = 2
 #: what kubectl prints for `-o json` of a list: the items and an empty resourceVersion

@@ -6,11 +6,11 @@ import shutil
 import subprocess
 from typing import Callable, Iterator
 
-from gwpolicy.analysis import Analysis
-from gwpolicy.attach import ACCEPTED, TargetOutcome
 from gwpolicy.cli.context import Ctx
 from gwpolicy.cli.resources import NotFound
-from gwpolicy.refs import Ref
+from gwpolicy.engine.analysis import Analysis
+from gwpolicy.engine.attach import ACCEPTED, TargetOutcome
+from gwpolicy.engine.refs import Ref
 
 
 def _nodes_and_edges(a: Analysis, ctx: Ctx) -> tuple[list[Ref], list[tuple[Ref, Ref]]]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gwpolicy.analysis import Analysis
 from gwpolicy.cli.context import Ctx, label
 from gwpolicy.cli.describe import indent, show
-from gwpolicy.cli.printers import table
-from gwpolicy.explain import diff_effective, diff_status
-from gwpolicy.model import build_index
-from gwpolicy.output import encode
-from gwpolicy.refs import Ref
+from gwpolicy.engine.analysis import Analysis
+from gwpolicy.engine.explain import diff_effective, diff_status
+from gwpolicy.engine.model import build_index
+from gwpolicy.engine.refs import Ref
+from gwpolicy.files.output import encode
+from gwpolicy.files.printers import table
 
 
 def _ref_of(j: dict[str, Any]) -> Ref:

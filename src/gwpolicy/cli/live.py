@@ -6,13 +6,13 @@ from typing import Any
 
 from lightkube import ApiError, Client
 
-from gwpolicy.controller import kube
-from gwpolicy.controller.defaults import kube_config
+from gwpolicy.kube import client as kube
+from gwpolicy.kube.defaults import kube_config
 
 
 def read_cluster(kubeconfig: str | None, context: str | None) -> list[dict[str, Any]]:
     """CRDs, PolicyKinds, Gateway API objects, policies, Namespaces and Services of the cluster."""
-    try:  # the cluster the long-running commands would talk to (controller/defaults.py)
+    try:  # the cluster the long-running commands would talk to (kube/defaults.py)
         client = Client(config=kube_config(kubeconfig, context), field_manager="gwpolicy-cli")
     except Exception as exc:  # noqa: BLE001 - any config problem is the user's to fix
         raise RuntimeError(f"cannot reach a cluster: {exc}; give manifests with -f, or a kubeconfig") from exc

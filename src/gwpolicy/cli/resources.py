@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gwpolicy.analysis import Analysis
-from gwpolicy.kinds import KNOWN_KINDS, plural_of
-from gwpolicy.refs import Ref
+from gwpolicy.engine.analysis import Analysis
+from gwpolicy.engine.kinds import KNOWN_KINDS, plural_of
+from gwpolicy.engine.refs import Ref
 
 
 class NotFound(Exception):

@@ -1,1 +1,1 @@
-"""The controller (edge): informers on the API server, incremental analysis, status writes, leader election."""
+"""The controller: the cluster's model kept analysed in place, and the status and EffectivePolicy writes."""

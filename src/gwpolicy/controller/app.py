@@ -17,18 +17,20 @@ from aiohttp import web
 from lightkube import ApiError, AsyncClient
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
-from gwpolicy.controller import defaults, kube
-from gwpolicy.controller.defaults import ProcessOptions
 from gwpolicy.controller.effectivepolicies import EffectivePolicySync
-from gwpolicy.controller.endpoints import ListenError, healthz, metrics, serve_endpoints
-from gwpolicy.controller.informer import Informer
-from gwpolicy.controller.kube import Kind
-from gwpolicy.controller.leader import LeaderElector
-from gwpolicy.controller.loop import synced_bursts
 from gwpolicy.controller.model import ClusterModel
-from gwpolicy.controller.writer import Job, StatusWriters
-from gwpolicy.refs import Ref
-from gwpolicy.status import ANNOTATION, DEFAULT_CONTROLLER
+from gwpolicy.engine.refs import Ref
+from gwpolicy.engine.status import ANNOTATION, DEFAULT_CONTROLLER
+from gwpolicy.kube import client as kube
+from gwpolicy.kube import defaults
+from gwpolicy.kube.client import Kind
+from gwpolicy.kube.defaults import ProcessOptions
+from gwpolicy.kube.endpoints import ListenError, healthz, metrics, serve_endpoints
+from gwpolicy.kube.informer import Informer
+from gwpolicy.kube.leader import LeaderElector
+from gwpolicy.kube.loop import synced_bursts
+from gwpolicy.kube.process import shut_down
+from gwpolicy.kube.writer import Job, StatusWriters
 
 log = logging.getLogger("gwpolicy.controller")
 
@@ -91,7 +93,7 @@ class Metrics:
 
 @dataclass
 class Options(ProcessOptions):
-    """The controller's options: the shared ones (controller/defaults.py) and its own."""
+    """The controller's options: the shared ones (kube/defaults.py) and its own."""
 
     controller_name: str = DEFAULT_CONTROLLER
     namespace: str | None = None  # write only inside it (reads stay cluster-wide)
@@ -112,7 +114,7 @@ def unordered(status: dict[str, Any]) -> dict[str, Any]:
 
 
 class Controller:
-    command = "controller"  # its defaults (controller/defaults.py)
+    command = "controller"  # its defaults (kube/defaults.py)
     listen_flag = "--listen"  # the option that sets `Options.listen` (error messages name it)
 
     def __init__(self, opts: Options) -> None:
@@ -129,7 +131,7 @@ class Controller:
         self.high: dict[Ref, None] = {}  # policy status: first
         self.fresh: dict[Ref, None] = {}  # breadcrumbs a change since the last analysis caused: before the backlog
         self.low: dict[Ref, None] = {}  # breadcrumbs: after, rate-limited
-        #: the write workers (controller/writer.py); `queue_event` tells them something is queued
+        #: the write workers (kube/writer.py); `queue_event` tells them something is queued
         self.writers = StatusWriters(self._next_write, self._requeue, self.metrics.errors.labels("write").inc,
                                      after=self._gauge)
         self.queue_event = self.writers.wake
@@ -286,7 +288,7 @@ class Controller:
         return None, False
 
     def _next_write(self) -> Job[Ref] | None:
-        """The writers' next job (controller/writer.py): the next object and its write."""
+        """The writers' next job (kube/writer.py): the next object and its write."""
         ref, paced = self._take()
         if ref is None:
             return None
@@ -497,22 +499,3 @@ class Controller:
         if self.effective is not None:
             await self.effective.stop()
         await shut_down(self.tasks, list(self.informers.values()), self.runner, self.client)
-
-
-async def shut_down(tasks: list[asyncio.Task], informers: list[Informer], runner: web.AppRunner | None,
-                    client: AsyncClient | None) -> None:
-    """The end of a process that watches (the controller, the gateway): its tasks cancelled and
-    awaited, its informers stopped, its HTTP endpoints and API client closed."""
-    for t in tasks:
-        t.cancel()
-    for i in informers:
-        await i.stop()
-    for t in tasks:
-        try:
-            await t
-        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: a task's end is not news
-            pass
-    if runner:
-        await runner.cleanup()
-    if client:
-        await kube.close_client(client)

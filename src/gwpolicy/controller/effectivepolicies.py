@@ -14,10 +14,10 @@ from typing import Any
 
 from lightkube import ApiError
 
-from gwpolicy import effectiveobjects as eo
-from gwpolicy.controller import kube
-from gwpolicy.controller.informer import Informer
-from gwpolicy.controller.kube import Kind
+from gwpolicy.engine import effectiveobjects as eo
+from gwpolicy.kube import client as kube
+from gwpolicy.kube.client import Kind
+from gwpolicy.kube.informer import Informer
 
 log = logging.getLogger("gwpolicy.effectivepolicies")
 KIND = Kind(eo.GROUP, eo.VERSION, eo.KIND, eo.PLURAL, True, False)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import gc
 
-from gwpolicy import serve
-from gwpolicy.cli.args import HelpFormatter, Parser, program_name
-from gwpolicy.controller import defaults
 from gwpolicy.controller.app import Controller, ListenError, Options
-from gwpolicy.status import DEFAULT_CONTROLLER
+from gwpolicy.engine.status import DEFAULT_CONTROLLER
+from gwpolicy.kube import defaults, serve
+from gwpolicy.kube.args import HelpFormatter, Parser, program_name
 
 EXAMPLES = """examples:
   # against the sandbox: leader election on a Lease in the context's namespace, health on 127.0.0.1:8080

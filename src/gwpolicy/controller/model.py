@@ -14,14 +14,14 @@ from collections import deque
 from itertools import chain, repeat
 from typing import Any
 
-from gwpolicy.analysis import Analysis, analyse, utc_now
 from gwpolicy.controller.store import kept, share_unchanged
-from gwpolicy.incremental import apply_change, prepare
-from gwpolicy.kinds import split_api_version
-from gwpolicy.model import Obj
-from gwpolicy.refs import Ref, sort_by_ref
-from gwpolicy.shapes import CheckedSpecs, remembering
-from gwpolicy.status import ANNOTATION, breadcrumbs, policy_status
+from gwpolicy.engine.analysis import Analysis, analyse, utc_now
+from gwpolicy.engine.incremental import apply_change, prepare
+from gwpolicy.engine.kinds import split_api_version
+from gwpolicy.engine.model import Obj
+from gwpolicy.engine.refs import Ref, sort_by_ref
+from gwpolicy.engine.shapes import CheckedSpecs, remembering
+from gwpolicy.engine.status import ANNOTATION, breadcrumbs, policy_status
 
 _VOLATILE_META = ("resourceVersion", "managedFields", "generation")
 FREEZE_EVERY = 5000  # events

@@ -33,9 +33,9 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-from gwpolicy.kinds import ROUTE_KINDS, split_api_version
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP
-from gwpolicy.status import ANNOTATION
+from gwpolicy.engine.kinds import ROUTE_KINDS, split_api_version
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP
+from gwpolicy.engine.status import ANNOTATION
 
 #: (group, kind) whose status the controller never reads nor writes (only our annotation)
 _NO_STATUS = {(CORE_GROUP, "Service"), (CORE_GROUP, "Namespace"), (GATEWAY_GROUP, "ReferenceGrant"),

@@ -1,1 +1,1 @@
-"""The gateway: an NGINX data plane driven by the engine's analysis."""
+"""The gateway: an NGINX data plane driven by the engine's analysis, facts -> data plane model -> NGINX files -> NGINX."""

@@ -19,11 +19,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gwpolicy import names
-from gwpolicy.attach import ACCEPTED
+from gwpolicy.engine import names
+from gwpolicy.engine.attach import ACCEPTED
+from gwpolicy.engine.model import ObjectIndex
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.gateway.pem import certificates_problem
-from gwpolicy.model import ObjectIndex
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 
 KIND = (GATEWAY_GROUP, "BackendTLSPolicy")
 SYSTEM_CA_FILE = "/etc/ssl/certs/ca-certificates.crt"  # Debian's ca-certificates bundle
@@ -208,7 +208,7 @@ def conditions(policy: Ref, index: ObjectIndex, engine_reason: str, engine_messa
 
 def all_conditions(analysis: Any) -> dict[Ref, list[dict[str, str]]]:
     """Conditions of every BackendTLSPolicy in an engine Analysis (the worst target outcome counts)."""
-    from gwpolicy.attach import SEVERITY
+    from gwpolicy.engine.attach import SEVERITY
 
     out: dict[Ref, list[dict[str, str]]] = {}
     for ref, outs in analysis.outcomes.items():

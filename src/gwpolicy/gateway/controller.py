@@ -41,18 +41,10 @@ from aiohttp import web
 from lightkube import ApiError, AsyncClient
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gwpolicy import serve
-from gwpolicy.analysis import utc_now
-from gwpolicy.cli.args import HelpFormatter, Parser, program_name
-from gwpolicy.controller import defaults, kube
-from gwpolicy.controller.app import shut_down
-from gwpolicy.controller.defaults import ProcessOptions
-from gwpolicy.controller.endpoints import ListenError, healthz, metrics, serve_endpoints
-from gwpolicy.controller.informer import Informer
-from gwpolicy.controller.kube import Kind
-from gwpolicy.controller.leader import LEASE, LeaderElector
-from gwpolicy.controller.loop import synced_bursts
-from gwpolicy.controller.writer import Job, StatusWriters
+from gwpolicy.engine.analysis import utc_now
+from gwpolicy.engine.kinds import split_api_version
+from gwpolicy.engine.model import Obj
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
 from gwpolicy.gateway.facts import GATEWAY_CONTROLLER, ROUTE_KINDS
 from gwpolicy.gateway.replicas import Publisher, Replicas
 from gwpolicy.gateway.state import GatewayState, key_ref, object_key
@@ -66,9 +58,17 @@ from gwpolicy.gateway.status import (
     stale_routes,
     without_our_entries,
 )
-from gwpolicy.kinds import split_api_version
-from gwpolicy.model import Obj
-from gwpolicy.refs import GATEWAY_GROUP, Ref
+from gwpolicy.kube import client as kube
+from gwpolicy.kube import defaults, serve
+from gwpolicy.kube.args import HelpFormatter, Parser, program_name
+from gwpolicy.kube.client import Kind
+from gwpolicy.kube.defaults import ProcessOptions
+from gwpolicy.kube.endpoints import ListenError, healthz, metrics, serve_endpoints
+from gwpolicy.kube.informer import Informer
+from gwpolicy.kube.leader import LEASE, LeaderElector
+from gwpolicy.kube.loop import synced_bursts
+from gwpolicy.kube.process import shut_down
+from gwpolicy.kube.writer import Job, StatusWriters
 
 log = logging.getLogger("gwpolicy.gateway")
 
@@ -117,7 +117,7 @@ class Metrics:
 
 @dataclass
 class GatewayOptions(ProcessOptions):
-    """The gateway's options: the shared ones (controller/defaults.py) and its own."""
+    """The gateway's options: the shared ones (kube/defaults.py) and its own."""
 
     controller_name: str = GATEWAY_CONTROLLER
     field_manager: str = "gwpolicy-gateway"
@@ -659,8 +659,8 @@ class GatewayController:
         BackendTLSPolicy conditions are POL's rules; the gwpolicy.io kinds' are the engine's outcome
         with this data plane's checks (a field NGINX cannot honour makes the policy Invalid).
         `only`: these policies (the others' entries are what they were)."""
+        from gwpolicy.engine.status import policy_status as engine_policy_status
         from gwpolicy.gateway import backendtls, policyconf
-        from gwpolicy.status import policy_status as engine_policy_status
 
         out: dict[Ref, Any] = {}
         for ref, conds in backendtls.all_conditions(analysis).items():
@@ -895,7 +895,7 @@ class GatewayController:
         return not self.opts.leader_election or (self.elector is not None and self.elector.is_leader)
 
     def _next_write(self) -> Job[Ref] | None:
-        """The writers' next job (controller/writer.py): the first queued object no worker holds."""
+        """The writers' next job (kube/writer.py): the first queued object no worker holds."""
         if not self.leading:
             return None
         ref = next((r for r in self.queue if r not in self.writing), None)

@@ -14,15 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from gwpolicy import names
+from gwpolicy.engine import names
+from gwpolicy.engine.grants import ReferenceGrants
+from gwpolicy.engine.model import Obj, ObjectIndex
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.engine.status import condition, find_condition
+from gwpolicy.engine.topology import parent_gateway, parent_listeners
 from gwpolicy.gateway import frontendtls, grpcroute, pathregex, policyconf, routevalues
 from gwpolicy.gateway.listeners import Candidate, tls_pem, tls_problem, valid_hostname
 from gwpolicy.gateway.listeners import conflicts as listener_conflicts
-from gwpolicy.grants import ReferenceGrants
-from gwpolicy.model import Obj, ObjectIndex
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
-from gwpolicy.status import condition, find_condition
-from gwpolicy.topology import parent_gateway, parent_listeners
 
 GATEWAY_CONTROLLER = "gwpolicy.io/gateway-controller"
 #: Gateway API bundle versions (CRD annotation) this controller is written against

@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gwpolicy import names
+from gwpolicy.engine import names
+from gwpolicy.engine.grants import ReferenceGrants
+from gwpolicy.engine.model import Obj, ObjectIndex
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.gateway.pem import certificates_problem
-from gwpolicy.grants import ReferenceGrants
-from gwpolicy.model import Obj, ObjectIndex
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 
 ALLOW_VALID_ONLY = "AllowValidOnly"
 ALLOW_INSECURE_FALLBACK = "AllowInsecureFallback"

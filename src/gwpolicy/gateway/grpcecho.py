@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
 
-from gwpolicy.cli.args import HelpFormatter, Parser, program_name
+from gwpolicy.kube.args import HelpFormatter, Parser, program_name
 
 PACKAGE = "gateway_api_conformance.echo_basic.grpcecho"
 SERVICE = f"{PACKAGE}.GrpcEcho"

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from gwpolicy.refs import GATEWAY_GROUP, Ref
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
 
 T = TypeVar("T", bound=Hashable)
 

@@ -29,7 +29,7 @@ _QUIET.log_errors = False  # the reason is returned; RE2 would also print it to 
 def problem(value: object, max_length: int = MAX_LENGTH) -> str | None:
     """Why `value` cannot be served as a RegularExpression match (path, or with the CRD's
     `max_length` of its field a header or query parameter value); None when it can."""
-    return _problem(value, max_length) if isinstance(value, str) else "the value is not a string"
+    return path_problem(value, max_length) if isinstance(value, str) else "the value is not a string"
 
 
 #: the CRD's maxLength of a header and of a query parameter value
@@ -52,7 +52,7 @@ def condition_problem(match: dict[str, object]) -> tuple[str, str] | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _problem(value: str, max_length: int) -> str | None:
+def path_problem(value: str, max_length: int) -> str | None:
     if not value:
         return "the expression is empty"
     if len(value) > max_length:
@@ -75,7 +75,7 @@ def _problem(value: str, max_length: int) -> str | None:
     pcre_why = _pcre2_error(ANCHORED.format(value))
     if pcre_why is not None:
         return f"NGINX's PCRE2 does not accept it ({pcre_why})"
-    return _repetition_problem(value)
+    return repetition_problem(value)
 
 
 @functools.lru_cache(maxsize=1)
@@ -229,7 +229,7 @@ class _Node:
 
 
 class _Reader:
-    """RE2's syntax (printable ASCII, as _problem has checked) as a tree of _Node."""
+    """RE2's syntax (printable ASCII, as path_problem has checked) as a tree of _Node."""
 
     def __init__(self, text: str) -> None:
         self.s, self.i = text, 0
@@ -568,7 +568,7 @@ def _overlapping_chain(value: str, tree: _Node) -> str | None:
             "`[^x]*x[^x]*x`, `\\d+\\d+` as `\\d{2,}`)")
 
 
-def _repetition_problem(value: str) -> str | None:
+def repetition_problem(value: str) -> str | None:
     """Why `value` (valid RE2) has a repetition a backtracking matcher may take exponential time
     over (see above), naming the part; None when it has none."""
     try:

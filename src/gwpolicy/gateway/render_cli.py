@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gwpolicy.analysis import analyse
-from gwpolicy.cli.args import HelpFormatter, Parser, program_name
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.files.load import LoadError, load_paths
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import (
     DEFAULT_ADDRESS_POOL,
@@ -25,7 +25,7 @@ from gwpolicy.gateway.dataplane import (
     build_dataplane,
 )
 from gwpolicy.gateway.render import render
-from gwpolicy.load import LoadError, load_paths
+from gwpolicy.kube.args import HelpFormatter, Parser, program_name
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

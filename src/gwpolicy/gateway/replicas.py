@@ -30,9 +30,9 @@ from typing import Any, Callable
 
 from lightkube import ApiError, AsyncClient
 
-from gwpolicy.controller import kube
-from gwpolicy.controller.leader import LEASE
-from gwpolicy.refs import Ref
+from gwpolicy.engine.refs import Ref
+from gwpolicy.kube import client as kube
+from gwpolicy.kube.leader import LEASE
 
 log = logging.getLogger("gwpolicy.gateway.replicas")
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from gwpolicy import serve
-from gwpolicy.cli.args import HelpFormatter, Parser, program_name
 from gwpolicy.gateway.nginx import SIDECAR_FILE, NginxError, nginx_command, nginx_version, sidecar_master, start_time
+from gwpolicy.kube import serve
+from gwpolicy.kube.args import HelpFormatter, Parser, program_name
 
 log = logging.getLogger("gwpolicy.nginx-sidecar")
 

@@ -47,7 +47,12 @@ from __future__ import annotations
 import gc
 from typing import AbstractSet, Any, Callable, Iterator, Mapping
 
-from gwpolicy.analysis import Analysis, analyse
+from gwpolicy.engine.analysis import Analysis, analyse
+from gwpolicy.engine.grants import ReferenceGrants
+from gwpolicy.engine.incremental import apply_change, prepare, replace_object
+from gwpolicy.engine.kinds import split_api_version
+from gwpolicy.engine.model import ObjectIndex, build_index
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.gateway.backendtls import KIND as BACKEND_TLS
 from gwpolicy.gateway.backendtls import ca_configmaps
 from gwpolicy.gateway.facts import (
@@ -61,11 +66,6 @@ from gwpolicy.gateway.facts import (
     route_fact,
     route_objects,
 )
-from gwpolicy.grants import ReferenceGrants
-from gwpolicy.incremental import apply_change, prepare, replace_object
-from gwpolicy.kinds import split_api_version
-from gwpolicy.model import ObjectIndex, build_index
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 
 Key = tuple[str, str, str, str]
 

@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from gwpolicy.engine.model import Obj, ObjectIndex
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.gateway import frontendtls
 from gwpolicy.gateway.facts import (
     GATEWAY_CONDITION_TYPES,
@@ -28,8 +30,6 @@ from gwpolicy.gateway.facts import (
     route_objects,
 )
 from gwpolicy.gateway.isolate import without_paths
-from gwpolicy.model import Obj, ObjectIndex
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 
 #: GEP-713 "GatewayClass status Extension Types listing": the API has no field yet, so an annotation
 #: on the GatewayClass lists the policy kinds this gateway enforces, as `Kind.group`, comma-separated

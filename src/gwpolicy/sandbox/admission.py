@@ -25,9 +25,10 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gwpolicy.engine.topology import selector_matches
+from gwpolicy.sandbox.objects import ApiFailure
 from gwpolicy.sandbox.resources import Resource
-from gwpolicy.sandbox.store import ApiFailure, Store
-from gwpolicy.topology import selector_matches
+from gwpolicy.sandbox.store import Store
 
 log = logging.getLogger("gwpolicy.sandbox.admission")
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
-from gwpolicy import names
+from gwpolicy.engine import names
 from gwpolicy.sandbox.schema import FieldError, required
 
 Check = Callable[[str, Any], list[FieldError]]  # (path, value) -> errors
@@ -549,7 +549,7 @@ def deployment_rules(dep: dict[str, Any], old: dict[str, Any] | None) -> list[Fi
         out.append(required("spec.selector"))
         return out
     labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
-    from gwpolicy.topology import selector_matches
+    from gwpolicy.engine.topology import selector_matches
 
     if not labels or not selector_matches(selector, labels):
         shown = "map[string]string{" + ", ".join(f'"{k}":"{v}"' for k, v in sorted(labels.items())) + "}" \

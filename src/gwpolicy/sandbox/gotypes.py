@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gwpolicy.sandbox.schema import _type_name
+from gwpolicy.sandbox.schema import json_type_name
 
 # ---------- the types of the built-in kinds (kubernetes api/openapi-spec, v1.32) ----------
 
@@ -240,7 +240,7 @@ _GO_KIND = {"boolean": "bool", "integer": "number", "null": "object"}
 
 def _json_kind(value: Any) -> str:
     """The JSON type of a value as encoding/json names it in an UnmarshalTypeError."""
-    name = _type_name(value)
+    name = json_type_name(value)
     return _GO_KIND.get(name, name)
 
 

@@ -22,7 +22,7 @@ def age(obj: dict[str, Any]) -> str:
 
 
 def since(ts: Any) -> str:
-    from gwpolicy.cli.printers import age as human_age
+    from gwpolicy.files.printers import age as human_age
 
     if not isinstance(ts, str) or not ts:
         return "<unknown>"

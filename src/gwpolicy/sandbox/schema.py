@@ -291,7 +291,7 @@ def compile_node(s: Any, where: str = "openAPIV3Schema") -> Node:
     return n
 
 
-def _type_name(value: Any) -> str:
+def json_type_name(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -341,7 +341,7 @@ class Walk:
                 self.errors.append(type_invalid(path, "null", node.type or "object"))
             return value
         if not _type_ok(node, value):
-            self.errors.append(type_invalid(path, _type_name(value), "integer or string" if node.int_or_string else node.type))
+            self.errors.append(type_invalid(path, json_type_name(value), "integer or string" if node.int_or_string else node.type))
             return value
         if isinstance(value, dict) and not node.int_or_string:
             value = self._object(node, value, path, old)
@@ -497,7 +497,7 @@ class Walk:
 
     def _branch(self, node: Node, value: Any, path: str, errors: list[FieldError]) -> None:
         if value is not None and (node.type or node.int_or_string) and not _type_ok(node, value):
-            errors.append(invalid(path, _type_name(value), f"{path} in body must be of type {node.type}"))
+            errors.append(invalid(path, json_type_name(value), f"{path} in body must be of type {node.type}"))
             return
         self._constraints(node, value, path, errors)
         if isinstance(value, dict) and node.properties:
@@ -527,7 +527,7 @@ class Walk:
             except Exception as exc:  # noqa: BLE001 - the library's error is the message
                 out, failed_eval = str(exc), True
             where = path + rule.field_path if rule.field_path else path
-            shown = node.type or _type_name(value)
+            shown = node.type or json_type_name(value)
             if failed_eval or not isinstance(out, bool):
                 self.errors.append(FieldError(where, "FieldValueInvalid",
                                               f'Invalid value: "{shown}": rule evaluation error: {rule.text}: {out}'))

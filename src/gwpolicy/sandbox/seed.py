@@ -7,13 +7,13 @@ from typing import Any, Iterable, TextIO
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
 
-from gwpolicy.kinds import KNOWN_KINDS, plural_of, split_api_version
-from gwpolicy.model import well_shaped as model_well_shaped
+from gwpolicy.engine.kinds import KNOWN_KINDS, plural_of, split_api_version
+from gwpolicy.engine.model import well_shaped as model_well_shaped
 from gwpolicy.sandbox.resources import BUILTINS
 
 
 def well_shaped(objects: Iterable[dict[str, Any]], origins: Iterable[str], warn: TextIO) -> list[dict[str, Any]]:
-    """The objects the engine could analyse (`gwpolicy.shapes`); each other one is named on `warn` and left out,
+    """The objects the engine could analyse (`gwpolicy.engine.shapes`); each other one is named on `warn` and left out,
     so that a sandbox never holds what the controller analysing it would have to skip."""
     warnings: list[str] = []
     kept, _ = model_well_shaped(list(objects), origins, None, warnings)

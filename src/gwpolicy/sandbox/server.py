@@ -23,13 +23,16 @@ import orjson
 import yaml
 from aiohttp import web
 
-from gwpolicy.load import BoundedLoader
+from gwpolicy.files.load import BoundedLoader
 from gwpolicy.sandbox import protobuf
 from gwpolicy.sandbox.admission import Admission, Call, warning_header
+from gwpolicy.sandbox.faults import FaultRule
+from gwpolicy.sandbox.objects import ApiFailure, Event
 from gwpolicy.sandbox.persist import DataDirError
 from gwpolicy.sandbox.protobuf import ProtobufError
 from gwpolicy.sandbox.resources import Resource
-from gwpolicy.sandbox.store import LIST_EXPIRED, ApiFailure, Event, FaultRule, Store, field_matcher, label_matcher
+from gwpolicy.sandbox.selectors import field_matcher, label_matcher
+from gwpolicy.sandbox.store import LIST_EXPIRED, Store
 from gwpolicy.sandbox.table import table
 
 log = logging.getLogger("gwpolicy.sandbox")
@@ -659,7 +662,7 @@ def tls_context(directory: str, keep: str | None = None) -> tuple[ssl.SSLContext
     webhook's), the key written 0600 in `directory`: the server's SSL context and the CA's PEM.
     `keep`: a directory where the CA is kept (a sandbox restarted on its --data-dir keeps it, as an
     API server keeps its CA, so that clients holding the kubeconfig still trust it)."""
-    from gwpolicy.webhook import certs
+    from gwpolicy.kube import certs
 
     ca = None
     if keep is not None and os.path.exists(os.path.join(keep, "ca.key")):
@@ -778,7 +781,7 @@ def load_all(store: Store, preload: list[dict[str, Any]] | None) -> None:
 
 
 def preload_object(store: Store, obj: dict[str, Any]) -> None:
-    from gwpolicy.kinds import split_api_version
+    from gwpolicy.engine.kinds import split_api_version
 
     group, version = split_api_version(obj["apiVersion"])
     r = store.registry.by_kind.get((group, obj["kind"]))

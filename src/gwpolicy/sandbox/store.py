@@ -7,484 +7,55 @@ from __future__ import annotations
 
 import bisect
 import builtins  # for annotations in Store, where its method `list` hides the type
-import copy
 import heapq
-import re
 import sys
 import uuid
 from collections import OrderedDict, deque
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 import jsonpatch
 import orjson
 
-from gwpolicy.merge.values import set_in
 from gwpolicy.sandbox import builtin, gotypes
+from gwpolicy.sandbox.faults import Faults
+from gwpolicy.sandbox.fields import (
+    FieldPath,
+    delete_path,
+    fields_v1,
+    get_path,
+    leaf_paths,
+    merge_patch,
+    overlap,
+    paths_from_fields_v1,
+    set_path,
+    smd_path,
+    with_defaults,
+)
+from gwpolicy.sandbox.objects import (
+    MISSING,
+    ApiFailure,
+    Event,
+    Key,
+    Objects,
+    Then,
+    clone,
+    etcd_key,
+    invalid,
+    invalid_fields,
+    is_builtin,
+    not_found,
+    now,
+    same,
+    same_leaf,
+    share_unchanged,
+    validate_metadata,
+)
 from gwpolicy.sandbox.persist import Persistence
 from gwpolicy.sandbox.resources import Registry, Resource
 from gwpolicy.sandbox.schema import CelError, FieldError, crd_schemas
+from gwpolicy.sandbox.selectors import field_matcher, label_matcher
 from gwpolicy.sandbox.strategic import PatchError, strategic_merge
-
-Key = tuple[str, str, str, str]  # group, plural, namespace ("" when cluster-scoped), name
-
-
-def etcd_key(key: tuple[str, str]) -> str:
-    """What orders a resource's objects in a list: their etcd key after the resource's prefix,
-    `<namespace>/<name>` (`/<name>` cluster-scoped), compared as bytes, as etcd ranges over it. Not
-    (namespace, name): namespace `a-b` sorts before `a` (`-` < `/`), and so do all of its objects."""
-    return key[0] + "/" + key[1]  # names are ASCII (DNS names, path segments): code points are bytes
-
-
-class Objects(dict[Key, dict[str, Any]]):
-    """The stored objects by key, and the keys of each resource (group, plural) in order of arrival:
-    a list, an admission check or a CRD's deletion reads one resource without a scan of every object
-    (at 50k routes a scan per write made the writes of a first status quadratic)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.by_resource: dict[tuple[str, str], dict[Key, None]] = {}
-        self._sorted: dict[tuple[str, str], list[tuple[str, str]]] = {}  # (namespace, name) in order, per resource
-
-    def __setitem__(self, key: Key, obj: dict[str, Any]) -> None:
-        if key not in self:
-            self.by_resource.setdefault(key[:2], {})[key] = None
-            self._sorted.pop(key[:2], None)
-        super().__setitem__(key, obj)
-
-    def __delitem__(self, key: Key) -> None:
-        super().__delitem__(key)
-        self._unindex(key)
-
-    def pop(self, key: Key, *default: Any) -> Any:
-        if key not in self:
-            return super().pop(key, *default)
-        obj = super().pop(key)
-        self._unindex(key)
-        return obj
-
-    def _unindex(self, key: Key) -> None:
-        self._sorted.pop(key[:2], None)
-        keys = self.by_resource[key[:2]]
-        del keys[key]
-        if not keys:
-            del self.by_resource[key[:2]]
-
-    def keys_of(self, group: str, plural: str) -> list[Key]:
-        """The keys of one resource's objects (a copy: the caller may write while it walks them)."""
-        return list(self.by_resource.get((group, plural), ()))
-
-    def in_order(self, group: str, plural: str) -> list[tuple[str, str]]:
-        """(namespace, name) of one resource's objects in etcd's order (`etcd_key`); kept until one is
-        added or removed, so the chunks of one list (`Store.page`) sort once."""
-        gp = (group, plural)
-        out = self._sorted.get(gp)
-        if out is None:
-            out = self._sorted[gp] = sorted(((k[2], k[3]) for k in self.by_resource.get(gp, ())), key=etcd_key)
-        return out
-
-    def has(self, group: str, plural: str) -> bool:
-        return (group, plural) in self.by_resource
-
-    def copy(self) -> Objects:
-        out = Objects()
-        dict.update(out, self)
-        out.by_resource = {gp: dict(keys) for gp, keys in self.by_resource.items()}
-        out._sorted = dict(self._sorted)  # lists never changed in place, only dropped
-        return out
-
-    def _refuse(self, *_: Any, **__: Any) -> Any:
-        raise TypeError("Objects keeps an index: set, delete or pop one key at a time")
-
-    update = setdefault = popitem = clear = __ior__ = _refuse
-
-
-class ApiFailure(Exception):
-    """An error the server answers with a Kubernetes Status body."""
-
-    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None,
-                 list_meta: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message, self.details = code, reason, message, details or {}
-        self.list_meta = list_meta or {}  # the Status's metadata (a continue token, for an expired one)
-
-    def status(self) -> dict[str, Any]:
-        out = {"kind": "Status", "apiVersion": "v1", "metadata": dict(self.list_meta), "status": "Failure",
-               "message": self.message, "reason": self.reason, "details": self.details, "code": self.code}
-        if not self.reason:  # an internal error has none (omitempty)
-            del out["reason"], out["details"]
-        return out
-
-
-def qualified_kind(r: Resource) -> str:
-    """`HTTPRoute.gateway.networking.k8s.io`, `Service`: the kind as kube-apiserver's messages name it."""
-    return f"{r.kind}.{r.group}" if r.group else r.kind
-
-
-def invalid_fields(r: Resource, name: Any, errors: list[FieldError]) -> ApiFailure:
-    """422 Invalid in kube-apiserver's words: `Kind.group "name" is invalid: field: why` (several in [...]),
-    with one details.causes entry per field."""
-    subject = f'{qualified_kind(r)} "{name}"' if isinstance(name, str) else qualified_kind(r)
-    text = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
-    return ApiFailure(422, "Invalid", f"{subject} is invalid: {text}",
-                      {"name": name if isinstance(name, str) else "", "group": r.group, "kind": r.kind,
-                       "causes": [{"reason": e.reason, "message": e.body, "field": e.field} for e in errors]})
-
-
-def invalid(r: Resource, name: Any, field: str, value: Any, why: str) -> ApiFailure:
-    shown = orjson.dumps(value, default=str).decode()
-    return invalid_fields(r, name, [FieldError(field, "FieldValueInvalid", f"Invalid value: {shown}: {why}")])
-
-
-MAX_ANNOTATION_BYTES = 256 * 1024  # all of an object's annotations (TotalAnnotationSizeLimitB)
-
-
-def validate_metadata(r: Resource, obj: dict[str, Any]) -> None:
-    """What kube-apiserver checks of every object's metadata (ObjectMeta validation), so that no
-    malformed object reaches storage or the watchers."""
-    meta = obj["metadata"]
-    name = meta.get("name")
-    kind = builtin.KINDS.get((r.group, r.kind)) if is_builtin(r) else None
-    if not isinstance(name, str):
-        raise invalid(r, name, "metadata.name", name, builtin.DNS1123_SUBDOMAIN_MSG)
-    errors = kind.name("metadata.name", name) if kind is not None else builtin.dns1123_subdomain("metadata.name", name)
-    if errors:
-        raise invalid_fields(r, name, errors)
-    for part in ("labels", "annotations"):
-        value = meta.get(part)
-        if value is None:
-            continue
-        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-            raise invalid(r, name, f"metadata.{part}", value, "must be a map of strings to strings")
-        errors = builtin.labels_map("metadata.labels", value) if part == "labels" else \
-            [e for k in value for e in builtin.qualified_name("metadata.annotations", k)]
-        if part == "annotations" and sum(len(k) + len(v) for k, v in value.items()) > MAX_ANNOTATION_BYTES:
-            errors.append(builtin.too_long("metadata.annotations", MAX_ANNOTATION_BYTES))
-        if errors:
-            raise invalid_fields(r, name, errors)
-    finalizers = meta.get("finalizers")
-    if finalizers is not None and not (isinstance(finalizers, list) and all(isinstance(f, str) for f in finalizers)):
-        raise invalid(r, name, "metadata.finalizers", finalizers, "must be a list of strings")
-
-
-def is_builtin(r: Resource) -> bool:
-    """A kind kube-apiserver itself serves (not one a CRD added)."""
-    return (r.group, r.kind) in builtin.KINDS and gotypes.has_type(r.kind)
-
-
-def not_found(r: Resource, name: str) -> ApiFailure:
-    plural = f"{r.plural}.{r.group}" if r.group else r.plural
-    return ApiFailure(404, "NotFound", f'{plural} "{name}" not found', {"name": name, "group": r.group, "kind": r.plural})
-
-
-def clone(value: Any) -> Any:
-    """A deep copy of JSON-like data: an orjson round trip is ~10x faster than copy.deepcopy, and
-    every object the store hands out or keeps is copied (callers must never share its dicts)."""
-    try:
-        return orjson.loads(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS))
-    except (TypeError, orjson.JSONEncodeError):  # not JSON-like (a YAML date, ...): the slow way
-        return copy.deepcopy(value)
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal as JSON, types included: Python's == has True == 1 == 1.0, which are three values here."""
-    if a != b:
-        return False
-    try:
-        return orjson.dumps(a, option=orjson.OPT_NON_STR_KEYS) == orjson.dumps(b, option=orjson.OPT_NON_STR_KEYS)
-    except (TypeError, orjson.JSONEncodeError):
-        return False
-
-
-def _same_leaf(a: Any, b: Any) -> bool:
-    """`_same` for a leaf value (a scalar, or an empty list or map)."""
-    return type(a) is type(b) and a == b
-
-
-def _share_unchanged(new: dict[str, Any], old: dict[str, Any]) -> None:
-    """Before `new` replaces `old` in the store: each part of `new` equal to the same part of `old`
-    becomes that part of `old` (spec, status, labels, each managedFields entry...). The watch window
-    holds both versions, and a status write then costs the window only what it changed. Safe because
-    stored objects are never changed in place; `new`'s own dicts (itself, its metadata) stay its own,
-    as `_bump` writes the resourceVersion into them next."""
-    for k, v in new.items():
-        was = old.get(k, _MISSING)
-        if was is _MISSING or was is v:
-            continue
-        if k == "metadata" and isinstance(v, dict) and isinstance(was, dict):
-            for mk, mv in v.items():
-                mwas = was.get(mk, _MISSING)
-                if mk == "managedFields" and isinstance(mv, list) and isinstance(mwas, list):
-                    mv[:] = [next((e for e in mwas if _same(e, entry)), entry) for entry in mv]
-                elif mwas is not _MISSING and mwas is not mv and _same(mwas, mv):
-                    v[mk] = mwas
-        elif _same(was, v):
-            new[k] = was
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(slots=True)
-class Event:
-    """One write in the watch history. `obj` is the object as stored by it; `prev` the object as
-    stored before it (None for ADDED), which a list at an older resourceVersion serves instead
-    (kube-apiserver's watch cache keeps the previous object in each event too)."""
-
-    rv: int
-    type: str
-    group: str
-    plural: str
-    namespace: str
-    obj: dict[str, Any]
-    prev: dict[str, Any] | None = None
-
-
-@dataclass(slots=True)
-class _Then:
-    """One resource at an older resourceVersion, as its difference from the objects now: (namespace,
-    name) -> the object as it was at `rv`, or None where there was none; every other key was then
-    as it is now. Built from the window's events newer than `rv` (the first event of a key after
-    `rv` holds, as `prev`, what the key was at `rv`), and extended by the events after `upto` when
-    it is read again, so the chunks of one list read each event once."""
-
-    rv: int
-    upto: int  # the newest resourceVersion whose event is in `was`
-    was: dict[tuple[str, str], dict[str, Any] | None]
-    present: list[tuple[str, str]] | None = None  # the keys of `was` that existed at `rv`, sorted (None: to sort)
-    existing: list[tuple[str, str]] | None = None  # the keys of `was` that exist now, sorted (None: to sort)
-
-    def present_keys(self) -> list[tuple[str, str]]:
-        """The keys that existed at `rv` and were written since, in etcd's order."""
-        if self.present is None:
-            self.present = sorted((k for k, obj in self.was.items() if obj is not None), key=etcd_key)
-        return self.present
-
-    def existing_keys(self, exists: Callable[[tuple[str, str]], bool]) -> list[tuple[str, str]]:
-        """The keys written since `rv` that exist now, in etcd's order."""
-        if self.existing is None:
-            self.existing = sorted((k for k in self.was if exists(k)), key=etcd_key)
-        return self.existing
-
-
-# ---------- selectors ----------
-
-_SET_RE = re.compile(r"^\s*([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
-
-
-def _split_selector(text: str) -> list[str]:
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        parts.append(cur)
-    return [p.strip() for p in parts if p.strip()]
-
-
-def label_matcher(text: str | None) -> Callable[[dict[str, str]], bool]:
-    """A Kubernetes label selector string (`a=b,c!=d,e,!f,g in (x,y)`) as a predicate on labels."""
-    if not text:
-        return lambda labels: True
-    tests: list[Callable[[dict[str, str]], bool]] = []
-    for part in _split_selector(text):
-        m = _SET_RE.match(part)
-        if m:
-            key, op, vals = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
-            tests.append((lambda k, vs: lambda l: l.get(k) in vs)(key, vals) if op == "in"
-                         else (lambda k, vs: lambda l: l.get(k) not in vs)(key, vals))
-        elif "!=" in part:
-            k, v = part.split("!=", 1)
-            tests.append((lambda k, v: lambda l: l.get(k) != v)(k.strip(), v.strip()))
-        elif "=" in part:
-            k, v = part.split("==", 1) if "==" in part else part.split("=", 1)
-            tests.append((lambda k, v: lambda l: l.get(k) == v)(k.strip(), v.strip()))
-        elif part.startswith("!"):
-            tests.append((lambda k: lambda l: k not in l)(part[1:].strip()))
-        else:
-            tests.append((lambda k: lambda l: k in l)(part))
-    return lambda labels: all(t(labels) for t in tests)
-
-
-def field_matcher(text: str | None) -> Callable[[dict[str, Any]], bool]:
-    """Field selectors on metadata.name and metadata.namespace (what list and watch clients use)."""
-    if not text:
-        return lambda obj: True
-    tests = []
-    for part in _split_selector(text):
-        neg = "!=" in part
-        k, v = part.split("!=" if neg else ("==" if "==" in part else "="), 1)
-        path = k.strip().split(".")
-
-        def get(obj: Any, path: list[str] = path) -> Any:  # an object, then each value on the path (None past its end)
-            for seg in path:
-                obj = obj.get(seg) if isinstance(obj, dict) else None
-            return "" if obj is None else str(obj)
-
-        tests.append((lambda g, v, neg: lambda o: (g(o) != v) if neg else (g(o) == v))(get, v.strip(), neg))
-    return lambda obj: all(t(obj) for t in tests)
-
-
-# ---------- patches and server-side apply ----------
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return clone(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge_patch(out.get(k), v)
-    return out
-
-
-FieldPath = tuple[str, ...]
-_IGNORED = {("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace"),
-            ("metadata", "resourceVersion"), ("metadata", "uid"), ("metadata", "creationTimestamp"),
-            ("metadata", "generation"), ("metadata", "managedFields")}
-
-
-def leaf_paths(obj: Any, prefix: FieldPath = ()) -> dict[FieldPath, Any]:
-    """Fields a manager owns: every leaf; lists are atomic (one field)."""
-    out: dict[FieldPath, Any] = {}
-    if isinstance(obj, dict) and (obj or not prefix):
-        for k, v in obj.items():
-            p = prefix + (k,)
-            if p in _IGNORED or p[:2] == ("metadata", "managedFields"):
-                continue
-            out.update(leaf_paths(v, p))
-    else:
-        out[prefix] = obj
-    return out
-
-
-def fields_v1(paths: set[FieldPath]) -> dict[str, Any]:
-    root: dict[str, Any] = {}
-    for p in sorted(paths):
-        node = root
-        for seg in p:
-            node = node.setdefault(f"f:{seg}", {})
-    return root
-
-
-def paths_from_fields_v1(fv1: dict[str, Any], prefix: FieldPath = ()) -> set[FieldPath]:
-    out: set[FieldPath] = set()
-    for k, v in (fv1 or {}).items():
-        if not k.startswith("f:"):
-            continue
-        p = prefix + (k[2:],)
-        if isinstance(v, dict) and v:
-            out |= paths_from_fields_v1(v, p)
-        else:
-            out.add(p)
-    return out
-
-
-def _get(obj: Any, path: FieldPath) -> Any:
-    for seg in path:
-        if not isinstance(obj, dict) or seg not in obj:
-            return _MISSING
-        obj = obj[seg]
-    return obj
-
-
-def _delete(obj: dict[str, Any], path: FieldPath) -> None:
-    parents = []
-    node: Any = obj
-    for seg in path[:-1]:
-        if not isinstance(node, dict) or seg not in node:
-            return
-        parents.append((node, seg))
-        node = node[seg]
-    if isinstance(node, dict):
-        node.pop(path[-1], None)
-    for parent, seg in reversed(parents):  # drop maps the removal emptied
-        if parent[seg] == {}:
-            del parent[seg]
-        else:
-            break
-
-
-_MISSING = object()
-
-
-def _with_defaults(r: Resource, applied: dict[str, Any], live: dict[str, Any]) -> dict[str, Any] | None:
-    """An applied configuration of a built-in kind with the defaults the server gives it (None for a
-    custom resource, or where they cannot be applied to it)."""
-    if not is_builtin(r):
-        return None
-    out = clone(applied)
-    try:
-        builtin.convert(r.group, r.kind, out, live)
-    except Exception:  # noqa: BLE001 - a malformed configuration is refused later, in its own words
-        return None
-    return out
-
-
-def _overlap(a: FieldPath, b: FieldPath) -> bool:
-    n = min(len(a), len(b))
-    return a[:n] == b[:n]
-
-
-# ---------- the store ----------
-
-@dataclass
-class FaultRule:
-    """Fail the `nth` matching request from now (or every one, `times` times; -1: for good) with `code`.
-    A rule may be for one client only: by User-Agent (a substring) or by fieldManager (exact)."""
-
-    code: int
-    nth: int = 1
-    times: int = 1
-    verb: str | None = None  # "write" (create/update/patch/delete), "list", "get", "watch"; None: writes
-    resource: str | None = None  # plural, e.g. "httproutes"
-    user_agent: str | None = None
-    field_manager: str | None = None
-    seen: int = 0
-
-    def matches(self, verb: str, resource: str, client: tuple[str, str]) -> bool:
-        return ((self.verb or "write") == verb and (self.resource is None or self.resource == resource)
-                and (self.user_agent is None or self.user_agent in client[0])
-                and (self.field_manager is None or self.field_manager == client[1]))
-
-
-@dataclass
-class Faults:
-    """Fault injection for tests (POST /sandbox/faults; docs/controller.md)."""
-
-    rules: list[FaultRule] = field(default_factory=list)
-    latency: float = 0.0
-    client: tuple[str, str] = ("", "")  # the request in hand: (User-Agent, fieldManager)
-
-    def check(self, verb: str, resource: str) -> None:
-        due = None
-        for rule in self.rules:  # every rule counts the request, so `nth` is from when it was set
-            if rule.matches(verb, resource, self.client):
-                rule.seen += 1
-                if due is None and rule.seen >= rule.nth:
-                    due = rule
-        if due is not None:
-            rule = due
-            if rule.times > 0:
-                rule.times -= 1
-                if rule.times == 0:
-                    self.rules.remove(rule)
-            if rule.code == 409:
-                raise ApiFailure(409, "Conflict", "Operation cannot be fulfilled: the object has been modified; "
-                                 "please apply your changes to the latest version and try again (injected)")
-            raise ApiFailure(rule.code, "InternalError", f"Internal error occurred: injected failure ({rule.code})")
 
 MAX_OBJECT_BYTES = 1536 * 1024  # etcd's default --max-request-bytes (1.5 MiB)
 MAX_DEPTH = 200  # nesting this sandbox serves; kube-apiserver's JSON decoder allows 10,000 (docs/controller.md)
@@ -534,7 +105,7 @@ class Store:
         self.watch_floor = 0  # and so do those from below this: where a restarted server's watch cache began
         #: resources at older versions, for the chunks of a list and `resourceVersionMatch=Exact`
         #: (see `_then`), the last few read; rebuilt from the window when one is needed again
-        self._then_cache: OrderedDict[tuple[str, str, int], _Then] = OrderedDict()
+        self._then_cache: OrderedDict[tuple[str, str, int], Then] = OrderedDict()
         self.keep_creation_timestamp = keep_creation_timestamp
         self.faults = Faults()
         self.listeners: list[Callable[[Event], None]] = []
@@ -633,14 +204,14 @@ class Store:
 
     THEN_KEPT = 16  # resources at an older version kept between two reads (each holds only what changed since)
 
-    def _then(self, group: str, plural: str, rv: int) -> _Then:
+    def _then(self, group: str, plural: str, rv: int) -> Then:
         """One resource as it was at `rv` (which the window reaches): the objects since changed,
         created or deleted, as they were then. Kept for the next chunk of the same list, which then
         reads only the events written since this one."""
         key = (group, plural, rv)
         then = self._then_cache.get(key)
         if then is None:
-            then = self._then_cache[key] = _Then(rv, rv, {})
+            then = self._then_cache[key] = Then(rv, rv, {})
             while len(self._then_cache) > self.THEN_KEPT:
                 self._then_cache.popitem(last=False)
         else:
@@ -694,7 +265,7 @@ class Store:
         name, others by index)."""
         assert self._applied is not None
         ns, name, body = self._applied
-        paths = sorted(_smd_path(body, u) for u in unknown)
+        paths = sorted(smd_path(body, u) for u in unknown)
         where = f"{ns}/{name}" if ns else name
         gv = f"{r.group}/{version or r.versions[0]}"
         head = f"failed to create typed patch object ({where}; {gv}, Kind={r.kind}): "
@@ -953,11 +524,11 @@ class Store:
             result["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1
         if manager:
             changed = owned if owned is not None else {p for p, v in leaf_paths(result).items()
-                                                       if _get(live, p) is _MISSING or not _same_leaf(_get(live, p), v)}
+                                                       if get_path(live, p) is MISSING or not same_leaf(get_path(live, p), v)}
             if subresource == "status":
                 changed = {p for p in changed if p[:1] == ("status",)}
             self._own(result, manager, operation, changed, subresource, r, replace=owned is not None)
-        if _same(result, live):
+        if same(result, live):
             return clone(live)  # no change: no new resourceVersion, no event
         return self._store_update(r, key, live, result)
 
@@ -966,7 +537,7 @@ class Store:
                 and r.kind == "CustomResourceDefinition" and r.group == "apiextensions.k8s.io":
             self._drop_custom_resources(live)
         _storable(result)
-        _share_unchanged(result, live)
+        share_unchanged(result, live)
         self._bump(result)
         if result["metadata"].get("deletionTimestamp") and not result["metadata"].get("finalizers"):
             del self.objects[key]
@@ -994,7 +565,7 @@ class Store:
             if e.get("manager") == manager and e.get("operation") == operation and e.get("subresource") == subresource:
                 mine = e
                 continue
-            kept = {p for p in sets if not any(_overlap(p, q) for q in paths)}
+            kept = {p for p in sets if not any(overlap(p, q) for q in paths)}
             if kept != sets:
                 e["fieldsV1"] = fields_v1(kept)
         obj["metadata"]["managedFields"] = [e for e in entries if e is mine or paths_from_fields_v1(e.get("fieldsV1") or {})]
@@ -1078,7 +649,7 @@ class Store:
             if meta.get("creationTimestamp"):  # kept only with the test switch (see create)
                 obj["metadata"]["creationTimestamp"] = meta["creationTimestamp"]
             for p, v in applied_paths.items():
-                _set(obj, p, v)
+                set_path(obj, p, v)
             self._own(obj, manager, "Apply", set(applied_paths), None, r, replace=True)
             return self.create(r, ns, obj, None, version)
         if meta.get("resourceVersion") and meta["resourceVersion"] != live["metadata"]["resourceVersion"]:
@@ -1087,17 +658,17 @@ class Store:
                              "modified; please apply your changes to the latest version and try again",
                              {"name": name, "group": r.group, "kind": r.plural})
         conflicts = []
-        defaulted = _with_defaults(r, applied, live)
+        defaulted = with_defaults(r, applied, live)
         for e in live["metadata"].get("managedFields") or []:
             if e.get("manager") == manager:
                 continue
             for q in paths_from_fields_v1(e.get("fieldsV1") or {}):
                 for p, v in applied_paths.items():
-                    if _overlap(p, q):
-                        cur = _get(live, p)
+                    if overlap(p, q):
+                        cur = get_path(live, p)
                         # a list is one field here (kube-apiserver owns a map list's items and their
                         # fields apart): a list applied without the defaults the live one has is the same
-                        if cur is _MISSING or (cur != v and (defaulted is None or _get(defaulted, p) != cur)):
+                        if cur is MISSING or (cur != v and (defaulted is None or get_path(defaulted, p) != cur)):
                             conflicts.append((e["manager"], p))
         if conflicts and not force:
             causes = [{"type": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": "." + ".".join(p)}
@@ -1115,10 +686,10 @@ class Store:
             if not (e.get("manager") == manager and e.get("operation") == "Apply"):
                 others |= paths_from_fields_v1(e.get("fieldsV1") or {})
         for p in previous - set(applied_paths):
-            if not any(_overlap(p, q) for q in others) and not any(_overlap(p, q) for q in applied_paths):
-                _delete(result, p)
+            if not any(overlap(p, q) for q in others) and not any(overlap(p, q) for q in applied_paths):
+                delete_path(result, p)
         for p, v in applied_paths.items():
-            _set(result, p, v)
+            set_path(result, p, v)
         return self.update(r, ns, name, result, subresource=subresource, manager=manager, version=version,
                            check_rv=False, operation="Apply", owned=set(applied_paths))
 
@@ -1217,28 +788,7 @@ class Store:
         self.watch_floor = self.rv
 
 
-def _smd_path(body: Any, path: str) -> str:
-    """A field path as the sandbox names it (`spec.listeners[0].x`) as structured-merge-diff does
-    (`.spec.listeners[name="http"].x`), reading the list items' names from the applied body."""
-    out = []
-    node = body
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
-        if part.startswith("["):
-            i = int(part[1:-1])
-            item = node[i] if isinstance(node, list) and i < len(node) else None
-            out.append(f'[name="{item["name"]}"]' if isinstance(item, dict) and isinstance(item.get("name"), str) else part)
-            node = item
-        else:
-            out.append("." + part)
-            node = node.get(part) if isinstance(node, dict) else None
-    return "".join(out)
-
-
 def _deleted_version(live: dict[str, Any]) -> dict[str, Any]:
     """What a DELETED event holds: the last version with a new resourceVersion (written next into
     its own metadata); everything else shared with it, as stored objects are never changed in place."""
     return dict(live, metadata=dict(live["metadata"]))
-
-
-def _set(obj: dict[str, Any], path: FieldPath, value: Any) -> None:
-    set_in(obj, path, clone(value))

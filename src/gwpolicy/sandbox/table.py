@@ -66,7 +66,7 @@ def compile_path(path: str) -> Callable[[Any], list[Any]]:
 
 
 def _age(ts: Any) -> str:
-    from gwpolicy.cli.printers import age
+    from gwpolicy.files.printers import age
 
     return age(ts if isinstance(ts, str) else "", datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from gwpolicy import serve
-from gwpolicy.cli.args import HelpFormatter, Parser, program_name
-from gwpolicy.controller import defaults
 from gwpolicy.controller.app import Options as ControllerOptions
-from gwpolicy.controller.endpoints import ListenError
-from gwpolicy.status import DEFAULT_CONTROLLER
+from gwpolicy.engine.status import DEFAULT_CONTROLLER
+from gwpolicy.kube import defaults, serve
+from gwpolicy.kube.args import HelpFormatter, Parser, program_name
+from gwpolicy.kube.endpoints import ListenError
 from gwpolicy.webhook.review import Options as ReviewOptions
 from gwpolicy.webhook.server import WebhookOptions, WebhookProcess
 
@@ -37,7 +36,8 @@ def parse(argv: list[str]) -> WebhookOptions:
                     "target, or beaten; it can deny conflicts and invalid policies instead. It answers from "
                     "a model of the cluster kept by informers.")
     defaults.add_arguments(p, "webhook", listen_flag="--health-listen", leader_election=False)
-    p.add_argument("--port", type=int, default=9443, help="HTTPS port of /validate (0 picks one)")
+    p.add_argument("--port", type=int, default=defaults.ADMISSION_PORT,
+                   help="HTTPS port of /validate (0 picks one)")
     p.add_argument("--listen-address", default=defaults.host(),
                    help="address to serve /validate on (default: 127.0.0.1, in a pod 0.0.0.0)")
     p.add_argument("--deny-invalid", action="store_true", help="deny a policy that would be Invalid")

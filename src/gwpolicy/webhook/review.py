@@ -15,13 +15,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from gwpolicy.analysis import Analysis, analyse
-from gwpolicy.attach import ACCEPTED, CONFLICTED, TargetOutcome
-from gwpolicy.effective import EffectivePolicy, effective_policies
-from gwpolicy.incremental import _subtree, apply_change, nodes_at, policy_ref
-from gwpolicy.kinds import split_api_version
-from gwpolicy.merge.leaves import field_name
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.engine.analysis import Analysis, analyse
+from gwpolicy.engine.attach import ACCEPTED, CONFLICTED, TargetOutcome
+from gwpolicy.engine.effective import EffectivePolicy, effective_policies
+from gwpolicy.engine.incremental import apply_change, nodes_at, policy_ref, subtree_of
+from gwpolicy.engine.kinds import split_api_version
+from gwpolicy.engine.merge.leaves import field_name
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 
 # kube-apiserver: "Individual warning messages over 256 characters may be truncated by the API server
 # before being returned to clients. If more than 4096 characters of warning messages are added (from
@@ -187,7 +187,7 @@ def items_below(a: Analysis, levels: Iterable[Ref]) -> Iterator[EffectivePolicy]
     seen: set[int] = set()
     for level in levels:
         for node in by_level.get(level, {}):
-            for m in _subtree(node):
+            for m in subtree_of(node):
                 if id(m) in seen or m.level is None:
                     continue
                 seen.add(id(m))
@@ -202,8 +202,8 @@ def beaten(a: Analysis, pref: Ref) -> tuple[int, int, dict[str, set[Ref | None]]
     policy = a.policies[pref]
     levels = {o.declared for o in a.outcomes.get(pref, []) if o.reason == ACCEPTED and o.declared is not None}
     own_fields: set[str] = set()
-    from gwpolicy.effective import settings_schema
-    from gwpolicy.merge.leaves import flatten
+    from gwpolicy.engine.effective import settings_schema
+    from gwpolicy.engine.merge.leaves import flatten
 
     own = {st: flatten(s, settings_schema(policy.kind, st)) for st, s in policy.stanzas.items()}
     for leaves in own.values():

@@ -22,14 +22,14 @@ import orjson
 from aiohttp import web
 from lightkube import ApiError
 
-from gwpolicy.controller import kube
 from gwpolicy.controller.app import Controller
 from gwpolicy.controller.app import Options as ControllerOptions
-from gwpolicy.controller.kube import BUILTIN, CRD, Kind
-from gwpolicy.controller.loop import synced_bursts
 from gwpolicy.controller.model import ClusterModel
-from gwpolicy.refs import GATEWAY_GROUP
-from gwpolicy.webhook import certs
+from gwpolicy.engine.refs import GATEWAY_GROUP
+from gwpolicy.kube import certs, defaults
+from gwpolicy.kube import client as kube
+from gwpolicy.kube.client import BUILTIN, CRD, Kind
+from gwpolicy.kube.loop import synced_bursts
 from gwpolicy.webhook.review import Options as ReviewOptions
 from gwpolicy.webhook.review import review
 
@@ -46,7 +46,7 @@ class WebhookOptions:
     controller: ControllerOptions
     review: ReviewOptions = field(default_factory=ReviewOptions)
     host: str = "127.0.0.1"
-    port: int = 9443
+    port: int = defaults.ADMISSION_PORT
     cert_file: str | None = None
     key_file: str | None = None
     ca_file: str | None = None  # the CA to put in caBundle when the certificate comes from files

@@ -7,9 +7,9 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any
 
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway.dataplane.model import DataPlaneConfig, DataPlaneError
 from gwpolicy.gateway.listeners import HOSTNAME
-from gwpolicy.refs import Ref
 
 
 def intersect_hostname(listener: str, route: str) -> str | None:

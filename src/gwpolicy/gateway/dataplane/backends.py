@@ -7,7 +7,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from gwpolicy import names
+from gwpolicy.engine import names
+from gwpolicy.engine.grants import ReferenceGrants, grant_from_key
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.engine.topology import PathNode, namespace_ref
 from gwpolicy.gateway import backendtls, policies, policyconf
 from gwpolicy.gateway.dataplane.cache import memo, programmable
 from gwpolicy.gateway.dataplane.model import (
@@ -34,10 +37,6 @@ from gwpolicy.gateway.dataplane.model import (
     endpoint_problem,
     upstream_base,
 )
-from gwpolicy.grants import ReferenceGrants
-from gwpolicy.grants import _from_key as grant_from_key
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
-from gwpolicy.topology import PathNode, namespace_ref
 
 
 def not_served(fact: Any, ri: int, msg: str) -> None:

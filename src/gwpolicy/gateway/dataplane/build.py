@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gwpolicy import names
+from gwpolicy.engine import names
+from gwpolicy.engine.grants import ReferenceGrants
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.engine.topology import PathNode
 from gwpolicy.gateway import grpcroute, pathregex, policyconf
 from gwpolicy.gateway.dataplane.addresses import gateway_addresses, reserved, route_hostnames
 from gwpolicy.gateway.dataplane.backends import (
@@ -63,9 +66,6 @@ from gwpolicy.gateway.facts import (
     listener_verdicts,
     redirect_problem,
 )
-from gwpolicy.grants import ReferenceGrants
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
-from gwpolicy.topology import PathNode
 
 
 def build_dataplane(analysis: Any, config: DataPlaneConfig | None = None, cache: "BuildCache | None" = None) -> DataPlane:

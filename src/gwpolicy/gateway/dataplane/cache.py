@@ -8,9 +8,9 @@ import gc
 from dataclasses import dataclass, field
 from typing import Any
 
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane.model import Action, MatchRule, RouteFact, Upstream
-from gwpolicy.refs import Ref
 
 
 @dataclass

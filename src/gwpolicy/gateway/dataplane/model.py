@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gwpolicy.refs import Ref
+from gwpolicy.engine.refs import Ref
 
 DEFAULT_CONTROLLER_NAME = "gwpolicy.io/gateway-controller"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from gwpolicy.merge.leaves import LeafPath
-from gwpolicy.refs import Ref
+from gwpolicy.engine.merge.leaves import LeafPath
+from gwpolicy.engine.refs import Ref
 
 
 @dataclass(frozen=True, slots=True)

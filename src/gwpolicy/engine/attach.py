@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gwpolicy.grants import ReferenceGrants
-from gwpolicy.kinds import default_group, is_known_namespaced
-from gwpolicy.model import ObjectIndex
-from gwpolicy.policies import Policy
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
-from gwpolicy.shapes import target_ref_problem
-from gwpolicy.topology import Topology, extend
+from gwpolicy.engine.grants import ReferenceGrants
+from gwpolicy.engine.kinds import default_group, is_known_namespaced
+from gwpolicy.engine.model import ObjectIndex
+from gwpolicy.engine.policies import Policy
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.engine.shapes import target_ref_problem
+from gwpolicy.engine.topology import Topology, extend
 
 ACCEPTED, CONFLICTED, INVALID, NOT_FOUND = "Accepted", "Conflicted", "Invalid", "TargetNotFound"
 #: S8.1: the worst result wins when several targets share one status ancestor

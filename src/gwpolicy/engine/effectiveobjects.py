@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from gwpolicy.analysis import Analysis
-from gwpolicy.effective import EffectivePolicy
-from gwpolicy.refs import CORE_GROUP, Ref
+from gwpolicy.engine.analysis import Analysis
+from gwpolicy.engine.effective import EffectivePolicy
+from gwpolicy.engine.refs import CORE_GROUP, Ref
 
 GROUP, VERSION, KIND, PLURAL = "gwpolicy.io", "v1alpha1", "EffectivePolicy", "effectivepolicies"
 API_VERSION = f"{GROUP}/{VERSION}"

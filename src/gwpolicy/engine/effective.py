@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
-from gwpolicy.merge.fieldmerge import DEFAULTS, DIRECT, OBJECT, OVERRIDES, Contribution, ladder
-from gwpolicy.merge.leaves import LeafPath, field_name, flatten, unflatten
-from gwpolicy.merge.strategies import chain, resolve
-from gwpolicy.merge.values import dig, is_unset, nest
-from gwpolicy.model import Obj, ObjectIndex
-from gwpolicy.policies import PolicyKind
-from gwpolicy.refs import Ref
-from gwpolicy.topology import PathNode
+from gwpolicy.engine.merge.fieldmerge import DEFAULTS, DIRECT, OBJECT, OVERRIDES, Contribution, ladder
+from gwpolicy.engine.merge.leaves import LeafPath, field_name, flatten, unflatten
+from gwpolicy.engine.merge.strategies import chain, resolve
+from gwpolicy.engine.merge.values import dig, is_unset, nest
+from gwpolicy.engine.model import Obj, ObjectIndex
+from gwpolicy.engine.policies import PolicyKind
+from gwpolicy.engine.refs import Ref
+from gwpolicy.engine.topology import PathNode
 
 KindKey = tuple[str, str]
 

@@ -21,7 +21,7 @@ from lightkube.core.generic_client import transform_exception
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import OnErrorAction, OnErrorResult, PatchType
 
-from gwpolicy.kinds import ROUTE_KINDS
+from gwpolicy.engine.kinds import ROUTE_KINDS
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def resource_class(k: Kind) -> Any:
 
 def make_client(kubeconfig: str | None = None, context: str | None = None, field_manager: str = "gwpolicy") -> AsyncClient:
     """A client of the cluster `defaults.kube_config` finds (the long-running commands' one rule)."""
-    from gwpolicy.controller.defaults import kube_config
+    from gwpolicy.kube.defaults import kube_config
 
     return AsyncClient(config=kube_config(kubeconfig, context), field_manager=field_manager,
                        timeout=httpx.Timeout(30.0))
@@ -274,7 +274,7 @@ BUILTIN = [Kind("", "v1", "Namespace", "namespaces", False), Kind("", "v1", "Ser
 def kind_of_crd(crd: dict[str, Any], policykinds: set[tuple[str, str]]) -> Kind | None:
     """The kind a CRD serves, when gwpolicy must read it: Gateway API kinds, policy kinds (by label,
     by a PolicyKind naming it, or by a name ending in Policy), and PolicyKind itself."""
-    from gwpolicy.policies import POLICY_LABEL
+    from gwpolicy.engine.policies import POLICY_LABEL
 
     spec = crd.get("spec") or {}
     names = spec.get("names") or {}

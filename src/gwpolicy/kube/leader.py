@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from lightkube import ApiError, AsyncClient
 
-from gwpolicy.controller import kube
+from gwpolicy.kube import client as kube
 
 log = logging.getLogger("gwpolicy.leader")
 LEASE = kube.Kind("coordination.k8s.io", "v1", "Lease", "leases", True)

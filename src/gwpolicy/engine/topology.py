@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Iterator
 
-from gwpolicy.grants import ReferenceGrants
-from gwpolicy.kinds import PROTOCOL_ROUTE_KINDS, ROUTE_KINDS
-from gwpolicy.model import Obj, ObjectIndex
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.engine.grants import ReferenceGrants
+from gwpolicy.engine.kinds import PROTOCOL_ROUTE_KINDS, ROUTE_KINDS
+from gwpolicy.engine.model import Obj, ObjectIndex
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 
 if TYPE_CHECKING:  # effective.py imports this module: for the annotation of `PathNode.summary` only
-    from gwpolicy.effective import Summary
+    from gwpolicy.engine.effective import Summary
 
 
 class PathNode:
@@ -87,7 +87,7 @@ class PathNode:
 
 
 Path = PathNode
-_new_ref = tuple.__new__
+new_ref = tuple.__new__
 
 
 @lru_cache(maxsize=4096)
@@ -185,7 +185,7 @@ def selector_matches(selector: Any, labels: dict[str, str]) -> bool:
     return True
 
 
-def _listeners(gw: Obj) -> list[dict[str, Any]]:
+def gateway_listeners(gw: Obj) -> list[dict[str, Any]]:
     spec = gw.spec if isinstance(gw.spec, dict) else {}
     return [l for l in spec.get("listeners") or [] if isinstance(l, dict) and isinstance(l.get("name"), str)]
 
@@ -216,7 +216,7 @@ def _admits(listener: dict[str, Any], gw: Obj, route: Obj, index: ObjectIndex) -
     return route.kind in PROTOCOL_ROUTE_KINDS.get(protocol, ROUTE_KINDS) if isinstance(protocol, str) else True
 
 
-def _rules(route: Obj) -> list[dict[str, Any]]:
+def route_rules(route: Obj) -> list[dict[str, Any]]:
     spec = route.spec if isinstance(route.spec, dict) else {}
     return [r for r in spec.get("rules") or [] if isinstance(r, dict)]
 
@@ -235,14 +235,14 @@ def build_topology(index: ObjectIndex, grants: ReferenceGrants) -> Topology:
         base = topo.root.child(gc_ref) if gc_ref in index.by_ref else topo.root
         gw_path = extend(base, gw.ref)
         topo.add_path(gw.ref, gw_path)
-        listeners = _listeners(gw)
+        listeners = gateway_listeners(gw)
         listeners_of[gw.ref] = listeners
         topo.sections[gw.ref] = [l["name"] for l in listeners]
         for l in listeners:
             lref = gw.ref.with_section(l["name"])
             topo.add_path(lref, gw_path.child(lref))
 
-    ports_of = {svc.ref: _service_ports(svc) for svc in index.of_kind(CORE_GROUP, "Service")}
+    ports_of = {svc.ref: service_ports(svc) for svc in index.of_kind(CORE_GROUP, "Service")}
     topo.listeners_of, topo.ports_of = listeners_of, ports_of
     for kind in ROUTE_KINDS:
         for route in index.of_kind(GATEWAY_GROUP, kind):
@@ -271,20 +271,20 @@ def attach_route(topo: Topology, route: Obj, index: ObjectIndex, grants: Referen
     `listener_paths`: where the listeners' paths are read, when not `topo.paths` (an in-place update
     writes a route's paths to a table of its own, apart from the topology it reads)."""
     reached: set[Ref] = set()
-    route_paths = _route_paths(route, index, topo.listeners_of, topo, None, listener_paths)
+    route_paths = paths_of_route(route, index, topo.listeners_of, topo, None, listener_paths)
     ref = route.ref
     paths = topo.paths
     if route_paths:
         registry = paths.setdefault(ref, {})
         for p in route_paths:
             registry[p] = None
-    rules = _rules(route)
+    rules = route_rules(route)
     topo.sections[ref] = [r["name"] for r in rules if isinstance(r.get("name"), str)]
     ports_of = topo.ports_of
     for rule in rules:
         rname = rule.get("name")
         if rname and isinstance(rname, str):
-            rule_ref = _new_ref(Ref, (ref[0], ref[1], ref[2], ref[3], rname))
+            rule_ref = new_ref(Ref, (ref[0], ref[1], ref[2], ref[3], rname))
             bases = [p.child(rule_ref) for p in route_paths]
             registry = paths.setdefault(rule_ref, {})
             for b in bases:
@@ -293,7 +293,7 @@ def attach_route(topo: Topology, route: Obj, index: ObjectIndex, grants: Referen
             bases = route_paths
         for bref in rule.get("backendRefs") or []:
             if isinstance(bref, dict):
-                _add_backend(route, bref, bases, index, grants, topo, reached, ports_of)
+                add_backend_paths(route, bref, bases, index, grants, topo, reached, ports_of)
     return reached
 
 
@@ -315,7 +315,7 @@ def parent_gateway(route: Obj, pref: dict[str, Any]) -> Ref | None:
     if not names_gateway(pref):
         return None
     # not through the Python-level __new__: once per parentRef of every route a Gateway edit moves
-    return _new_ref(Ref, (GATEWAY_GROUP, "Gateway", pref.get("namespace") or route.ref[2], str(pref.get("name", "")), None))
+    return new_ref(Ref, (GATEWAY_GROUP, "Gateway", pref.get("namespace") or route.ref[2], str(pref.get("name", "")), None))
 
 
 def parent_listeners(route: Obj, pref: dict[str, Any], gw: Obj, listeners: list[dict[str, Any]],
@@ -354,7 +354,7 @@ def parent_listeners(route: Obj, pref: dict[str, Any], gw: Obj, listeners: list[
     return matching, None
 
 
-def _route_paths(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[dict[str, Any]]],
+def paths_of_route(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[dict[str, Any]]],
                  topo: Topology, admits: dict[tuple[int, str | None, str], bool] | None = None,
                  listener_paths: dict[Ref, dict[PathNode, None]] | None = None) -> list[PathNode]:
     """One path per listener the route is attached to; `Namespace > route` when none (S4.3).
@@ -371,7 +371,7 @@ def _route_paths(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[di
             continue
         attached, _ = parent_listeners(route, pref, gw, listeners_of.get(gw_ref, []), index, admits)
         for listener in attached:
-            lref = _new_ref(Ref, (gw_ref[0], gw_ref[1], gw_ref[2], gw_ref[3], listener["name"]))  # `with_section`
+            lref = new_ref(Ref, (gw_ref[0], gw_ref[1], gw_ref[2], gw_ref[3], listener["name"]))  # `with_section`
             for lp in lpaths.get(lref, ()):
                 paths[extend(lp, route.ref)] = None
     if not paths:
@@ -379,12 +379,12 @@ def _route_paths(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[di
     return list(paths)
 
 
-def _service_ports(svc: Obj) -> list[dict[str, Any]]:
+def service_ports(svc: Obj) -> list[dict[str, Any]]:
     spec = svc.spec if isinstance(svc.spec, dict) else {}
     return [p for p in spec.get("ports") or [] if isinstance(p, dict) and isinstance(p.get("name"), str) and p["name"]]
 
 
-def _add_backend(route: Obj, bref: dict[str, Any], bases: list[PathNode], index: ObjectIndex,
+def add_backend_paths(route: Obj, bref: dict[str, Any], bases: list[PathNode], index: ObjectIndex,
                  grants: ReferenceGrants, topo: Topology, services_reached: set[Ref],  # every backend reached
                  ports_of: dict[Ref, list[dict[str, Any]]]) -> None:
     get = bref.get
@@ -397,7 +397,7 @@ def _add_backend(route: Obj, bref: dict[str, Any], bases: list[PathNode], index:
         return
     if ns != route_ns and not grants.allows(route.group, route.kind, route_ns or "", group, kind, ns, name):
         return  # S1.3: a cross-namespace backendRef needs a ReferenceGrant
-    ref = _new_ref(Ref, (group, kind, ns, name, None))  # not through the Python-level __new__: once per backendRef
+    ref = new_ref(Ref, (group, kind, ns, name, None))  # not through the Python-level __new__: once per backendRef
     obj = index.by_ref.get(ref)
     if obj is None:
         if group == CORE_GROUP and kind == "Service":
@@ -412,7 +412,7 @@ def _add_backend(route: Obj, bref: dict[str, Any], bases: list[PathNode], index:
         port = get("port")
         for p in ports_of[ref]:
             if port is None or p.get("port") == port:
-                pref = _new_ref(Ref, (group, kind, ns, name, p["name"]))
+                pref = new_ref(Ref, (group, kind, ns, name, p["name"]))
                 ports.append((pref, paths.setdefault(pref, {})))
     for base in bases:
         bpath = extend(base, ref)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from gwpolicy.merge.leaves import LeafPath
-from gwpolicy.merge.values import same
-from gwpolicy.refs import Ref
+from gwpolicy.engine.merge.leaves import LeafPath
+from gwpolicy.engine.merge.values import same
+from gwpolicy.engine.refs import Ref
 
 OVERRIDES, DIRECT, DEFAULTS, OBJECT = "overrides", "direct", "defaults", "object"
 

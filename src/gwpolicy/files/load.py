@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from gwpolicy import yamlfast
+from gwpolicy.files import yamlfast
 
 try:  # the C loader is several times faster; fall back to the pure one where libyaml is missing
     _SafeLoader: Any = yaml.CSafeLoader

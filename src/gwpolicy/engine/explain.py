@@ -7,15 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from gwpolicy.analysis import Analysis
-from gwpolicy.attach import CONFLICTED, TargetOutcome
-from gwpolicy.effective import EffectivePolicy, KindKey, settings_schema
-from gwpolicy.merge.fieldmerge import DEFAULTS, DIRECT, OBJECT, OVERRIDES
-from gwpolicy.merge.leaves import LeafPath, field_name, flatten, overlaps
-from gwpolicy.merge.values import same
-from gwpolicy.refs import Ref
-from gwpolicy.status import ancestor_results
-from gwpolicy.topology import Path
+from gwpolicy.engine.analysis import Analysis
+from gwpolicy.engine.attach import CONFLICTED, TargetOutcome
+from gwpolicy.engine.effective import EffectivePolicy, KindKey, settings_schema
+from gwpolicy.engine.merge.fieldmerge import DEFAULTS, DIRECT, OBJECT, OVERRIDES
+from gwpolicy.engine.merge.leaves import LeafPath, field_name, flatten, overlaps
+from gwpolicy.engine.merge.values import same
+from gwpolicy.engine.refs import Ref
+from gwpolicy.engine.status import ancestor_results
+from gwpolicy.engine.topology import Path
 
 RULE_WORDS = {
     1: "an override above the target's level: the least specific level wins",

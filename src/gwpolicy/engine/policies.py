@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from gwpolicy.model import Obj, ObjectIndex
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.engine.model import Obj, ObjectIndex
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 
 POLICY_LABEL = "gateway.networking.k8s.io/policy"
 STRATEGIES = ("FieldMerge", "Atomic", "Patch", "None")

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Union
 
 import orjson
 
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP
 
 #: deepest nesting of an object (the Gateway API CRDs, the deepest objects in practice, nest 24 levels)
 MAX_DEPTH = 100

@@ -7,7 +7,7 @@ from typing import Any, BinaryIO
 import orjson
 import yaml
 
-from gwpolicy.analysis import Analysis
+from gwpolicy.engine.analysis import Analysis
 
 try:
     _Dumper: Any = yaml.CSafeDumper

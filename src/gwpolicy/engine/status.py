@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Iterable, TypeVar
 
-from gwpolicy.attach import ACCEPTED, NOT_FOUND, SEVERITY, TargetOutcome
-from gwpolicy.kinds import ROUTE_KINDS
-from gwpolicy.model import Obj
-from gwpolicy.policies import Policy
-from gwpolicy.refs import GATEWAY_GROUP, Ref
-from gwpolicy.topology import Topology, namespace_ref
+from gwpolicy.engine.attach import ACCEPTED, NOT_FOUND, SEVERITY, TargetOutcome
+from gwpolicy.engine.kinds import ROUTE_KINDS
+from gwpolicy.engine.model import Obj
+from gwpolicy.engine.policies import Policy
+from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
+from gwpolicy.engine.topology import Topology, namespace_ref
 
 #: an entry's key in `keep_places_keyed` (a caller's own, e.g. a parentRef's tuple)
 EntryKey = TypeVar("EntryKey", bound=Hashable)

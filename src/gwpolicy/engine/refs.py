@@ -5,9 +5,9 @@ from __future__ import annotations
 import builtins
 from typing import Callable, NamedTuple, TypeVar
 
-GATEWAY_GROUP = "gateway.networking.k8s.io"
-CORE_GROUP = ""
-
+from gwpolicy.engine.kinds import CORE_GROUP as CORE_GROUP
+from gwpolicy.engine.kinds import GATEWAY_GROUP as GATEWAY_GROUP
+from gwpolicy.engine.kinds import default_group
 
 _new = tuple.__new__
 
@@ -62,8 +62,6 @@ class Ref(NamedTuple):
 
 def parse_ref(text: str, *, group_of: "dict[str, str] | None" = None, namespaced: bool | None = None) -> Ref:
     """Parse `Kind/ns/name#section` or `Kind/name` (S1.1); group comes from `group_of` or known kinds."""
-    from gwpolicy.kinds import default_group
-
     section = None
     if "#" in text:
         text, section = text.split("#", 1)

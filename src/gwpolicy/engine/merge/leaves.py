@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from gwpolicy.merge.values import set_in
+from gwpolicy.engine.merge.values import set_in
 
 
 class ListKey(NamedTuple):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gwpolicy.model import ObjectIndex
-from gwpolicy.refs import GATEWAY_GROUP
+from gwpolicy.engine.model import ObjectIndex
+from gwpolicy.engine.refs import GATEWAY_GROUP
 
 
 class ReferenceGrants:
@@ -18,7 +18,7 @@ class ReferenceGrants:
         for group in (GATEWAY_GROUP,):
             for obj in index.of_kind(group, "ReferenceGrant"):
                 spec = obj.spec if isinstance(obj.spec, dict) else {}
-                frm = frozenset(_from_key(f) for f in spec.get("from") or [] if isinstance(f, dict)) - {None}
+                frm = frozenset(grant_from_key(f) for f in spec.get("from") or [] if isinstance(f, dict)) - {None}
                 to = [t for t in spec.get("to") or [] if isinstance(t, dict)]
                 self._by_ns.setdefault(obj.namespace or "", []).append((frm, to))  # type: ignore[arg-type]
 
@@ -35,7 +35,7 @@ class ReferenceGrants:
         return False
 
 
-def _from_key(f: dict[str, Any]) -> tuple[str, str, str] | None:
+def grant_from_key(f: dict[str, Any]) -> tuple[str, str, str] | None:
     """A `from` entry as (group, kind, namespace); None when it can match nothing (a value that is
     not a string never equals the referrer's group, kind or namespace)."""
     key = (f.get("group") or "", f.get("kind"), f.get("namespace"))

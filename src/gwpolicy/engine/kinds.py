@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+CORE_GROUP = ""
 
 ROUTE_KINDS = ("HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute")
 

@@ -26,30 +26,30 @@ from collections import Counter
 from itertools import chain, filterfalse
 from typing import AbstractSet, Any, Iterable, cast
 
-from gwpolicy.analysis import Analysis, _level_entry
-from gwpolicy.attach import TargetOutcome, resolve_targets
-from gwpolicy.effective import EMPTY_TRAIL, Evaluator, KindKey, LevelEntry, Pairs, Result, Summary, trail_through
-from gwpolicy.grants import ReferenceGrants
-from gwpolicy.kinds import ROUTE_KINDS, split_api_version
-from gwpolicy.merge.fieldmerge import Contribution
-from gwpolicy.model import Obj, ObjectIndex
-from gwpolicy.policies import TARGET_FIELDS, Policy, PolicyKind, parse_policy
-from gwpolicy.refs import CORE_GROUP, GATEWAY_GROUP, Ref
-from gwpolicy.shapes import list_map_problem, object_problem
-from gwpolicy.topology import (
+from gwpolicy.engine.analysis import Analysis, level_entry
+from gwpolicy.engine.attach import TargetOutcome, resolve_targets
+from gwpolicy.engine.effective import EMPTY_TRAIL, Evaluator, KindKey, LevelEntry, Pairs, Result, Summary, trail_through
+from gwpolicy.engine.grants import ReferenceGrants
+from gwpolicy.engine.kinds import ROUTE_KINDS, split_api_version
+from gwpolicy.engine.merge.fieldmerge import Contribution
+from gwpolicy.engine.model import Obj, ObjectIndex
+from gwpolicy.engine.policies import TARGET_FIELDS, Policy, PolicyKind, parse_policy
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.engine.shapes import list_map_problem, object_problem
+from gwpolicy.engine.topology import (
     PathNode,
     Topology,
-    _add_backend,
-    _listeners,
-    _new_ref,
-    _route_paths,
-    _rules,
-    _service_ports,
+    add_backend_paths,
     attach_route,
     extend,
+    gateway_listeners,
     names_gateway,
     namespace_ref,
+    new_ref,
     parent_gateway,
+    paths_of_route,
+    route_rules,
+    service_ports,
 )
 
 
@@ -125,7 +125,7 @@ def _apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) 
     if obj.kind in ROUTE_KINDS:
         return update_route(a, obj, new)
     if new is not None and object_problem(new) is not None:
-        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.shapes)
+        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.engine.shapes)
     if (obj.group, obj.kind) == (GATEWAY_GROUP, "Gateway"):
         return update_gateway(a, obj, new)
     if (obj.group, obj.kind) == (CORE_GROUP, "Service"):
@@ -221,7 +221,7 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
     if kind is None:
         return None
     if raw is not None and (object_problem(raw) is not None or _misfits_schema(raw, kind)):
-        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.shapes)
+        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.engine.shapes)
     if raw is not None:
         spec = raw.get("spec")
         if kind.recognized_by == "name-heuristic" and not (isinstance(spec, dict) and any(f in spec for f in TARGET_FIELDS)):
@@ -275,7 +275,7 @@ def update_policy(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref]
             check.add(p.ref)
         if members:
             a.attached[key] = members
-            entry = _level_entry(kind, members, a.outcomes, level)
+            entry = level_entry(kind, members, a.outcomes, level)
             before = a.entries.get(key)
             if len(touched_levels) == 1 and level.kind in _WIDE_LEVELS and _same_stanzas(before, entry):
                 # the same stanzas as before (a value edit): the entry and its contributions stay,
@@ -909,7 +909,7 @@ class _PoliciesOfLists:
 _FEW_PATHS = 8
 
 
-def _subtree(node: PathNode) -> list[PathNode]:
+def subtree_of(node: PathNode) -> list[PathNode]:
     out, stack = [], [node]
     while stack:
         n = stack.pop()
@@ -931,7 +931,7 @@ def update_route(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref] 
     if ref.group != GATEWAY_GROUP or ref.kind not in ROUTE_KINDS or ref.namespace is None:
         return None
     if raw is not None and object_problem(raw) is not None:
-        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.shapes)
+        return None  # malformed: a full analysis leaves it out and says why (gwpolicy.engine.shapes)
     if ref.namespace not in a.index.namespaces:
         return None
     index = a.index
@@ -1095,7 +1095,7 @@ class _Edit:
         paths = self.topo.paths
         self.routes.add(ref)
         for node in list(paths.get(ref, ())):
-            for m in _subtree(node):
+            for m in subtree_of(node):
                 lv = m.level
                 if lv is not None and m in paths.get(lv, ()):
                     self.remove(lv, m)
@@ -1128,7 +1128,7 @@ class _Edit:
         again. The others (a path that came with none gone, a subtree whose shape would differ
         there, or one holding `changed` itself) are derived from scratch (`derive_routes`)."""
         index, topo = self.a.index, self.topo
-        # what a route's paths are derived on: the topology's listener paths, only read (`_route_paths`
+        # what a route's paths are derived on: the topology's listener paths, only read (`paths_of_route`
         # writes the route's parents alone, to the shadow's own table)
         shadow = Topology(paths=topo.paths, root=topo.root, listeners_of=topo.listeners_of, ports_of=topo.ports_of)
         rest = []
@@ -1146,7 +1146,7 @@ class _Edit:
         topo = self.topo
         ref = route.ref
         old = list(topo.paths.get(ref, ()))
-        new = _route_paths(route, self.a.index, topo.listeners_of, shadow, admits)
+        new = paths_of_route(route, self.a.index, topo.listeners_of, shadow, admits)
         if new == old:
             return True
         if len(old) == 1 and len(new) == 1:  # the common case: one path, another now
@@ -1200,12 +1200,12 @@ class _Edit:
                             self.spare.append(c)
                         elif lv.namespace == ns and lv.section is None:
                             self._take_below(c)
-            for rule in _rules(route):
+            for rule in route_rules(route):
                 rname = rule.get("name") if isinstance(rule.get("name"), str) else None
                 bases = [rp.child(r.with_section(rname)) for rp in route_paths] if rname else route_paths
                 for bref in rule.get("backendRefs") or []:
                     if isinstance(bref, dict) and (bref.get("namespace") or r.namespace) == ns:
-                        _add_backend(route, bref, bases, index, grants, shadow, self.backends, topo.ports_of)
+                        add_backend_paths(route, bref, bases, index, grants, shadow, self.backends, topo.ports_of)
         for t, nodes in shadow.paths.items():
             for n in nodes:
                 self.add(t, n)
@@ -1213,7 +1213,7 @@ class _Edit:
     def _take_below(self, node: PathNode) -> None:
         """Every path in the subtree taken away; the backends in it may leave the hierarchy."""
         paths = self.topo.paths
-        for m in _subtree(node):
+        for m in subtree_of(node):
             lv = m.level
             if lv is not None and m in paths.get(lv, ()):
                 self.remove(lv, m)
@@ -1322,11 +1322,11 @@ class _Edit:
         check = _recompute_nodes(a, per_target, lost, batch, fresh_summaries=per_target is self.moved and not self.refresh)
         affected = a.affected
         if self.refresh:  # targets evaluated again whose paths stay: not changed
-            owners = {t if t[4] is None else _new_ref(Ref, (t[0], t[1], t[2], t[3], None)) for t in changed}  # `t.object`
+            owners = {t if t[4] is None else new_ref(Ref, (t[0], t[1], t[2], t[3], None)) for t in changed}  # `t.object`
         else:  # each target evaluated changed: their owners, and those of the targets that only lost paths
             owners = set(batch)
             if len(changed) != len(per_target):  # only moved paths: every changed target was evaluated
-                owners.update(t if t[4] is None else _new_ref(Ref, (t[0], t[1], t[2], t[3], None))
+                owners.update(t if t[4] is None else new_ref(Ref, (t[0], t[1], t[2], t[3], None))
                               for t in changed if t not in per_target)
         for owner in owners:  # owners whose every path went away
             if owner not in paths and owner in affected:
@@ -1507,7 +1507,7 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
     if shapes is not None and shapes[0][0] == shapes[1][0]:
         # same class: only the routes that may hang from a listener that changed
         before = {l["name"]: l for l in topo.listeners_of.get(ref, [])}
-        after = {l["name"]: l for l in _listeners(Obj(raw, ref, "", ""))}  # type: ignore[arg-type]  # shapes: raw is there
+        after = {l["name"]: l for l in gateway_listeners(Obj(raw, ref, "", ""))}  # type: ignore[arg-type]  # shapes: raw is there
         changed = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
         naming = _may_attach_to(a, naming, ref, changed)
     for t in [ref] + [ref.with_section(s) for s in topo.sections.pop(ref, [])]:
@@ -1520,7 +1520,7 @@ def update_gateway(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
         gc_ref = Ref(GATEWAY_GROUP, "GatewayClass", None, str(spec.get("gatewayClassName", "")))
         gw_path = extend(topo.root.child(gc_ref) if gc_ref in index.by_ref else topo.root, ref)
         edit.add(ref, gw_path)
-        listeners = _listeners(obj)
+        listeners = gateway_listeners(obj)
         topo.listeners_of[ref] = listeners
         topo.sections[ref] = [l["name"] for l in listeners]
         for l in listeners:
@@ -1573,7 +1573,7 @@ def update_service(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
     if old is None and raw is None:
         return set()
     edit = _Edit(a)
-    ports_before_after = (_service_ports(old), _service_ports(Obj(raw, ref, "", ""))) if old is not None and raw is not None else None
+    ports_before_after = (service_ports(old), service_ports(Obj(raw, ref, "", ""))) if old is not None and raw is not None else None
     if ports_before_after is not None and ports_before_after[0] == ports_before_after[1]:
         replace_object(index, ref, raw)
         _forget_object(a, edit, ref)
@@ -1593,7 +1593,7 @@ def update_service(a: Analysis, ref: Ref, raw: dict[str, Any] | None) -> set[Ref
     edit.spare.append(standalone)
     obj = replace_object(index, ref, raw)
     if obj is not None:
-        ports = _service_ports(obj)
+        ports = service_ports(obj)
         topo.ports_of[ref] = ports
         topo.sections[ref] = [p["name"] for p in ports]
     else:

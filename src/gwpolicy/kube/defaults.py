@@ -25,6 +25,8 @@ from typing import Any
 #: the port of each command's /healthz, /readyz and /metrics: one each, so that all three can run
 #: side by side on one machine
 PORTS = {"controller": 8080, "gateway": 8081, "webhook": 8082}
+#: the webhook's HTTPS port for admission reviews (/validate), apart from its health port above
+ADMISSION_PORT = 9443
 
 
 def in_cluster() -> bool:
@@ -59,7 +61,7 @@ def kube_config(kubeconfig: str | None, context: str | None) -> Any:
     from lightkube import KubeConfig
     from lightkube.core.exceptions import ConfigError
 
-    from gwpolicy.cli.kubeconfig import load_kubeconfig
+    from gwpolicy.kube.kubeconfig import load_kubeconfig
 
     config: Any
     if kubeconfig:

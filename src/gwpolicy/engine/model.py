@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Iterable
 
-from gwpolicy.kinds import is_known_namespaced, split_api_version
-from gwpolicy.refs import Ref
-from gwpolicy.shapes import list_map_problem, object_label, problems, spec_schema_of_crd
-from gwpolicy.timestamps import CreationTime, creation_time
+from gwpolicy.engine.kinds import is_known_namespaced, split_api_version
+from gwpolicy.engine.refs import Ref
+from gwpolicy.engine.shapes import list_map_problem, object_label, problems, spec_schema_of_crd
+from gwpolicy.engine.timestamps import CreationTime, creation_time
 
 #: what `Obj.created` says for an object without a readable creationTimestamp (sorts as the newest);
 #: never shown to a user: messages use `Obj.created_at`
@@ -232,7 +232,7 @@ def _ref_order(obj: Obj) -> tuple[str, str, str, str, str]:
 
 def well_shaped(raws: list[Any], origins: Iterable[str] | None, default_namespace: str | None,
                 warnings: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The objects whose fields have the shapes the engine reads (`gwpolicy.shapes`), with their
+    """The objects whose fields have the shapes the engine reads (`gwpolicy.engine.shapes`), with their
     origins; each other one is reported as `origin: Kind ns/name: field: what is wrong` and left out."""
     origin_list = list(origins) if origins is not None else [f"object {i + 1}" for i in range(len(raws))]
     kept: list[dict[str, Any]] = []

@@ -23,8 +23,8 @@ import httpx2 as httpx  # the HTTP client lightkube is built on
 import orjson
 from lightkube import ApiError, AsyncClient
 
-from gwpolicy.controller import kube
-from gwpolicy.controller.kube import Kind
+from gwpolicy.kube import client as kube
+from gwpolicy.kube.client import Kind
 
 log = logging.getLogger("gwpolicy.informer")
 

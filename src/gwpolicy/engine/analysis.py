@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from operator import attrgetter
 from typing import AbstractSet, Any, Callable, Iterable, Mapping
 
-from gwpolicy.attach import ACCEPTED, CONFLICTED, TargetOutcome, resolve_targets
-from gwpolicy.effective import (
+from gwpolicy.engine.attach import ACCEPTED, CONFLICTED, TargetOutcome, resolve_targets
+from gwpolicy.engine.effective import (
     EffectivePolicy,
     Evaluator,
     KindKey,
@@ -24,13 +24,13 @@ from gwpolicy.effective import (
     effective_policies,
     settings_schema,
 )
-from gwpolicy.grants import ReferenceGrants
-from gwpolicy.merge.fieldmerge import Candidate, settle_conflicts
-from gwpolicy.merge.leaves import flatten
-from gwpolicy.model import Obj, ObjectIndex, build_index
-from gwpolicy.policies import Policy, PolicyKind, build_kinds, policy_objects
-from gwpolicy.refs import Ref, sort_by_ref
-from gwpolicy.status import (
+from gwpolicy.engine.grants import ReferenceGrants
+from gwpolicy.engine.merge.fieldmerge import Candidate, settle_conflicts
+from gwpolicy.engine.merge.leaves import flatten
+from gwpolicy.engine.model import Obj, ObjectIndex, build_index
+from gwpolicy.engine.policies import Policy, PolicyKind, build_kinds, policy_objects
+from gwpolicy.engine.refs import Ref, sort_by_ref
+from gwpolicy.engine.status import (
     DEFAULT_CONTROLLER,
     annotation_only,
     annotation_says,
@@ -39,7 +39,7 @@ from gwpolicy.status import (
     policy_status,
     route_breadcrumbs_hold,
 )
-from gwpolicy.topology import PathNode, Topology, build_topology
+from gwpolicy.engine.topology import PathNode, Topology, build_topology
 
 
 def utc_now() -> str:
@@ -250,7 +250,7 @@ def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None
         for o in outs:
             if o.reason == ACCEPTED and o.declared is not None:
                 attached.setdefault((p.kind.key, o.declared), []).append(p)
-    entries = {key: _level_entry(kinds[key[0]], ps, outcomes, key[1]) for key, ps in attached.items()}
+    entries = {key: level_entry(kinds[key[0]], ps, outcomes, key[1]) for key, ps in attached.items()}
     clock.lap("attachment")
     evaluator = Evaluator(kinds, entries, index)
     per_target: dict[Ref, dict[PathNode, Pairs]] | None = {} if by_target else None
@@ -280,7 +280,7 @@ class _Clock:
             self.t = now
 
 
-def _level_entry(kind: PolicyKind, policies: list[Policy], outcomes: dict[Ref, list[TargetOutcome]],
+def level_entry(kind: PolicyKind, policies: list[Policy], outcomes: dict[Ref, list[TargetOutcome]],
                  target: Ref) -> LevelEntry:
     """Settle conflicts among the policies of one kind on one target and keep what they give."""
     entry = LevelEntry()

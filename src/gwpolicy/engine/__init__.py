@@ -1,0 +1,1 @@
+"""The engine: Gateway API Policy Attachment as pure functions of the objects (standard library only)."""

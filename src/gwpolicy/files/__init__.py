@@ -1,0 +1,1 @@
+"""Files: manifests in (YAML and JSON), documents out (effective policies, status, tables)."""

@@ -1,0 +1,1 @@
+"""The runtime every long-running process shares: API client, informers, leader election, endpoints, status writers, the process shell."""
