@@ -97,7 +97,7 @@ def interpreted(module: str) -> Any:
     import importlib.util
 
     from gwpolicy import compiled
-    spec = importlib.util.spec_from_file_location(f"_interpreted_{module.replace('.', '_')}", compiled._source(module))
+    spec = importlib.util.spec_from_file_location(f"_interpreted_{module.replace('.', '_')}", compiled.source_path(module))
     assert spec is not None and spec.loader is not None
     copy = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = copy  # dataclasses look their module up while it runs
