@@ -128,7 +128,7 @@ def _render(dp: DataPlane, cache: RenderCache | None = None) -> dict[str, bytes]
     return dict(sorted(files.items()))
 
 
-REQUEST_MAPS = '# set to 1 by the first pass of a request through the server\'s rewrite phase\nmap "" $gw_routed {\n    default "";\n}\n# the path the backend must get, if a static proxy_pass can send it exactly: the client\'s raw path\n# when NGINX\'s escaping leaves it unchanged; else NGINX\'s decoded path when escaping it gives the\n# raw path back (every %XX one NGINX would write itself, no // or dot segment); else "" (fallback)\nmap $request_uri $gw_send_path {\n    "~^(?<gw_raw>[^?%\\x00-\\x20\\"#<>\\\\\\\\^`{|}\\x7f-\\xff]*)(?:\\?.|$)" $gw_raw;\n    "~^(?![^?]*//)(?![^?]*/\\.\\.?(?:[/?]|$))(?:[^?%\\x00-\\x20\\"#<>\\\\\\\\^`{|}\\x7f-\\xff]|%(?:[01][0-9A-F]|2[0235]|3[CEF]|5[CE]|60|7[BCDF]|[89A-F][0-9A-F]))*(?:\\?.|$)" $gw_uri;\n    default "";\n}\nmap $gw_send_path $gw_leaf {\n    volatile;\n    "" x;\n    default $gw_up;\n}\n'
+REQUEST_MAPS = '# set to 1 by the first pass of a request through the server\'s rewrite phase\nmap "" $gw_routed {\n    default "";\n}\n# the path the backend must get, if a static proxy_pass can send it exactly: the client\'s raw path\n# when NGINX\'s escaping leaves it unchanged; else NGINX\'s decoded path when escaping it gives the\n# raw path back (every %XX one NGINX would write itself, no // or dot segment); else "" (fallback)\nmap $request_uri $gw_send_path {\n    "~^(?<gw_raw>[^?%\\x00-\\x20\\"#<>\\\\\\\\^`{|}\\x7f-\\xff]*)(?:\\?.|$)" $gw_raw;\n    "~^(?![^?]*//)(?![^?]*/\\.\\.?(?:[/?]|$))(?:[^?%\\x00-\\x20\\"#<>\\\\\\\\^`{|}\\x7f-\\xff]|%(?:[01][0-9A-F]|2[0235]|3[CEF]|5[CE]|60|7[BCDF]|[89A-F][0-9A-F]))*(?:\\?.|$)" $gw_uri;\n    default "";\n}\n'
 
 
 def _request_maps(st: _State) -> None:
@@ -145,7 +145,9 @@ def _connection_maps(dp: DataPlane) -> list[str]:
     closing = sorted(name for name, u in dp.upstreams.items() if u.close)
     if not closing:
         return ["map $http_upgrade $gw_connection { default upgrade; \"\" \"\"; }"]
-    return ["map $http_upgrade $gw_connection_pooled { default upgrade; \"\" \"\"; }",
+    return [comment("$gw_up: the upstream a proxying location sets (declared here: some configurations set it nowhere)"),
+            "map \"\" $gw_up { default \"\"; }",
+            "map $http_upgrade $gw_connection_pooled { default upgrade; \"\" \"\"; }",
             "map $http_upgrade $gw_connection_close { default upgrade; \"\" close; }",
             "map $gw_up $gw_connection {", "    default $gw_connection_pooled;",
             *(f"    {name} $gw_connection_close;" for name in closing), "}"]
@@ -355,7 +357,10 @@ def _location(s: Server, v: VirtualHost, loc: Location, st: _State, named_done: 
                 body = _action(s, first.action, prefix, st, named_done)
             finally:
                 st.inline = False
-            body = [comment(_who(first.action))] + _uri_lines(st.uri_lines) + body
+            # the rule's own lines, when it proxies here, hold what _uri_lines would repeat
+            own = {l.split()[0] for l in body if l.strip()}
+            body = [comment(_who(first.action))] + [l for l in _uri_lines(st.uri_lines)
+                                                    if l.startswith("#") or l.split()[0] not in own] + body
             return joined([head] + [f"        {l}" for l in body] + ["    }"])
         targets = [(c, _named_action(s, c.action, prefix, st, named_done)) for c in loc.candidates]
         var = ""
@@ -601,9 +606,9 @@ def _proxy(s: Server, upstream: str, scheme: str, lines: list[str], rewrite: lis
 
 def _mirror_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set[str]) -> list[str]:
     """RequestMirror: NGINX's `mirror` sends a background subrequest per mirror, whose answer it
-    discards, from the location that proxies. A subrequest starts again at the server's rewrite,
-    so `/_gw_mirror_<key>` arrives as `<prefix>/_gw_mirror_<key>/` (prefix: the virtual host's,
-    the same as the request's): one internal location per virtual host and mirror there proxies
+    discards, from the location that proxies. A subrequest shares the request's variables, so the
+    server's rewrite (once per request, see _server) leaves `/_gw_mirror_<key>` as it is: one
+    internal location per server and mirror proxies
     the original URI (`$request_uri`) to the mirror's upstream, with the rule's request header
     modifications (its answer is discarded, so response ones do not matter). A share below 100% is a
     split_clients over $request_id; the copies it leaves out end at once (204, never sent)."""
