@@ -60,7 +60,7 @@ class _State:
     maps: dict[str, str] = field(default_factory=dict)  # variable -> map block
     splits: dict[str, str] = field(default_factory=dict)
     zones: set[policies.RateZone] = field(default_factory=set)
-    named: dict[str, list[str]] = field(default_factory=dict)  # per server: named location blocks
+    named: dict[str, list[str]] = field(default_factory=dict)  # per server: internal location blocks
     uri_lines: list[tuple[str, ...]] = field(default_factory=list)  # of the location being rendered
     system_ca: bool = False  # some backend verifies against the system store: its bundle goes to http
     inline: bool = False  # the rule being rendered owns its location: it may proxy there itself
@@ -76,7 +76,7 @@ class _Rendered:
     splits: dict[str, str]
     zones: set[Any]
     system_ca: bool
-    named: list[tuple[str, str]]  # (name, block) of the named locations it used, in order
+    named: list[tuple[str, str]]  # (name, block) of the internal locations it used, in order
 
 
 class RenderCache:
@@ -86,7 +86,7 @@ class RenderCache:
     candidate MatchRules; an upstream's of its Upstream. The data plane's BuildCache hands out the
     very same MatchRule and Upstream objects for what did not change, so comparing them by identity
     finds what must be rendered again; the rest is copied, with what it added to the maps, zones
-    and named locations replayed in order (the output is the same bytes as a render without cache,
+    and internal locations replayed in order (the output is the same bytes as a render without cache,
     which tests/test_gateway_inplace.py checks)."""
 
     def __init__(self) -> None:
@@ -371,7 +371,7 @@ def _location(s: Server, v: VirtualHost, loc: Location, st: _State, named_done: 
         uri_lines = [f"        {l}" for l in _uri_lines(st.uri_lines)]
         return joined([head, "        " + comment(f"{len(targets)} rules, in precedence order: {var} names the first that matches")]
                        + uri_lines + [f"        {l}" for l in _jump(var)] + ["    }"])
-    except RenderError as e:  # the location fails closed (the rules' own named locations answer 500 likewise)
+    except RenderError as e:  # the location fails closed (the rules' own internal locations answer 500 likewise)
         return joined([head, "        " + comment(f"{_who(first.action)}: {e}"), "        return 500;", "    }"])
 
 
@@ -387,9 +387,10 @@ def _size(line: str) -> float:
 
 def _uri_lines(collected: list[tuple[str, ...]]) -> list[str]:
     """Lines NGINX honours only in the location it selects by URI (policies.LocationConf.uri_lines:
-    client_max_body_size is checked before a jump to a named location). When the rules this
-    location serves disagree, NGINX cannot know the rule yet: the most permissive value applies,
-    and the location says so (the rules' own locations still carry theirs)."""
+    client_max_body_size is checked when NGINX selects a location, before the jump to the rule's
+    internal location, where it is checked again). When the rules this location serves disagree,
+    NGINX cannot know the rule yet: the most permissive value applies here, and the location says
+    so; each rule's own location carries, and enforces, its own."""
     by_name: dict[str, set[str]] = {}
     for lines in collected:
         for l in lines:
@@ -500,7 +501,7 @@ def _action_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set
         return preflight + per_backend[0]
     if len(live) > 1 and (any(redirects) or any(p != per_backend[0] for p in per_backend[1:])
                           or any(r != rewrites[0] for r in rewrites[1:])):
-        # backends whose own policy, filters or TLS differ: a named location each, picked by weight
+        # backends whose own policy, filters or TLS differ: an internal location each, picked by weight
         targets = []
         for b, pl, rw in zip(live, per_backend, rewrites):
             body = pl if pl and pl[0].startswith("# RequestRedirect") else _dispatch(s, [b], pl, rw, a, prefix, st, named_done, True)
@@ -636,7 +637,7 @@ def _mirror_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set
     return out
 
 def _pick(targets: list[list[Any]], st: _State) -> list[str]:
-    """Weighted backends that need different locations: split_clients picks the named location."""
+    """Weighted backends that need different locations: split_clients picks the internal location."""
     entries = split_entries(targets)
     var = "$gw_pick_" + hashlib.sha1(repr(entries).encode()).hexdigest()[:12]
     put(st.splits, var, f"split_clients $request_id {var} {{\n" + "".join(f"    {p} {t};\n" for p, t in entries) + "}\n")

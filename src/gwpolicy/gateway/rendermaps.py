@@ -39,9 +39,8 @@ def match_map(cands: list[tuple[str | None, tuple[tuple[str, str, str], ...], tu
                maps: dict[str, str], default: str = "/_gw_404/") -> str:
     """A `map` over method, the headers and the query parameters the rules look at, and whether the
     path matches each RegularExpression (see path_regex), one regex per rule in precedence order
-    (NGINX tries a map's regexes in order: the first match wins); its value is the named location
-    (internal location) of the rule. No match: 404. Header names are case-insensitive ($http_*); NGINX's $arg_* are
-    too, so query parameter names are matched case-insensitively."""
+    (NGINX tries a map's regexes in order: the first match wins); its value is the internal location
+    (URI) of the rule. No match: 404. Header names are case-insensitive ($http_*); NGINX's $arg_* are too, so query parameter names are matched case-insensitively."""
     def source_of(kind: str, name: str) -> str:
         if kind == "header":
             return f"$http_{request_header_var(name)}"
