@@ -12,8 +12,9 @@ that read some of it skip, and the summary says so.
 
 Tiers: each test is marked from what it uses (`tiers.marks`): `nginx` (starts NGINX), `cluster` (the
 sandbox, a kube-apiserver or one of our processes), `kubectl` (runs kubectl), `valgrind` (counts
-instructions). `./dev test --fast` runs the tests with none of them; there a test that starts one of
-those programs fails, naming the marker its module lacks."""
+instructions); `slow` is set by hand on a check too slow for the fast tier. `./dev test --fast` runs the
+tests with none of them, each property on fewer examples; there a test that starts one of those
+programs fails, naming the marker its module lacks."""
 
 from __future__ import annotations
 
@@ -24,7 +25,10 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the helper modules, from any folder below
+TESTS = Path(__file__).resolve().parent
+#: the helper modules here, and the test modules of every area folder, importable by name from any folder
+#: (`from test_gateway_render import nginx_t`): module names are unique across the folders
+sys.path[:0] = [str(TESTS)] + sorted(str(d) for d in TESTS.iterdir() if d.is_dir() and any(d.glob("test_*.py")))
 
 import kube_apiserver  # noqa: E402
 import tiers  # noqa: E402
@@ -35,7 +39,7 @@ SERVERS = [s.strip() for s in os.environ.get("GWPOLICY_TEST_SERVERS", "sandbox,k
 
 #: modules whose every test reads ../shared (the translated conformance cases)
 ABOUT_SHARED = ["test_gateway_conformance.py", "test_gateway_status.py", "test_gateway_policies_tls.py"]
-collect_ignore = [] if SHARED.is_dir() else ABOUT_SHARED
+collect_ignore_glob = [] if SHARED.is_dir() else [f"**/{name}" for name in ABOUT_SHARED]
 
 
 @pytest.fixture(params=SERVERS)
@@ -53,6 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {what}")
     if tiers.FAST:
         tiers.guard()
+        tiers.fewer_examples()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

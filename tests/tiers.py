@@ -5,6 +5,10 @@ starts the gateway and NGINX, `sandbox_proc` and `live_server` an API server, ..
 takes a fixture that does (`server_kind`). The fast tier is what is left: the engine, the pure
 layers of the gateway, the CLI on files, golden files. `guard` holds the fast tier to that: there,
 starting NGINX, kubectl, valgrind or an API server fails the test with the marker its module lacks.
+
+The fast tier is also quick: each property runs on at most `FAST_EXAMPLES` examples there (the full
+run on as many as its test asks), and a check marked `slow` (mypy over the package, building the
+compiled core) is left to the full run and to `./dev lint`.
 """
 
 from __future__ import annotations
@@ -21,16 +25,20 @@ MARKERS = {
     "cluster": "starts the sandbox, a kube-apiserver or one of gwpolicy's processes",
     "kubectl": "runs kubectl",
     "valgrind": "counts instructions under valgrind",
+    "slow": "too slow for the fast tier, and checked elsewhere too (mypy: ./dev lint)",
 }
 
 #: set by `./dev test --fast`
 FAST = os.environ.get("GWPOLICY_TEST_FAST") == "1"
 
+#: the most examples a property runs in the fast tier
+FAST_EXAMPLES = 10
+
 #: what in a module's code puts it in a tier
 _SIGNS = {
     "nginx": re.compile(r"\b(gateway_proc|raw_nginx|RawNginx|Served|have_nginx|Nginx\(|backend_hosts|"
                         r"bench\.dataplane|requestpath|nginx_binary)\b|[\"']nginx[\"']|nginx -t"),
-    "cluster": re.compile(r"\b(sandbox_proc|live_server|kube_apiserver|kube_harness|gateway_proc|"
+    "cluster": re.compile(r"\b(sandbox_proc|live_server|kube_apiserver|kube_harness|gateway_proc|measure_controller|"
                           r"SandboxProcess|server_kind|module_server_kind|run_sandbox|serve_sandbox)\b|--controller\b|"
                           r"[\"'](controller|gateway|webhook|sandbox)[\"'], *[\"']--"),
     "kubectl": re.compile(r"[\"']kubectl[\"']|\bKUBECTL\b|\bkubectl\(|run_kubectl|\bkubectl_"),
@@ -74,3 +82,24 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 def guard() -> None:
     """In the fast tier, refuse to start a program a marker stands for."""
     sys.addaudithook(_audit)
+
+
+def fewer_examples() -> None:
+    """In the fast tier, run each hypothesis property on at most `FAST_EXAMPLES` examples.
+
+    A test's own `@settings(max_examples=N)` outranks any profile, so the cap is applied where such
+    settings are attached to a test (also a property defined inside a test); a property without
+    its own count takes the `fast` profile's.
+    """
+    from hypothesis import settings
+
+    settings.register_profile("fast", max_examples=FAST_EXAMPLES)
+    settings.load_profile("fast")
+    attach = settings.__call__
+
+    def capped(self: settings, test: Any) -> Any:
+        if self.max_examples > FAST_EXAMPLES:
+            self = settings(self, max_examples=FAST_EXAMPLES)
+        return attach(self, test)
+
+    settings.__call__ = capped  # type: ignore[method-assign]

@@ -183,6 +183,7 @@ def build_parser(prog: str = "gwpolicy") -> argparse.ArgumentParser:
     sub.add_parser("controller", help="write policy status into a cluster (gwpolicy controller --help)")
     sub.add_parser("webhook", help="warn at apply time about policy effects (gwpolicy webhook --help)")
     sub.add_parser("gateway", help="serve Gateways and HTTPRoutes with NGINX, with GEP-1364 status (gwpolicy gateway --help)")
+    sub.add_parser("nginx-sidecar", help="run the gateway's NGINX in a container of its own (gwpolicy nginx-sidecar --help)")
     sub.add_parser("render", help="print the NGINX configuration for manifests on disk (gwpolicy render --help)")
     sub.add_parser("echo", help="the conformance echo backend for tests and demos (gwpolicy echo --help; --grpc: the gRPC one)")
     sub.add_parser("bench", help="generate synthetic clusters and measure gwpolicy on them (gwpolicy bench --help)")
@@ -400,6 +401,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["echo"]:
         from gwpolicy.gateway.echo import main as echo_main
         return echo_main(argv[1:])
+    if argv[:1] == ["nginx-sidecar"]:
+        from gwpolicy.gateway.sidecar import main as sidecar_main
+        return sidecar_main(argv[1:])
     if argv[:1] == ["gateway"]:
         from gwpolicy.gateway.controller import main as gateway_main
         return gateway_main(argv[1:])
@@ -519,7 +523,7 @@ def sandbox_main(argv: list[str]) -> int:
     return 0
 
 
-_SERVERS = ("bench", "sandbox", "controller", "webhook", "gateway", "echo")
+_SERVERS = ("bench", "sandbox", "controller", "webhook", "gateway", "nginx-sidecar", "echo")
 
 
 def entry() -> None:

@@ -1,1 +1,1 @@
-"""The gateway: an NGINX data plane driven by the engine's analysis (issues 9 and 10)."""
+"""The gateway: an NGINX data plane driven by the engine's analysis."""

@@ -12,6 +12,8 @@ of the Lease writes status, and counts an object Programmed once every ready rep
 (gateway/replicas.py). NGINX outlives the gateway process (gateway/nginx.py): after a crash, a
 SIGKILL or a restart the next process on the same --state-dir adopts it. SIGTERM and SIGINT stop
 NGINX too (gracefully); SIGUSR2 ends the gateway and leaves NGINX serving, for the next process.
+With --nginx-sidecar, NGINX runs in a container of its own (`gwpolicy nginx-sidecar`,
+gateway/sidecar.py) and its life is that container's: the gateway reloads it but never stops it.
 The informers, the Lease and the Kubernetes client are the policy controller's
 (src/gwpolicy/controller/).
 """
@@ -131,6 +133,7 @@ class GatewayOptions(ProcessOptions):
     allow_loopback_endpoints: bool = False
     namespace_budget: int | None = None  # DataPlaneConfig.namespace_budget
     pod_addresses: bool = False  # serve every Gateway on all the pod's addresses (see --pod-addresses)
+    nginx_sidecar: bool = False  # NGINX is run by `gwpolicy nginx-sidecar` on the state directory
 
 
 # ---------------------------------------------------------------- defaults a server may not apply
@@ -284,6 +287,7 @@ class Renderer:
             kw["address_pool"] = self.opts.address_pool
         if self.opts.pod_addresses:
             kw["addresses"] = EVERY_ADDRESS
+            kw["any_address"] = True
         return DataPlaneConfig(**kw)
 
     def build(self, analysis: Any, epoch: Any = None, left_out: Any = None) -> tuple[Any, dict[str, bytes]]:
@@ -394,7 +398,7 @@ class DataPlaneDriver(Renderer):
         self.state_dir = opts.state_dir or tempfile.mkdtemp(prefix="gwpolicy-gateway-")
         # checks the version (NginxError says what is missing) and adopts the NGINX an earlier
         # gateway process on this state directory left serving
-        self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx, outlive=True)
+        self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx, outlive=True, sidecar=opts.nginx_sidecar)
         self.applied: dict[str, bytes] | None = None
         self.lock = threading.Lock()  # apply and stop come from different threads
 
@@ -423,7 +427,8 @@ class DataPlaneDriver(Renderer):
             if self.nginx is None:  # stopped when we lost the lease; a new master for the new term
                 from gwpolicy.gateway.nginx import Nginx
 
-                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx, outlive=True)
+                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx, outlive=True,
+                                   sidecar=self.opts.nginx_sidecar)
             result = self.nginx.apply(files)
             if result.ok:
                 self.applied = files
@@ -436,7 +441,8 @@ class DataPlaneDriver(Renderer):
             if self.nginx is None:
                 from gwpolicy.gateway.nginx import Nginx
 
-                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx, outlive=True)
+                self.nginx = Nginx(self.state_dir, binary=self.opts.nginx, outlive=True,
+                                   sidecar=self.opts.nginx_sidecar)
             return self.nginx.check(files) or None
 
     @property
@@ -445,7 +451,11 @@ class DataPlaneDriver(Renderer):
         return self.nginx is not None and self.nginx.pid is not None and self.nginx.generation > 0
 
     def stop(self) -> None:
-        """Stop NGINX (it no longer holds the Gateways' addresses); `apply` starts a new one."""
+        """Stop NGINX (it no longer holds the Gateways' addresses); `apply` starts a new one. The
+        sidecar's NGINX is left serving: it stops with its own container."""
+        if self.opts.nginx_sidecar:
+            self.release()
+            return
         with self.lock:
             if self.nginx is not None:
                 self.nginx.stop()
@@ -493,7 +503,7 @@ class GatewayController:
         self.writing: set[Ref] = set()  # objects a write worker holds
         self.nginx_thread = ThreadPoolExecutor(1, thread_name_prefix="nginx")
         #: the analysis and facts, kept up to date in place (gateway/state.py)
-        self.state = GatewayState(self.objects, opts.controller_name, _kind_checks())
+        self.state = GatewayState(self.objects, opts.controller_name, _kind_checks(), any_address=opts.pod_addresses)
         self.policy_wanted: dict[Ref, Any] = {}  # the policies' part of `wanted`
         self.recheck_all = True  # the next reconcile compares every object of ours, changed or not
         self.last_reconcile: dict[str, float] = {}  # seconds per step of the last reconcile (/statusz, the bench)
@@ -1058,7 +1068,9 @@ configuration before loading it and verifies that it serves; and writes GEP-1364
 loopback address (127.0.0.0/8, from --address-pool unless spec.addresses names one) and its
 listeners' ports; status.addresses says where. Runs in the foreground until SIGTERM or SIGINT, then
 stops NGINX gracefully; SIGUSR2 ends it and leaves NGINX serving, and so does a crash or SIGKILL: the
-next gateway on the same --state-dir adopts the running NGINX without restarting it. Ports below 1024 need root (or CAP_NET_BIND_SERVICE); without it NGINX cannot bind
+next gateway on the same --state-dir adopts the running NGINX without restarting it. With
+--nginx-sidecar NGINX is run by `gwpolicy nginx-sidecar` on the same --state-dir, and no signal to
+the gateway stops it. Ports below 1024 need root (or CAP_NET_BIND_SERVICE); without it NGINX cannot bind
 them, and the Gateway's Programmed condition says so (see --port-offset)."""
 
 
@@ -1101,6 +1113,10 @@ def parse(argv: list[str]) -> GatewayOptions:
                         "on 0.0.0.0), as in a cluster, instead of a loopback address of --address-pool; "
                         "status.addresses then lists the Gateway's spec.addresses, else the addresses of every "
                         "ready replica's pod (POD_IPS or POD_IP from the downward API)")
+    p.add_argument("--nginx-sidecar", action="store_true",
+                   help="leave running NGINX to `gwpolicy nginx-sidecar --state-dir` on the same --state-dir (a "
+                        "container of its own in the pod, sharing its process namespace): the gateway writes, checks "
+                        "and reloads the configuration, and adopts that NGINX, but never starts or stops it")
     add_endpoint_arguments(p)
     a = p.parse_args(argv)
     serve.setup_logging(a.verbose)
@@ -1109,7 +1125,7 @@ def parse(argv: list[str]) -> GatewayOptions:
                           write_workers=a.write_workers, nginx=a.nginx, worker_processes=a.worker_processes,
                           allow_unmanaged_endpointslices=a.allow_unmanaged_endpointslices,
                           allow_loopback_endpoints=a.allow_loopback_endpoints, namespace_budget=a.namespace_match_budget,
-                          pod_addresses=a.pod_addresses)
+                          pod_addresses=a.pod_addresses, nginx_sidecar=a.nginx_sidecar)
 
 
 def main(argv: list[str]) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gwpolicy import names
-from gwpolicy.gateway import frontendtls, pathregex, policyconf, routevalues
+from gwpolicy.gateway import frontendtls, grpcroute, pathregex, policyconf, routevalues
 from gwpolicy.gateway.listeners import Candidate, tls_pem, tls_problem, valid_hostname
 from gwpolicy.gateway.listeners import conflicts as listener_conflicts
 from gwpolicy.grants import ReferenceGrants
@@ -32,9 +32,10 @@ BUNDLE_ANNOTATION = "gateway.networking.k8s.io/bundle-version"
 #: listener protocols this data plane serves
 SUPPORTED_PROTOCOLS = ("HTTP", "HTTPS", "TLS")
 #: route kinds this data plane serves, per protocol (TLS: passthrough only)
-SUPPORTED_ROUTE_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute",), "HTTPS": ("HTTPRoute",), "TLS": ("TLSRoute",)}
+SUPPORTED_ROUTE_KINDS: dict[str, tuple[str, ...]] = {"HTTP": ("HTTPRoute", "GRPCRoute"), "HTTPS": ("HTTPRoute", "GRPCRoute"),
+                                                      "TLS": ("TLSRoute",)}
 #: the route kinds whose status this gateway writes, in the order facts list them
-ROUTE_KINDS = ("HTTPRoute", "TLSRoute")
+ROUTE_KINDS = ("HTTPRoute", "GRPCRoute", "TLSRoute")
 
 
 def route_objects(index: ObjectIndex) -> list[Obj]:
@@ -61,7 +62,7 @@ SUPPORTED_PATH_TYPES = frozenset({"Exact", "PathPrefix", "RegularExpression"})
 #: Gateway API features (conformance names) this gateway claims in GatewayClass.status.supportedFeatures;
 #: the conformance harness checks that every case needing only these passes (tests/gateway_conformance)
 SUPPORTED_FEATURES = (
-    "BackendTLSPolicy", "Gateway", "GatewayFrontendClientCertificateValidation", "HTTPRoute",
+    "BackendTLSPolicy", "GRPCRoute", "Gateway", "GatewayFrontendClientCertificateValidation", "HTTPRoute",
     "HTTPRoute303RedirectStatusCode", "HTTPRoute308RedirectStatusCode",
     "HTTPRouteBackendRequestHeaderModification", "HTTPRouteBackendRequestRedirect", "HTTPRouteCORS", "HTTPRouteHostRewrite", "HTTPRouteMethodMatching",
     "HTTPRoutePathRedirect", "HTTPRoutePortRedirect", "HTTPRouteSchemeRedirect", "ReferenceGrant", "TLSRoute",
@@ -178,6 +179,10 @@ class Facts:
     class_versions: dict[Ref, Cond]  # SupportedVersion
     gateways: dict[Ref, GatewayFacts]
     routes: dict[Ref, RouteFacts]
+    #: Gateways are served on every address of the gateway's pods (`gwpolicy gateway --pod-addresses`):
+    #: spec.addresses names where clients reach them (a load balancer's IP address or hostname),
+    #: not an address NGINX binds, so any IPAddress or Hostname is accepted, not only loopback ones
+    any_address: bool = False
 
     def attached(self, gateway: Ref, listener: str) -> list[RouteFacts]:
         """Routes attached to one listener (Accepted for that parent), in a stable order."""
@@ -197,11 +202,12 @@ def our_classes(index: ObjectIndex, controller: str) -> dict[Ref, Obj]:
 
 
 def gateway_facts(index: ObjectIndex, controller: str = GATEWAY_CONTROLLER,
-                  grants: ReferenceGrants | None = None) -> Facts:
-    """Everything status needs to know about our objects, from the objects alone."""
+                  grants: ReferenceGrants | None = None, *, any_address: bool = False) -> Facts:
+    """Everything status needs to know about our objects, from the objects alone (`any_address`:
+    see Facts)."""
     grants = grants if grants is not None else ReferenceGrants(index)
     classes = our_classes(index, controller)
-    facts = Facts(controller, {}, {}, {}, {})
+    facts = Facts(controller, {}, {}, {}, {}, any_address)
     version = _bundle_version(index)
     for ref, gc in classes.items():
         facts.classes[ref] = class_acceptance(gc)
@@ -233,7 +239,7 @@ def class_acceptance(gc: Obj) -> Cond:
 def gateway_fact(gw: Obj, gc_ref: Ref, facts: Facts, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
     """One Gateway of ours (its class `gc_ref` in `facts.classes`), as gateway_facts makes it; its
     listeners' `attached_routes` are left at 0 (they count routes, which the caller knows)."""
-    return _gateway(gw, gc_ref, facts.classes[gc_ref], index, grants)
+    return _gateway(gw, gc_ref, facts.classes[gc_ref], index, grants, facts.any_address)
 
 
 def gateway_references(gw: Obj) -> set[Ref]:
@@ -300,7 +306,8 @@ def listener_verdicts(gw: Obj, index: ObjectIndex, grants: ReferenceGrants) -> d
     return listeners
 
 
-def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_class: Cond) -> Cond:
+def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_class: Cond,
+                       any_address: bool = False) -> Cond:
     """The Gateway's Accepted condition from its GatewayClass' (`class_acceptance`), its spec and
     its listeners' verdicts (the data plane serves nothing of a Gateway that is not accepted)."""
     if not gateway_class.status:
@@ -310,8 +317,7 @@ def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_cla
     accepted = Cond("Accepted", True, "Accepted", "Accepted by the gwpolicy NGINX gateway.")
     infra = _dict(spec.get("infrastructure"))
     addresses = [a for a in spec.get("addresses") or [] if isinstance(a, dict)]
-    bad_addresses = [a for a in addresses if (a.get("type") or "IPAddress") != "IPAddress"
-                     or not _is_loopback(a.get("value"))]
+    bad_addresses = [a for a in addresses if not _usable_address(a, any_address)]
     invalid = [n for n, lf in listeners.items() if not lf.accepted.status]
     if isinstance(infra.get("parametersRef"), dict):
         p = infra["parametersRef"]
@@ -321,6 +327,8 @@ def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_cla
     elif bad_addresses:
         a = bad_addresses[0]
         accepted = Cond("Accepted", False, "UnsupportedAddress",
+                        f"spec.addresses: {a.get('type') or 'IPAddress'} {a.get('value')!r} is not an IP address or a "
+                        "hostname (where clients reach the gateway's pods)" if any_address else
                         f"spec.addresses: {a.get('type') or 'IPAddress'} {a.get('value')!r} is not a loopback IP address "
                         "(this gateway serves on 127.0.0.0/8 only)")
     elif listeners and len(invalid) == len(listeners):
@@ -332,10 +340,11 @@ def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_cla
     return accepted
 
 
-def _gateway(gw: Obj, gc_ref: Ref, gateway_class: Cond, index: ObjectIndex, grants: ReferenceGrants) -> GatewayFacts:
+def _gateway(gw: Obj, gc_ref: Ref, gateway_class: Cond, index: ObjectIndex, grants: ReferenceGrants,
+             any_address: bool = False) -> GatewayFacts:
     spec = _dict(gw.spec)
     listeners = listener_verdicts(gw, index, grants)
-    accepted = gateway_acceptance(gw, listeners, gateway_class)
+    accepted = gateway_acceptance(gw, listeners, gateway_class, any_address)
     addresses = [a for a in spec.get("addresses") or [] if isinstance(a, dict)]
 
     resolved = None
@@ -355,6 +364,27 @@ def _gateway(gw: Obj, gc_ref: Ref, gateway_class: Cond, index: ObjectIndex, gran
 def _named(names: list[str], listeners: dict[str, ListenerFacts]) -> str:
     """Listener names, each with the reason it is not accepted."""
     return ", ".join(f"{n} ({listeners[n].accepted.reason})" for n in names)
+
+
+def _usable_address(a: dict[str, Any], any_address: bool) -> bool:
+    """A spec.addresses entry this gateway can stand for: a loopback IP address it binds, or with
+    `any_address` any IP address or hostname (the CRD checks a hostname's form)."""
+    kind, value = a.get("type") or "IPAddress", a.get("value")
+    if not any_address:
+        return kind == "IPAddress" and _is_loopback(value)
+    if kind == "Hostname":
+        return isinstance(value, str) and bool(value)
+    return kind == "IPAddress" and is_ip_address(value)
+
+
+def is_ip_address(value: Any) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 def _is_loopback(value: Any) -> bool:
@@ -487,7 +517,11 @@ def _conflicts(raw: list[dict[str, Any]], listeners: dict[str, ListenerFacts]) -
 def route_fact(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGrants) -> RouteFacts | None:
     spec = _dict(route.spec)
     parents: list[ParentFacts] = []
-    unsupported = _unsupported(spec)
+    if route.kind == grpcroute.KIND:
+        unsupported = grpcroute.problem(spec) or _unsupported(grpcroute.http_spec(spec))
+    else:
+        unsupported = _unsupported(spec)
+    mixed = route.kind in _MIXED and bool(index.of_kind(GATEWAY_GROUP, _MIXED[route.kind]))
     for pref in spec.get("parentRefs") or []:
         if not isinstance(pref, dict):
             continue
@@ -502,6 +536,7 @@ def route_fact(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGr
         declared = [l for l in _dict(gf.obj.spec).get("listeners") or []
                     if isinstance(l, dict) and l.get("name") in gf.listeners]
         attached, why = parent_listeners(route, pref, gf.obj, declared, index)
+        conflicted = ""
         if why is None:  # attached only to listeners that are not valid: no usable parent
             attached = [l for l in attached if gf.listeners[l["name"]].accepted.status]
             why = None if attached else "NoMatchingParent"
@@ -509,6 +544,13 @@ def route_fact(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGr
             if attached and not served:  # e.g. allowedRoutes.kinds names HTTPRoute on a TLS listener
                 why = "NotAllowedByListeners"
             attached = served
+            if mixed and attached:  # an HTTPRoute and a GRPCRoute on one hostname of a listener: the older keeps it
+                verdicts = [(l, grpcroute.conflict(route, gf, l, index, lambda o, g, l: _attaches(o, g, l, index)))
+                            for l in attached]
+                lost = [c for _, c in verdicts if c]
+                attached = [l for l, c in verdicts if c is None]
+                if lost and not attached:
+                    why, conflicted = "Conflicted", lost[0]
         if unsupported is not None:
             accepted = Cond("Accepted", False, "UnsupportedValue", unsupported)
             attached = []
@@ -517,7 +559,7 @@ def route_fact(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGr
                             f"Gateway {gw_ref.namespace}/{gw_ref.name} is not accepted: {gf.accepted.message}")
             attached = []
         elif why is not None:
-            accepted = Cond("Accepted", False, why, _why(why, pref, gf))
+            accepted = Cond("Accepted", False, why, conflicted if why == "Conflicted" else _why(why, pref, gf))
         else:
             names = ", ".join(l["name"] for l in attached)
             accepted = Cond("Accepted", True, "Accepted",
@@ -530,6 +572,29 @@ def route_fact(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGr
     problems = [b.problem for b in backends if b.problem is not None] + _mirror_problems(route, spec, index, grants)
     resolved = problems[0] if problems else Cond("ResolvedRefs", True, "ResolvedRefs", "All references are resolved.")
     return RouteFacts(route.ref, route, parents, backends, resolved, unsupported)
+
+
+#: the route kind each of HTTPRoute and GRPCRoute may conflict with on a listener's hostname
+_MIXED = {"HTTPRoute": grpcroute.KIND, grpcroute.KIND: "HTTPRoute"}
+
+
+def _attaches(other: Obj, gf: GatewayFacts, listener: dict[str, Any], index: ObjectIndex) -> bool:
+    """Does `other` (a route) attach to that listener of that Gateway and get served there (its
+    kind allowed, nothing unsupported in it)? The conflict rule between HTTPRoute and GRPCRoute."""
+    lf = gf.listeners.get(listener.get("name", ""))
+    if lf is None or other.kind not in SUPPORTED_ROUTE_KINDS.get(lf.protocol, ()):
+        return False
+    spec = _dict(other.spec)
+    if (grpcroute.problem(spec) or _unsupported(grpcroute.http_spec(spec))) if other.kind == grpcroute.KIND \
+            else _unsupported(spec):
+        return False
+    declared = [l for l in _dict(gf.obj.spec).get("listeners") or [] if isinstance(l, dict) and l.get("name") in gf.listeners]
+    for pref in spec.get("parentRefs") or []:
+        if isinstance(pref, dict) and parent_gateway(other, pref) == gf.ref:
+            got, why = parent_listeners(other, pref, gf.obj, declared, index)
+            if why is None and any(l.get("name") == listener.get("name") for l in got):
+                return True
+    return False
 
 
 def _route_notes(spec: dict[str, Any]) -> str:

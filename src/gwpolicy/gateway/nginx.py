@@ -24,6 +24,13 @@ in-flight requests end first, then SIGTERM, then SIGKILL); `release()` lets go o
 serving, for the next process. Only with `outlive=True` (the gateway) does NGINX outlive a normal
 exit of the interpreter that forgot both (tests and benchmarks never leave one behind).
 
+With `sidecar=True` this process never starts NGINX itself: `gwpolicy nginx-sidecar` (gateway/sidecar.py)
+runs it, in a container of its own, on the same `root` (a volume both containers mount at the same
+path, in a pod whose containers share one process namespace), and records its master in
+`root/nginx-sidecar.json`. The first `apply` writes the generation, points `current` at it and
+waits for that master (which reads `current` when it starts, or is told to reload), and every
+later `apply` signals it as above; the unix sockets live in `root/sockets/`, which both see.
+
 Layout under `root`: `gen-<n>/` one directory per generation, `current -> gen-<n>` (NGINX runs
 with `-p root/current/`, so a SIGHUP reads the new generation), `run/` (pid, temp files),
 `logs/error.log`, `nginx.json`.
@@ -53,6 +60,7 @@ from gwpolicy.gateway.dataplane import SOCKET_DIR
 
 MIN_VERSION = (1, 22)
 STATE_FILE = "nginx.json"
+SIDECAR_FILE = "nginx-sidecar.json"  # the master `gwpolicy nginx-sidecar` runs: {"pid", "start", "sidecar"}
 _SEVERE = re.compile(r"\[(emerg|alert|crit)\]")
 
 
@@ -97,6 +105,9 @@ def check_modules(files: dict[str, bytes]) -> None:
     for m in re.finditer(rb"^\s*load_module\s+([^;]+);", files.get("nginx.conf", b""), re.M):
         path = m.group(1).decode()
         if not os.path.exists(path):
+            if "stream_js" in path:
+                raise NginxError(f"NGINX module {path} is missing (install the Debian package 'libnginx-mod-stream-js'); "
+                                 "a GRPCRoute on a plaintext listener needs it (HTTP/1.1 and h2c on one port)")
             if "stream" in path:
                 raise NginxError(f"NGINX module {path} is missing (install the Debian package 'libnginx-mod-stream'); "
                                  "TLS passthrough listeners need it")
@@ -124,6 +135,33 @@ def start_time(pid: int) -> str | None:
     return None if fields[0] == "Z" else fields[19]
 
 
+def nginx_command(binary: str, root: Path) -> list[str]:
+    """How NGINX runs on `root` (in the foreground, reading `root/current/`), whoever starts it: an
+    adoption recognises a master by this command line."""
+    cur = root / "current"
+    return [binary, "-p", f"{cur}/", "-c", str(cur / "nginx.conf"), "-e", str(root / "logs" / "error.log"),
+            "-g", "daemon off;"]
+
+
+def runs_on(pid: int, root: Path) -> bool:
+    """Is `pid` an NGINX master started by `nginx_command` on `root`?"""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return False
+    return b"nginx" in title and f"{root}/current/".encode() in title
+
+
+def sidecar_master(root: Path) -> tuple[int, str] | None:
+    """(pid, start time) of the NGINX master `gwpolicy nginx-sidecar` runs on `root`, when it runs."""
+    try:
+        rec = json.loads((root / SIDECAR_FILE).read_text())
+        pid, start = int(rec["pid"]), str(rec["start"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (pid, start) if start_time(pid) == start and runs_on(pid, root) else None
+
+
 class _UnixHTTPConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float) -> None:
         super().__init__("localhost", timeout=timeout)
@@ -139,7 +177,8 @@ class Nginx:
     """One NGINX master serving the generations `apply` hands it; see the module docstring."""
 
     def __init__(self, root: str | os.PathLike[str], *, binary: str = "nginx", verify_timeout: float = 60.0,
-                 keep_generations: int = 2, test_reloads: bool = False, outlive: bool = False) -> None:
+                 keep_generations: int = 2, test_reloads: bool = False, outlive: bool = False,
+                 sidecar: bool = False) -> None:
         self.root = Path(root).resolve()
         #: False (a library user: tests, benchmarks): NGINX is stopped when this interpreter exits
         #: normally, if `stop()` or `release()` did not come first. The gateway passes True: NGINX
@@ -149,6 +188,8 @@ class Nginx:
         #: itself on SIGHUP and keeps the running one when it rejects it (see "Reloads" in
         #: docs/gateway.md), so a separate test only parses the whole configuration a second time
         self.test_reloads = test_reloads
+        #: NGINX is run by `gwpolicy nginx-sidecar` on this root, never started here (module docstring)
+        self.sidecar = sidecar
         self.binary = shutil.which(binary) or binary
         self.verify_timeout = verify_timeout
         self.keep = max(2, keep_generations)
@@ -177,6 +218,10 @@ class Nginx:
         for n, p in old:
             if n != self._generation or self.adopted is None:
                 shutil.rmtree(p, ignore_errors=True)
+        if not self._sockdir and sidecar:  # where the sidecar's NGINX sees them too
+            self._sockdir = str(self.root / "sockets")
+            os.makedirs(self._sockdir, exist_ok=True)
+            os.chmod(self._sockdir, 0o711)
         if not self._sockdir:
             self._sockdir = tempfile.mkdtemp(prefix="gwng-")  # unix socket paths must stay short
             # NGINX's workers (another user when the master runs as root) connect to the sockets of a
@@ -202,11 +247,7 @@ class Nginx:
         if start_time(pid) != start:
             self._forget_state()
             return  # gone (a stop, a crash of NGINX itself, a reboot): a new master starts on apply
-        try:
-            title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            return
-        if b"nginx" not in title or f"{self.root}/current/".encode() not in title:
+        if not runs_on(pid, self.root):
             self._forget_state()
             return  # the pid is another process now (a reused pid with the same start tick: only in theory)
         self._master = (pid, start)
@@ -287,7 +328,7 @@ class Nginx:
             t_reload = time.perf_counter()
             if self.pid is None:
                 error = self._start(gen, offset)
-                if error and self.pid is not None:  # a master that gave up may still hold the ports it bound
+                if error and self.pid is not None and not self.sidecar:  # a master that gave up may still hold the ports it bound
                     self._signal(signal.SIGKILL)
                     self._wait_gone(10)
                 if error:
@@ -436,7 +477,8 @@ class Nginx:
         os.replace(tmp, self.root / "current")
 
     def _start(self, gen: int, offset: int) -> str:
-        cur = self.root / "current"
+        if self.sidecar:
+            return self._await_sidecar(gen, offset)
         # a master that failed to start (a port another process held) leaves its unix sockets
         # behind, and the next one could not bind them: no NGINX of ours runs now, so they are stale
         for sock in Path(self._sockdir).glob("**/*.sock"):
@@ -445,11 +487,37 @@ class Nginx:
         # Ctrl-C) does not reach it; `stop()` and the next process' adoption are its ends
         with open(self.root / "logs" / "stderr.log", "ab") as err:
             self._proc = subprocess.Popen(
-                [self.binary, "-p", f"{cur}/", "-c", str(cur / "nginx.conf"), "-e", str(self.error_log), "-g", "daemon off;"],
+                nginx_command(self.binary, self.root),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, cwd=self.root)
         started = start_time(self._proc.pid)
         self._master = (self._proc.pid, started) if started is not None else None
         return self._verify(gen, offset)
+
+    def _await_sidecar(self, gen: int, offset: int) -> str:
+        """Take the master `gwpolicy nginx-sidecar` runs on this root (waiting for it to start) and
+        have it serve `gen`: it read `current` when it started, which may have been before `current`
+        pointed at `gen`; then a reload."""
+        deadline = time.monotonic() + self.verify_timeout
+        while True:
+            master = sidecar_master(self.root)
+            if master is not None:
+                self._master = master
+                answered = self.probe()
+                if answered == gen:
+                    return ""
+                if answered is not None:  # running, its signal handlers set: it may take a SIGHUP
+                    break
+            if time.monotonic() > deadline:
+                self._master = None
+                severe = "; ".join(dict.fromkeys(self._severe_since(offset)[0]))
+                return (f"no NGINX run by `gwpolicy nginx-sidecar --state-dir {self.root}` served generation {gen} "
+                        f"within {self.verify_timeout:.0f} s" + (f": {_clean(severe)}" if severe else
+                                                                  " (does the nginx container run?)"))
+            time.sleep(0.02)
+        offset = self.error_log.stat().st_size if self.error_log.exists() else 0
+        old_workers = self._workers()
+        self._signal(signal.SIGHUP)
+        return self._verify(gen, offset) or self._retired(old_workers)
 
     def _verify(self, gen: int, offset: int) -> str:
         deadline = time.monotonic() + self.verify_timeout

@@ -7,7 +7,8 @@ one object is applied in place instead where that gives the same result:
 
 - a policy: the facts do not read policies and the view passes them through, so the change goes to
   the engine as it is (`incremental.apply_change`);
-- a route (HTTPRoute, TLSRoute): its own facts are computed again (nothing else's facts read a route, except the
+- a route (HTTPRoute, TLSRoute; while there is no GRPCRoute, whose conflict rule with HTTPRoutes
+  reads other routes, so that a full pass follows): its own facts are computed again (nothing else's facts read a route, except the
   `attachedRoutes` counts of the listeners it was or is attached to), and its new view goes to
   `apply_change`;
 - an EndpointSlice: nothing status says reads one and the view passes it through, so it goes to
@@ -155,9 +156,11 @@ class GatewayState:
     `refresh` brings everything up to date."""
 
     def __init__(self, objects: dict[Key, dict[str, Any]], controller: str,
-                 kind_checks: Mapping[Any, Callable[[dict[str, Any]], str | None]] | None = None) -> None:
+                 kind_checks: Mapping[Any, Callable[[dict[str, Any]], str | None]] | None = None,
+                 any_address: bool = False) -> None:
         self.objects = objects
         self.controller = controller
+        self.any_address = any_address  # facts.Facts.any_address
         self.kind_checks = kind_checks
         self.index: ObjectIndex | None = None
         self.grants: ReferenceGrants | None = None
@@ -332,6 +335,8 @@ class GatewayState:
     def _route(self, ref: Ref, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
         a, index, facts = self.analysis, self.index, self.facts
         assert a is not None and index is not None and facts is not None and self.grants is not None
+        if ref.kind == "GRPCRoute" or index.of_kind(GATEWAY_GROUP, "GRPCRoute"):
+            return None  # an HTTPRoute and a GRPCRoute on one hostname: the older wins, which reads other routes
         replace_object(index, ref, new)
         before = facts.routes.get(ref)
         obj = index.by_ref.get(ref)
@@ -510,7 +515,7 @@ class GatewayState:
         raws = list(self.objects.values())
         self.index = build_index(raws)
         self.grants = ReferenceGrants(self.index)
-        self.facts = gateway_facts(self.index, self.controller, self.grants)
+        self.facts = gateway_facts(self.index, self.controller, self.grants, any_address=self.any_address)
         return raws
 
     def _view_again(self, ref: Ref, view: dict[str, Any], raw: dict[str, Any]) -> AbstractSet[Ref] | None:

@@ -24,6 +24,7 @@ from gwpolicy.gateway.facts import (
     Facts,
     GatewayFacts,
     RouteFacts,
+    is_ip_address,
     route_objects,
 )
 from gwpolicy.gateway.isolate import without_paths
@@ -153,7 +154,8 @@ def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Progra
                          f"Listeners {', '.join(insecure)} accept clients whose certificate is missing or does not "
                          "verify (spec.tls.frontend validation mode AllowInsecureFallback)."))
     status["conditions"] = _merge_conditions(prev, [c.to_json(gen, prev, now) for c in ours], GATEWAY_CONDITION_TYPES)
-    status["addresses"] = [{"type": "IPAddress", "value": a} for a in addresses] if gf.accepted.status else []
+    status["addresses"] = ([{"type": "IPAddress" if is_ip_address(a) else "Hostname", "value": a} for a in addresses]
+                           if gf.accepted.status else [])
     old_listeners = {l.get("name"): l for l in status.get("listeners") or [] if isinstance(l, dict)}
     listeners = []
     for lf in gf.listeners.values():
@@ -250,14 +252,14 @@ def stale_routes(index: ObjectIndex, facts: Facts) -> list[Ref]:
 
 def policy_ancestors(policy: Obj, facts: Facts) -> list[Ref]:
     """Our Gateways that send traffic to a Service the policy targets (through an accepted parent of
-    an HTTPRoute: a TLSRoute's connections pass through untouched, no backend policy applies)."""
+    an HTTPRoute or a GRPCRoute: a TLSRoute's connections pass through untouched, no backend policy applies)."""
     spec = _dict(policy.spec)
     targets = {Ref(CORE_GROUP, "Service", policy.namespace, str(t.get("name", "")))
                for t in spec.get("targetRefs") or [] if isinstance(t, dict)
                and (t.get("group") or CORE_GROUP) == CORE_GROUP and (t.get("kind") or "Service") == "Service"}
     out: dict[Ref, None] = {}
     for rf in facts.routes.values():
-        if rf.ref.kind != "HTTPRoute" or not any(b.ref in targets for b in rf.backends):
+        if rf.ref.kind not in ("HTTPRoute", "GRPCRoute") or not any(b.ref in targets for b in rf.backends):
             continue
         for p in rf.parents:
             if p.accepted.status:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gwpolicy import names
-from gwpolicy.gateway import pathregex, policyconf
+from gwpolicy.gateway import grpcroute, pathregex, policyconf
 from gwpolicy.gateway.dataplane.addresses import gateway_addresses, reserved, route_hostnames
 from gwpolicy.gateway.dataplane.backends import (
     BackendResolver,
@@ -200,7 +200,7 @@ class _Builder(BackendResolver):
         # certificate file, address:port ownership across Gateways) is decided here on top
 
         verdicts = listener_verdicts(gw, self.index, self.grants)
-        gateway_ok = gateway_acceptance(gw, verdicts, class_ok)
+        gateway_ok = gateway_acceptance(gw, verdicts, class_ok, self.config.any_address)
         if not gateway_ok.status:
             self.unserved[gw.ref] = f"it is not accepted ({gateway_ok.reason}): {gateway_ok.message}"
         out = []
@@ -327,8 +327,14 @@ class _Builder(BackendResolver):
     def _attach_routes(self, by_listener: dict[Ref, Server]) -> None:
         vhosts: dict[tuple[str, str], VirtualHost] = {}
         rules_of: dict[tuple[str, str], list[MatchRule]] = {}
-        routes = sorted((r for r in self.index.of_kind(GATEWAY_GROUP, "HTTPRoute") if r.ref not in self.config.left_out),
+        # GRPCRoutes as the HTTPRoutes they are served as (grpcroute.py); one virtual host serves one
+        # kind, the older route's (status says the same: grpcroute.conflict); one that cannot be
+        # served as written is not (status: Accepted=False/UnsupportedValue)
+        routes = sorted([r for r in self.index.of_kind(GATEWAY_GROUP, "HTTPRoute") if r.ref not in self.config.left_out]
+                        + [grpcroute.as_http(r) for r in self.index.of_kind(GATEWAY_GROUP, grpcroute.KIND)
+                           if r.ref not in self.config.left_out and grpcroute.problem(r.spec) is None],
                         key=lambda o: o.age_key)
+        kind_of: dict[tuple[str, str], str] = {}
         if self.config.namespace_budget is not None:
             routes = self._within_budget(routes, self.config.namespace_budget)
         for route in routes:
@@ -356,6 +362,8 @@ class _Builder(BackendResolver):
                 matches = built[i]
                 for host in route_hostnames(server.hostname, as_list(spec.get("hostnames"))):
                     key = (server.id, host)
+                    if kind_of.setdefault(key, route.kind) != route.kind:
+                        continue
                     if key not in vhosts:
                         vh = VirtualHost(f"{len(vhosts)}", host)
                         vhosts[key] = vh
@@ -471,7 +479,7 @@ class _Builder(BackendResolver):
                 if aid in self.actions:
                     action = self.actions[aid]
                     if action.route != route.ref or action.listener != server.listener:
-                        raise DataPlaneError(f"HTTPRoute {route.namespace}/{route.name} and HTTPRoute "
+                        raise DataPlaneError(f"{route.kind} {route.namespace}/{route.name} and {action.route.kind} "
                                              f"{action.route.namespace}/{action.route.name} got one action id {aid}")
                 else:
                     if backends is None:

@@ -125,6 +125,7 @@ class DataPlaneConfig:
     controller_name: str | None = DEFAULT_CONTROLLER_NAME  # None: every GatewayClass
     addresses: Mapping[Ref, str] = field(default_factory=dict)  # Gateway -> address, wins over all
     address_pool: str = DEFAULT_ADDRESS_POOL  # loopback network new Gateways get addresses from
+    any_address: bool = False  # spec.addresses may name any IP address or hostname (facts.Facts.any_address)
     port_offset: int = 0  # added to every listener port (tests on high ports)
     #: NGINX's worker processes: "auto" is one per core (a regex a hostile client makes slow, or
     #: any other request's cost, then takes one core, not the whole gateway)
@@ -394,6 +395,8 @@ def _digest(*parts: object) -> str:
 
 def action_id(server: str, route: Ref, rule: int, match: int) -> str:
     """The id of one match of one rule of one route through one listener's server."""
+    if route.kind == "GRPCRoute":  # a GRPCRoute and an HTTPRoute may have one name
+        return f"{server}_g_{slug(route.namespace)}_{slug(route.name)}_{_digest(route.kind, route.namespace, route.name)}_r{rule}_m{match}"
     return f"{server}_{slug(route.namespace)}_{slug(route.name)}_{_digest(route.namespace, route.name)}_r{rule}_m{match}"
 
 
