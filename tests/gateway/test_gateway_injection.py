@@ -149,7 +149,7 @@ def test_a_cross_namespace_backend_name_adds_no_directive(world: World) -> None:
 
 
 def test_a_weighted_backend_name_adds_no_directive(world: World) -> None:
-    """Weighted backends whose filters differ each get a named location `first used by ...`."""
+    """Weighted backends whose filters differ each get an internal location `first used by ...`."""
     payload = _payload(world, "return")
     tagged = [{"type": "ResponseHeaderModifier", "responseHeaderModifier": {"set": [{"name": "X-T", "value": "1"}]}}]
     world.serve(_evil([{"backendRefs": [backend("a-web", weight=1), backend(payload, weight=1, filters=tagged)]}]))

@@ -79,20 +79,20 @@ def placements(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 def _rendered(servers_conf: str) -> dict[tuple[str, str, int], set[str]]:
     """(listener, route name, rule index) -> its policy directive lines, read back from servers.conf
-    (a location's own lines plus those of the named location it hands the request to)."""
+    (a location's own lines plus those of the internal location it hands the request to)."""
     own: dict[tuple[str, str, int], set[str]] = {}
     jumps: dict[tuple[str, str, int], set[str]] = {}
     named: dict[str, set[str]] = {}
     listener = None
     current: tuple[str, str, int] | None = None
-    block: str | None = None  # the location being read: "route" or a named location
+    block: str | None = None  # the location being read: "route" or an internal location
     for line in servers_conf.splitlines():
         text = line.strip()
         m = re.match(r"# Gateway \S+ listener (\S+)", text)
         if m:
             listener = m.group(1)
             continue
-        m = re.match(r"location (@\S+) \{", text)
+        m = re.match(r"location (?:= )?(@\S+|/_gw_\S+) \{", text)
         if m:
             block, current = m.group(1), None
             named.setdefault(block, set())
@@ -109,13 +109,13 @@ def _rendered(servers_conf: str) -> dict[tuple[str, str, int], set[str]]:
         if text == "}":
             block, current = None, None
             continue
-        m = re.match(r"error_page \d+ = (@\S+);", text)
+        m = re.match(r"(?:error_page \d+ =|rewrite \^) (@\S+|/_gw_\S+?)(?: last)?;", text)
         if m and current is not None:
             jumps[current].add(m.group(1))
         if POLICY_LINE.match(text):
             if current is not None:
                 own[current].add(text)
-            elif block and block.startswith("@"):
+            elif block and block.startswith(("@", "/_gw_")):
                 named[block].add(text)
     return {k: own[k].union(*(named.get(j, set()) for j in jumps[k])) for k in own}
 

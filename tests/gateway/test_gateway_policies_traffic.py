@@ -273,6 +273,19 @@ def test_body_size_limit_gives_413(gw: Gateway, echo: Any) -> None:
     assert gw.request("/free", method="POST", body=b"x" * 2048)[0] == 200  # another route: NGINX's 1m
 
 
+def test_a_rule_s_body_size_limit_holds_on_a_path_it_shares_with_other_rules(gw: Gateway, echo: Any) -> None:
+    """Two routes on one path, told apart by a header: NGINX selects one location for both, which
+    lets the larger body in, and the strict rule's own location still refuses it."""
+    strict = route("strict", "svc", matches=[{"path": {"type": "PathPrefix", "value": "/"},
+                                              "headers": [{"name": "x-tier", "value": "small"}]}])
+    gw.program(gateway() + service("svc", echo) + [
+        strict, route("free", "svc"),
+        policy("ClientSettingsPolicy", "body", "HTTPRoute", "strict", default={"body": {"maxSize": "1k"}})])
+    assert gw.request("/upload", method="POST", body=b"x" * 2048, headers={"x-tier": "small"})[0] == 413
+    assert gw.request("/upload", method="POST", body=b"x" * 512, headers={"x-tier": "small"})[0] == 200
+    assert gw.request("/upload", method="POST", body=b"x" * 2048)[0] == 200
+
+
 def test_rate_limit_gives_429_past_the_burst(gw: Gateway, echo: Any) -> None:
     gw.program(gateway() + service("svc", echo) + [
         route("r", "svc"),

@@ -132,7 +132,7 @@ def worlds(draw: Any) -> list[dict[str, Any]]:
             backends = [backend(draw(st.sampled_from(["web", s("web")])), ns=draw(st.sampled_from([None, s("tenant-b")])),
                                 weight=draw(st.integers(0, 3)))
                         for _ in range(draw(st.integers(1, 2)))]
-            if draw(st.booleans()):  # a backend's own filter: weighted backends then get named locations each
+            if draw(st.booleans()):  # a backend's own filter: weighted backends then get internal locations each
                 backends[0]["filters"] = [_header_filter(s, "ResponseHeaderModifier")]
             rule["backendRefs"] = backends
             rules.append(rule)

@@ -40,6 +40,7 @@ from gwpolicy.gateway.frontendtls import ALLOW_INSECURE_FALLBACK
 from gwpolicy.gateway.rendermaps import chunks, match_map
 from gwpolicy.gateway.renderupstreams import split_entries, stream, upstream_block
 
+NOT_FOUND = "/_gw_404/"  # the internal location of a request no rule matches
 NO_VHOST = "x"  # the map value when no route serves the Host: `/_vx/...` reaches only the 404 location
 
 BASE_HEADERS: tuple[tuple[str, str], ...] = (
@@ -59,9 +60,10 @@ class _State:
     maps: dict[str, str] = field(default_factory=dict)  # variable -> map block
     splits: dict[str, str] = field(default_factory=dict)
     zones: set[policies.RateZone] = field(default_factory=set)
-    named: dict[str, list[str]] = field(default_factory=dict)  # per server: named location blocks
+    named: dict[str, list[str]] = field(default_factory=dict)  # per server: internal location blocks
     uri_lines: list[tuple[str, ...]] = field(default_factory=list)  # of the location being rendered
     system_ca: bool = False  # some backend verifies against the system store: its bundle goes to http
+    inline: bool = False  # the rule being rendered owns its location: it may proxy there itself
     grpc: rendergrpc.Ports = field(default_factory=rendergrpc.Ports)  # the ports that carry a GRPCRoute
 
 
@@ -75,7 +77,7 @@ class _Rendered:
     splits: dict[str, str]
     zones: set[Any]
     system_ca: bool
-    named: list[tuple[str, str]]  # (name, block) of the named locations it used, in order
+    named: list[tuple[str, str]]  # (name, block) of the internal locations it used, in order
 
 
 class RenderCache:
@@ -85,7 +87,7 @@ class RenderCache:
     candidate MatchRules; an upstream's of its Upstream. The data plane's BuildCache hands out the
     very same MatchRule and Upstream objects for what did not change, so comparing them by identity
     finds what must be rendered again; the rest is copied, with what it added to the maps, zones
-    and named locations replayed in order (the output is the same bytes as a render without cache,
+    and internal locations replayed in order (the output is the same bytes as a render without cache,
     which tests/test_gateway_inplace.py checks)."""
 
     def __init__(self) -> None:
@@ -128,6 +130,16 @@ def _render(dp: DataPlane, cache: RenderCache | None = None) -> dict[str, bytes]
     return dict(sorted(files.items()))
 
 
+REQUEST_MAPS = '# set to 1 by the first pass of a request through the server\'s rewrite phase\nmap "" $gw_routed {\n    default "";\n}\n# the path the backend must get, if a static proxy_pass can send it exactly: the client\'s raw path\n# when NGINX\'s escaping leaves it unchanged; else NGINX\'s decoded path when escaping it gives the\n# raw path back (every %XX one NGINX would write itself, no // or dot segment); else "" (fallback)\nmap $request_uri $gw_send_path {\n    "~^(?<gw_raw>[^?%\\x00-\\x20\\"#<>\\\\\\\\^`{|}\\x7f-\\xff]*)(?:\\?.|$)" $gw_raw;\n    "~^(?![^?]*//)(?![^?]*/\\.\\.?(?:[/?]|$))(?:[^?%\\x00-\\x20\\"#<>\\\\\\\\^`{|}\\x7f-\\xff]|%(?:[01][0-9A-F]|2[0235]|3[CEF]|5[CE]|60|7[BCDF]|[89A-F][0-9A-F]))*(?:\\?.|$)" $gw_uri;\n    default "";\n}\n'
+
+
+def _request_maps(st: _State) -> None:
+    """$gw_routed, set once a request has its virtual host's prefix (see _server), and
+    $gw_send_path, the path a static `proxy_pass` is made to send by `rewrite ^ $gw_send_path break`
+    (see _proxy)."""
+    put(st.maps, "$gw_routed", REQUEST_MAPS)
+
+
 def _connection_maps(dp: DataPlane) -> list[str]:
     """`$gw_connection`, the Connection header to backends: `upgrade` for an upgrade request, else
     empty (HTTP/1.1 keep-alive into the upstream's pool); `close` instead for upstreams without a
@@ -135,7 +147,9 @@ def _connection_maps(dp: DataPlane) -> list[str]:
     closing = sorted(name for name, u in dp.upstreams.items() if u.close)
     if not closing:
         return ["map $http_upgrade $gw_connection { default upgrade; \"\" \"\"; }"]
-    return ["map $http_upgrade $gw_connection_pooled { default upgrade; \"\" \"\"; }",
+    return [comment("$gw_up: the upstream a proxying location sets (declared here: some configurations set it nowhere)"),
+            "map \"\" $gw_up { default \"\"; }",
+            "map $http_upgrade $gw_connection_pooled { default upgrade; \"\" \"\"; }",
             "map $http_upgrade $gw_connection_close { default upgrade; \"\" close; }",
             "map $gw_up $gw_connection {", "    default $gw_connection_pooled;",
             *(f"    {name} $gw_connection_close;" for name in closing), "}"]
@@ -156,8 +170,6 @@ def _main(dp: DataPlane, st: _State) -> str:
                f"worker_shutdown_timeout {c.worker_shutdown_timeout};\n\nevents {{\n    worker_connections 4096;\n}}\n\nhttp {{\n")
     http = [
         "access_log off;", "server_tokens off;", "default_type text/plain;",
-        comment("locations hand a request on with `error_page 418 = @named; return 418;`, sometimes twice"),
-        "recursive_error_pages on;",
         "client_body_temp_path ../run/client_body;", "proxy_temp_path ../run/proxy;",
         "fastcgi_temp_path ../run/fastcgi;", "uwsgi_temp_path ../run/uwsgi;", "scgi_temp_path ../run/scgi;",
         "server_names_hash_bucket_size 256;", "server_names_hash_max_size 65536;",
@@ -258,9 +270,12 @@ def _server(s: Server, dp: DataPlane, st: _State, cache: RenderCache | None = No
     entries = [f"    {v.hostname} {v.id};" for v in s.vhosts if v.hostname]
     default = next((v.id for v in s.vhosts if v.hostname == ""), NO_VHOST)
     put(st.maps, var, f"map $host {var} {{\n    hostnames;\n    default {default};\n" + "".join(e + "\n" for e in entries) + "}\n")
+    _request_maps(st)
     lines += ["    " + comment("every URI gets its virtual host's prefix and a trailing slash: locations below match on"),
-              "    " + comment("/_v<host><path>/, so one prefix location /_v<host><prefix>/ is a segment-wise PathPrefix"),
-              f"    rewrite ^ /_v{var}$uri/;", "", "    location / {", "        return 404;", "    }"]
+              "    " + comment("/_v<host><path>/, so one prefix location /_v<host><prefix>/ is a segment-wise PathPrefix;"),
+              "    " + comment("once per request: internal redirects and subrequests keep the request's variables"),
+              "    if ($gw_routed = \"\") {", "        set $gw_uri $uri;", f"        rewrite ^ /_v{var}$uri/;", "    }",
+              "    set $gw_routed 1;", "", "    location / {", "        return 404;", "    }"]
     head = joined(lines)  # the Gateway's own text: a line break there fails the whole render
     st.named[s.id] = []
     named_done: set[str] = set()
@@ -272,11 +287,13 @@ def _server(s: Server, dp: DataPlane, st: _State, cache: RenderCache | None = No
             uri = _location_uri(v, loc)
             blocks.append(((uri.replace("/", "\0"), 0 if loc.exact else 1), v, loc))
     blocks.sort(key=lambda b: b[0])
-    lines = [head]
+    located = []
     for _, v, loc in blocks:
-        lines.append(_location(s, v, loc, st, named_done) if cache is None else _location_cached(s, v, loc, st, named_done, cache))
-    lines += st.named[s.id]
-    lines += ["    location @gw_404 {", "        return 404;", "    }"]
+        located.append(_location(s, v, loc, st, named_done) if cache is None else _location_cached(s, v, loc, st, named_done, cache))
+    # the internal locations (/_gw_...) sort before every /_v... one: NGINX's order again
+    internal = sorted(st.named[s.id] + [joined(["    location = /_gw_404/ {", "        internal;", "        return 404;", "    }"])],
+                      key=lambda b: b.split("{", 1)[0].split()[-1].replace("/", "\0"))
+    lines = [head] + internal + located
     if s.client_ca and s.client_mode != ALLOW_INSECURE_FALLBACK:
         lines += ["    location @gw_client_certificate_refused {", "        return 444;", "    }"]
     lines.append("}\n")
@@ -346,19 +363,26 @@ def _location(s: Server, v: VirtualHost, loc: Location, st: _State, named_done: 
     st.uri_lines = []
     try:
         if first.unconditional:
-            body = _action(s, first.action, prefix, st, named_done)
-            body = [comment(_who(first.action))] + _uri_lines(st.uri_lines) + body
+            st.inline = True
+            try:
+                body = _action(s, first.action, prefix, st, named_done)
+            finally:
+                st.inline = False
+            # the rule's own lines, when it proxies here, hold what _uri_lines would repeat
+            own = {l.split()[0] for l in body if l.strip()}
+            body = [comment(_who(first.action))] + [l for l in _uri_lines(st.uri_lines)
+                                                    if l.startswith("#") or l.split()[0] not in own] + body
             return joined([head] + [f"        {l}" for l in body] + ["    }"])
         targets = [(c, _named_action(s, c.action, prefix, st, named_done)) for c in loc.candidates]
         var = ""
         for chunk in reversed(chunks([(c.method, c.headers, c.query, t, c.regex) for c, t in targets])):
-            default = "@gw_404" if not var else _shared(s, [f"error_page 418 = {var};", "return 418;"],
-                                                        f"{_who(first.action)}: the next {len(chunk)} rules", st, named_done, "c")
+            default = NOT_FOUND if not var else _shared(s, _jump(var), f"{_who(first.action)}: the next {len(chunk)} rules",
+                                                        st, named_done, "c")
             var = match_map(chunk, st.maps, default)
         uri_lines = [f"        {l}" for l in _uri_lines(st.uri_lines)]
         return joined([head, "        " + comment(f"{len(targets)} rules, in precedence order: {var} names the first that matches")]
-                       + uri_lines + [f"        error_page 418 = {var};", "        return 418;", "    }"])
-    except RenderError as e:  # the location fails closed (the rules' own named locations answer 500 likewise)
+                       + uri_lines + [f"        {l}" for l in _jump(var)] + ["    }"])
+    except RenderError as e:  # the location fails closed (the rules' own internal locations answer 500 likewise)
         return joined([head, "        " + comment(f"{_who(first.action)}: {e}"), "        return 500;", "    }"])
 
 
@@ -374,9 +398,10 @@ def _size(line: str) -> float:
 
 def _uri_lines(collected: list[tuple[str, ...]]) -> list[str]:
     """Lines NGINX honours only in the location it selects by URI (policies.LocationConf.uri_lines:
-    client_max_body_size is checked before a jump to a named location). When the rules this
-    location serves disagree, NGINX cannot know the rule yet: the most permissive value applies,
-    and the location says so (the rules' own locations still carry theirs)."""
+    client_max_body_size is checked when NGINX selects a location, before the jump to the rule's
+    internal location, where it is checked again). When the rules this location serves disagree,
+    NGINX cannot know the rule yet: the most permissive value applies here, and the location says
+    so; each rule's own location carries, and enforces, its own."""
     by_name: dict[str, set[str]] = {}
     for lines in collected:
         for l in lines:
@@ -403,18 +428,30 @@ def _who(a: Action) -> str:
 
 
 def _named_action(s: Server, a: Action, prefix: str, st: _State, named_done: set[str]) -> str:
-    return _shared(s, _action(s, a, prefix, st, named_done), _who(a), st, named_done)
+    st.inline = True  # the rule's own internal location proxies
+    try:
+        return _shared(s, _action(s, a, prefix, st, named_done), _who(a), st, named_done)
+    finally:
+        st.inline = False
 
 
 def _shared(s: Server, body: list[str], who: str, st: _State, named_done: set[str], kind: str = "a") -> str:
-    """A named location holding `body`, one per distinct body in a server (content-addressed)."""
+    """An internal location holding `body`, one per distinct body in a server (content-addressed):
+    `/_gw_<kind>_<hash>/`, which a request reaches by `rewrite ... last` (_jump). NGINX finds it in
+    its location tree, where a named location would be found by walking every named one."""
     lines = [l for l in body if not l.startswith("#")]
-    name = f"@{kind}_" + hashlib.sha1("\n".join(lines).encode()).hexdigest()[:12]
-    if name not in named_done:
-        named_done.add(name)
-        st.named[s.id].append(joined([f"    location {name} {{", "        " + comment(f"first used by {who}")]
+    uri = f"/_gw_{kind}_" + hashlib.sha1("\n".join(lines).encode()).hexdigest()[:12] + "/"
+    if uri not in named_done:
+        named_done.add(uri)
+        st.named[s.id].append(joined([f"    location = {uri} {{", "        internal;", "        " + comment(f"first used by {who}")]
                                       + [f"        {l}" for l in body] + ["    }"]))
-    return name
+    return uri
+
+
+def _jump(target: str) -> list[str]:
+    """Hand the request on to an internal location (a URI, or a variable naming one); the request's
+    URI is kept in $gw_uri and its arguments stay."""
+    return [f"rewrite ^ {target} last;"]
 
 
 def _weighted(backends: list[Backend]) -> list[Backend]:
@@ -475,13 +512,13 @@ def _action_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set
         return preflight + per_backend[0]
     if len(live) > 1 and (any(redirects) or any(p != per_backend[0] for p in per_backend[1:])
                           or any(r != rewrites[0] for r in rewrites[1:])):
-        # backends whose own policy, filters or TLS differ: a named location each, picked by weight
+        # backends whose own policy, filters or TLS differ: an internal location each, picked by weight
         targets = []
         for b, pl, rw in zip(live, per_backend, rewrites):
-            body = pl if pl and pl[0].startswith("# RequestRedirect") else _dispatch(s, [b], pl, rw, a, prefix, st, named_done)
+            body = pl if pl and pl[0].startswith("# RequestRedirect") else _dispatch(s, [b], pl, rw, a, prefix, st, named_done, True)
             targets.append([b.weight, _shared(s, body, f"{_who(a)} backend {b.ref.namespace}/{b.ref.name}", st, named_done)])
         return preflight + _pick(targets, st)
-    return preflight + _dispatch(s, live, per_backend[0], rewrites[0], a, prefix, st, named_done)
+    return preflight + _dispatch(s, live, per_backend[0], rewrites[0], a, prefix, st, named_done, st.inline)
 
 
 def _cors(c: dict[str, Any], st: _State) -> tuple[list[str], list[str]]:
@@ -538,34 +575,52 @@ def _cors(c: dict[str, Any], st: _State) -> tuple[list[str], list[str]]:
 
 
 def _dispatch(s: Server, live: list[Backend], lines: list[str], rewrite: list[dict[str, Any]], a: Action,
-              prefix: str, st: _State, named_done: set[str]) -> list[str]:
-    """The location picks the upstream (`set $gw_up`) and jumps to a shared named location that
-    proxies. `proxy_pass` with variables costs NGINX an SSL context per location (it cannot know
-    the scheme before run time): 1.6 s of `nginx -t` per 10k locations, against 0.2 s for `set` +
-    a jump; the proxying locations are one per distinct set of directives in a server."""
+              prefix: str, st: _State, named_done: set[str], inline: bool = False) -> list[str]:
+    """The directives that send the request to its backend. Each proxying location names its
+    upstream statically (`proxy_pass http://<upstream>`), so NGINX never looks an upstream up by
+    name at run time (that lookup walks every upstream). One backend: the proxying lines, in the
+    location itself when `inline` (an http backend: a location with an https `proxy_pass` has an
+    SSL context of its own, so those are shared) or in a shared internal location; several: an
+    internal location per backend, picked by weight (split_clients)."""
     if len(live) == 1 and live[0].upstream is None:
         return [comment(live[0].message), "return 500;"]
-    out: list[str] = []
-    if len(live) == 1:
-        target = live[0].upstream
-    else:
-        target = _split(live, st)
-        if any(b.upstream is None for b in live):
-            out += [f"if ({target} = gw_invalid) {{", "    return 500;", "}"]
-    rewritten = any(isinstance(r.get("path"), dict) for r in rewrite)
     scheme = "https" if live[0].tls is not None else "http"  # backends sharing one location share its TLS
-    mirrors = _mirror_lines(s, a, prefix, st, named_done)
-    proxy = _shared(s, lines + mirrors + [f"proxy_pass {scheme}://$gw_up{'' if rewritten else '$request_uri'};"],
-                    _who(a), st, named_done, kind="p")
-    return [f"set $gw_up {target};"] + out + _rewrite_lines(rewrite, a, prefix, flag="") + \
-        [f"error_page 418 = {proxy};", "return 418;"]
+    body = lines + _mirror_lines(s, a, prefix, st, named_done)
+    if len(live) > 1:
+        targets: list[list[Any]] = []
+        for b in live:
+            proxy = [comment(b.message), "return 500;"] if b.upstream is None else \
+                _proxy(s, b.upstream, scheme, body, rewrite, a, prefix, st, named_done)
+            targets.append([b.weight, _shared(s, proxy, f"{_who(a)} backend {b.ref.namespace}/{b.ref.name}", st, named_done, "p")])
+        return _pick(targets, st)
+    upstream = live[0].upstream
+    assert upstream is not None
+    proxy = _proxy(s, upstream, scheme, body, rewrite, a, prefix, st, named_done)
+    if inline and scheme == "http":
+        return proxy
+    return _jump(_shared(s, proxy, _who(a), st, named_done, "p"))
+
+
+def _proxy(s: Server, upstream: str, scheme: str, lines: list[str], rewrite: list[dict[str, Any]], a: Action,
+           prefix: str, st: _State, named_done: set[str]) -> list[str]:
+    """Proxy to one upstream, named statically. The request's URI has been rewritten on its way
+    here; the backend gets the client's (`$gw_send_path`: the raw path whenever NGINX's escaping
+    of the decoded one gives it back, which is nearly always) or, for the odd URI that does not,
+    an internal location that sends `$request_uri` with a variable `proxy_pass`. A URLRewrite
+    path modifier rewrites the client's path, restored from $gw_uri, and NGINX sends the result."""
+    head = lines + [f"set $gw_up {upstream};"]
+    if any(isinstance(r.get("path"), dict) for r in rewrite):
+        return head + [f"rewrite ^ {prefix}$gw_uri/;"] + _rewrite_lines(rewrite, a, prefix) + [f"proxy_pass {scheme}://{upstream};"]
+    fallback = _shared(s, head + [f"proxy_pass {scheme}://$gw_up$request_uri;"], _who(a), st, named_done, "x")
+    return head + ["if ($gw_send_path = \"\") {", f"    rewrite ^ {fallback} last;", "}",
+                   "rewrite ^ $gw_send_path break;", f"proxy_pass {scheme}://{upstream};"]
 
 
 def _mirror_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set[str]) -> list[str]:
     """RequestMirror: NGINX's `mirror` sends a background subrequest per mirror, whose answer it
-    discards, from the location that proxies. A subrequest starts again at the server's rewrite,
-    so `/_gw_mirror_<key>` arrives as `<prefix>/_gw_mirror_<key>/` (prefix: the virtual host's,
-    the same as the request's): one internal location per virtual host and mirror there proxies
+    discards, from the location that proxies. A subrequest shares the request's variables, so the
+    server's rewrite (once per request, see _server) leaves `/_gw_mirror_<key>` as it is: one
+    internal location per server and mirror proxies
     the original URI (`$request_uri`) to the mirror's upstream, with the rule's request header
     modifications (its answer is discarded, so response ones do not matter). A share below 100% is a
     split_clients over $request_id; the copies it leaves out end at once (204, never sent)."""
@@ -577,7 +632,7 @@ def _mirror_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set
             continue
         key = hashlib.sha1("\n".join([m.upstream, f"{pct:.2f}", *headers]).encode()).hexdigest()[:12]
         out.append(f"mirror /_gw_mirror_{key};")
-        where = f"{prefix}/_gw_mirror_{key}/"
+        where = f"/_gw_mirror_{key}"  # a subrequest keeps the request's variables: no prefix (see _server)
         if where in named_done:
             continue
         named_done.add(where)
@@ -587,17 +642,17 @@ def _mirror_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set
             put(st.splits, var, f"split_clients $request_id {var} {{\n    {pct:.2f}% 1;\n    * \"\";\n}}\n")
             body += [f"if ({var} = \"\") {{", "    return 204;", "}"]
         body += headers + [f"proxy_pass http://{m.upstream}$request_uri;"]
-        st.named[s.id].append(joined([f"    location {where} {{",
+        st.named[s.id].append(joined([f"    location = {where} {{",
                                        "        " + comment(f"RequestMirror of {_who(a)} to Service {m.ref.namespace}/{m.ref.name}"
                                                            f" ({pct:g}% of requests)")] + [f"        {l}" for l in body] + ["    }"]))
     return out
 
 def _pick(targets: list[list[Any]], st: _State) -> list[str]:
-    """Weighted backends that need different locations: split_clients picks the named location."""
+    """Weighted backends that need different locations: split_clients picks the internal location."""
     entries = split_entries(targets)
     var = "$gw_pick_" + hashlib.sha1(repr(entries).encode()).hexdigest()[:12]
     put(st.splits, var, f"split_clients $request_id {var} {{\n" + "".join(f"    {p} {t};\n" for p, t in entries) + "}\n")
-    return [f"error_page 418 = {var};", "return 418;"]
+    return _jump(var)
 
 
 def _tls_lines(tls: Any, st: _State) -> list[str]:
@@ -693,25 +748,8 @@ def _redirect(a: Action, r: dict[str, Any], prefix: str) -> list[str]:
     lines = [comment("RequestRedirect")]
     p = r.get("path") if isinstance(r.get("path"), dict) else None
     if p:
-        lines += _path_rewrite(p, a, prefix, "")
+        lines += [f"rewrite ^ {prefix}$gw_uri/;"] + _path_rewrite(p, a, prefix, "")
         target = "$uri$is_args$args"
     else:
         target = "$request_uri"
     return lines + [f"return {code} \"{out_scheme}://{host}{port_part}{target}\";"]
-
-
-def _split(live: list[Backend], st: _State) -> str:
-    """split_clients over the backends' upstreams (an invalid one: `gw_invalid`, answered 500)."""
-    total = sum(b.weight for b in live)
-    entries: list[tuple[str, str]] = []
-    for i, b in enumerate(live):
-        target = b.upstream or "gw_invalid"
-        if i == len(live) - 1:
-            entries.append(("*", target))
-        else:
-            pct = int(b.weight * 10000 // total) / 100
-            if pct > 0:
-                entries.append((f"{pct:.2f}%", target))
-    var = "$gw_split_" + hashlib.sha1(repr(entries).encode()).hexdigest()[:12]
-    put(st.splits, var, f"split_clients $request_id {var} {{\n" + "".join(f"    {p} {t};\n" for p, t in entries) + "}\n")
-    return var

@@ -36,12 +36,11 @@ def chunks(cands: list[Any]) -> list[list[Any]]:
 
 def match_map(cands: list[tuple[str | None, tuple[tuple[str, str, str], ...], tuple[tuple[str, str, str], ...], str,
                                   str | None]],
-               maps: dict[str, str], default: str = "@gw_404") -> str:
+               maps: dict[str, str], default: str = "/_gw_404/") -> str:
     """A `map` over method, the headers and the query parameters the rules look at, and whether the
     path matches each RegularExpression (see path_regex), one regex per rule in precedence order
-    (NGINX tries a map's regexes in order: the first match wins); its value is the named location
-    of the rule. No match: 404. Header names are case-insensitive ($http_*); NGINX's $arg_* are
-    too, so query parameter names are matched case-insensitively."""
+    (NGINX tries a map's regexes in order: the first match wins); its value is the internal location
+    (URI) of the rule. No match: 404. Header names are case-insensitive ($http_*); NGINX's $arg_* are too, so query parameter names are matched case-insensitively."""
     def source_of(kind: str, name: str) -> str:
         if kind == "header":
             return f"$http_{request_header_var(name)}"
@@ -83,13 +82,10 @@ def match_map(cands: list[tuple[str | None, tuple[tuple[str, str, str], ...], tu
     return var
 
 
-#: the request's path without the virtual host's prefix and the trailing slash (see _server), what
-#: RegularExpression path matches are matched against: NGINX's normalised, percent-decoded $uri
-PATH_VAR = "$gw_path"
-
-
-PATH_MAP = (f"map $uri {PATH_VAR} {{\n    {conf_string('~(?s)^/_v[^/]*(?<gw_path_value>/.*)/$')} $gw_path_value;\n"
-            "    default \"\";\n}\n")
+#: the request's path as the client sent it to the server, before the virtual host's prefix (see
+#: render._server), what RegularExpression path matches are matched against: NGINX's normalised,
+#: percent-decoded $uri
+PATH_VAR = "$gw_uri"
 
 
 def path_regex(regex: str, maps: dict[str, str]) -> str:
@@ -100,7 +96,6 @@ def path_regex(regex: str, maps: dict[str, str]) -> str:
     why = pathregex.problem(regex)
     if why is not None:  # the data plane never hands one over; never let one reach NGINX
         raise RenderError(f"path regular expression {regex!r}: {why}")
-    put(maps, PATH_VAR, PATH_MAP)
     return regex_map("$gw_rx_" + hashlib.sha1(regex.encode()).hexdigest()[:12], PATH_VAR, regex, maps)
 
 
