@@ -519,7 +519,7 @@ def test_supported_features_are_only_what_passes():
         tested |= features
         if name in GAPS:
             assert not features & claimed, f"{name} is a gap ({GAPS[name]}) but {sorted(features & claimed)} is claimed"
-    import grpc_conformance  # the GRPCRoute cases (tests/test_gateway_grpc_conformance.py runs them)
+    import grpc_conformance  # the GRPCRoute cases (tests/gateway/test_gateway_grpc_conformance.py runs them)
 
     for name in grpc_conformance.case_names():
         tested |= _attributed(grpc_conformance.load_case(name))

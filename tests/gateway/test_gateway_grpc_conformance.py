@@ -1,6 +1,6 @@
 """The GRPCRoute conformance cases (tests/data/grpc-conformance) against `gwpolicy gateway` (real
 processes, real NGINX), once against `gwpolicy sandbox` and once against a real kube-apiserver, as
-tests/test_gateway_conformance.py runs the HTTP cases: the same base, generated certificates,
+tests/gateway/test_gateway_conformance.py runs the HTTP cases: the same base, generated certificates,
 EndpointSlices and status checks, with the base's gRPC echo backends (`grpc-infra-backend-v1/v2/v3`,
 two replicas each) running as well. Each case's calls are compared as the suite's
 `compareResponse` does (tests/grpc_conformance.py), GRPCRouteRequestHeaderModifier's

@@ -2,7 +2,7 @@
 
 Random GRPCRoutes (service and method matches, Exact and RegularExpression; header matches;
 request and response header filters; hostnames; backends) are rendered with NGINX's
-metacharacters and pieces of configuration in every string field, as tests/test_gateway_render_syntax.py
+metacharacters and pieces of configuration in every string field, as tests/gateway/test_gateway_render_syntax.py
 does for HTTPRoutes, on a plaintext and an HTTPS listener (so the preface stream server and the
 `http2` listens are rendered too): NGINX's parser loads the files, no directive is named after
 the payloads' marker, and the tree of directives is the same when each payload's metacharacters

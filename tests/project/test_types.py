@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "gwpolicy"
 
-#: the engine from objects to effective policy and status: the compiled core (tests/test_compiled.py)
+#: the engine from objects to effective policy and status: the compiled core (tests/project/test_compiled.py)
 CORE_MODULES = tuple(f"engine/{name}" for name in (
     "analysis.py", "effective.py", "incremental.py", "topology.py", "attach.py", "status.py",
     "policies.py", "model.py", "refs.py", "merge"))

@@ -379,7 +379,7 @@ def _nodes_at_of_full_analysis(topo: Topology) -> dict[Ref, dict[PathNode, None]
     """`nodes_at` of a topology as a full analysis leaves it, read off its paths rather than walked
     (at 50k routes the walk of 535k nodes took half a second): there, every leaf of the tree is one
     of the paths, so the tree is the paths and the nodes above them (the Namespace levels `extend`
-    places above an object, a Service above a port no route reaches). tests/test_nodes_at.py
+    places above an object, a Service above a port no route reaches). tests/engine/test_nodes_at.py
     checks that it gives what the walk gives."""
     paths, root = topo.paths, topo.root
     idx = {level: reg.copy() for level, reg in paths.items() if reg}

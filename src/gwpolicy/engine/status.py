@@ -265,7 +265,7 @@ def route_breadcrumbs_hold(obj: Obj, affected_kinds: Iterable[str], topo: Topolo
     entry of ours under every parent already says what ours would say. Checked in place with nothing
     built (what a full analysis of routes that carry our status mostly finds: at 50k routes building
     and comparing their breadcrumbs was a second). False is no verdict: `breadcrumbs` decides.
-    tests/test_breadcrumbs_hold.py (hypothesis) checks that True always agrees with `breadcrumbs`."""
+    tests/engine/test_breadcrumbs_hold.py (hypothesis) checks that True always agrees with `breadcrumbs`."""
     kinds = sorted(set(affected_kinds))
     if not kinds or obj.group != GATEWAY_GROUP or obj.kind not in ROUTE_KINDS:
         return False

@@ -21,7 +21,7 @@ as. So the fast path only takes text in which nothing can be read differently:
 
 Anything else returns None and the caller reads the text with PyYAML, which also gives the
 `file:line` of any error. The scan is conservative: it may decline text that would have read
-the same (a quoted `"[1, no]"`, say), never the reverse. tests/test_yamlfast.py compares both
+the same (a quoted `"[1, no]"`, say), never the reverse. tests/files/test_yamlfast.py compares both
 readers on the shared scenarios, the examples, synthetic clusters and generated documents.
 """
 

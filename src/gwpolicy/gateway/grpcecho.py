@@ -100,7 +100,7 @@ EchoResponse: Any = _CLASSES[f"{PACKAGE}.EchoResponse"]
 def _authority(context: Any) -> str:
     """The request's :authority. grpcio has no public call for it; grpc core's call details carry it
     (`host`), reachable from the servicer context. Empty when a grpcio release moves it (the answer
-    then says nothing rather than something wrong; tests/test_grpcecho.py notices)."""
+    then says nothing rather than something wrong; tests/gateway/test_grpcecho.py notices)."""
     host = getattr(getattr(getattr(context, "_rpc_event", None), "call_details", None), "host", b"")
     return host.decode("utf-8", "replace") if isinstance(host, bytes) else str(host or "")
 

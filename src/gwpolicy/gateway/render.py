@@ -88,7 +88,7 @@ class RenderCache:
     very same MatchRule and Upstream objects for what did not change, so comparing them by identity
     finds what must be rendered again; the rest is copied, with what it added to the maps, zones
     and internal locations replayed in order (the output is the same bytes as a render without cache,
-    which tests/test_gateway_inplace.py checks)."""
+    which tests/gateway/test_gateway_inplace.py checks)."""
 
     def __init__(self) -> None:
         self.locations: dict[tuple[str, str, bool, str], _Rendered] = {}

@@ -38,7 +38,7 @@ one object is applied in place instead where that gives the same result:
   `apply_change` as well.
 
 Whenever `apply_change` answers None (only a full analysis can say), the next `refresh` runs the
-full pass. Property tests (tests/test_gateway_inplace.py) hold that the result renders the same
+full pass. Property tests (tests/gateway/test_gateway_inplace.py) hold that the result renders the same
 files and the same status as the full pass.
 """
 
