@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from gen import GW, cluster, meta
 from gen import settings as settings_strategy
 from gwpolicy.engine.analysis import Analysis, analyse
-from gwpolicy.engine.incremental import apply_change, nodes_at, policy_ref
+from gwpolicy.engine.inplace.recompute import apply_change, nodes_at, policy_ref
 from gwpolicy.engine.refs import Ref
 from gwpolicy.files.output import effective_list, encode, status_list
 from helpers import NOW, assert_lists_unchanged, path_lists

@@ -16,7 +16,7 @@ from typing import Any
 
 from gwpolicy.controller.store import kept, share_unchanged
 from gwpolicy.engine.analysis import Analysis, analyse, utc_now
-from gwpolicy.engine.incremental import apply_change, prepare
+from gwpolicy.engine.inplace.recompute import apply_change, prepare
 from gwpolicy.engine.kinds import split_api_version
 from gwpolicy.engine.model import Obj
 from gwpolicy.engine.refs import Ref, sort_by_ref

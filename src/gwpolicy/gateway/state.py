@@ -49,7 +49,7 @@ from typing import AbstractSet, Any, Callable, Iterator, Mapping
 
 from gwpolicy.engine.analysis import Analysis, analyse
 from gwpolicy.engine.grants import ReferenceGrants
-from gwpolicy.engine.incremental import apply_change, prepare, replace_object
+from gwpolicy.engine.inplace.recompute import apply_change, prepare, replace_object
 from gwpolicy.engine.kinds import split_api_version
 from gwpolicy.engine.model import ObjectIndex, build_index
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Iterator
 from gwpolicy.engine.analysis import Analysis, analyse
 from gwpolicy.engine.attach import ACCEPTED, CONFLICTED, TargetOutcome
 from gwpolicy.engine.effective import EffectivePolicy, effective_policies
-from gwpolicy.engine.incremental import apply_change, nodes_at, policy_ref, subtree_of
+from gwpolicy.engine.inplace.recompute import apply_change, nodes_at, policy_ref, subtree_of
 from gwpolicy.engine.kinds import split_api_version
 from gwpolicy.engine.merge.leaves import field_name
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref

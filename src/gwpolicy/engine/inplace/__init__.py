@@ -1,0 +1,1 @@
+"""One object created, changed or deleted, applied to an analysis in place."""
