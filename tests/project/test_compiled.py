@@ -32,7 +32,7 @@ def _run(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = 
 
 
 def _which_core(pythonpath: Path, env: dict[str, str] | None = None) -> dict[str, object]:
-    code = ("import json, gwpolicy.compiled as c; import gwpolicy.engine.effective, gwpolicy.engine.inplace.recompute, gwpolicy.engine.topology;"
+    code = ("import json, gwpolicy.compiled as c; import gwpolicy.engine.effective, gwpolicy.engine.inplace.apply, gwpolicy.engine.topology;"
             "print(json.dumps({'in_use': c.in_use(), 'reason': c.reason,"
             " 'files': [__import__(m, fromlist=['x']).__file__ for m in c.MODULES]}))")
     run = _run(["-c", code], env={"PYTHONPATH": str(pythonpath), **(env or {})})
