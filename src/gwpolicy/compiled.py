@@ -29,7 +29,9 @@ from types import ModuleType
 from typing import Any, Sequence
 
 #: the modules compiled: the engine's core (tests/project/test_types.py's CORE_MODULES), not its edges
-MODULES = ("gwpolicy.engine.topology", "gwpolicy.engine.effective", "gwpolicy.engine.incremental", "gwpolicy.engine.refs", "gwpolicy.engine.model",
+MODULES = ("gwpolicy.engine.topology", "gwpolicy.engine.effective", "gwpolicy.engine.refs", "gwpolicy.engine.model",
+           "gwpolicy.engine.inplace.base", "gwpolicy.engine.inplace.recompute", "gwpolicy.engine.inplace.policies",
+           "gwpolicy.engine.inplace.edit", "gwpolicy.engine.inplace.hierarchy", "gwpolicy.engine.inplace.apply",
            "gwpolicy.engine.merge.fieldmerge", "gwpolicy.engine.merge.strategies", "gwpolicy.engine.merge.leaves", "gwpolicy.engine.merge.values",
            "gwpolicy.engine.analysis", "gwpolicy.engine.status", "gwpolicy.engine.attach", "gwpolicy.engine.policies")
 #: mypyc's shared library is named after the group: `gwpolicy/_core__mypyc.*.so`, inside the package

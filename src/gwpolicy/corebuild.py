@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import sysconfig
+from itertools import chain
 from pathlib import Path
 
 from gwpolicy.compiled import GROUP, MANIFEST, MODULES, PACKAGE_DIR, check, describe, digest_file, source_path
@@ -45,8 +46,16 @@ def _hashes() -> dict[str, str]:
 
 
 def _built_files() -> list[Path]:
-    stems = [source_path(m).with_suffix("") for m in MODULES] + [source_path(GROUP + "__mypyc").with_suffix("")]
-    return [p for s in stems for p in s.parent.glob(s.name + ".*") if p.suffix in (".so", ".pyd")]
+    """The build's extensions, and any extension in the package with no source beside it: one a module
+    renamed or taken out of the core left, which an import of the old name would still find."""
+    group = source_path(GROUP + "__mypyc").with_suffix("")
+    stems = [source_path(m).with_suffix("") for m in MODULES] + [group]
+    built = {p for s in stems for p in s.parent.glob(s.name + ".*") if p.suffix in (".so", ".pyd")}
+    for p in chain(PACKAGE_DIR.rglob("*.so"), PACKAGE_DIR.rglob("*.pyd")):
+        stem = p.parent / p.name.split(".")[0]
+        if stem != group and not stem.with_suffix(".py").is_file():
+            built.add(p)
+    return sorted(built)
 
 
 def clean() -> None:

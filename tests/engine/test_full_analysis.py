@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gen import cluster, meta
 from gwpolicy.engine.analysis import analyse
 from gwpolicy.engine.effective import EffectivePolicy
-from gwpolicy.engine.incremental import apply_change
+from gwpolicy.engine.inplace.apply import apply_change
 from gwpolicy.engine.status import breadcrumbs
 from helpers import NOW
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from gen import cluster
 from gen import settings as settings_strategy
 from gwpolicy.engine.analysis import analyse
-from gwpolicy.engine.incremental import policy_ref, update_policy
+from gwpolicy.engine.inplace.apply import policy_ref
+from gwpolicy.engine.inplace.policies import update_policy
 from gwpolicy.engine.refs import Ref
 from gwpolicy.files.output import effective_list, encode, status_list
 from helpers import NOW
@@ -74,7 +75,7 @@ def canonical(a):
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cluster(), st.randoms(use_true_random=False))
 def test_a_route_change_in_place_equals_a_full_analysis(objs, rnd: random.Random) -> None:
-    from gwpolicy.engine.incremental import update_route
+    from gwpolicy.engine.inplace.hierarchy import update_route
 
     routes = [o for o in objs if o["kind"] == "HTTPRoute"]
     if not routes:

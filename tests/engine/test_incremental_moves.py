@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from gen import GW, meta, route_and_service_targets
 from gen import settings as settings_strategy
 from gwpolicy.engine.analysis import analyse
-from gwpolicy.engine.incremental import apply_change, policy_ref
+from gwpolicy.engine.inplace.apply import apply_change, policy_ref
 from gwpolicy.engine.refs import Ref
 from helpers import NOW, assert_lists_unchanged, path_lists
 from test_incremental_topology import assert_node_index, canonical, draw_change, index_view, key, moved_status

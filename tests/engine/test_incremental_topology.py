@@ -1,5 +1,5 @@
 """Changes to the hierarchy itself (Gateways, Services, Namespaces, ReferenceGrants), mixed with
-policy and route changes, applied in place through `incremental.apply_change`, give exactly what a
+policy and route changes, applied in place through `inplace.apply.apply_change`, give exactly what a
 full analysis of the same objects gives: after every step of a random sequence on a random cluster."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from gen import GW, cluster, meta
 from gen import settings as settings_strategy
 from gwpolicy.engine.analysis import Analysis, analyse
-from gwpolicy.engine.incremental import apply_change, nodes_at, policy_ref
+from gwpolicy.engine.inplace.apply import apply_change, policy_ref
+from gwpolicy.engine.inplace.base import nodes_at
 from gwpolicy.engine.refs import Ref
 from gwpolicy.files.output import effective_list, encode, status_list
 from helpers import NOW, assert_lists_unchanged, path_lists

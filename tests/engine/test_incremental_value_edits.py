@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gen import cluster
 from gen import settings as settings_strategy
 from gwpolicy.engine.analysis import analyse
-from gwpolicy.engine.incremental import apply_change, policy_ref
+from gwpolicy.engine.inplace.apply import apply_change, policy_ref
 from gwpolicy.engine.refs import Ref
 from gwpolicy.files.output import effective_list, encode, status_list
 from helpers import NOW, assert_lists_unchanged, path_lists

@@ -7,7 +7,7 @@ import copy
 
 from gen import meta
 from gwpolicy.engine.analysis import analyse
-from gwpolicy.engine.incremental import apply_change
+from gwpolicy.engine.inplace.apply import apply_change
 from helpers import NOW
 
 GW = "gateway.networking.k8s.io"

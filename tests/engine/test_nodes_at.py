@@ -15,7 +15,8 @@ from gen import cluster
 from gen import settings as settings_strategy
 from gwpolicy.bench.generate import cluster as cluster_of
 from gwpolicy.engine.analysis import Analysis, analyse
-from gwpolicy.engine.incremental import apply_change, nodes_at, prepare
+from gwpolicy.engine.inplace.apply import apply_change, prepare
+from gwpolicy.engine.inplace.base import nodes_at
 from gwpolicy.engine.refs import Ref
 from helpers import NOW, scenario_files
 from test_incremental_topology import CHANGES, canonical, draw_change, key, tree_by_level

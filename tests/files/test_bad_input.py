@@ -220,7 +220,9 @@ def test_describe_cuts_long_values_and_effective_has_them_whole(tmp_path):
 def test_the_controllers_fast_path_leaves_a_malformed_object_to_a_full_analysis():
     """An update in place (incremental) would read the malformed fields; it declines, and the full analysis
     the controller then runs leaves the object out and says why."""
-    from gwpolicy.engine.incremental import policy_ref, update_policy, update_route
+    from gwpolicy.engine.inplace.apply import policy_ref
+    from gwpolicy.engine.inplace.hierarchy import update_route
+    from gwpolicy.engine.inplace.policies import update_policy
     from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
 
     objs = _parable()
@@ -242,7 +244,8 @@ EVERY_FIELD = ROOT / "tests" / "data" / "every-field.yaml"
 
 def test_a_list_map_key_that_is_no_scalar_leaves_the_policy_out():
     """The merge identifies the items of an `x-kubernetes-list-type: map` list by their keys (S5.1)."""
-    from gwpolicy.engine.incremental import policy_ref, update_policy
+    from gwpolicy.engine.inplace.apply import policy_ref
+    from gwpolicy.engine.inplace.policies import update_policy
 
     objs = [d for d in yaml.safe_load_all(EVERY_FIELD.read_text()) if d]
     policy = next(o for o in objs if o["metadata"]["name"] == "ns")

@@ -32,7 +32,7 @@ def _run(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = 
 
 
 def _which_core(pythonpath: Path, env: dict[str, str] | None = None) -> dict[str, object]:
-    code = ("import json, gwpolicy.compiled as c; import gwpolicy.engine.effective, gwpolicy.engine.incremental, gwpolicy.engine.topology;"
+    code = ("import json, gwpolicy.compiled as c; import gwpolicy.engine.effective, gwpolicy.engine.inplace.apply, gwpolicy.engine.topology;"
             "print(json.dumps({'in_use': c.in_use(), 'reason': c.reason,"
             " 'files': [__import__(m, fromlist=['x']).__file__ for m in c.MODULES]}))")
     run = _run(["-c", code], env={"PYTHONPATH": str(pythonpath), **(env or {})})
@@ -120,3 +120,23 @@ def test_the_compiled_modules_are_the_core_that_mypy_holds() -> None:
             if f.name != "__init__.py":
                 core.add("gwpolicy." + ".".join(f.relative_to(PACKAGE).with_suffix("").parts))
     assert set(compiled.MODULES) == core
+
+
+def test_clean_takes_the_extension_a_renamed_module_left(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An extension beside no source (its module renamed or taken out of the core) goes with the
+    build's own, so an import of the old name cannot find it; one beside its source stays."""
+    from gwpolicy import corebuild
+    package = tmp_path / "gwpolicy"
+    (package / "engine").mkdir(parents=True)
+    tag = sys.implementation.cache_tag
+    orphan = package / "engine" / f"gone.{tag}-x86_64-linux-gnu.so"
+    group = package / f"_core__mypyc.{tag}-x86_64-linux-gnu.so"
+    own = package / "engine" / f"other.{tag}-x86_64-linux-gnu.so"
+    for f in (orphan, group, own, package / "engine" / "other.py"):
+        f.write_bytes(b"")
+    monkeypatch.setattr(corebuild, "PACKAGE_DIR", package)
+    monkeypatch.setattr(corebuild, "MANIFEST", package / "_compiled.json")
+    monkeypatch.setattr(corebuild, "source_path", lambda m: tmp_path.joinpath(*m.split(".")).with_suffix(".py"))
+    corebuild.clean()
+    assert not orphan.exists() and not group.exists()
+    assert own.exists()

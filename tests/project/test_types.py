@@ -22,7 +22,7 @@ PACKAGE = ROOT / "src" / "gwpolicy"
 
 #: the engine from objects to effective policy and status: the compiled core (tests/project/test_compiled.py)
 CORE_MODULES = tuple(f"engine/{name}" for name in (
-    "analysis.py", "effective.py", "incremental.py", "topology.py", "attach.py", "status.py",
+    "analysis.py", "effective.py", "inplace", "topology.py", "attach.py", "status.py",
     "policies.py", "model.py", "refs.py", "merge"))
 
 

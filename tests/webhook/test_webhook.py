@@ -17,7 +17,7 @@ import pytest
 
 import live_server
 from gwpolicy.engine.analysis import analyse
-from gwpolicy.engine.incremental import prepare
+from gwpolicy.engine.inplace.apply import prepare
 from gwpolicy.engine.refs import Ref
 from gwpolicy.files.load import load_paths
 from gwpolicy.files.output import effective_list

@@ -1,5 +1,5 @@
 """The webhook answers every kind the engine updates in place without a full analysis: the object
-under review is applied with `incremental.apply_change` (as the controller's and the gateway's
+under review is applied with `inplace.apply.apply_change` (as the controller's and the gateway's
 changes are), and a change to the cluster reaches the next answer through the model's in-place
 update. What the answer says is what a full analysis would say."""
 

@@ -52,7 +52,7 @@ def child(path: str, verify: bool = False) -> dict[str, Any]:
         checks = model.reconcile()
         # the young collection of what the edit allocated, in its own window: it runs when the
         # collector is turned back on only if the edit allocated more than it freed, and would
-        # otherwise land in a later edit's window (incremental.apply_change keeps it off meanwhile)
+        # otherwise land in a later edit's window (inplace.apply.apply_change keeps it off meanwhile)
         gc.collect(0)
         wall, cpu = time.perf_counter() - w, time.process_time() - c
         edits.append({"edit": name, "ms": round(1000 * wall, 2), "cpu_ms": round(1000 * cpu, 2),

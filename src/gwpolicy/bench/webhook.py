@@ -1,7 +1,7 @@
 """Admission latency of `gwpolicy webhook` on a synthetic cluster: the webhook's HTTPS server in this
 process, its model built from the cluster's objects as informers would fill it, and a client sending
 AdmissionReviews (an UPDATE of a policy, an HTTPRoute, a Service, a Namespace: a label added) over
-loopback TLS, one at a time. Each kind is applied in place (`incremental.apply_change`); the count of
+loopback TLS, one at a time. Each kind is applied in place (`inplace.apply.apply_change`); the count of
 full analyses the reviews ran on a copy says when one was not."""
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ class Metrics:
         self.analyses = Counter("gwpolicy_full_analyses", "Full analyses of the cluster (start, leadership, and "
                                 "changes that cannot be applied in place)", registry=r)
         self.incremental = Counter("gwpolicy_incremental_updates", "Changes to the cluster applied to the analysis in "
-                                   "place, without a full analysis (incremental.apply_change: policies, routes, "
+                                   "place, without a full analysis (inplace.apply.apply_change: policies, routes, "
                                    "Gateways, Services, Namespaces, ReferenceGrants, and EndpointSlices, Secrets and "
                                    "ConfigMaps, which it holds but does not read)", registry=r)
         self.reconcile_seconds = Histogram("gwpolicy_reconcile_pass_seconds", "Time a reconcile pass takes to bring "

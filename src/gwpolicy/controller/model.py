@@ -16,7 +16,7 @@ from typing import Any
 
 from gwpolicy.controller.store import kept, share_unchanged
 from gwpolicy.engine.analysis import Analysis, analyse, utc_now
-from gwpolicy.engine.incremental import apply_change, prepare
+from gwpolicy.engine.inplace.apply import apply_change, prepare
 from gwpolicy.engine.kinds import split_api_version
 from gwpolicy.engine.model import Obj
 from gwpolicy.engine.refs import Ref, sort_by_ref
@@ -133,7 +133,7 @@ class ClusterModel:
             self._changed(new, new)
 
     def _changed(self, raw: dict[str, Any], new: dict[str, Any] | None) -> None:
-        """A change the analysis must see: applied in place (`incremental.apply_change`: policies,
+        """A change the analysis must see: applied in place (`inplace.apply.apply_change`: policies,
         routes, Gateways, Services, Namespaces, ReferenceGrants), else by a new analysis."""
         if self.stale or self.analysis is None or not self.incremental:
             self.stale = True

@@ -108,7 +108,7 @@ class Analysis:
     # sorted; one list shared by the paths with the same results): an incremental update replaces
     # one path's list without walking a target's other paths
     _by_effective_target: dict[Ref, dict[PathNode, Pairs]] | None = None
-    # made by incremental.prepare and kept by its updates (`_kinds_targeted`, `_named_across` there)
+    # made by inplace.apply.prepare and kept by the updates (`kinds_targeted`, `named_across` of inplace.policies)
     _kinds_targeted: Counter[Any] | None = None
     _named_across: dict[str, set[Ref]] | None = None
 

@@ -147,7 +147,7 @@ class Evaluator:
         self.index = index
         # results by ladder, one memo per kind (a value edit in place drops the stale ones of its kind alone)
         self.memos: dict[KindKey, dict[tuple, Result]] = {kk: {} for kk in kinds}
-        self.memo_base: int | None = None  # memo size after the full analysis (incremental.py)
+        self.memo_base: int | None = None  # memo size after the full analysis (engine/inplace/)
         self._object_values: dict[tuple[Ref, KindKey], tuple[Obj | None, Contribution | None]] = {}
         # a kind's mapped values (scalars, each with its type) -> their contribution, one for every
         # object that holds the same values: its contexts, and so its nodes' results, are shared

@@ -123,7 +123,7 @@ class Topology:
     #: (group, kind) of every policy kind: never a target, though its objects are in the input
     policy_kinds: frozenset[tuple[str, str]] = frozenset()
     #: indexes an in-place update makes the first time it needs them and keeps up to date
-    #: (incremental.nodes_at, incremental.route_index); declared, as a compiled class has no others
+    #: (inplace.base.nodes_at, inplace.base.route_index); declared, as a compiled class has no others
     _nodes_at: dict[Ref, dict[PathNode, None]] | None = field(default=None, repr=False, compare=False)
     _route_index: Any = field(default=None, repr=False, compare=False)
 

@@ -93,7 +93,7 @@ class Metrics:
         self.analyses = Counter("gwpolicy_gateway_full_analyses", "Full analyses of the cluster (start, and changes "
                                 "that cannot be applied in place)", registry=r)
         self.incremental = Counter("gwpolicy_gateway_incremental_updates", "Changes to the cluster applied to the "
-                                   "analysis in place, without a full analysis (incremental.apply_change)", registry=r)
+                                   "analysis in place, without a full analysis (inplace.apply.apply_change)", registry=r)
         self.reconcile_seconds = Histogram("gwpolicy_gateway_reconcile_seconds", "Time a reconcile pass takes: the "
                                            "analysis brought up to date, the configuration built, rendered and "
                                            "applied, status computed", registry=r)

@@ -6,7 +6,7 @@ listeners status accepts, routes only the parentRefs it accepts) and analyse tha
 one object is applied in place instead where that gives the same result:
 
 - a policy: the facts do not read policies and the view passes them through, so the change goes to
-  the engine as it is (`incremental.apply_change`);
+  the engine as it is (`inplace.apply.apply_change`);
 - a route (HTTPRoute, TLSRoute; while there is no GRPCRoute, whose conflict rule with HTTPRoutes
   reads other routes, so that a full pass follows): its own facts are computed again (nothing else's facts read a route, except the
   `attachedRoutes` counts of the listeners it was or is attached to), and its new view goes to
@@ -49,7 +49,8 @@ from typing import AbstractSet, Any, Callable, Iterator, Mapping
 
 from gwpolicy.engine.analysis import Analysis, analyse
 from gwpolicy.engine.grants import ReferenceGrants
-from gwpolicy.engine.incremental import apply_change, prepare, replace_object
+from gwpolicy.engine.inplace.apply import apply_change, prepare
+from gwpolicy.engine.inplace.base import replace_object
 from gwpolicy.engine.kinds import split_api_version
 from gwpolicy.engine.model import ObjectIndex, build_index
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref

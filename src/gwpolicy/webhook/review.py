@@ -3,7 +3,7 @@ affected by, and what becomes of an applied policy (Conflicted, Invalid, TargetN
 
 Pure: it reads an analysis of the cluster and the incoming object. The answer is computed on the
 cluster state plus the incoming object, as `gwpolicy whatif` does: the object is applied to the
-analysis in place (`incremental.apply_change`, whatever its kind), read, and taken back out; a change
+analysis in place (`inplace.apply.apply_change`, whatever its kind), read, and taken back out; a change
 that cannot be applied in place is analysed whole on a copy of the objects. The caller serialises
 reviews (one event loop), so nobody sees the analysis while the incoming object is in it.
 """
@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterable, Iterator
 from gwpolicy.engine.analysis import Analysis, analyse
 from gwpolicy.engine.attach import ACCEPTED, CONFLICTED, TargetOutcome
 from gwpolicy.engine.effective import EffectivePolicy, effective_policies
-from gwpolicy.engine.incremental import apply_change, nodes_at, policy_ref, subtree_of
+from gwpolicy.engine.inplace.apply import apply_change, policy_ref
+from gwpolicy.engine.inplace.base import nodes_at, subtree_of
 from gwpolicy.engine.kinds import split_api_version
 from gwpolicy.engine.merge.leaves import field_name
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
@@ -115,7 +116,7 @@ class Fallback(Exception):
 def applied(a: Analysis, ref: Ref, new: dict[str, Any] | None) -> Iterator[Analysis]:
     """The analysis with the incoming object in place of the stored one (None: deleted), for the
     duration of the block; afterwards exactly as before. Every kind goes through
-    `incremental.apply_change`, as the controller's and the gateway's changes do; raises Fallback
+    `inplace.apply.apply_change`, as the controller's and the gateway's changes do; raises Fallback
     where it cannot apply the object in place."""
     before = a.index.by_ref.get(ref)
     old_raw = before.raw if before is not None else None
