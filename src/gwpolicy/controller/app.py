@@ -26,7 +26,7 @@ from gwpolicy.kube.client import Kind
 from gwpolicy.kube.defaults import ProcessOptions
 from gwpolicy.kube.loop import synced_bursts
 from gwpolicy.kube.process import WatchingProcess
-from gwpolicy.kube.writer import Job, StatusWriters
+from gwpolicy.kube.writer import Job
 
 log = logging.getLogger("gwpolicy.controller")
 
@@ -128,8 +128,7 @@ class Controller(WatchingProcess):
         self.fresh: dict[Ref, None] = {}  # breadcrumbs a change since the last analysis caused: before the backlog
         self.low: dict[Ref, None] = {}  # breadcrumbs: after, rate-limited
         #: the write workers (kube/writer.py); `queue_event` tells them something is queued
-        self.writers = StatusWriters(self._next_write, self._requeue, self.metrics.errors.labels("write").inc,
-                                     after=self._gauge)
+        self.writers = self.status_writers(self._next_write, self._requeue, after=self._gauge)
         self.queue_event = self.writers.wake
         self.last_event = time.monotonic()
         self.writes_done = 0

@@ -74,7 +74,7 @@ from gwpolicy.kube.informer import Informer
 from gwpolicy.kube.leader import LEASE
 from gwpolicy.kube.loop import synced_bursts
 from gwpolicy.kube.process import WatchingProcess
-from gwpolicy.kube.writer import Job, StatusWriters
+from gwpolicy.kube.writer import Job
 
 __all__ = ["BUILTIN", "DataPlaneDriver", "GatewayController", "GatewayOptions", "Metrics", "Renderer",
            "enforced_here", "main", "parse", "policy_ancestors_of", "spec_addresses", "with_defaults"]
@@ -497,9 +497,8 @@ class GatewayController(WatchingProcess):
             self.queue_event.set()
 
     def _next_write(self) -> Job[Ref] | None:
-        """The writers' next job (kube/writer.py): the first queued object no worker holds."""
-        if not self.leading:
-            return None
+        """The writers' next job (kube/writer.py): the first queued object no worker holds (the
+        shell asks only while this replica leads)."""
         ref = next((r for r in self.queue if r not in self.writing), None)
         if ref is None:
             return None
@@ -607,8 +606,7 @@ class GatewayController(WatchingProcess):
         """The reconcile loop, the status writers and, with leader election and NGINX, this replica's
         own Lease (what its NGINX serves) and the view of every replica's."""
         self.tasks.append(asyncio.create_task(self.reconcile_loop(), name="reconcile"))
-        writers = StatusWriters(self._next_write, self._requeue, self.metrics.errors.labels("write").inc,
-                                wake=self.queue_event)
+        writers = self.status_writers(self._next_write, self._requeue, wake=self.queue_event)
         self.writing = writers.writing
         self.tasks += writers.start(self.opts.write_workers, "write")  # writes wait on the API server: a few in flight
         if self.opts.leader_election and self.driver is not None:

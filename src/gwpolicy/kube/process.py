@@ -1,6 +1,7 @@
 """The shell of a long-running process that watches the API server (the controller, the gateway, the
 webhook), written once so that the three cannot drift apart: its API client, its informers and the
-kinds its CRDs make known, its leader election, its HTTP endpoints (`/healthz`, `/readyz`,
+kinds its CRDs make known, its leader election, its status writers (which write only while the
+replica leads), its HTTP endpoints (`/healthz`, `/readyz`,
 `/statusz`, `/metrics`) on the listen address of kube/defaults.py, and the order it starts and stops
 in. Each process is a `WatchingProcess` that says only what is its own: what it watches
 (`watches`, `on_event`), what it does once started (`started`: its reconcile loop, its writers),
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from aiohttp import web
 from lightkube import AsyncClient
@@ -30,6 +31,7 @@ from gwpolicy.kube.defaults import ProcessOptions
 from gwpolicy.kube.endpoints import ListenError, healthz, metrics, serve_endpoints
 from gwpolicy.kube.informer import Informer
 from gwpolicy.kube.leader import LeaderElector
+from gwpolicy.kube.writer import Job, StatusWriters
 
 
 async def shut_down(tasks: list[asyncio.Task], informers: list[Informer], runner: web.AppRunner | None,
@@ -137,6 +139,14 @@ class WatchingProcess:
         if self.elector is not None and self.elector.problem is not None and self.elector.blocking:
             return [f"leader election: {self.elector.problem}"]
         return []
+
+    def status_writers(self, take: Callable[[], Job[Any] | None], requeue: Callable[[Any], None], *,
+                       wake: asyncio.Event | None = None, after: Callable[[], None] | None = None) -> StatusWriters[Any]:
+        """The status writers of a process that writes (kube/writer.py), a failed write counted in
+        its metrics (`errors`, where="write"). They take a job only while this replica may write
+        (`leading`): a replica without the Lease never writes, whatever its queues hold."""
+        return StatusWriters(lambda: take() if self.leading else None, requeue, self.metrics.errors.labels("write").inc,
+                             wake=wake, after=after)
 
     def watch(self, kind: Kind) -> None:
         """An informer for `kind` (cluster-wide), once."""
