@@ -117,9 +117,10 @@ class Controller(WatchingProcess):
     listen_flag = "--listen"  # the option that sets `Options.listen` (error messages name it)
 
     def __init__(self, opts: Options) -> None:
-        super().__init__(opts, Metrics())
+        metrics = Metrics()
+        super().__init__(opts, metrics)
         self.opts: Options = opts
-        self.metrics: Metrics = self.metrics
+        self.metrics: Metrics = metrics
         self.model = ClusterModel(opts.controller_name)
         self.last_full_analysis_cpu = 0.0  # CPU seconds of the pass that ran the last full analysis
         self.last_update_cpu = 0.0  # CPU seconds of the event that last changed the analysis in place

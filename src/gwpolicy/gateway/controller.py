@@ -148,8 +148,10 @@ class GatewayController(WatchingProcess):
     builtin = BUILTIN
 
     def __init__(self, opts: GatewayOptions, driver: Any = None) -> None:
-        super().__init__(opts, Metrics())
+        metrics = Metrics()
+        super().__init__(opts, metrics)
         self.opts: GatewayOptions = opts
+        self.metrics: Metrics = metrics
         self.driver = driver
         #: GatewayState.dataplane_version of what NGINX serves (None: build on the next reconcile)
         self.programmed_version: int | None = None

@@ -1,12 +1,12 @@
 """The shell of a long-running process that watches the API server (the controller, the gateway, the
 webhook), written once so that the three cannot drift apart: its API client, its informers and the
 kinds its CRDs make known, its leader election, its status writers (which write only while the
-replica leads), its HTTP endpoints (`/healthz`, `/readyz`,
-`/statusz`, `/metrics`) on the listen address of kube/defaults.py, and the order it starts and stops
-in. Each process is a `WatchingProcess` that says only what is its own: what it watches
-(`watches`, `on_event`), what it does once started (`started`: its reconcile loop, its writers),
-what it reports (`not_ready`, `ready_text`, `status`), what it does on taking or losing the Lease
-(`leader_changed`), and what it ends before and after the shell's own stop (`stopping`, `stopped`).
+replica leads), its HTTP endpoints (`/healthz`, `/readyz`, `/statusz`, `/metrics`) on the listen
+address of kube/defaults.py, and the order it starts and stops in. Each process is a
+`WatchingProcess` that says only what is its own: what it watches (`watches`, `on_event`), what it
+does once started (`started`: its reconcile loop, its writers), what it reports (`not_ready`,
+`ready_text`, `status`), what it does on taking or losing the Lease (`leader_changed`), and what it
+ends before and after the shell's own stop (`stopping`, `stopped`).
 
 Start: the API client; the process' own first step (`starting`: the gateway's NGINX); the endpoints
 (a busy or malformed address is a ListenError and nothing else starts); an informer per kind of
