@@ -13,8 +13,7 @@ from typing import Any
 
 import httpx2 as httpx  # the HTTP client lightkube is built on
 import orjson
-from aiohttp import web
-from lightkube import ApiError, AsyncClient
+from lightkube import ApiError
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
 from gwpolicy.controller.effectivepolicies import EffectivePolicySync
@@ -25,12 +24,9 @@ from gwpolicy.kube import client as kube
 from gwpolicy.kube import defaults
 from gwpolicy.kube.client import Kind
 from gwpolicy.kube.defaults import ProcessOptions
-from gwpolicy.kube.endpoints import ListenError, healthz, metrics, serve_endpoints
-from gwpolicy.kube.informer import Informer
-from gwpolicy.kube.leader import LeaderElector
 from gwpolicy.kube.loop import synced_bursts
-from gwpolicy.kube.process import shut_down
-from gwpolicy.kube.writer import Job, StatusWriters
+from gwpolicy.kube.process import WatchingProcess
+from gwpolicy.kube.writer import Job
 
 log = logging.getLogger("gwpolicy.controller")
 
@@ -113,36 +109,30 @@ def unordered(status: dict[str, Any]) -> dict[str, Any]:
             for k, v in status.items()}
 
 
-class Controller:
+class Controller(WatchingProcess):
+    """The policy controller on the process shell (kube/process.py): what it watches, analyses,
+    reports and writes."""
+
     command = "controller"  # its defaults (kube/defaults.py)
     listen_flag = "--listen"  # the option that sets `Options.listen` (error messages name it)
 
     def __init__(self, opts: Options) -> None:
-        self.opts = opts
-        self.metrics = Metrics()
+        metrics = Metrics()
+        super().__init__(opts, metrics)
+        self.opts: Options = opts
+        self.metrics: Metrics = metrics
         self.model = ClusterModel(opts.controller_name)
         self.last_full_analysis_cpu = 0.0  # CPU seconds of the pass that ran the last full analysis
         self.last_update_cpu = 0.0  # CPU seconds of the event that last changed the analysis in place
         self.metrics.track(self.model, self)
-        self.client: AsyncClient | None = None
-        self.informers: dict[Kind, Informer] = {}
-        self.kinds: dict[tuple[str, str], Kind] = {}
-        self.wake = asyncio.Event()
         self.high: dict[Ref, None] = {}  # policy status: first
         self.fresh: dict[Ref, None] = {}  # breadcrumbs a change since the last analysis caused: before the backlog
         self.low: dict[Ref, None] = {}  # breadcrumbs: after, rate-limited
         #: the write workers (kube/writer.py); `queue_event` tells them something is queued
-        self.writers = StatusWriters(self._next_write, self._requeue, self.metrics.errors.labels("write").inc,
-                                     after=self._gauge)
+        self.writers = self.status_writers(self._next_write, self._requeue, after=self._gauge)
         self.queue_event = self.writers.wake
-        self.elector: LeaderElector | None = None
-        self.lease_namespace: str | None = opts.lease_namespace
-        self.tasks: list[asyncio.Task] = []
         self.last_event = time.monotonic()
         self.writes_done = 0
-        self.runner: web.AppRunner | None = None
-        self.port: int | None = None
-        self.busy = False
         self.writing = self.writers.writing  # objects a writer holds
         self.next_breadcrumb = 0.0  # monotonic time the next paced write may start
         self.no_status_warned: set[tuple[str, str]] = set()
@@ -153,16 +143,10 @@ class Controller:
         self.events_seen = 0  # events handed to on_event (lists and watches)
 
     # ---------- discovery ----------
-    def _watch(self, kind: Kind) -> None:
-        if kind in self.informers or self.client is None:
-            return
-        self.kinds[(kind.group, kind.kind)] = kind
+    def informer_resync(self) -> float:
         # cluster-wide always: with --namespace the analysis still needs every Gateway, policy and
         # Namespace it can reach (only writes stay inside the namespace)
-        inf = Informer(self.client, kind, self.on_event, None, self.metrics, resync=self.opts.resync)
-        self.informers[kind] = inf
-        inf.start()
-        log.info("watching %s", kind.api_version + "/" + kind.plural)
+        return self.opts.resync
 
     async def _unwatch(self, group: str, kind_name: str) -> None:
         """The CRD of a kind is gone: stop its informer and forget its objects, so that the next
@@ -181,15 +165,6 @@ class Controller:
         self.model.stale = True
         self.wake.set()
 
-    def _consider_crd(self, crd: dict[str, Any]) -> None:
-        named = {((pk.get("spec") or {}).get("group", ""), (pk.get("spec") or {}).get("kind", ""))
-                 for key, pk in self.model.objects.items() if key[:2] == ("gwpolicy.io", "PolicyKind")}
-        kind = kube.kind_of_crd(crd, named)
-        if kind is not None:
-            if kind in self.informers:
-                self.informers[kind].kick()  # a CRD created again: its informer need not wait out a backoff
-            self._watch(kind)
-
     async def on_event(self, etype: str, kind: Kind, raw: dict[str, Any]) -> None:
         self.last_event = time.monotonic()
         self.events_seen += 1
@@ -204,11 +179,11 @@ class Controller:
                 spec = raw.get("spec") or {}
                 await self._unwatch(spec.get("group", ""), (spec.get("names") or {}).get("kind", ""))
             else:
-                self._consider_crd(raw)
+                self.consider_crd(raw, self.model.objects)
         if (kind.group, kind.kind) == ("gwpolicy.io", "PolicyKind") and etype != "DELETED":
             for key, crd in list(self.model.objects.items()):
                 if key[:2] == ("apiextensions.k8s.io", "CustomResourceDefinition"):
-                    self._consider_crd(crd)
+                    self.consider_crd(crd, self.model.objects)
         self.wake.set()
 
     # ---------- reconcile and write ----------
@@ -321,10 +296,6 @@ class Controller:
         return (synced and not self.model.stale and not self.busy and not self.wake.is_set()
                 and not any(self.queues) and self.inflight == 0)
 
-    @property
-    def leading(self) -> bool:
-        return not self.opts.leader_election or (self.elector is not None and self.elector.is_leader)
-
     def writable(self, ref: Ref) -> bool:
         """With --namespace, only objects inside it are written; never a cluster-scoped one."""
         ns = self.opts.namespace
@@ -424,52 +395,32 @@ class Controller:
                 why.append(f"{name}: {i.error}")
             elif not i.synced.is_set():
                 why.append(f"{name}: not listed yet")
-        if self.elector is not None and self.elector.problem is not None and self.elector.blocking:
-            why.append(f"leader election: {self.elector.problem}")
-        return why
+        return why + self.election_problem()
 
-    # ---------- HTTP ----------
-    async def http(self) -> None:
-        async def readyz(_: web.Request) -> web.Response:
-            why = self.not_ready()
-            return web.Response(text="ok" if not why else "\n".join(why) + "\n", status=503 if why else 200)
+    def status(self) -> dict[str, Any]:
+        """/statusz besides the leader election."""
+        return {
+            "ready": not self.not_ready(), "notReady": self.not_ready(),
+            "writeNamespace": self.opts.namespace, "stale": self.model.stale,
+            "busy": self.busy or self.wake.is_set() or self.inflight > 0,
+            "queued": sum(map(len, self.queues)), "writes": self.writes_done,
+            "idle": self.idle,
+            "fullAnalyses": self.model.reconciles, "lastFullAnalysisSeconds": self.model.last_reconcile_seconds,
+            "lastFullAnalysisCpuSeconds": self.last_full_analysis_cpu,
+            "incrementalUpdates": self.model.incremental_updates,
+            "lastUpdateSeconds": self.model.last_update_seconds, "lastUpdateCpuSeconds": self.last_update_cpu,
+            "sinceLastEvent": time.monotonic() - self.last_event, "events": self.events_seen,
+            "breadcrumbCalls": self.paced_calls,
+            "synced": self.listed(),
+            "informers": {f"{k.group}/{k.plural}": {"synced": i.synced.is_set(), "error": i.error,
+                                                    "relists": i.relists, "reconnects": i.reconnects,
+                                                    "resets": i.resets, "resourceVersion": i.rv}
+                          for k, i in self.informers.items()}}
 
-        async def statusz(_: web.Request) -> web.Response:
-            return web.json_response({
-                "ready": not self.not_ready(), "notReady": self.not_ready(),
-                "leader": self.leading, "leaseNamespace": self.lease_namespace,
-                "leaderElectionProblem": self.elector.problem if self.elector else None,
-                "writeNamespace": self.opts.namespace, "stale": self.model.stale,
-                "busy": self.busy or self.wake.is_set() or self.inflight > 0,
-                "queued": sum(map(len, self.queues)), "writes": self.writes_done,
-                "idle": self.idle,
-                "fullAnalyses": self.model.reconciles, "lastFullAnalysisSeconds": self.model.last_reconcile_seconds,
-                "lastFullAnalysisCpuSeconds": self.last_full_analysis_cpu,
-                "incrementalUpdates": self.model.incremental_updates,
-                "lastUpdateSeconds": self.model.last_update_seconds, "lastUpdateCpuSeconds": self.last_update_cpu,
-                "sinceLastEvent": time.monotonic() - self.last_event, "events": self.events_seen,
-                "breadcrumbCalls": self.paced_calls,
-                "synced": self.listed(),
-                "informers": {f"{k.group}/{k.plural}": {"synced": i.synced.is_set(), "error": i.error,
-                                                        "relists": i.relists, "reconnects": i.reconnects,
-                                                        "resets": i.resets, "resourceVersion": i.rv}
-                              for k, i in self.informers.items()}})
-
-        self.runner, self.port = await serve_endpoints(
-            self.opts.listen or defaults.listen(self.command),
-            {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics(self.metrics.registry), "/statusz": statusz},
-            self.listen_flag)
-
-    # ---------- lifecycle ----------
-    async def start(self) -> None:
-        self.client = kube.make_client(self.opts.kubeconfig, self.opts.context, self.opts.field_manager)
-        try:
-            await self.http()
-        except ListenError:
-            await self.client.close()
-            raise
-        for k in [CRD, *BUILTIN]:
-            self._watch(k)
+    # ---------- lifecycle (the order is the shell's) ----------
+    async def started(self) -> None:
+        """The reconcile loop, the EffectivePolicy objects when asked for, the status writers."""
+        assert self.client is not None
         self.tasks.append(asyncio.create_task(self.reconcile_loop(), name="reconcile"))
         if self.opts.effective_policy_objects:
             home = self.opts.effective_policy_namespace or defaults.lease_namespace(self.opts.lease_namespace,
@@ -477,25 +428,16 @@ class Controller:
             self.effective = EffectivePolicySync(self, home)
             self.effective.start()
         self.tasks += self.writers.start(self.opts.write_workers)  # writes are bound by the API server's latency
-        if self.opts.leader_election:
-            self.lease_namespace = defaults.lease_namespace(self.opts.lease_namespace, self.client.namespace)
-            log.info("leader election on the Lease gwpolicy-controller in namespace %s", self.lease_namespace)
-            self.elector = LeaderElector(self.client, self.opts.identity, self.lease_namespace,
-                                         duration=self.opts.lease_duration, on_change=self._leader_changed,
-                                         on_error=lambda reason: self.metrics.lease_errors.labels(reason).inc())
-            self.tasks.append(asyncio.create_task(self.elector.run(), name="leader"))
-        else:
-            self.metrics.leader.set(1)
 
-    def _leader_changed(self, leader: bool) -> None:
-        self.metrics.leader.set(1 if leader else 0)
+    def lease_error(self, reason: str) -> None:
+        self.metrics.lease_errors.labels(reason).inc()
+
+    def leader_changed(self, leader: bool) -> None:
         if leader:  # check everything once: the previous leader may have left work undone
             self.model.stale = True
             self.wake.set()
 
-    async def stop(self) -> None:
-        if self.elector:
-            await self.elector.release()
+    async def stopping(self) -> None:
+        """The EffectivePolicy objects' sync ends while this replica still holds the Lease."""
         if self.effective is not None:
             await self.effective.stop()
-        await shut_down(self.tasks, list(self.informers.values()), self.runner, self.client)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import gc
 
-from gwpolicy.controller.app import Controller, ListenError, Options
+from gwpolicy.controller.app import Controller, Options
 from gwpolicy.engine.status import DEFAULT_CONTROLLER
 from gwpolicy.kube import defaults, serve
 from gwpolicy.kube.args import HelpFormatter, Parser, program_name
+from gwpolicy.kube.endpoints import ListenError
 
 EXAMPLES = """examples:
   # against the sandbox: leader election on a Lease in the context's namespace, health on 127.0.0.1:8080

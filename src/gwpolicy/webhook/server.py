@@ -28,7 +28,7 @@ from gwpolicy.controller.model import ClusterModel
 from gwpolicy.engine.refs import GATEWAY_GROUP
 from gwpolicy.kube import certs, defaults
 from gwpolicy.kube import client as kube
-from gwpolicy.kube.client import BUILTIN, CRD, Kind
+from gwpolicy.kube.client import Kind
 from gwpolicy.kube.loop import synced_bursts
 from gwpolicy.webhook.review import Options as ReviewOptions
 from gwpolicy.webhook.review import review
@@ -276,13 +276,9 @@ class WebhookProcess(Controller):
                 log.exception("registering the webhook configuration failed")
             await asyncio.sleep(2.0)
 
-    async def start(self) -> None:
-        """Informers and the model, the HTTPS server, the registration; no status writers."""
-        self.client = kube.make_client(self.opts.kubeconfig, self.opts.context, self.opts.field_manager)
-        await self.http()
+    async def started(self) -> None:
+        """The HTTPS server, the model kept analysed and the registration; no status writers."""
         await self.serve()
-        for k in [CRD, *BUILTIN]:
-            self._watch(k)
         self.tasks.append(asyncio.create_task(self.reconcile_loop(), name="reconcile"))
         if self.wopts.register:
             self.tasks.append(asyncio.create_task(self.register_loop(), name="register"))
@@ -300,9 +296,12 @@ class WebhookProcess(Controller):
                 continue
             self.count_pass(t)
 
-    async def stop(self) -> None:
+    async def stopping(self) -> None:
+        """/validate stops answering first."""
         if self.webhook_runner:
             await self.webhook_runner.cleanup()
-        await super().stop()
+        await super().stopping()
+
+    async def stopped(self) -> None:
         if self._tmp is not None:
             self._tmp.cleanup()
