@@ -57,3 +57,25 @@ def test_the_objects_of_f_are_let_go_once_stored(monkeypatch, tmp_path):
     held = seen["held"]
     assert not held, f"{len(held)} parsed objects held outside the store, e.g. {held[0].get('kind')} " \
                      f"{held[0].get('metadata', {}).get('name')}"
+
+
+def test_f_may_name_the_namespaces_a_sandbox_starts_with(monkeypatch, tmp_path):
+    """Objects in `default` or `kube-system`, and a `default` Namespace carrying labels, load as
+    `kubectl apply` would take them on a new cluster: the namespace there gets the labels."""
+    manifest = tmp_path / "default.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: default, labels: {team: shop}}\n---\n"
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\nspec: {ports: [{port: 80}]}\n---\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: kube-system}\ndata: {a: b}\n")
+    seen: dict[str, Any] = {}
+
+    async def start(self: server.SandboxServer) -> int:
+        seen.update(self.sandbox.store.objects)
+        raise Stop
+
+    monkeypatch.setattr(server.SandboxServer, "start", start)
+    with pytest.raises(Stop):
+        cli.sandbox_main(["-f", str(manifest)])
+    assert ("", "services", "default", "web") in seen
+    assert ("", "configmaps", "kube-system", "c") in seen
+    assert seen[("", "namespaces", "", "default")]["metadata"]["labels"]["team"] == "shop"

@@ -790,4 +790,10 @@ def preload_object(store: Store, obj: dict[str, Any]) -> None:
     ns = (obj["metadata"].get("namespace") or "default") if r.namespaced else ""
     if r.namespaced and ("", "namespaces", "", ns) not in store.objects:
         store.create(store.registry.by_plural[("", "namespaces")], "", {"metadata": {"name": ns}})
+    name = obj["metadata"].get("name")
+    if not r.namespaced and (r.group, r.plural) == ("", "namespaces") and ("", "namespaces", "", name) in store.objects:
+        # a namespace the sandbox starts with (default, kube-system, ...), named by the file or
+        # implied by its objects: applied onto the one there, as `kubectl apply` would
+        store.apply(r, "", name, obj, subresource=None, manager="gwpolicy-sandbox-preload", force=True, version=version)
+        return
     store.create(r, ns, obj, "gwpolicy-sandbox-preload", version)
