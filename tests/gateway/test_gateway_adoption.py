@@ -67,9 +67,9 @@ def _gateway(sb: SandboxProcess, state_dir) -> GatewayProcess:
                           "--allow-unmanaged-endpointslices", pool=POOL)
 
 
-def _address(sb: SandboxProcess) -> str:
+def programmed_address(sb: SandboxProcess, ns: str = NS) -> str:
     def programmed():
-        o = json.loads(sb.kubectl("get", "gateway", "gw", "-n", NS, "-o", "json").stdout)
+        o = json.loads(sb.kubectl("get", "gateway", "gw", "-n", ns, "-o", "json").stdout)
         st = o.get("status") or {}
         ok = any(c.get("type") == "Programmed" and c.get("status") == "True" for c in st.get("conditions") or [])
         return st["addresses"][0]["value"] if ok and st.get("addresses") else None
@@ -77,7 +77,7 @@ def _address(sb: SandboxProcess) -> str:
     return wait_until(programmed, 30, what="Gateway gw Programmed")
 
 
-class _Stream:
+class RequestStream:
     """A steady request stream (a new connection per request) in a thread; counts failures."""
 
     def __init__(self, address: str, path: str) -> None:
@@ -114,11 +114,11 @@ def test_sigkill_leaves_nginx_serving_and_the_next_gateway_adopts_it(env, tmp_pa
     first = _gateway(sb, state)
     second = None
     try:
-        address = _address(sb)
+        address = programmed_address(sb)
         wait_until(lambda: request(address, 80, "/steady")[0] == 200, 15, what="traffic")
         master = first.master_pid()
         assert master is not None and master in first.nginx_pids()
-        stream = _Stream(address, "/steady")
+        stream = RequestStream(address, "/steady")
         try:
             time.sleep(0.5)
             first.stop(signal.SIGKILL, leave_nginx=True)
@@ -151,7 +151,7 @@ def test_sigusr2_ends_the_gateway_and_leaves_nginx_to_the_next(env, tmp_path):
     first = _gateway(sb, state)
     second = None
     try:
-        address = _address(sb)
+        address = programmed_address(sb)
         wait_until(lambda: request(address, 80, "/steady")[0] == 200, 15, what="traffic")
         master = first.master_pid()
         assert first.stop(signal.SIGUSR2, leave_nginx=True) == 0

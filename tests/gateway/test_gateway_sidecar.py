@@ -20,6 +20,7 @@ from gateway_proc import GatewayProcess, alive, nginx_master, request, stop_ngin
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.nginx import SIDECAR_FILE
 from sandbox_proc import BIN, GW_CRDS, SandboxProcess
+from test_gateway_adoption import RequestStream, programmed_address
 
 NS = "sidecar"
 POOL = "127.0.26.0/24"
@@ -133,44 +134,6 @@ def _gateway(sb: SandboxProcess, state_dir: Path) -> GatewayProcess:
                           "--allow-loopback-endpoints", "--allow-unmanaged-endpointslices", pool=POOL)
 
 
-def _address(sb: SandboxProcess) -> str:
-    def programmed():
-        o = json.loads(sb.kubectl("get", "gateway", "gw", "-n", NS, "-o", "json").stdout)
-        st = o.get("status") or {}
-        ok = any(c.get("type") == "Programmed" and c.get("status") == "True" for c in st.get("conditions") or [])
-        return st["addresses"][0]["value"] if ok and st.get("addresses") else None
-
-    return wait_until(programmed, 30, what="Gateway gw Programmed")
-
-
-class _Stream:
-    """A steady request stream (a new connection per request) in a thread; counts failures."""
-
-    def __init__(self, address: str, path: str) -> None:
-        self.address, self.path = address, path
-        self.ok = 0
-        self.failed: list[str] = []
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                status, _, _ = request(self.address, 80, self.path, timeout=5)
-                if status == 200:
-                    self.ok += 1
-                else:
-                    self.failed.append(f"HTTP {status}")
-            except OSError as exc:
-                self.failed.append(repr(exc))
-            time.sleep(0.005)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._t.join(10)
-
-
 def test_nginx_run_by_the_sidecar_outlives_a_sigkilled_gateway_and_stops_with_the_sidecar(env, state):
     """The sidecar waits for the gateway's configuration, then runs NGINX as its own child. SIGKILL
     of the gateway under a steady request stream: no request fails; the next gateway adopts that
@@ -183,12 +146,12 @@ def test_nginx_run_by_the_sidecar_outlives_a_sigkilled_gateway_and_stops_with_th
         time.sleep(0.5)
         assert sidecar.proc.poll() is None and sidecar.master() is None  # no configuration yet: it waits
         first = _gateway(sb, state)
-        address = _address(sb)
+        address = programmed_address(sb, NS)
         wait_until(lambda: request(address, 80, "/steady")[0] == 200, 15, what="traffic")
         master = sidecar.master()
         assert master is not None and _parent(master) == sidecar.proc.pid  # the sidecar's child, not the gateway's
         assert first.master_pid() == master and first.nginx_pids() == []
-        stream = _Stream(address, "/steady")
+        stream = RequestStream(address, "/steady")
         try:
             time.sleep(0.5)
             first.stop(signal.SIGKILL, leave_nginx=True)

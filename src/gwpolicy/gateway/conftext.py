@@ -6,6 +6,8 @@ and by routevalues (which facts asks whether NGINX could read a route's values).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from typing import Any
 
 EMPTY = '""'
 
@@ -127,3 +129,22 @@ def put(table: dict[str, str], name: str, block: str) -> None:
     was = table.setdefault(name, block)
     if was != block:
         raise RenderError(f"two different definitions of {name}")
+
+
+def response_header_directives(modifiers: Iterable[dict[str, Any]], module: str) -> list[str]:
+    """A route's ResponseHeaderModifier filters as directives: `set` hides the backend's header and
+    adds the new value, `add` adds, `remove` hides; `module` is the proxy module whose
+    `*_hide_header` applies (`proxy` for HTTP, `grpc` for gRPC)."""
+    out: list[str] = []
+    for m in modifiers:
+        for h in m.get("set") or []:
+            if isinstance(h, dict) and isinstance(h.get("name"), str):
+                n = header_name(h["name"])
+                out += [f"{module}_hide_header {n};", f"add_header {n} {quote(str(h.get('value', '')))} always;"]
+        for h in m.get("add") or []:
+            if isinstance(h, dict) and isinstance(h.get("name"), str):
+                out.append(f"add_header {header_name(h['name'])} {quote(str(h.get('value', '')))} always;")
+        for name in m.get("remove") or []:
+            if isinstance(name, str):
+                out.append(f"{module}_hide_header {header_name(name)};")
+    return out

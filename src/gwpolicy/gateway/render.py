@@ -32,6 +32,7 @@ from gwpolicy.gateway.conftext import (
     quote,
     regex_literal,
     request_header_var,
+    response_header_directives,
 )
 from gwpolicy.gateway.dataplane import Action, Backend, DataPlane, Location, Server, VirtualHost, memo, without_gc
 from gwpolicy.gateway.dataplane.cache import programmable
@@ -690,17 +691,7 @@ def _header_lines(fs: tuple[dict[str, Any], ...], rewrite: list[dict[str, Any]],
                 if isinstance(name, str):
                     headers[name.lower()] = (header_name(name), '""')
         out += [f"proxy_set_header {n} {v};" for n, v in headers.values()]
-    for m in _filters(fs, "ResponseHeaderModifier", "responseHeaderModifier"):
-        for h in m.get("set") or []:
-            if isinstance(h, dict) and isinstance(h.get("name"), str):
-                n = header_name(h["name"])
-                out += [f"proxy_hide_header {n};", f"add_header {n} {quote(str(h.get('value', '')))} always;"]
-        for h in m.get("add") or []:
-            if isinstance(h, dict) and isinstance(h.get("name"), str):
-                out.append(f"add_header {header_name(h['name'])} {quote(str(h.get('value', '')))} always;")
-        for name in m.get("remove") or []:
-            if isinstance(name, str):
-                out.append(f"proxy_hide_header {header_name(name)};")
+    out += response_header_directives(_filters(fs, "ResponseHeaderModifier", "responseHeaderModifier"), "proxy")
     return out
 
 

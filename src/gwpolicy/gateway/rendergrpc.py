@@ -42,6 +42,7 @@ from gwpolicy.gateway.conftext import (
     put,
     quote,
     request_header_var,
+    response_header_directives,
 )
 from gwpolicy.gateway.dataplane import Action, Backend, DataPlane, Location, Server, VirtualHost, memo
 from gwpolicy.gateway.dataplane.cache import programmable
@@ -305,18 +306,8 @@ def header_lines(fs: tuple[dict[str, Any], ...], maps: dict[str, str]) -> list[s
     # HTTP/2 header names are lower case: NGINX's gRPC proxy sends them as written, and a gRPC
     # peer drops a name with a capital letter
     out += [f"grpc_set_header {n.lower()} {v};" for n, v in headers.values()]
-    for m in (v for f in fs if f.get("type") == "ResponseHeaderModifier" for v in (f.get("responseHeaderModifier"),)
-              if isinstance(v, dict)):
-        for h in m.get("set") or []:
-            if isinstance(h, dict) and isinstance(h.get("name"), str):
-                n = header_name(h["name"])
-                out += [f"grpc_hide_header {n};", f"add_header {n} {quote(str(h.get('value', '')))} always;"]
-        for h in m.get("add") or []:
-            if isinstance(h, dict) and isinstance(h.get("name"), str):
-                out.append(f"add_header {header_name(h['name'])} {quote(str(h.get('value', '')))} always;")
-        for name in m.get("remove") or []:
-            if isinstance(name, str):
-                out.append(f"grpc_hide_header {header_name(name)};")
+    out += response_header_directives((v for f in fs if f.get("type") == "ResponseHeaderModifier"
+                                       for v in (f.get("responseHeaderModifier"),) if isinstance(v, dict)), "grpc")
     return out
 
 
