@@ -7,6 +7,9 @@ import json
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import yaml
@@ -21,45 +24,54 @@ BACKEND_IP = "127.0.89.1"
 CONTROLLER = "example.com/adopt"
 
 
-def _objects(port: int) -> list[dict]:
+def gateway_objects(port: int, ns: str, controller: str, backend_ip: str) -> list[dict]:
+    """A GatewayClass named `ns` for `controller`, and in namespace `ns` a Gateway `gw` (HTTP on port
+    80), a Service `echo` whose one endpoint is `backend_ip:port`, and a route for /steady."""
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
-        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass", "metadata": {"name": "adopt"},
-         "spec": {"controllerName": CONTROLLER}},
-        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "gw", "namespace": NS},
-         "spec": {"gatewayClassName": "adopt", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo", "namespace": NS},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass", "metadata": {"name": ns},
+         "spec": {"controllerName": controller}},
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "gw", "namespace": ns},
+         "spec": {"gatewayClassName": ns, "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo", "namespace": ns},
          "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": port}]}},
         {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-         "metadata": {"name": "echo-1", "namespace": NS, "labels": {"kubernetes.io/service-name": "echo",
+         "metadata": {"name": "echo-1", "namespace": ns, "labels": {"kubernetes.io/service-name": "echo",
                                                                     "endpointslice.kubernetes.io/managed-by":
                                                                     "endpointslice-controller.k8s.io"}},
          "addressType": "IPv4", "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
-         "endpoints": [{"addresses": [BACKEND_IP], "conditions": {"ready": True}}]},
-        _route("r", "/steady"),
+         "endpoints": [{"addresses": [backend_ip], "conditions": {"ready": True}}]},
+        route("r", "/steady", ns),
     ]
 
 
-def _route(name: str, path: str) -> dict:
-    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": name, "namespace": NS},
+def route(name: str, path: str, ns: str) -> dict:
+    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": name, "namespace": ns},
             "spec": {"parentRefs": [{"name": "gw"}],
                      "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": path}}],
                                 "backendRefs": [{"name": "echo", "port": 8080}]}]}}
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("adopt")
+@contextmanager
+def gateway_env(tmp: Path, ns: str, controller: str, backend_ip: str) -> Iterator[tuple[SandboxProcess, EchoServer]]:
+    """A sandbox holding `gateway_objects`, and the echo backend on `backend_ip`; both stopped after."""
     sb = SandboxProcess(tmp, "--keep-creation-timestamp")
-    echo = EchoServer("echo-abc-def", NS, address=BACKEND_IP).start()
+    echo = EchoServer("echo-abc-def", ns, address=backend_ip).start()
     try:
         sb.kubectl("apply", "--server-side", *sum((["-f", str(GW_CRDS / f"gateway.networking.k8s.io_{n}.yaml")]
                                                   for n in ("gatewayclasses", "gateways", "httproutes")), []))
-        sb.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(_objects(echo.port)))
+        sb.kubectl("apply", "--server-side", "-f", "-",
+                   input=yaml.safe_dump_all(gateway_objects(echo.port, ns, controller, backend_ip)))
         yield sb, echo
     finally:
         echo.stop()
         sb.close()
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    with gateway_env(tmp_path_factory.mktemp("adopt"), NS, CONTROLLER, BACKEND_IP) as pair:
+        yield pair
 
 
 def _gateway(sb: SandboxProcess, state_dir) -> GatewayProcess:
@@ -124,7 +136,7 @@ def test_sigkill_leaves_nginx_serving_and_the_next_gateway_adopts_it(env, tmp_pa
             first.stop(signal.SIGKILL, leave_nginx=True)
             time.sleep(1.0)  # no gateway runs: NGINX serves on
             assert alive(master)
-            sb.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(_route("edited", "/edited")))
+            sb.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(route("edited", "/edited", NS)))
             assert request(address, 80, "/edited")[0] == 404  # nobody applied it yet
             second = _gateway(sb, state)
             wait_until(lambda: request(address, 80, "/edited")[0] == 200, 30,

@@ -17,41 +17,14 @@ import pytest
 import yaml
 
 from gateway_proc import GatewayProcess, alive, nginx_master, request, stop_nginx, wait_until
-from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.nginx import SIDECAR_FILE
-from sandbox_proc import BIN, GW_CRDS, SandboxProcess
-from test_gateway_adoption import RequestStream, programmed_address
+from sandbox_proc import BIN, SandboxProcess
+from test_gateway_adoption import RequestStream, gateway_env, programmed_address, route
 
 NS = "sidecar"
 POOL = "127.0.26.0/24"
 BACKEND_IP = "127.0.27.1"
 CONTROLLER = "example.com/sidecar"
-
-
-def _objects(port: int) -> list[dict]:
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
-        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass", "metadata": {"name": "sidecar"},
-         "spec": {"controllerName": CONTROLLER}},
-        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "gw", "namespace": NS},
-         "spec": {"gatewayClassName": "sidecar", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "echo", "namespace": NS},
-         "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": port}]}},
-        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-         "metadata": {"name": "echo-1", "namespace": NS, "labels": {"kubernetes.io/service-name": "echo",
-                                                                    "endpointslice.kubernetes.io/managed-by":
-                                                                    "endpointslice-controller.k8s.io"}},
-         "addressType": "IPv4", "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
-         "endpoints": [{"addresses": [BACKEND_IP], "conditions": {"ready": True}}]},
-        _route("r", "/steady"),
-    ]
-
-
-def _route(name: str, path: str) -> dict:
-    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": name, "namespace": NS},
-            "spec": {"parentRefs": [{"name": "gw"}],
-                     "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": path}}],
-                                "backendRefs": [{"name": "echo", "port": 8080}]}]}}
 
 
 class SidecarProcess:
@@ -116,17 +89,8 @@ def state():
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("sidecar")
-    sb = SandboxProcess(tmp, "--keep-creation-timestamp")
-    echo = EchoServer("echo-abc-def", NS, address=BACKEND_IP).start()
-    try:
-        sb.kubectl("apply", "--server-side", *sum((["-f", str(GW_CRDS / f"gateway.networking.k8s.io_{n}.yaml")]
-                                                  for n in ("gatewayclasses", "gateways", "httproutes")), []))
-        sb.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(_objects(echo.port)))
-        yield sb, echo
-    finally:
-        echo.stop()
-        sb.close()
+    with gateway_env(tmp_path_factory.mktemp("sidecar"), NS, CONTROLLER, BACKEND_IP) as pair:
+        yield pair
 
 
 def _gateway(sb: SandboxProcess, state_dir: Path) -> GatewayProcess:
@@ -157,7 +121,7 @@ def test_nginx_run_by_the_sidecar_outlives_a_sigkilled_gateway_and_stops_with_th
             first.stop(signal.SIGKILL, leave_nginx=True)
             time.sleep(1.0)  # no gateway runs: NGINX serves on
             assert alive(master)
-            sb.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(_route("edited", "/edited")))
+            sb.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(route("edited", "/edited", NS)))
             assert request(address, 80, "/edited")[0] == 404  # nobody applied it yet
             t0 = time.monotonic()
             second = _gateway(sb, state)
