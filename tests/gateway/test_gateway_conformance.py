@@ -23,6 +23,7 @@ import ssl
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -392,18 +393,25 @@ class Suite:
         return None
 
 
-@pytest.fixture(scope="module")
-def suite(tmp_path_factory, module_server_kind):
-    if module_server_kind == "kube":
+def started_suite(make: Callable[[], Suite], server_kind: str) -> Iterator[Suite]:
+    """The suite `make` gives, started against `server_kind` and stopped after (the fixture of this
+    module and of the GRPCRoute cases'); against kube-apiserver, skipped where its backend hosts
+    cannot be made."""
+    if server_kind == "kube":
         why = backend_hosts.missing()
         if why:
             pytest.skip(why)
-    s = Suite(tmp_path_factory.mktemp("conformance"), module_server_kind)
+    s = make()
     try:
         s.start()
         yield s
     finally:
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory, module_server_kind):
+    yield from started_suite(lambda: Suite(tmp_path_factory.mktemp("conformance"), module_server_kind), module_server_kind)
 
 
 def _requests(case: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -468,11 +476,11 @@ def run_case(suite: Suite, case: dict[str, Any], timeout: float) -> list[str]:
                 now = suite.get(g["kind"], g.get("namespace"), g["name"])["metadata"]["generation"]
                 assert now != before[(g["kind"], g["name"])], f"{where}generation of {g['kind']} {g['name']} did not change"
     finally:
-        _cleanup(suite, applied)
+        cleanup(suite, applied)
     return skipped
 
 
-def _cleanup(suite: Suite, objects: list[dict[str, Any]]) -> None:
+def cleanup(suite: Suite, objects: list[dict[str, Any]]) -> None:
     """Delete what the case created (its manifests, what its steps applied, the EndpointSlices of its
     Services) and wait until it is gone, as the suite's CleanupTestResources does."""
     base = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in suite.base["manifests"]}

@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 
-import backend_hosts
 import grpc_conformance as grpcc
 from gwpolicy.gateway.grpcecho import GrpcEchoServer
-from test_gateway_conformance import STATUS_TIMEOUT, Suite, _cleanup
+from test_gateway_conformance import STATUS_TIMEOUT, Suite, cleanup, started_suite
 
 #: what this harness can check beyond plain gRPC (README `requires`)
 CAPABILITIES = {"backendTLS"}
@@ -78,16 +77,8 @@ class GrpcSuite(Suite):
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory, module_server_kind):
-    if module_server_kind == "kube":
-        why = backend_hosts.missing()
-        if why:
-            pytest.skip(why)
-    s = GrpcSuite(tmp_path_factory.mktemp("grpc-conformance"), module_server_kind)
-    try:
-        s.start()
-        yield s
-    finally:
-        s.stop()
+    yield from started_suite(lambda: GrpcSuite(tmp_path_factory.mktemp("grpc-conformance"), module_server_kind),
+                             module_server_kind)
 
 
 def run_grpc_case(suite: GrpcSuite, case: dict[str, Any]) -> list[str]:
@@ -135,7 +126,7 @@ def run_grpc_case(suite: GrpcSuite, case: dict[str, Any]) -> list[str]:
             else:
                 raise AssertionError(f"weights: {whys}")
     finally:
-        _cleanup(suite, manifests)
+        cleanup(suite, manifests)
     return skipped
 
 
