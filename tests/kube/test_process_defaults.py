@@ -46,12 +46,12 @@ def machine_wide() -> Iterator[None]:
 
 
 class Command:
-    """`gwpolicy COMMAND --kubeconfig F`, its stderr kept, its start line awaited."""
+    """`gwpolicy COMMAND --kubeconfig F [EXTRA...]`, its stderr kept in `log`, its start line awaited."""
 
-    def __init__(self, command: str, kubeconfig: Path, log: Path) -> None:
+    def __init__(self, command: str, kubeconfig: Path, log: Path, *extra: str) -> None:
         self.command, self.log_path = command, log
         self.log = open(log, "w")
-        self.proc = subprocess.Popen([str(BIN / "gwpolicy"), command, "--kubeconfig", str(kubeconfig)],
+        self.proc = subprocess.Popen([str(BIN / "gwpolicy"), command, "--kubeconfig", str(kubeconfig), *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.started = threading.Event()
         self.banner = ""
@@ -74,16 +74,21 @@ class Command:
     def tail(self) -> str:
         return "".join(self.log_path.read_text().splitlines(True)[-30:])
 
-    def stop(self) -> None:
+    #: seconds from SIGTERM to SIGKILL in `stop`
+    GRACE = 20.0
+
+    def stop(self) -> int:
+        """SIGTERM, then SIGKILL after GRACE seconds; the exit code."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(20)
+                self.proc.wait(self.GRACE)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
         self._drain.join(5)
         self.log.close()
+        return self.proc.returncode
 
 
 def gateway_objects(address: str, listeners: list[dict], echo_address: str, echo_port: int) -> list[dict]:

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import socket
-import subprocess
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,8 +21,8 @@ import pytest
 import yaml
 
 import live_server
+import test_process_defaults
 from gateway_proc import request, wait_until
-from sandbox_proc import BIN
 
 COMMANDS = ("controller", "gateway", "webhook")
 LISTEN_FLAG = {"controller": "--listen", "gateway": "--listen", "webhook": "--health-listen"}
@@ -52,35 +49,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Command:
-    """`gwpolicy COMMAND` against `server`, its endpoints on 127.0.0.1:`port`, its stderr kept."""
+class Command(test_process_defaults.Command):
+    """`gwpolicy COMMAND` against `server`, its endpoints on 127.0.0.1:`port`, started."""
+
+    GRACE = 30.0
 
     def __init__(self, command: str, server: Any, tmp: Path, *extra: str) -> None:
-        self.command, self.port = command, _free_port()
-        args = [str(BIN / "gwpolicy"), command, "--kubeconfig", str(server.kubeconfig),
-                LISTEN_FLAG[command], f"127.0.0.1:{self.port}", *extra]
+        self.port = _free_port()
+        args = [LISTEN_FLAG[command], f"127.0.0.1:{self.port}", *extra]
         if command != "webhook":
             args += ["--lease-namespace", "default", "--lease-duration", "3", "--identity", f"{command}-under-test"]
         if command == "gateway":
             args += ["--state-dir", str(tmp / "state"), "--address-pool", POOL, "--debounce", "0.02"]
         if command == "webhook":
             args += ["--port", "0", "--no-register"]
-        self.lines: list[str] = []
-        self.started = threading.Event()
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self._drain = threading.Thread(target=self._read, daemon=True)
-        self._drain.start()
-        assert self.started.wait(60), f"gwpolicy {command} did not start:\n{self.tail()}"
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            if re.search(r"serving (health and metrics on port|https://)", line):
-                self.started.set()
-
-    def tail(self) -> str:
-        return "".join(self.lines[-30:])
+        super().__init__(command, Path(server.kubeconfig), tmp / f"{command}.log", *args)
+        self.wait_started()
 
     def get(self, path: str) -> tuple[int, str]:
         try:
@@ -92,17 +76,6 @@ class Command:
     def statusz(self) -> dict[str, Any]:
         status, body = self.get("/statusz")
         return json.loads(body) if status == 200 else {}
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._drain.join(5)
-        return self.proc.returncode
 
 
 @pytest.fixture
