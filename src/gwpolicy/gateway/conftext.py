@@ -131,6 +131,36 @@ def put(table: dict[str, str], name: str, block: str) -> None:
         raise RenderError(f"two different definitions of {name}")
 
 
+def filters_of(fs: Iterable[dict[str, Any]], kind: str, key: str) -> list[dict[str, Any]]:
+    """The settings of a rule's filters of one type (`kind`, e.g. RequestHeaderModifier), under `key`."""
+    return [v for f in fs if f.get("type") == kind for v in (f.get(key),) if isinstance(v, dict)]
+
+
+def request_headers(base: Iterable[tuple[str, str]], modifiers: Iterable[dict[str, Any]], maps: dict[str, str],
+                    host: str | None = None) -> dict[str, tuple[str, str]]:
+    """The headers a backend gets, by lower-case name: `base`, the rewritten Host, then a route's
+    RequestHeaderModifier filters (`set` replaces, `add` appends to the client's value through a map
+    put in `maps`, `remove` sends none)."""
+    headers = {n.lower(): (n, v) for n, v in base}
+    if host:
+        headers["host"] = ("Host", quote(host))
+    for m in modifiers:
+        for h in m.get("set") or []:
+            if isinstance(h, dict) and isinstance(h.get("name"), str):
+                headers[h["name"].lower()] = (header_name(h["name"]), quote(str(h.get("value", ""))))
+        for h in m.get("add") or []:
+            if isinstance(h, dict) and isinstance(h.get("name"), str):
+                n = header_name(h["name"])
+                v = request_header_var(n)
+                mv = f"$gw_add_{v}"
+                put(maps, mv, f"map $http_{v} {mv} {{\n    default \"\";\n    \"~.\" \"$http_{v},\";\n}}\n")
+                headers[n.lower()] = (n, param('"${' + mv[1:] + '}' + quote(str(h.get("value", "")))[1:]))
+        for name in m.get("remove") or []:
+            if isinstance(name, str):
+                headers[name.lower()] = (header_name(name), '""')
+    return headers
+
+
 def response_header_directives(modifiers: Iterable[dict[str, Any]], module: str) -> list[str]:
     """A route's ResponseHeaderModifier filters as directives: `set` hides the backend's header and
     adds the new value, `add` adds, `remove` hides; `module` is the proxy module whose

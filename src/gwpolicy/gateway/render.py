@@ -24,14 +24,14 @@ from gwpolicy.gateway.conftext import (
     RenderError,
     comment,
     conf_string,
+    filters_of,
     header_name,
     joined,
-    param,
     pcre_literal,
     put,
     quote,
     regex_literal,
-    request_header_var,
+    request_headers,
     response_header_directives,
 )
 from gwpolicy.gateway.dataplane import Action, Backend, DataPlane, Location, Server, VirtualHost, memo, without_gc
@@ -471,10 +471,6 @@ def _action(s: Server, a: Action, prefix: str, st: _State, named_done: set[str])
         return [comment(f"{_who(a)}: {e}"), "return 500;"]
 
 
-def _filters(fs: tuple[dict[str, Any], ...], kind: str, key: str) -> list[dict[str, Any]]:
-    return [v for f in fs if f.get("type") == kind for v in (f.get(key),) if isinstance(v, dict)]
-
-
 def _policy_lines(eff: dict[str, dict[str, Any]], st: _State) -> tuple[list[str], int]:
     usable = programmable(eff)
     if not usable:
@@ -487,11 +483,11 @@ def _policy_lines(eff: dict[str, dict[str, Any]], st: _State) -> tuple[list[str]
 
 
 def _action_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set[str]) -> list[str]:
-    redirect = _filters(a.filters, "RequestRedirect", "requestRedirect")
-    rewrite = _filters(a.filters, "URLRewrite", "urlRewrite")
+    redirect = filters_of(a.filters, "RequestRedirect", "requestRedirect")
+    rewrite = filters_of(a.filters, "URLRewrite", "urlRewrite")
     if redirect:
         return _redirect(a, redirect[0], prefix)
-    cors = _filters(a.filters, "CORS", "cors")
+    cors = filters_of(a.filters, "CORS", "cors")
     preflight, cors_lines = _cors(cors[0], st) if cors else ([], [])
     live = _weighted(a.backends)
     if not live:
@@ -500,8 +496,8 @@ def _action_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set
     rewrites = []
     for b in live:
         # backendRefs[].filters: a RequestRedirect answers that backend's share; a URLRewrite adds to the rule's
-        b_redirect = _filters(b.filters, "RequestRedirect", "requestRedirect")
-        b_rewrite = rewrite + _filters(b.filters, "URLRewrite", "urlRewrite")
+        b_redirect = filters_of(b.filters, "RequestRedirect", "requestRedirect")
+        b_rewrite = rewrite + filters_of(b.filters, "URLRewrite", "urlRewrite")
         rewrites.append(b_rewrite)
         if b_redirect:
             per_backend.append([comment("RequestRedirect of the backendRef")] + _redirect(a, b_redirect[0], prefix))
@@ -671,27 +667,11 @@ def _tls_lines(tls: Any, st: _State) -> list[str]:
 
 def _header_lines(fs: tuple[dict[str, Any], ...], rewrite: list[dict[str, Any]], st: _State) -> list[str]:
     out: list[str] = []
-    req = _filters(fs, "RequestHeaderModifier", "requestHeaderModifier")
+    req = filters_of(fs, "RequestHeaderModifier", "requestHeaderModifier")
     host = next((r.get("hostname") for r in rewrite if isinstance(r.get("hostname"), str)), None)
     if req or host:
-        headers: dict[str, tuple[str, str]] = {n.lower(): (n, v) for n, v in BASE_HEADERS}
-        if host:
-            headers["host"] = ("Host", quote(host))
-        for m in req:
-            for h in m.get("set") or []:
-                if isinstance(h, dict) and isinstance(h.get("name"), str):
-                    headers[h["name"].lower()] = (header_name(h["name"]), quote(str(h.get("value", ""))))
-            for h in m.get("add") or []:
-                if isinstance(h, dict) and isinstance(h.get("name"), str):
-                    v = request_header_var(h["name"])
-                    mv = f"$gw_add_{v}"
-                    put(st.maps, mv, f"map $http_{v} {mv} {{\n    default \"\";\n    \"~.\" \"$http_{v},\";\n}}\n")
-                    headers[h["name"].lower()] = (h["name"], param('"${' + mv[1:] + '}' + quote(str(h.get("value", "")))[1:]))
-            for name in m.get("remove") or []:
-                if isinstance(name, str):
-                    headers[name.lower()] = (header_name(name), '""')
-        out += [f"proxy_set_header {n} {v};" for n, v in headers.values()]
-    out += response_header_directives(_filters(fs, "ResponseHeaderModifier", "responseHeaderModifier"), "proxy")
+        out += [f"proxy_set_header {n} {v};" for n, v in request_headers(BASE_HEADERS, req, st.maps, host).values()]
+    out += response_header_directives(filters_of(fs, "ResponseHeaderModifier", "responseHeaderModifier"), "proxy")
     return out
 
 

@@ -36,12 +36,10 @@ from gwpolicy.gateway.conftext import (
     RenderError,
     comment,
     conf_string,
-    header_name,
+    filters_of,
     joined,
-    param,
     put,
-    quote,
-    request_header_var,
+    request_headers,
     response_header_directives,
 )
 from gwpolicy.gateway.dataplane import Action, Backend, DataPlane, Location, Server, VirtualHost, memo
@@ -285,29 +283,11 @@ def _policy_lines(eff: dict[str, dict[str, Any]], out: Out) -> list[str]:
 
 def header_lines(fs: tuple[dict[str, Any], ...], maps: dict[str, str]) -> list[str]:
     """RequestHeaderModifier and ResponseHeaderModifier of a gRPC rule (metadata are headers)."""
-    out: list[str] = []
-    req = [v for f in fs if f.get("type") == "RequestHeaderModifier" for v in (f.get("requestHeaderModifier"),)
-           if isinstance(v, dict)]
-    headers: dict[str, tuple[str, str]] = {n.lower(): (n, v) for n, v in BASE_HEADERS}
-    for m in req:
-        for h in m.get("set") or []:
-            if isinstance(h, dict) and isinstance(h.get("name"), str):
-                headers[h["name"].lower()] = (header_name(h["name"]), quote(str(h.get("value", ""))))
-        for h in m.get("add") or []:
-            if isinstance(h, dict) and isinstance(h.get("name"), str):
-                n = header_name(h["name"])
-                v = request_header_var(n)
-                mv = f"$gw_add_{v}"
-                put(maps, mv, f"map $http_{v} {mv} {{\n    default \"\";\n    \"~.\" \"$http_{v},\";\n}}\n")
-                headers[n.lower()] = (n, param('"${' + mv[1:] + '}' + quote(str(h.get("value", "")))[1:]))
-        for name in m.get("remove") or []:
-            if isinstance(name, str):
-                headers[name.lower()] = (header_name(name), '""')
+    headers = request_headers(BASE_HEADERS, filters_of(fs, "RequestHeaderModifier", "requestHeaderModifier"), maps)
     # HTTP/2 header names are lower case: NGINX's gRPC proxy sends them as written, and a gRPC
     # peer drops a name with a capital letter
-    out += [f"grpc_set_header {n.lower()} {v};" for n, v in headers.values()]
-    out += response_header_directives((v for f in fs if f.get("type") == "ResponseHeaderModifier"
-                                       for v in (f.get("responseHeaderModifier"),) if isinstance(v, dict)), "grpc")
+    out = [f"grpc_set_header {n.lower()} {v};" for n, v in headers.values()]
+    out += response_header_directives(filters_of(fs, "ResponseHeaderModifier", "responseHeaderModifier"), "grpc")
     return out
 
 
