@@ -168,6 +168,10 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
             return invalid(f"{kind} {ns}/{name} is in another namespace and no ReferenceGrant in {ns} allows "
                            f"{policy.ref.kind} from {pns} to refer to it")
         level = consumer_level(declared, pns)
+        if policy.cls == "direct":
+            return invalid(f"{kind} {ns}/{name} is in another namespace, and a {policy.ref.kind} applies at its "
+                           f"target itself: it cannot apply to the requests of namespace {pns} alone (the mesh rule); "
+                           f"a ReferenceGrant in {ns} would make it {ns}'s own")
     if mesh is not None and is_external(group, kind):
         if not is_subdomain(name) or section is not None:
             return invalid(f"{kind} names a DNS hostname (a DNS-1123 subdomain, without sectionName), not {name!r}")

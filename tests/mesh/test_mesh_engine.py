@@ -1,0 +1,134 @@
+"""The engine's mesh model (engine/mesh.py) as a data plane reads it, and the mesh rules that must
+hold for every input (docs/semantics.md, "Mesh (east-west)")."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gen import cluster
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.mesh import ANY, path_consumer
+from gwpolicy.engine.refs import Ref
+from gwpolicy.files.output import effective_list, encode, status_list
+from helpers import NOW
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+XMESH = {"apiVersion": "gateway.networking.x-k8s.io/v1alpha1", "kind": "XMesh", "metadata": {"name": "mesh"},
+         "spec": {"controllerName": "gwpolicy.io/mesh-controller"}}
+
+
+def service(ns: str, name: str, ports: list[tuple[str, int]]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": {"app": name}, "ports": [{"name": n, "port": p} for n, p in ports]}}
+
+
+def route(ns: str, name: str, svc_ns: str, port: int | None = None, age: int = 1) -> dict[str, Any]:
+    parent: dict[str, Any] = {"group": "", "kind": "Service", "name": "s", "namespace": svc_ns}
+    if port is not None:
+        parent["port"] = port
+    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": f"2024-01-0{age}T00:00:00Z"},
+            "spec": {"parentRefs": [parent], "rules": [{"backendRefs": [{"name": "s", "namespace": svc_ns, "port": 80}]}]}}
+
+
+S = Ref("", "Service", "b", "s")
+
+
+def test_the_mesh_tells_a_data_plane_which_routes_a_request_takes() -> None:
+    objs = [XMESH, service("b", "s", [("http", 80), ("admin", 9000)]),
+            route("b", "rp", "b"), route("b", "rp-newer", "b", age=2), route("a", "rc", "b", port=80)]
+    mesh = analyse(objs, now=NOW).topology.mesh
+    assert mesh is not None
+    assert mesh.routes_for("a", S, 80) == [Ref("gateway.networking.k8s.io", "HTTPRoute", "a", "rc")]
+    # no consumer route of a on 9000: the producer's, oldest first
+    producer = [Ref("gateway.networking.k8s.io", "HTTPRoute", "b", n) for n in ("rp", "rp-newer")]
+    assert mesh.routes_for("a", S, 9000) == producer
+    assert mesh.routes_for("b", S, 80) == producer
+    assert mesh.routes_for("elsewhere", S, 80) == producer
+    assert mesh.routes_for("a", S, 8080) == []  # no such port
+    assert mesh.consumer_of("a", S) == "a" and mesh.consumer_of("elsewhere", S) == ANY
+
+
+def test_without_an_xmesh_of_ours_there_is_no_mesh() -> None:
+    other = copy.deepcopy(XMESH)
+    other["spec"]["controllerName"] = "example.net/mesh"
+    for objs in ([service("b", "s", [("http", 80)]), route("b", "rp", "b")],
+                 [other, service("b", "s", [("http", 80)]), route("b", "rp", "b")]):
+        assert analyse(objs, now=NOW).topology.mesh is None
+
+
+def outputs(objs: list[dict[str, Any]]) -> tuple[bytes, bytes]:
+    a = analyse(copy.deepcopy(objs), now=NOW)
+    return encode(effective_list(a), "json"), encode(status_list(a), "json")
+
+
+@SETTINGS
+@given(cluster())
+def test_an_xmesh_of_another_controller_changes_nothing(objs: list[dict[str, Any]]) -> None:
+    other = copy.deepcopy(XMESH)
+    other["spec"]["controllerName"] = "example.net/mesh"
+    assert outputs(objs + [other]) == outputs(objs)
+
+
+NAMESPACES = ["a", "b", "c"]
+
+
+@st.composite
+def mesh_input(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Services s in b and c, producer and consumer routes, TimeoutPolicies of every namespace on
+    Services, routes and Namespaces of any namespace."""
+    objs: list[dict[str, Any]] = [XMESH] + [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
+                                            for n in NAMESPACES]
+    for ns in ("b", "c"):
+        objs.append(service(ns, "s", [("http", 80)]))
+    routes = []
+    for i in range(draw(st.integers(0, 3))):
+        ns, svc_ns = draw(st.sampled_from(NAMESPACES)), draw(st.sampled_from(["b", "c"]))
+        objs.append(route(ns, f"r{i}", svc_ns))
+        routes.append((ns, f"r{i}"))
+    for i in range(draw(st.integers(1, 5))):
+        ns = draw(st.sampled_from(NAMESPACES))
+        kind = draw(st.sampled_from(["Service", "HTTPRoute", "Namespace"]))
+        if kind == "Service":
+            target = {"group": "", "kind": "Service", "name": "s", "namespace": draw(st.sampled_from(["b", "c"]))}
+        elif kind == "HTTPRoute" and routes:
+            rns, rname = draw(st.sampled_from(routes))
+            target = {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": rname, "namespace": rns}
+        else:
+            target = {"group": "", "kind": "Namespace", "name": ns}
+        stanza = draw(st.sampled_from(["defaults", "overrides"]))
+        objs.append({"apiVersion": "example.io/v1", "kind": "TimeoutPolicy",
+                     "metadata": {"name": f"p{i}", "namespace": ns, "creationTimestamp": f"2024-01-0{i + 1}T00:00:00Z"},
+                     "spec": {"targetRef": target, stanza: {draw(st.sampled_from(["x", "y"])): f"{ns}{i}"}}})
+    return objs
+
+
+@SETTINGS
+@given(mesh_input())
+def test_a_policy_by_the_mesh_rule_reaches_its_own_namespaces_requests_only(objs: list[dict[str, Any]]) -> None:
+    a = analyse(objs, now=NOW)
+    by_rule = {ref: ref.namespace for ref, outs in a.outcomes.items() if any(o.level is not None for o in outs)}
+    for ep in a.effective:
+        consumer = path_consumer(ep.path.levels)
+        for policy in ep.result.policies:
+            if policy in by_rule:
+                assert consumer == by_rule[policy], (str(ep.path), policy)
+
+
+@SETTINGS
+@given(mesh_input())
+def test_a_consumers_policies_never_change_another_consumers_requests(objs: list[dict[str, Any]]) -> None:
+    def others(objs: list[dict[str, Any]], consumer: str) -> set[tuple[str, str, str]]:
+        a = analyse(copy.deepcopy(objs), now=NOW)
+        return {(str(ep.target), str(ep.path), encode(ep.result.spec, "json").decode()) for ep in a.effective
+                if path_consumer(ep.path.levels) not in (None, consumer)}
+
+    for consumer in ("a", "c"):
+        # every policy of the consumer on another namespace's objects taken away
+        without = [o for o in objs if not (o["kind"] == "TimeoutPolicy" and o["metadata"]["namespace"] == consumer
+                                           and o["spec"]["targetRef"].get("namespace", consumer) != consumer)]
+        assert others(objs, consumer) == others(without, consumer)
