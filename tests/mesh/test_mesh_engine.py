@@ -4,6 +4,7 @@ hold for every input (docs/semantics.md, "Mesh (east-west)")."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +15,7 @@ from gwpolicy.engine.analysis import analyse
 from gwpolicy.engine.mesh import ANY, path_consumer
 from gwpolicy.engine.refs import Ref
 from gwpolicy.files.output import effective_list, encode, status_list
-from helpers import NOW
+from helpers import NOW, run_cli, write_manifests
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 XMESH = {"apiVersion": "gateway.networking.x-k8s.io/v1alpha1", "kind": "XMesh", "metadata": {"name": "mesh"},
@@ -132,3 +133,42 @@ def test_a_consumers_policies_never_change_another_consumers_requests(objs: list
         without = [o for o in objs if not (o["kind"] == "TimeoutPolicy" and o["metadata"]["namespace"] == consumer
                                            and o["spec"]["targetRef"].get("namespace", consumer) != consumer)]
         assert others(objs, consumer) == others(without, consumer)
+
+
+def consumer_policy() -> dict[str, Any]:
+    return {"apiVersion": "example.io/v1", "kind": "TimeoutPolicy",
+            "metadata": {"name": "slow-calls", "namespace": "a", "creationTimestamp": "2024-01-01T00:00:00Z"},
+            "spec": {"targetRef": {"group": "", "kind": "Service", "name": "s", "namespace": "b"},
+                     "overrides": {"timeout": "1s"}}}
+
+
+def test_explain_shows_the_consumer_level_and_the_path_json_leaves_it_out(tmp_path: Path) -> None:
+    files = write_manifests(tmp_path, [XMESH, service("b", "s", [("http", 80)]), consumer_policy()])
+    run = run_cli("explain", "service/s", "timeout", "-n", "b", "-f", str(files), "--now", NOW)
+    assert run.code == 0, run.err
+    assert "Service/b/s [for requests from namespace a]" in run.out
+    items = run_cli("effective", "-f", str(files), "-o", "json", "--now", NOW).json()["items"]
+    mine = [i for i in items if i["spec"] == {"timeout": "1s"}]
+    assert mine and all([lv["kind"] for lv in i["path"]][:4] == ["XMesh", "Namespace", "Namespace", "Service"]
+                        and i["path"][1]["name"] == "a" for i in mine)
+
+
+def test_mesh_status_keeps_other_controllers_entries_and_writes_nothing_twice(tmp_path: Path) -> None:
+    rp = route("b", "rp", "b")
+    theirs = {"parentRef": {"group": "", "kind": "Service", "name": "s", "namespace": "b"},
+              "controllerName": "example.net/mesh", "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted"}]}
+    rp["status"] = {"parents": [theirs]}
+    objs = [XMESH, service("b", "s", [("http", 80)]), rp]
+    files = write_manifests(tmp_path, objs)
+    items = run_cli("mesh", "status", "-f", str(files), "-o", "json", "--now", NOW).json()["items"]
+    written = {(i["object"]["kind"], i["object"]["name"]): i["status"] for i in items}
+    parents = written[("HTTPRoute", "rp")]["parents"]
+    assert parents[0] == theirs and [p["controllerName"] for p in parents] == ["example.net/mesh", "gwpolicy.io/mesh-controller"]
+    # what is written already is not written again
+    rp["status"] = written[("HTTPRoute", "rp")]
+    mesh = dict(XMESH, status=written[("XMesh", "mesh")])
+    again = write_manifests(tmp_path, [mesh, service("b", "s", [("http", 80)]), rp], "again.yaml")
+    assert run_cli("mesh", "status", "-f", str(again), "-o", "json", "--now", "2030-01-01T00:00:00Z").json()["items"] == []
+    # without an XMesh of ours, the mesh controller writes nothing
+    plain = write_manifests(tmp_path, objs[1:], "plain.yaml")
+    assert run_cli("mesh", "status", "-f", str(plain), "-o", "json", "--now", NOW).json()["items"] == []
