@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gen import cluster
 from gwpolicy.engine.analysis import analyse
-from gwpolicy.engine.mesh import ANY, path_consumer
+from gwpolicy.engine.mesh import ANY, effective_from, path_consumer
 from gwpolicy.engine.refs import Ref
 from gwpolicy.files.output import effective_list, encode, status_list
 from helpers import NOW, run_cli, write_manifests
@@ -52,6 +52,19 @@ def test_the_mesh_tells_a_data_plane_which_routes_a_request_takes() -> None:
     assert mesh.routes_for("elsewhere", S, 80) == producer
     assert mesh.routes_for("a", S, 8080) == []  # no such port
     assert mesh.consumer_of("a", S) == "a" and mesh.consumer_of("elsewhere", S) == ANY
+
+
+def test_a_data_plane_reads_each_namespaces_effective_policies() -> None:
+    grpc = route("a", "rc", "b")
+    grpc["kind"] = "GRPCRoute"
+    objs = [XMESH, service("b", "s", [("http", 80)]), grpc, consumer_policy()]
+    a = analyse(objs, now=NOW)
+    assert a.topology.mesh is not None
+    assert a.topology.mesh.routes_for("a", S, 80) == [Ref("gateway.networking.k8s.io", "GRPCRoute", "a", "rc")]
+    port = S.with_section("http")
+    assert {ep.result.spec["timeout"] for ep in effective_from(a, "a", port)} == {"1s"}
+    assert effective_from(a, "b", port) == [] and effective_from(a, "elsewhere", port) == []
+    assert effective_from(analyse(objs[1:], now=NOW), "a", port) == []  # no mesh
 
 
 def test_without_an_xmesh_of_ours_there_is_no_mesh() -> None:

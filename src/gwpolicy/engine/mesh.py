@@ -14,9 +14,9 @@ the kind (`Service@a`), placed on the consumer's paths only, right below the con
 (M8). Consumer levels are never shown as levels of a path (`PathNode.to_json` leaves them out);
 `str()` shows them as `Service/b/s [for requests from namespace a]`.
 
-What a data plane asks (`Mesh`): `routes_for(namespace, service, port)`, the routes a request takes
-in precedence order, and `consumer_of(namespace, service)`, the consumer whose paths hold a
-request's effective policies (`Analysis.effective_of(target)` filtered with `path_consumer`).
+What a data plane asks: `Mesh.routes_for(namespace, service, port)`, the routes a request takes
+in precedence order; `Mesh.consumer_of(namespace, service)`, the consumer whose paths hold a
+request's effective policies; and `effective_from(analysis, namespace, target)`, those policies.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from gwpolicy.engine.model import Obj, ObjectIndex
 from gwpolicy.engine.names import is_subdomain
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 
-if TYPE_CHECKING:  # topology.py imports this module: for annotations only
+if TYPE_CHECKING:  # topology.py imports this module (and analysis.py topology.py): for annotations only
+    from gwpolicy.engine.analysis import Analysis
+    from gwpolicy.engine.effective import EffectivePolicy
     from gwpolicy.engine.topology import PathNode, Topology
 
 MESH_CONTROLLER = "gwpolicy.io/mesh-controller"
@@ -76,6 +78,18 @@ def path_consumer(levels: Any) -> str | None:
         if second.kind == "Namespace" and second.group == CORE_GROUP:
             return str(second.name)
     return None
+
+
+def effective_from(a: Analysis, namespace: str, target: Ref) -> list[EffectivePolicy]:
+    """The effective policies of `target` (a Service, its port, a route, a rule, a backend, an
+    ExternalService) on the mesh paths of requests from `namespace`: its own paths when it has
+    any, else those of `*` (M5). Empty when the mesh is off."""
+    mesh = a.topology.mesh
+    if mesh is None:
+        return []
+    items = [ep for ep in a.effective_of(target) if path_consumer(ep.path.levels) is not None]
+    own = [ep for ep in items if path_consumer(ep.path.levels) == namespace]
+    return own if own else [ep for ep in items if path_consumer(ep.path.levels) == ANY]
 
 
 def find_mesh(index: ObjectIndex, controller: str = MESH_CONTROLLER) -> Obj | None:
