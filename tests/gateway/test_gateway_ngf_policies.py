@@ -220,3 +220,68 @@ def test_fields_only_one_group_sets_both_apply() -> None:
     conf = files(cafe("client-settings", "client-settings-02-tea-client-settings", extra=[ours]))["servers.conf"]
     tea = location(conf, "/tea")
     assert "client_max_body_size 75;" in tea and "client_body_timeout 7s;" in tea
+
+
+# ---------------------------------------------------------------------------------------------
+# raw NGINX configuration is refused
+
+SNIPPETS_POLICY = {"apiVersion": "gateway.nginx.org/v1alpha1", "kind": "SnippetsPolicy",
+                   "metadata": {"name": "raw", "namespace": "default"},
+                   "spec": {"targetRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gateway"},
+                            "snippets": [{"context": "http", "value": "client_max_body_size 1;"}]}}
+
+
+def test_a_snippets_policy_is_invalid_and_writes_nothing() -> None:
+    objs = cafe("client-settings", extra=[SNIPPETS_POLICY])
+    a = analysed(objs)
+    [(reason, message)] = outcome(a, "raw")
+    assert reason == "Invalid" and "raw NGINX configuration" in message
+    assert "client_max_body_size 1;" not in "".join(files(objs).values())
+
+
+def test_a_route_with_a_snippets_filter_is_not_served_and_says_why() -> None:
+    from gwpolicy.engine.model import build_index
+    from gwpolicy.gateway.facts import gateway_facts
+
+    objs = cafe("client-settings")
+    tea = next(o for o in objs if o["kind"] == "HTTPRoute" and o["metadata"]["name"] == "tea")
+    tea["spec"]["rules"][0]["filters"] = [{"type": "ExtensionRef", "extensionRef": {
+        "group": "gateway.nginx.org", "kind": "SnippetsFilter", "name": "raw"}}]
+    facts = gateway_facts(build_index(objs))
+    route = next(r for ref, r in facts.routes.items() if ref.name == "tea")
+    assert route.unsupported is not None and "SnippetsFilter raw is refused" in route.unsupported
+    tea_location = location(files(objs)["servers.conf"], "/tea")
+    assert "return 500;" in tea_location and "proxy_pass" not in tea_location
+
+
+def test_the_gateway_and_the_controller_may_read_the_ngf_kinds_and_write_their_status() -> None:
+    docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "72-ngf-policies-rbac.yaml").read_text()) if d]
+    [role] = docs
+    labels = role["metadata"]["labels"]
+    assert labels["gwpolicy.io/aggregate-to-gateway"] == "true" and labels["gwpolicy.io/aggregate-to-controller"] == "true"
+    granted = {(res, verb) for r in role["rules"] if "gateway.nginx.org" in r["apiGroups"]
+               for res in r["resources"] for verb in r["verbs"]}
+    for plural in ("clientsettingspolicies", "upstreamsettingspolicies"):
+        assert {(plural, v) for v in ("get", "list", "watch")} <= granted
+        assert (f"{plural}/status", "patch") in granted
+
+
+def test_describe_shows_both_sources_and_what_nginx_gets(tmp_path: Path) -> None:
+    from helpers import run_cli
+
+    ours = _client("gwpolicy.io", "ours", "Gateway", "1k", "default")
+    ours["spec"]["default"]["body"]["timeout"] = "7s"
+    objs = cafe("client-settings", "client-settings-01-gateway-client-settings",
+                "client-settings-02-tea-client-settings", extra=[ours])
+    f = tmp_path / "m.yaml"
+    f.write_text(yaml.safe_dump_all(objs))
+    run = run_cli("describe", "httproute/tea", "-n", "default", "-f", str(f), "--now", "2026-01-01T00:00:00Z")
+    assert run.code == 0, run.err
+    assert "ClientSettingsPolicy.gateway.nginx.org (FieldMerge)" in run.out
+    rows = {line.split()[0]: line.split() for line in run.out.splitlines()
+            if line.strip().startswith(("body.maxSize", "body.timeout")) and "PROGRAMMED" not in line}
+    both = [line.split() for line in run.out.split("together")[1].splitlines() if line.strip().startswith("body.")]
+    assert ["body.maxSize", "ClientSettingsPolicy/default/ours", "ClientSettingsPolicy/default/tea-client-settings",
+            "gateway.nginx.org"] in both
+    assert ["body.timeout", "ClientSettingsPolicy/default/ours", "-", "gwpolicy.io"] in both
+    assert rows

@@ -36,6 +36,13 @@ from gwpolicy.gateway.policies.values import (
 GROUP = "gateway.nginx.org"
 VERSION = "v1alpha1"
 KINDS = (CLIENT, UPSTREAM)  # the same kind names as ours, in NGF's group
+#: NGF's kinds that write raw NGINX configuration: refused (Invalid) wherever they attach, since a
+#: tenant's directives would reach every tenant's NGINX (SnippetsFilter, a route filter, is refused
+#: by the route's status: gateway/facts.py)
+REFUSED = ("SnippetsPolicy",)
+REFUSED_MESSAGE = ("{kind} ({group}) writes raw NGINX configuration, which tenants may not do on this gateway; "
+                   "nothing of it is programmed. Use the policy kinds the gateway enforces "
+                   "(the GatewayClass's gateway.gwpolicy.io/supported-policy-kinds annotation).")
 
 @dataclass(frozen=True)
 class NGFField:
@@ -169,7 +176,10 @@ def invalid_message(kind: str, policy_spec: Mapping[str, Any] | None) -> str | N
 
 def kind_checks() -> dict[tuple[str, str], Any]:
     """For `analyse(kind_checks=...)`: an NGF policy this data plane cannot honour in full is Invalid."""
-    return {(GROUP, k): (lambda spec, _k=k: invalid_message(_k, spec)) for k in KINDS}
+    checks: dict[tuple[str, str], Any] = {(GROUP, k): (lambda spec, _k=k: invalid_message(_k, spec)) for k in KINDS}
+    for k in REFUSED:
+        checks[(GROUP, k)] = lambda spec, _k=k: REFUSED_MESSAGE.format(kind=_k, group=GROUP)
+    return checks
 
 
 def approximation_message(kind: str, policy_spec: Mapping[str, Any] | None) -> str | None:
@@ -186,6 +196,23 @@ def enforcement(kind: str, dotted_field: str) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # precedence on one path
+
+
+def depth_on(levels: tuple[Any, ...], outcomes: Mapping[Any, Any]) -> Callable[[Any], int]:
+    """`depth(policy)` for `fold` and `winners` on a path of `levels` (Refs, GatewayClass first):
+    the deepest level one of the policy's targets (`outcomes`: policy Ref -> its TargetOutcomes) is,
+    -1 when none is on the path."""
+    from gwpolicy.engine.refs import Ref
+
+    def depth(policy: Any) -> int:
+        if not isinstance(policy, Mapping):
+            return -1
+        ref = Ref(str(policy.get("group") or ""), str(policy.get("kind") or ""), policy.get("namespace"),
+                  str(policy.get("name") or ""))
+        declared = {o.declared for o in outcomes.get(ref, ()) if o.declared is not None}
+        return max((i for i, level in enumerate(levels) if level in declared), default=-1)
+
+    return depth
 
 
 def _ref_key(policy: Any) -> tuple[str, str, str | None, str] | None:

@@ -73,7 +73,8 @@ def policy_statuses(analysis: Any, index: Any, facts: Any, controller: str,
     for ref, conds in backendtls.all_conditions(analysis).items():
         if ref in index.by_ref and (only is None or ref in only):
             out[ref] = lambda obj, _c=conds, _f=facts: policy_status(obj, _c, _f, utc_now())
-    enforced = {(policyconf.GROUP, k) for k in policyconf.KINDS} | {(ngfpolicies.GROUP, k) for k in ngfpolicies.KINDS}
+    enforced = ({(policyconf.GROUP, k) for k in policyconf.KINDS} | {(ngfpolicies.GROUP, k) for k in ngfpolicies.KINDS}
+                | {(ngfpolicies.GROUP, k) for k in ngfpolicies.REFUSED})  # refused: their status says so
     topo = analysis.topology
     chosen = analysis.policies.items() if only is None else (
         (r, analysis.policies[r]) for r in sorted(only, key=Ref.sort_key) if r in analysis.policies)

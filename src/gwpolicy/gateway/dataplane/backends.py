@@ -292,17 +292,7 @@ class BackendResolver:
     def _with_ngf(self, node: PathNode, results: dict[tuple[str, str], Any], out: dict[str, Any]) -> dict[str, Any]:
         """NGF's kinds folded into ours of the same name (gateway/ngfpolicies.py's precedence), one
         folded spec per distinct (results, levels their sources target): shared as Results are."""
-        levels = node.levels
-        outcomes = self.analysis_outcomes
-
-        def depth(policy: Any) -> int:
-            if not isinstance(policy, dict):
-                return -1
-            ref = Ref(str(policy.get("group") or ""), str(policy.get("kind") or ""), policy.get("namespace"),
-                      str(policy.get("name") or ""))
-            declared = {o.declared for o in outcomes.get(ref, ()) if o.declared is not None}
-            return max((i for i, level in enumerate(levels) if level in declared), default=-1)
-
+        depth = ngfpolicies.depth_on(node.levels, self.analysis_outcomes)
         ids = tuple(sorted((k, id(v)) for k, v in results.items()))
         depths = tuple(depth(s.get("policy")) for _, v in sorted(results.items()) for s in v.sources)
         key = (ids, depths)
