@@ -107,6 +107,17 @@ def test_the_grpc_route_example_names_a_route_that_does_not_exist() -> None:
     assert reason == "TargetNotFound"
 
 
+def test_the_grpc_route_example_reaches_the_grpc_locations_once_the_route_exists() -> None:
+    route = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GRPCRoute", "metadata": {"name": "my-grpc-route"},
+             "spec": {"parentRefs": [{"name": "gateway"}], "hostnames": ["grpc.example.com"],
+                      "rules": [{"backendRefs": [{"name": "tea", "port": 80}]}]}}
+    objs = cafe("client-settings", "client-settings-03-grpc-client-settings", extra=[route])
+    [(reason, _)] = outcome(analysed(objs), "grpc-client-settings")
+    assert reason == "Accepted"
+    grpc = [b for b in files(objs)["servers.conf"].split("location ") if "grpc_pass" in b]
+    assert grpc and all("client_max_body_size 75;" in b for b in grpc)
+
+
 def test_upstream_settings_examples_become_upstream_directives() -> None:
     conf = files(cafe("upstream-settings", "upstream-settings-05-lb-method-hash", "upstream-settings-06-1m-zone-size",
                       "upstream-settings-07-upstream-keepalives"))["upstreams.conf"]
