@@ -157,6 +157,9 @@ NGF_POLICY = {"apiVersion": "gateway.nginx.org/v1alpha1", "metadata": {"name": "
     ("UpstreamSettingsPolicy", {"zoneSize": "1g"}, "spec.zoneSize", "out of range"),
     ("ClientSettingsPolicy", {"body": {"bufferSize": "2m"}}, "spec.body.bufferSize", "out of range"),
     ("UpstreamSettingsPolicy", {"keepAlive": {"connections": 5000}}, "spec.keepAlive.connections", "out of range"),
+    ("ClientSettingsPolicy", {"keepAlive": {"timeout": {"header": "5s"}}}, "spec.keepAlive.timeout.header",
+     "keepAlive.timeout.server"),
+    ("ClientSettingsPolicy", {"body": {"maxSize": "1m", "size": "2m"}}, "spec.body.size", "has no field"),
 ])
 def test_what_nginx_cannot_honour_is_named_in_ngf_terms(kind: str, spec: dict[str, Any], field: str, words: str) -> None:
     message = ngfpolicies.invalid_message(kind, spec)

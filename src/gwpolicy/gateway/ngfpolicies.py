@@ -128,6 +128,8 @@ def translate(kind: str, spec: Mapping[str, Any] | None) -> tuple[dict[str, Any]
             _put(out, info.setting, field_value(spec or {}, leaf))
     if kind == UPSTREAM:
         bad.extend(_lb_problems(out))
+    if kind == CLIENT and "_keepAliveHeader" in out and "timeout" not in (out.get("keepAlive") or {}):
+        bad.append(("keepAlive.timeout.header", "is used with keepAlive.timeout.server, which is not set"))
     return out, bad
 
 
