@@ -34,8 +34,8 @@ import grpc
 import pytest
 
 from gwpolicy.gateway import grpcecho
-from gwpolicy.gateway.rendergrpc import PREFACE_JS
 from gwpolicy.gateway.echo import EchoServer
+from gwpolicy.gateway.rendergrpc import PREFACE_JS
 from raw_nginx import MODULES, RawNginx
 
 pytestmark = pytest.mark.skipif(not Path("/usr/sbin/nginx").exists(), reason="needs Debian's nginx")
