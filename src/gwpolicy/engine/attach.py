@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gwpolicy.engine.grants import ReferenceGrants
-from gwpolicy.engine.kinds import default_group, is_known_namespaced
+from gwpolicy.engine.kinds import CORE_SPELLED_CORE, default_group, is_known_namespaced
 from gwpolicy.engine.mesh import consumer_level, is_external, is_mesh_kind
 from gwpolicy.engine.model import ObjectIndex
 from gwpolicy.engine.names import is_subdomain
@@ -92,6 +92,8 @@ def declared_targets(policies: list[Policy], index: ObjectIndex) -> list[tuple[s
             if not isinstance(kind, str) or not isinstance(name, str) or not kind or not name:
                 continue
             group = tref.get("group")
+            if group == "core" and policy.kind.group in CORE_SPELLED_CORE:
+                group = CORE_GROUP
             if group is None:
                 group = default_group(kind)
                 if group is None:
@@ -135,6 +137,8 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
         if tref.get(key) == "":
             return TargetOutcome(policy, None, INVALID, f"{where}.{key}: must not be empty; leave it out instead", where)
     group = tref.get("group")
+    if group == "core" and policy.kind.group in CORE_SPELLED_CORE:
+        group = CORE_GROUP
     if group is None:
         group = default_group(kind)
         if group is None:
