@@ -195,9 +195,10 @@ def test_the_scenario_names_only_its_own_objects(path: Path) -> None:
     assert whatif.get("delete") is None or whatif["delete"] in objects
 
 
-def test_there_are_runnable_and_pending_scenarios() -> None:
+def test_every_scenario_runs() -> None:
+    # the engine builds mesh paths: a scenario marked pending again would silently test nothing
     pending = [p.stem for p in SCENARIOS if _load(p).get("pending")]
-    assert len(SCENARIOS) >= 13 and 0 < len(pending) < len(SCENARIOS), pending
+    assert len(SCENARIOS) >= 13 and not pending, pending
 
 
 def test_the_consumer_filter_and_mesh_status_report_what_differs() -> None:

@@ -20,7 +20,7 @@ def _nodes_and_edges(a: Analysis, ctx: Ctx) -> tuple[list[Ref], list[tuple[Ref, 
         if ref.section is not None or ref.kind == "Namespace":
             continue
         for path in paths:
-            chain = [lv for lv in path if lv.section is None and lv.kind != "Namespace"]
+            chain = [lv for lv in path if lv.section is None and lv.kind != "Namespace" and "@" not in lv.kind]  # not a mesh consumer level
             if not ctx.all_namespaces and not any(ctx.in_scope(lv) and lv.namespace for lv in chain) and ref.namespace:
                 continue
             for lv in chain:

@@ -116,6 +116,10 @@ def run_command(args: argparse.Namespace) -> tuple[bytes, str | None]:
         if TIMINGS is not None:
             TIMINGS["output"] = time.perf_counter() - t0
         return b"", None
+    if cmd == "status" and getattr(args, "mesh_status", False):
+        from gwpolicy.engine.meshstatus import mesh_status_changes
+        scope = None if args.all_namespaces or not args.namespace else args.namespace
+        return encode(status_list(a, scope, mesh_status_changes(a)), args.output), None
     if cmd == "status":
         scope = None if args.all_namespaces or not args.namespace else args.namespace
         out = encode(status_list(a, scope), args.output)
@@ -214,8 +218,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["__complete"]:
         from gwpolicy.cli.completion import complete_main
         return complete_main(argv[1:])
+    mesh_status = argv[:2] == ["mesh", "status"]
+    if mesh_status:  # `mesh status`: the status command's flags, with what the mesh controller writes
+        argv = ["status", *argv[2:]]
     parser = build_parser(program_name())
     args, extra = parser.parse_known_args(argv)
+    args.mesh_status = mesh_status
     if not args.command:
         parser.print_help(sys.stderr)
         return 1

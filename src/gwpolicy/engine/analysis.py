@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from operator import attrgetter
 from typing import AbstractSet, Any, Callable, Iterable, Mapping
 
-from gwpolicy.engine.attach import ACCEPTED, CONFLICTED, TargetOutcome, resolve_targets
+from gwpolicy.engine.attach import ACCEPTED, CONFLICTED, TargetOutcome, declared_targets, resolve_targets
 from gwpolicy.engine.effective import (
     EffectivePolicy,
     Evaluator,
@@ -27,6 +27,7 @@ from gwpolicy.engine.effective import (
 from gwpolicy.engine.grants import ReferenceGrants
 from gwpolicy.engine.merge.fieldmerge import Candidate, settle_conflicts
 from gwpolicy.engine.merge.leaves import flatten
+from gwpolicy.engine.mesh import MESH_CONTROLLER, MESH_KINDS, build_mesh, split_consumer_level
 from gwpolicy.engine.model import Obj, ObjectIndex, build_index
 from gwpolicy.engine.policies import Policy, PolicyKind, build_kinds, policy_objects
 from gwpolicy.engine.refs import Ref, sort_by_ref
@@ -220,7 +221,7 @@ def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None
             default_namespace: str = "default", controller: str = DEFAULT_CONTROLLER,
             now: str | None = None, timings: dict[str, float] | None = None,
             kind_checks: Mapping[KindKey, Callable[[dict[str, Any]], str | None]] | None = None,
-            by_target: bool = False) -> Analysis:
+            by_target: bool = False, mesh_controller: str = MESH_CONTROLLER) -> Analysis:
     """Analyse objects; `timings`, when given, receives seconds per phase (for the benchmark);
     `kind_checks` (kind -> check of a policy's spec) lets a data plane make policies it cannot
     honour Invalid (the gateway's policyconf.kind_checks()); `by_target`: index the effective
@@ -231,25 +232,29 @@ def analyse(raws: Iterable[dict[str, Any]], origins: Iterable[str] | None = None
     index = build_index(raws, origins, default_namespace)
     grants = ReferenceGrants(index)
     clock.lap("index")
-    topo = build_topology(index, grants)
-    clock.lap("topology")
     kinds = build_kinds(index)
-    topo.policy_kinds = frozenset(kinds)
     for key, check in (kind_checks or {}).items():
         if key in kinds:
             kinds[key].check = check
+    policies = policy_objects(index, kinds)
+    # the mesh (M1) only when the input holds a mesh object: its paths depend on the policies' targets
+    mesh = build_mesh(index, declared_targets(policies, index), mesh_controller) \
+        if any(gk in index.by_kind for gk in MESH_KINDS) else None
+    topo = build_topology(index, grants, mesh)
+    topo.policy_kinds = frozenset(kinds)
+    clock.lap("topology")
     warnings = list(index.warnings) + list(topo.warnings)
     for pk in sorted(kinds.values(), key=lambda k: k.key):
         warnings.extend(pk.warnings)
-    policies = policy_objects(index, kinds)
     outcomes: dict[Ref, list[TargetOutcome]] = {}
     attached: dict[tuple[KindKey, Ref], list[Policy]] = {}
     for p in policies:  # oldest first, so each attachment list is in S5.4 order
         outs = resolve_targets(p, index, topo, grants)
         outcomes[p.ref] = outs
         for o in outs:
-            if o.reason == ACCEPTED and o.declared is not None:
-                attached.setdefault((p.kind.key, o.declared), []).append(p)
+            at = o.at
+            if o.reason == ACCEPTED and at is not None:
+                attached.setdefault((p.kind.key, at), []).append(p)
     entries = {key: level_entry(kinds[key[0]], ps, outcomes, key[1]) for key, ps in attached.items()}
     clock.lap("attachment")
     evaluator = Evaluator(kinds, entries, index)
@@ -326,7 +331,7 @@ def _why_first(winner: Policy, loser: Policy) -> str:
 
 def _conflicted(outs: list[TargetOutcome], target: Ref, winner: Ref, message: str) -> None:
     for o in outs:
-        if o.declared == target:
+        if o.at == target:
             o.reason, o.winner, o.message = CONFLICTED, winner, message
 
 
@@ -335,6 +340,9 @@ def _name(ref: Ref) -> str:
 
 
 def _where(ref: Ref) -> str:
+    seen = split_consumer_level(ref)
+    if seen is not None:
+        return f"{_where(seen[0])} for requests from namespace {seen[1]}"
     return _name(ref.object) + (f" section {ref.section}" if ref.section else "")
 
 

@@ -7,7 +7,9 @@ from typing import Any
 
 from gwpolicy.engine.grants import ReferenceGrants
 from gwpolicy.engine.kinds import CORE_SPELLED_CORE, default_group, is_known_namespaced
+from gwpolicy.engine.mesh import consumer_level, is_external, is_mesh_kind
 from gwpolicy.engine.model import ObjectIndex
+from gwpolicy.engine.names import is_subdomain
 from gwpolicy.engine.policies import Policy
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.engine.shapes import target_ref_problem
@@ -32,6 +34,13 @@ class TargetOutcome:
     winner: Ref | None = None  # the policy that beat this one, when Conflicted
     in_scope: bool = True  # False for S3 breaches: then nothing about the target is revealed
     attached: bool = False  # it resolved and attaches (before conflicts are settled)
+    #: where it attaches when not at `declared`: a consumer level, by the mesh rule (engine/mesh.py)
+    level: Ref | None = None
+
+    @property
+    def at(self) -> Ref | None:
+        """The level the policy attaches at: `declared`, or its consumer level under the mesh rule."""
+        return self.level if self.level is not None else self.declared
 
     def reset(self) -> None:
         """Back to Accepted, before the conflicts on its target are settled again."""
@@ -46,6 +55,9 @@ class TargetOutcome:
             return "Accepted."
         label = f"{d.namespace}/{d.name}" if d.namespace else d.name
         on = f" {_SECTION_WORD.get(d.kind, 'rule' if d.kind.endswith('Route') else 'section')} {d.section}" if d.section else ""
+        if self.level is not None:
+            return (f"Attached to {d.kind} {label}{on} for requests from namespace {self.policy.ref.namespace} only: "
+                    f"the target is not in the policy's namespace, so it applies to that namespace's requests (the mesh rule).")
         return f"Attached to {d.kind} {label}{on}."
 
     @property
@@ -65,6 +77,30 @@ def target_is_namespaced(group: str, kind: str, index: ObjectIndex) -> bool:
     if objs:
         return objs[0].namespace is not None
     return True  # virtual backends (S1.4) live in the route's namespace
+
+
+def declared_targets(policies: list[Policy], index: ObjectIndex) -> list[tuple[str | None, Ref]]:
+    """(policy namespace, target as declared) of every well-formed targetRef: what the mesh reads
+    before targets are resolved (its consumers and mesh-rule targets depend on them, M5, M6)."""
+    out: list[tuple[str | None, Ref]] = []
+    for policy in policies:
+        pns = policy.ref.namespace
+        for tref in policy.target_refs:
+            if not isinstance(tref, dict) or target_ref_problem(tref) is not None:
+                continue
+            kind, name, section = tref.get("kind"), tref.get("name"), tref.get("sectionName")
+            if not isinstance(kind, str) or not isinstance(name, str) or not kind or not name:
+                continue
+            group = tref.get("group")
+            if group == "core" and policy.kind.group in CORE_SPELLED_CORE:
+                group = CORE_GROUP
+            if group is None:
+                group = default_group(kind)
+                if group is None:
+                    group = index.kind_groups.get(kind, CORE_GROUP)
+            ns = (tref.get("namespace") or pns) if target_is_namespaced(group, kind, index) else None
+            out.append((pns, Ref(group, kind, ns, name, section if isinstance(section, str) and section else None)))
+    return out
 
 
 def resolve_targets(policy: Policy, index: ObjectIndex, topo: Topology, grants: ReferenceGrants) -> list[TargetOutcome]:
@@ -123,15 +159,28 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
         return TargetOutcome(policy, declared, INVALID, f"{where}: {msg}", where, in_scope=False)
 
     # S3.7: scope first, so that a policy cannot probe other namespaces
-    if kind == "GatewayClass" and group == GATEWAY_GROUP and pns is not None:
-        return invalid(f"GatewayClass {name} can only be targeted by a cluster-scoped policy; "
+    if (kind == "GatewayClass" and group == GATEWAY_GROUP or is_mesh_kind(group, kind)) and pns is not None:
+        return invalid(f"{kind} {name} can only be targeted by a cluster-scoped policy; "
                        f"{policy.ref.kind} is namespaced")
     if kind == "Namespace" and group == CORE_GROUP and pns is not None and name != pns:
         return invalid(f"a policy in namespace {pns} may target only its own Namespace, not {name}")
+    mesh = topo.mesh
+    level: Ref | None = None  # a consumer level, when the mesh rule attaches the policy (M6, M7)
     if ns is not None and pns is not None and ns != pns and not grants.allows(
             policy.ref.group, policy.ref.kind, pns, group, kind, ns, name):
-        return invalid(f"{kind} {ns}/{name} is in another namespace and no ReferenceGrant in {ns} allows "
-                       f"{policy.ref.kind} from {pns} to refer to it")
+        if mesh is None or declared not in mesh.reach.get(pns, ()):
+            return invalid(f"{kind} {ns}/{name} is in another namespace and no ReferenceGrant in {ns} allows "
+                           f"{policy.ref.kind} from {pns} to refer to it")
+        level = consumer_level(declared, pns)
+        if policy.cls == "direct":
+            return invalid(f"{kind} {ns}/{name} is in another namespace, and a {policy.ref.kind} applies at its "
+                           f"target itself: it cannot apply to the requests of namespace {pns} alone (the mesh rule); "
+                           f"a ReferenceGrant in {ns} would make it {ns}'s own")
+    if mesh is not None and is_external(group, kind):
+        if not is_subdomain(name) or section is not None:
+            return invalid(f"{kind} names a DNS hostname (a DNS-1123 subdomain, without sectionName), not {name!r}")
+        if pns is not None:
+            level = consumer_level(declared, pns)
     if (group, kind) in topo.policy_kinds:
         return TargetOutcome(policy, declared, INVALID,
                              f"{where}: {kind} is a policy kind, and a policy cannot target another policy; "
@@ -153,6 +202,6 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
         label = f"{ns}/{name}" if ns else name
         return TargetOutcome(policy, declared, NOT_FOUND,
                              f"{where}: {kind} {label} has no {word} named {section!r}", where)
-    out = TargetOutcome(policy, declared, ACCEPTED, "", where, attached=True)
+    out = TargetOutcome(policy, declared, ACCEPTED, "", where, attached=True, level=level)
     out.message = out.accepted_message
     return out

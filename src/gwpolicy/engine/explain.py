@@ -13,6 +13,7 @@ from gwpolicy.engine.effective import EffectivePolicy, KindKey, settings_schema
 from gwpolicy.engine.merge.fieldmerge import DEFAULTS, DIRECT, OBJECT, OVERRIDES
 from gwpolicy.engine.merge.leaves import LeafPath, field_name, flatten, overlaps
 from gwpolicy.engine.merge.values import same
+from gwpolicy.engine.mesh import split_consumer_level
 from gwpolicy.engine.refs import Ref
 from gwpolicy.engine.status import ancestor_results
 from gwpolicy.engine.topology import Path
@@ -43,8 +44,16 @@ class Candidate:
     def to_json(self) -> dict[str, Any]:
         return {"field": self.field, "value": self.value, "stanza": self.stanza,
                 "policy": self.policy.to_json() if self.policy else None,
-                "level": self.level.to_json() if self.level else None,
+                "level": _level_json(self.level) if self.level else None,
                 "rule": self.rule, "verdict": self.verdict, "why": self.why}
+
+
+def _level_json(level: Ref) -> dict[str, Any]:
+    """A level as S9 refers to objects; a consumer level as its target with `forRequestsFrom`."""
+    seen = split_consumer_level(level)
+    if seen is None:
+        return level.to_json()
+    return {**seen[0].to_json(), "forRequestsFrom": seen[1]}
 
 
 def levels_d(a: Analysis, target: Ref, path: Path, kk: KindKey) -> int:
@@ -56,10 +65,16 @@ def levels_d(a: Analysis, target: Ref, path: Path, kk: KindKey) -> int:
     return n
 
 
+def _outcomes_on(a: Analysis, level: Ref) -> list[TargetOutcome]:
+    """Outcomes of the policies that attach at `level` (a mesh path's consumer level included)."""
+    seen = split_consumer_level(level)
+    return [o for o in a.outcomes_at(seen[0] if seen is not None else level) if o.at == level]
+
+
 def _accepted_at(a: Analysis, kk: KindKey, level: Ref) -> list[tuple[Ref, dict[str, dict[str, Any]]]]:
     """Policies of the kind accepted on `level`, oldest first, with their stanzas."""
     out = []
-    for o in a.outcomes_at(level):
+    for o in _outcomes_on(a, level):
         p = o.policy
         if p.kind.key == kk and o.reason == "Accepted":
             out.append((p.ref, p.stanzas))
@@ -67,7 +82,7 @@ def _accepted_at(a: Analysis, kk: KindKey, level: Ref) -> list[tuple[Ref, dict[s
 
 
 def _conflicted_at(a: Analysis, kk: KindKey, level: Ref) -> list[TargetOutcome]:
-    return [o for o in a.outcomes_at(level) if o.policy.kind.key == kk and o.reason == CONFLICTED]
+    return [o for o in _outcomes_on(a, level) if o.policy.kind.key == kk and o.reason == CONFLICTED]
 
 
 def ladder(a: Analysis, ep: EffectivePolicy) -> list[Candidate]:
@@ -108,7 +123,7 @@ def ladder(a: Analysis, ep: EffectivePolicy) -> list[Candidate]:
     for o in conflicted.values():
         for st, settings in o.policy.stanzas.items():
             for leaf, value in flatten(settings, settings_schema(kind, st)).items():
-                cands.append(Candidate(field_name(leaf), value, st, o.policy.ref, o.declared, 0,
+                cands.append(Candidate(field_name(leaf), value, st, o.policy.ref, o.at, 0,
                                        "conflicted", o.message, leaf=leaf))
     for c in cands:
         if c.verdict:
@@ -165,7 +180,7 @@ def fates(a: Analysis, policy_ref: Ref) -> list[Fate]:
     """S6.2 on every path where the policy takes part: effective, partially, or overridden."""
     policy = a.policies[policy_ref]
     kk = policy.kind.key
-    levels = {o.declared for o in a.outcomes[policy_ref] if o.reason == "Accepted" and o.declared is not None}
+    levels = {o.at for o in a.outcomes[policy_ref] if o.reason == "Accepted" and o.at is not None}
     if not levels:
         return []
     own: dict[str, dict[LeafPath, Any]] = {st: flatten(s, settings_schema(policy.kind, st)) for st, s in policy.stanzas.items()}
@@ -221,7 +236,7 @@ def diff_effective(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
             fields = [f for f in sorted(set(old) | set(new))
                       if not (f in old and f in new and same(old[f], new[f]))]
         for fieldname in fields:
-            changes.append({"target": target.to_target_json(), "path": [l.to_json() for l in path],
+            changes.append({"target": target.to_target_json(), "path": [l.to_json() for l in path if "@" not in l.kind],
                             "policyKind": kinds[kk].to_json(), "field": fieldname,
                             "before": old.get(fieldname), "after": new.get(fieldname)})
     return changes

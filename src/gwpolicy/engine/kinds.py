@@ -29,6 +29,9 @@ KNOWN_KINDS: dict[str, tuple[str, bool, str, tuple[str, ...]]] = {
     "ServiceImport": ("multicluster.x-k8s.io", True, "serviceimports", ()),
     "CustomResourceDefinition": ("apiextensions.k8s.io", False, "customresourcedefinitions", ("crd", "crds")),
     "PolicyKind": ("gwpolicy.io", False, "policykinds", ()),
+    # the mesh (engine/mesh.py): the XMesh that turns it on, and gwpolicy's virtual ExternalService
+    "XMesh": ("gateway.networking.x-k8s.io", False, "xmeshes", ()),
+    "ExternalService": ("gwpolicy.io", False, "externalservices", ()),
 }
 
 #: protocol -> route kinds a listener admits when allowedRoutes.kinds is unset (S1.2)

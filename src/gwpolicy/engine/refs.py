@@ -32,6 +32,9 @@ class Ref(NamedTuple):
         return _new(Ref, (self[0], self[1], self[2], self[3], section))
 
     def __str__(self) -> str:
+        if "@" in self.kind:  # a mesh path's consumer level (engine/mesh.py): `Kind@consumer`
+            kind, consumer = self.kind.split("@", 1)
+            return f"{_new(Ref, (self[0], kind, self[2], self[3], self[4]))} [for requests from namespace {consumer}]"
         base = f"{self.kind}/{self.namespace}/{self.name}" if self.namespace is not None else f"{self.kind}/{self.name}"
         return f"{base}#{self.section}" if self.section is not None else base
 

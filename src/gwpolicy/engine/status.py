@@ -10,6 +10,7 @@ from typing import Any, Callable, Hashable, Iterable, TypeVar
 
 from gwpolicy.engine.attach import ACCEPTED, NOT_FOUND, SEVERITY, TargetOutcome
 from gwpolicy.engine.kinds import ROUTE_KINDS
+from gwpolicy.engine.mesh import is_mesh_kind
 from gwpolicy.engine.model import Obj
 from gwpolicy.engine.policies import Policy
 from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
@@ -100,7 +101,8 @@ def ancestor_results(policy: Policy, outcomes: list[TargetOutcome], topo: Topolo
             seen: dict[Ref, None] = {}
             for path in topo.paths_of(o.declared):
                 for level in path:
-                    if level.kind == "Gateway" and level.group == GATEWAY_GROUP and level.section is None:
+                    if (level.kind == "Gateway" and level.group == GATEWAY_GROUP or is_mesh_kind(level.group, level.kind)) \
+                            and level.section is None:  # the XMesh stands for the Gateway on mesh paths (M10)
                         seen[level] = None
             ancestors = list(seen) or [o.declared]
         else:
@@ -221,7 +223,7 @@ def breadcrumbs(obj: Obj, affected_kinds: Iterable[str], topo: Topology, control
     gen = obj.generation
     parent_refs = topo.route_parents.get(obj.ref, [])
     describe = _describe(obj)
-    if kind in ("Gateway", "GatewayClass"):
+    if kind in ("Gateway", "GatewayClass") or is_mesh_kind(obj.group, kind):
         conds = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
         kept = [c for c in conds if not _ours_type(c.get("type"))]
         room = MAX_CONDITIONS - len(kept)
@@ -321,6 +323,8 @@ def annotation_only(obj: Obj) -> bool:
     """Does the object carry its breadcrumb in the annotation alone (a Service, a Namespace, a
     policy: `breadcrumbs` leaves its status as it is)?"""
     kind = obj.kind
+    if is_mesh_kind(obj.group, kind):
+        return False  # the XMesh carries conditions, as a Gateway does (S8.4)
     return obj.group != GATEWAY_GROUP or (kind not in ("Gateway", "GatewayClass") and kind not in ROUTE_KINDS)
 
 

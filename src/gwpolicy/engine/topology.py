@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from gwpolicy.engine.grants import ReferenceGrants
 from gwpolicy.engine.kinds import PROTOCOL_ROUTE_KINDS, ROUTE_KINDS
+from gwpolicy.engine.mesh import Mesh, add_paths
 from gwpolicy.engine.model import Obj, ObjectIndex
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 
@@ -64,11 +65,13 @@ class PathNode:
         return self._levels
 
     def to_json(self) -> list[dict[str, object]]:
-        """S9 `path`, built once per node from its parent's."""
+        """S9 `path`, built once per node from its parent's; a mesh path's consumer levels (a kind
+        `Kind@consumer`, engine/mesh.py) are not objects and are left out."""
         if self._json is not None:
             return self._json
         above = self.parent.to_json() if self.parent is not None else []
-        json = above + [self.level.to_json()] if self.level is not None else above
+        level = self.level
+        json = above + [level.to_json()] if level is not None and "@" not in level[1] else above
         if self.children is not None:  # only prefixes are asked again; a leaf's list is used once
             self._json = json
         return json
@@ -126,6 +129,8 @@ class Topology:
     #: (inplace.base.nodes_at, inplace.base.route_index); declared, as a compiled class has no others
     _nodes_at: dict[Ref, dict[PathNode, None]] | None = field(default=None, repr=False, compare=False)
     _route_index: Any = field(default=None, repr=False, compare=False)
+    #: the mesh (engine/mesh.py) when the input turns it on; its routes have mesh paths only
+    mesh: Mesh | None = field(default=None, repr=False, compare=False)
 
     def exists(self, ref: Ref) -> bool:
         return ref.object in self.paths
@@ -221,8 +226,9 @@ def route_rules(route: Obj) -> list[dict[str, Any]]:
     return [r for r in spec.get("rules") or [] if isinstance(r, dict)]
 
 
-def build_topology(index: ObjectIndex, grants: ReferenceGrants) -> Topology:
+def build_topology(index: ObjectIndex, grants: ReferenceGrants, mesh: Mesh | None = None) -> Topology:
     topo = Topology()
+    topo.mesh = mesh
     for ns in sorted(index.namespaces):
         topo.add_path(namespace_ref(ns), extend(topo.root, namespace_ref(ns)))
     for gc in index.of_kind(GATEWAY_GROUP, "GatewayClass"):
@@ -248,6 +254,8 @@ def build_topology(index: ObjectIndex, grants: ReferenceGrants) -> Topology:
         for route in index.of_kind(GATEWAY_GROUP, kind):
             attach_route(topo, route, index, grants)
 
+    if mesh is not None:
+        add_paths(mesh, topo, index)
     # Services (and their named ports) that no route reaches: Namespace > Service > port
     for svc in index.of_kind(CORE_GROUP, "Service"):
         ports = ports_of[svc.ref]
@@ -274,12 +282,13 @@ def attach_route(topo: Topology, route: Obj, index: ObjectIndex, grants: Referen
     route_paths = paths_of_route(route, index, topo.listeners_of, topo, None, listener_paths)
     ref = route.ref
     paths = topo.paths
-    if route_paths:
-        registry = paths.setdefault(ref, {})
-        for p in route_paths:
-            registry[p] = None
     rules = route_rules(route)
     topo.sections[ref] = [r["name"] for r in rules if isinstance(r.get("name"), str)]
+    if not route_paths:
+        return reached  # a mesh route with no Gateway parent: its paths are the mesh's
+    registry = paths.setdefault(ref, {})
+    for p in route_paths:
+        registry[p] = None
     ports_of = topo.ports_of
     for rule in rules:
         rname = rule.get("name")
@@ -375,6 +384,9 @@ def paths_of_route(route: Obj, index: ObjectIndex, listeners_of: dict[Ref, list[
             for lp in lpaths.get(lref, ()):
                 paths[extend(lp, route.ref)] = None
     if not paths:
+        mesh = topo.mesh
+        if mesh is not None and any(p.accepted for p in mesh.parents.get(route.ref, ())):
+            return []  # attached to the mesh: its paths are mesh paths (engine/mesh.py)
         paths[extend(topo.root, route.ref)] = None
     return list(paths)
 

@@ -7,7 +7,7 @@ from typing import Any, BinaryIO
 import orjson
 import yaml
 
-from gwpolicy.engine.analysis import Analysis
+from gwpolicy.engine.analysis import Analysis, StatusChange
 
 try:
     _Dumper: Any = yaml.CSafeDumper
@@ -33,10 +33,11 @@ def effective_list(a: Analysis, namespace: str | None = None) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "EffectivePolicyList", "items": items}
 
 
-def status_list(a: Analysis, namespace: str | None = None) -> dict[str, Any]:
-    """S9 StatusList: what the controller would write, one item per object that changes."""
+def status_list(a: Analysis, namespace: str | None = None, changes: list[StatusChange] | None = None) -> dict[str, Any]:
+    """S9 StatusList: what the controller would write (or the `changes` given: the mesh
+    controller's), one item per object that changes."""
     items = []
-    for ch in a.status_changes():
+    for ch in a.status_changes() if changes is None else changes:
         if namespace is not None and ch.object.namespace != namespace:
             continue
         ref = ch.object

@@ -162,8 +162,8 @@ def contributions(a: Analysis, obj: Ref) -> list[Contribution]:
                 c.stanzas.add(stanza)
                 c.fields.setdefault(field_name(leaf), value)
                 for o in a.outcomes.get(source, []):
-                    if o.reason == ACCEPTED and o.declared is not None and o.declared in ep.path.levels:
-                        c.levels.add(o.declared)
+                    if o.reason == ACCEPTED and o.at is not None and o.at in ep.path.levels:
+                        c.levels.add(o.at)
     return sorted(out.values(), key=lambda c: c.policy.sort_key())
 
 
@@ -201,7 +201,7 @@ def beaten(a: Analysis, pref: Ref) -> tuple[int, int, dict[str, set[Ref | None]]
     """On how many of the paths where the policy is attached it loses some field; of how many; and
     for each lost field, what beat it (None: the object's own value)."""
     policy = a.policies[pref]
-    levels = {o.declared for o in a.outcomes.get(pref, []) if o.reason == ACCEPTED and o.declared is not None}
+    levels = {o.at for o in a.outcomes.get(pref, []) if o.reason == ACCEPTED and o.at is not None}
     own_fields: set[str] = set()
     from gwpolicy.engine.effective import settings_schema
     from gwpolicy.engine.merge.leaves import flatten
@@ -317,7 +317,7 @@ def _verdict(a: Analysis, ref: Ref, opts: Options) -> Verdict:
 def _delete_verdict(a: Analysis, ref: Ref) -> Verdict:
     if ref not in a.policies:
         return Verdict()
-    levels = {o.declared for o in a.outcomes.get(ref, []) if o.reason == ACCEPTED and o.declared is not None}
+    levels = {o.at for o in a.outcomes.get(ref, []) if o.reason == ACCEPTED and o.at is not None}
     owners = {ep.target.object for ep in items_below(a, levels) if ref in ep.result.policies}
     if not owners:
         return Verdict()

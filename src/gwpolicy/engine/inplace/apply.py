@@ -75,6 +75,8 @@ def apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) -
 
 
 def _apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
+    if a.topology.mesh is not None:
+        return None  # mesh paths (engine/mesh.py) depend on routes, Services and policies together
     if new is None:
         ns = (raw.get("metadata") or {}).get("namespace")
         if ns and namespace_ref(ns) not in a.index.by_ref:
