@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gwpolicy.gateway import policies, policyconf, rendergrpc
+from gwpolicy.gateway import policies, policyconf, rendergrpc, tracing
 from gwpolicy.gateway.conftext import (
     EMPTY,
     TOKEN,
@@ -66,6 +66,8 @@ class _State:
     system_ca: bool = False  # some backend verifies against the system store: its bundle goes to http
     inline: bool = False  # the rule being rendered owns its location: it may proxy there itself
     grpc: rendergrpc.Ports = field(default_factory=rendergrpc.Ports)  # the ports that carry a GRPCRoute
+    exporters: dict[Any, Any] = field(default_factory=dict)  # DataPlane.exporters: whose routes are traced
+    relay: str = ""  # DataPlaneConfig.trace_relay
 
 
 @dataclass
@@ -109,7 +111,7 @@ def render(dp: DataPlane, cache: RenderCache | None = None) -> dict[str, bytes]:
 
 
 def _render(dp: DataPlane, cache: RenderCache | None = None) -> dict[str, bytes]:
-    st = _State(grpc=rendergrpc.ports(dp))
+    st = _State(grpc=rendergrpc.ports(dp), exporters=dp.exporters, relay=dp.config.trace_relay)
     if cache is not None:
         cache.hits = cache.misses = 0
         cache.used = set()
@@ -193,6 +195,9 @@ def _main(dp: DataPlane, st: _State) -> str:
 
         http += ["", comment("backends verified against the system store share one SSL context"),
                  f"proxy_ssl_trusted_certificate {SYSTEM_CA_FILE};", "proxy_ssl_verify_depth 4;"]
+    if dp.exporters:
+        http += ["", comment("ObservabilityPolicy tracing: sampled requests logged to the gateway's span relay")]
+        http += list(tracing.HTTP_LINES)
     zones = policies.http_directives(st.zones)
     if zones:
         http += [""] + zones
@@ -482,6 +487,17 @@ def _policy_lines(eff: dict[str, dict[str, Any]], st: _State) -> tuple[list[str]
     return list(conf.lines), conf.peer_copies
 
 
+def _trace_lines(a: Action, eff: dict[str, dict[str, Any]], st: _State,
+                 header_directive: str = "proxy_set_header") -> tuple[list[str], list[str]]:
+    """ObservabilityPolicy tracing of one rule (gateway/tracing.py): (its lines, its request headers)."""
+    if not st.exporters:
+        return [], []
+    got = tracing.action_trace(a, eff, st.exporters)
+    if got is None:
+        return [], []
+    return tracing.location_lines(got[0], got[1], st.relay, st.splits, header_directive)
+
+
 def _action_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set[str]) -> list[str]:
     redirect = filters_of(a.filters, "RequestRedirect", "requestRedirect")
     rewrite = filters_of(a.filters, "URLRewrite", "urlRewrite")
@@ -502,8 +518,13 @@ def _action_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set
         if b_redirect:
             per_backend.append([comment("RequestRedirect of the backendRef")] + _redirect(a, b_redirect[0], prefix))
             continue
-        pl, _ = _policy_lines(b.effective if b.path else a.effective, st)
-        per_backend.append(pl + _header_lines(a.filters + b.filters, b_rewrite, st) + cors_lines + _tls_lines(b.tls, st))
+        eff = b.effective if b.path else a.effective
+        pl, _ = _policy_lines(eff, st)
+        traced, trace_headers = _trace_lines(a, a.effective, st)  # the rule's path: the route's policies
+        hl = _header_lines(a.filters + b.filters, b_rewrite, st)
+        if trace_headers and not any(l.startswith("proxy_set_header ") for l in hl):
+            hl = [f"proxy_set_header {n} {v};" for n, v in BASE_HEADERS] + hl  # a location's own replace the inherited
+        per_backend.append(traced + pl + hl + trace_headers + cors_lines + _tls_lines(b.tls, st))
     redirects = [p[0].startswith("# RequestRedirect") for p in per_backend if p]
     if len(live) == 1 and redirects and redirects[0]:
         return preflight + per_backend[0]

@@ -14,7 +14,7 @@ from gwpolicy.engine import names
 from gwpolicy.engine.grants import ReferenceGrants
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.engine.topology import PathNode
-from gwpolicy.gateway import grpcroute, pathregex, policyconf
+from gwpolicy.gateway import grpcroute, nginxproxy, pathregex, policyconf
 from gwpolicy.gateway.dataplane.addresses import gateway_addresses, reserved, route_hostnames
 from gwpolicy.gateway.dataplane.backends import (
     BackendResolver,
@@ -147,7 +147,7 @@ class _Builder(BackendResolver):
                 self.unserved[gw.ref] = (f"GatewayClass {class_name} belongs to controller {controller!r}, "
                                          f"not {self.config.controller_name!r}")
                 continue
-            out.append((gw, class_acceptance(cls)))
+            out.append((gw, class_acceptance(cls, self.index)))
         return out
 
     def build(self) -> DataPlane:
@@ -192,7 +192,17 @@ class _Builder(BackendResolver):
                     shared.https_names.append(s.hostname)
         return DataPlane(servers, dict(sorted(self.upstreams.items())), self.actions, dict(sorted(self.secrets.items())),
                          addresses, self.listener_facts, self.route_facts, self.config, self.warnings,
-                         streams, dict(sorted(self.stream_upstreams.items())), self.unserved, self.over_budget)
+                         streams, dict(sorted(self.stream_upstreams.items())), self.unserved, self.over_budget,
+                         self._exporters(gateways))
+
+    def _exporters(self, gateways: list[Any]) -> dict[Ref, Any]:
+        """Gateway -> the telemetry exporter of its NginxProxy (its class's, overridden by its own)."""
+        out = {}
+        for gw in gateways:
+            exp = nginxproxy.exporter(nginxproxy.effective(gw, self.index), gw)
+            if exp is not None:
+                out[gw.ref] = exp
+        return out
 
     def _gateway_servers(self, gw: Any, class_ok: "Cond", address: str) -> list[Server]:
         # which listeners are served is status' verdict (facts.listener_verdicts: the one rule,
@@ -200,7 +210,7 @@ class _Builder(BackendResolver):
         # certificate file, address:port ownership across Gateways) is decided here on top
 
         verdicts = listener_verdicts(gw, self.index, self.grants)
-        gateway_ok = gateway_acceptance(gw, verdicts, class_ok, self.config.any_address)
+        gateway_ok = gateway_acceptance(gw, verdicts, class_ok, self.config.any_address, self.index)
         if not gateway_ok.status:
             self.unserved[gw.ref] = f"it is not accepted ({gateway_ok.reason}): {gateway_ok.message}"
         out = []
