@@ -94,11 +94,11 @@ class RenderCache:
     which tests/gateway/test_gateway_inplace.py checks)."""
 
     def __init__(self) -> None:
-        self.locations: dict[tuple[str, str, bool, str], _Rendered] = {}
+        self.locations: dict[tuple[str, str, bool, str, Any], _Rendered] = {}
         self.upstreams: dict[str, tuple[Any, str]] = {}
         self.hits = 0
         self.misses = 0
-        self.used: set[tuple[str, str, bool, str]] = set()
+        self.used: set[tuple[str, str, bool, str, Any]] = set()
 
     def clear(self) -> None:
         self.locations.clear()
@@ -326,13 +326,13 @@ def _client_verification(s: Server) -> list[str]:
 def _location_cached(s: Server, v: VirtualHost, loc: Location, st: _State, named_done: set[str],
                      cache: RenderCache) -> str:
     """_location, or the text it gave for the same candidates, with its additions to `st` replayed."""
-    key = (s.id, v.id, loc.exact, loc.path)
+    key = (s.id, v.id, loc.exact, loc.path, st.exporters.get(s.gateway))  # the exporter: whether it is traced
     cache.used.add(key)
     got = cache.locations.get(key)
     cands = loc.candidates
     if got is None or len(got.candidates) != len(cands) or any(x is not y for x, y in zip(got.candidates, cands)):
         cache.misses += 1
-        sub = _State()
+        sub = _State(exporters=st.exporters, relay=st.relay)
         sub.named[s.id] = []
         text = _location(s, v, loc, sub, set())
         named = [(block.split("{", 1)[0].split()[-1], block) for block in sub.named[s.id]]  # `location [=] <name> {`
