@@ -54,6 +54,7 @@ CRDS = Path(__file__).resolve().parents[2] / "deploy" / "crds" / "gateway.nginx.
 TP = "0af7651916cd43dd8448eb211c80319c"  # an incoming trace id
 PARENT = "b7ad6b7169203331"  # the caller's span id
 GRPC_HOST = "grpc.example.com"
+HTTP_HOST = "cafe.example.com"
 
 #: route name -> (path, tracing)
 ROUTES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -80,9 +81,14 @@ def _class(name: str, proxy: str | None) -> dict[str, Any]:
     return {"apiVersion": f"{GW}/v1", "kind": "GatewayClass", "metadata": meta(name), "spec": spec}
 
 
-def _proxy(name: str, telemetry: dict[str, Any] | None) -> dict[str, Any]:
-    return {"apiVersion": NGF, "kind": "NginxProxy", "metadata": {"name": name, "namespace": NS},
-            "spec": {"telemetry": telemetry} if telemetry else {}}
+def _proxy(name: str, telemetry: dict[str, Any] | None, rewrite: dict[str, Any] | None = None,
+           level: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"telemetry": telemetry} if telemetry else {}
+    if rewrite:
+        spec["rewriteClientIP"] = rewrite
+    if level:
+        spec["logging"] = {"errorLevel": level}
+    return {"apiVersion": NGF, "kind": "NginxProxy", "metadata": {"name": name, "namespace": NS}, "spec": spec}
 
 
 def _gateway(name: str, cls: str) -> dict[str, Any]:
@@ -95,8 +101,8 @@ def _route(name: str, path: str, gw: str = "gw", kind: str = "HTTPRoute", svc: s
     spec: dict[str, Any] = {"parentRefs": [{"name": gw}], "rules": [rule]}
     if kind == "HTTPRoute":
         rule["matches"] = [{"path": {"type": "PathPrefix", "value": path}}]
-    else:  # an HTTPRoute and a GRPCRoute cannot share a hostname on one listener
-        spec["hostnames"] = [GRPC_HOST]
+    # an HTTPRoute and a GRPCRoute cannot share a hostname on one listener
+    spec["hostnames"] = [HTTP_HOST if kind == "HTTPRoute" else GRPC_HOST]
     return {"apiVersion": f"{GW}/v1", "kind": kind, "metadata": meta(name, NS), "spec": spec}
 
 
@@ -135,12 +141,14 @@ def plane(tmp_path_factory: pytest.TempPathFactory):
         server.apply(live_server.gateway_api_crds() + _crds())
         objs: list[dict[str, Any]] = [
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
-            _class("traced", "proxy"), _class("plain", None),
+            _class("traced", "proxy"), _class("plain", "plainproxy"),
             _proxy("proxy", {"exporter": {"endpoint": rx.endpoint, "interval": f"{int(INTERVAL * 1000)}ms",
                                           "batchSize": 64, "batchCount": 8},
                              "serviceName": "my-app",
                              "spanAttributes": [{"key": "cluster-attribute-key", "value": "cluster-attribute-value"},
                                                 {"key": "shared", "value": "from-nginxproxy"}]}),
+            _proxy("plainproxy", None, level="info",
+                   rewrite={"mode": "XForwardedFor", "trustedAddresses": [{"type": "CIDR", "value": "127.0.0.0/8"}]}),
             _gateway("gw", "traced"), _gateway("plain", "plain"),
             service("echo", NS), service("grpc-echo", NS),
             *endpoints("echo", NS, [(BACKENDS, echo.port)]), *endpoints("grpc-echo", NS, [(BACKENDS, gecho.port)]),
@@ -176,7 +184,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory):
 def _get(address: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     conn = http.client.HTTPConnection(address, 80, timeout=10)
     try:
-        conn.request("GET", path, headers=headers or {})
+        conn.request("GET", path, headers={"Host": HTTP_HOST, **(headers or {})})
         r = conn.getresponse()
         body = r.read()
         try:
@@ -335,7 +343,7 @@ def test_ratio_0_exports_nothing_100_everything_and_50_about_half_of_1000(plane)
         conn = http.client.HTTPConnection(addr, 80, timeout=30)
         try:
             for _ in range(100):
-                conn.request("GET", path)
+                conn.request("GET", path, headers={"Host": HTTP_HOST})
                 r = conn.getresponse()
                 r.read()
                 assert r.status == 200
@@ -351,6 +359,15 @@ def test_ratio_0_exports_nothing_100_everything_and_50_about_half_of_1000(plane)
     # binomial(1000, 0.5): sd 15.8; 430..570 is beyond 4 sd either way
     assert 430 <= half <= 570, half
     assert _metric(plane["gw"], "gwpolicy_gateway_spans_lost_total") == 0
+
+
+def test_the_client_address_comes_from_x_forwarded_for_of_a_trusted_peer(plane):
+    # the plain class's NginxProxy rewrites the client address (XForwardedFor, 127.0.0.0/8 trusted)
+    status, plain = _get(plane["plain"], "/bare", {"X-Forwarded-For": "203.0.113.7"})
+    assert status == 200 and plain["headers"]["X-Real-Ip"] == ["203.0.113.7"]
+    # the traced one's does not: the peer's address stays
+    _, traced = _get(plane["addr"], "/r100", {"X-Forwarded-For": "203.0.113.7"})
+    assert traced["headers"]["X-Real-Ip"] == ["127.0.0.1"]
 
 
 def test_spans_arrive_within_the_exporter_interval(plane):

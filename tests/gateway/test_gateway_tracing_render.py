@@ -88,3 +88,22 @@ def test_traced_only_with_an_exporter_and_a_ratio_above_zero():
         dp, files = _render(objs)
         assert not _keys(files) and not tracing.table(dp)
         assert b"traceparent" not in files["servers.conf"]
+
+
+def test_the_nginxproxys_error_level_and_client_ip_rewrite_reach_its_servers_as_nginx_words_only():
+    objs = _objects({"strategy": "ratio"}, None)
+    objs[1]["spec"] = {"logging": {"errorLevel": "warn"},
+                       "rewriteClientIP": {"mode": "XForwardedFor", "setIPRecursively": True,
+                                           "trustedAddresses": [{"type": "CIDR", "value": "10.1.2.3/16"},
+                                                                {"type": "IPAddress", "value": "::ffff:1.2.3.4"},
+                                                                {"type": "Hostname", "value": "lb.example.com"}]}}
+    _, files = _render(objs)
+    server = files["servers.conf"].decode()
+    for line in ("error_log ../logs/error.log warn;", "set_real_ip_from 10.1.0.0/16;", "set_real_ip_from ::ffff:102:304;",
+                 "real_ip_header X-Forwarded-For;", "real_ip_recursive on;"):
+        assert f"    {line}\n" in server
+    assert "lb.example.com" not in server
+    # an address that does not parse makes the class not accepted: its Gateway is not served at all
+    objs[1]["spec"]["rewriteClientIP"]["trustedAddresses"] = [{"type": "CIDR", "value": "10.0.0.0/8; return 200 x"}]
+    dp, files = _render(objs)
+    assert not dp.servers and "return 200" not in files["servers.conf"].decode()

@@ -6,7 +6,9 @@ a scalar replaces the class's), as NGINX Gateway Fabric does. A reference that d
 (wrong group or kind, no such object, no namespace on a GatewayClass's) or an NginxProxy whose
 fields this gateway cannot read makes the referring object not accepted, reason
 InvalidParameters, with a message naming the reference and the field (GEP-1364 and the
-parametersRef fields' documentation). Fields NGINX 1.22 or this gateway does not honour are named
+parametersRef fields' documentation). `server_lines` gives the Gateway's servers the error log level
+and real_ip (rewriteClientIP); `exporter` the tracing exporter (gateway/tracing.py, spanrelay.py).
+Fields NGINX 1.22 or this gateway does not honour are named
 in the accepted condition's message (`unhonoured`), never silently dropped.
 
 Pure: objects in, values and messages out.
@@ -30,7 +32,8 @@ DEFAULT_BATCH_SIZE = 512
 DEFAULT_BATCH_COUNT = 4
 
 #: what this gateway does with each field it honours (the rest are listed by `unhonoured`)
-HONOURED = ("telemetry.exporter", "telemetry.serviceName", "telemetry.spanAttributes", "telemetry.disabledFeatures")
+HONOURED = ("telemetry.exporter", "telemetry.serviceName", "telemetry.spanAttributes", "telemetry.disabledFeatures",
+            "logging.errorLevel", "rewriteClientIP")
 
 _DURATION = re.compile(r"^([0-9]{1,4})(ms|s|m|h)?$")
 _ENDPOINT = re.compile(r"^(?:https?://)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*(?::\d{1,5})?$")
@@ -114,10 +117,66 @@ def problems(spec: Any) -> list[str]:
     fam = spec.get("ipFamily")
     if fam is not None and fam not in IP_FAMILIES:
         out.append(f"spec.ipFamily: {fam!r} is not one of {', '.join(IP_FAMILIES)}")
+    rw = spec.get("rewriteClientIP")
+    if rw is not None:
+        out += _rewrite_problems(rw)
     h2 = spec.get("disableHTTP2")
     if h2 is not None and not isinstance(h2, bool):
         out.append(f"spec.disableHTTP2: {h2!r} is not a boolean")
     return out
+
+
+def _rewrite_problems(rw: Any) -> list[str]:
+    if not isinstance(rw, dict):
+        return ["spec.rewriteClientIP: not an object"]
+    out = []
+    if rw.get("mode") not in (None, "ProxyProtocol", "XForwardedFor"):
+        out.append(f"spec.rewriteClientIP.mode: {rw.get('mode')!r} is not ProxyProtocol or XForwardedFor")
+    if rw.get("setIPRecursively") is not None and not isinstance(rw.get("setIPRecursively"), bool):
+        out.append(f"spec.rewriteClientIP.setIPRecursively: {rw.get('setIPRecursively')!r} is not a boolean")
+    addrs = rw.get("trustedAddresses")
+    if addrs is not None and (not isinstance(addrs, list) or len(addrs) > 16):
+        return out + ["spec.rewriteClientIP.trustedAddresses: not a list of at most 16 entries"]
+    for i, a in enumerate(addrs or []):
+        a = _dict(a)
+        kind, value = a.get("type"), a.get("value")
+        where = f"spec.rewriteClientIP.trustedAddresses[{i}]"
+        if kind not in ("CIDR", "IPAddress", "Hostname"):
+            out.append(f"{where}.type: {kind!r} is not CIDR, IPAddress or Hostname")
+        elif kind != "Hostname" and _address(kind, value) is None:
+            out.append(f"{where}.value: {value!r} is not an {'IP network' if kind == 'CIDR' else 'IP address'}")
+    return out
+
+
+def _address(kind: str, value: Any) -> str | None:
+    """An IP address or network as NGINX's set_real_ip_from takes it (normalised), None if it is none."""
+    import ipaddress
+
+    if not isinstance(value, str):
+        return None
+    try:
+        return str(ipaddress.ip_network(value, strict=False) if kind == "CIDR" else ipaddress.ip_address(value))
+    except ValueError:
+        return None
+
+
+def server_lines(spec: dict[str, Any]) -> tuple[str, ...]:
+    """The server-block directives of a Gateway's NginxProxy: `logging.errorLevel` as the level of
+    its servers' error log; `rewriteClientIP` with mode XForwardedFor as NGINX's real_ip (the client
+    address taken from X-Forwarded-For when the connection comes from a trusted address; Hostname
+    entries are not honoured). Every value is one of the API's words or an address `ipaddress`
+    parsed and printed again: no text of the object reaches NGINX as it was written."""
+    out: list[str] = []
+    level = _dict(spec.get("logging")).get("errorLevel")
+    if level in ERROR_LEVELS:
+        out.append(f"error_log ../logs/error.log {level};")
+    rw = _dict(spec.get("rewriteClientIP"))
+    if rw.get("mode") == "XForwardedFor":
+        trusted = [_address(str(a.get("type")), a.get("value")) for a in rw.get("trustedAddresses") or []
+                   if isinstance(a, dict) and a.get("type") in ("CIDR", "IPAddress")]
+        out += [f"set_real_ip_from {a};" for a in trusted if a is not None]
+        out += ["real_ip_header X-Forwarded-For;", f"real_ip_recursive {'on' if rw.get('setIPRecursively') else 'off'};"]
+    return tuple(out)
 
 
 def attribute_problems(attrs: Any, where: str) -> list[str]:
@@ -149,6 +208,11 @@ def unhonoured(spec: dict[str, Any]) -> list[str]:
             out += [f"{k}.{f}" for f in sorted(v) if f"{k}.{f}" not in HONOURED]
         elif k not in HONOURED:
             out.append(k)
+    rw = _dict(spec.get("rewriteClientIP"))
+    if rw.get("mode") == "ProxyProtocol":
+        out.append("rewriteClientIP.mode ProxyProtocol (listeners do not take the PROXY protocol)")
+    if any(_dict(a).get("type") == "Hostname" for a in rw.get("trustedAddresses") or []):
+        out.append("rewriteClientIP.trustedAddresses of type Hostname")
     return out
 
 

@@ -266,6 +266,11 @@ def _server(s: Server, dp: DataPlane, st: _State, cache: RenderCache | None = No
              *(listen or [f"    listen {_listen(s.address, s.port, s.socket)}{' default_server' if hostless else ''}"
                           f"{' ssl' if s.protocol == 'HTTPS' else ''}{' proxy_protocol' if s.socket else ''};"]),
              f"    server_name {s.hostname or EMPTY};"]
+    # its NginxProxy's (gateway/nginxproxy.py); behind a stream server (a TLS passthrough port, or
+    # cleartext HTTP/2 for a GRPCRoute) the client's address is the PROXY protocol's, so
+    # rewriteClientIP does not apply there
+    behind = bool(s.socket) or any("proxy_protocol" in l for l in listen or [])
+    lines += [f"    {l}" for l in dp.server_lines.get(s.gateway, ()) if not (behind and "real_ip" in l)]
     if s.socket:
         lines += _behind_stream(s.address, s.port)
     if s.certificate:

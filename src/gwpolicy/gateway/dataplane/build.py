@@ -193,16 +193,20 @@ class _Builder(BackendResolver):
         return DataPlane(servers, dict(sorted(self.upstreams.items())), self.actions, dict(sorted(self.secrets.items())),
                          addresses, self.listener_facts, self.route_facts, self.config, self.warnings,
                          streams, dict(sorted(self.stream_upstreams.items())), self.unserved, self.over_budget,
-                         self._exporters(gateways))
+                         *self._proxies(gateways))
 
-    def _exporters(self, gateways: list[Any]) -> dict[Ref, Any]:
-        """Gateway -> the telemetry exporter of its NginxProxy (its class's, overridden by its own)."""
-        out = {}
+    def _proxies(self, gateways: list[Any]) -> tuple[dict[Ref, Any], dict[Ref, tuple[str, ...]]]:
+        """Gateway -> the telemetry exporter of its NginxProxy (its class's, overridden by its own),
+        and Gateway -> the server lines it gives (error log level, real_ip)."""
+        exporters, lines = {}, {}
         for gw in gateways:
-            exp = nginxproxy.exporter(nginxproxy.effective(gw, self.index), gw)
+            spec = nginxproxy.effective(gw, self.index)
+            exp = nginxproxy.exporter(spec, gw)
             if exp is not None:
-                out[gw.ref] = exp
-        return out
+                exporters[gw.ref] = exp
+            if nginxproxy.server_lines(spec):
+                lines[gw.ref] = nginxproxy.server_lines(spec)
+        return exporters, lines
 
     def _gateway_servers(self, gw: Any, class_ok: "Cond", address: str) -> list[Server]:
         # which listeners are served is status' verdict (facts.listener_verdicts: the one rule,

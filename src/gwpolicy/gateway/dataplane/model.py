@@ -378,6 +378,8 @@ class DataPlane:
     #: Gateway -> the telemetry exporter its NginxProxy configures (nginxproxy.Exporter); only
     #: their routes are traced (gateway/tracing.py)
     exporters: dict[Ref, Any] = field(default_factory=dict)
+    #: Gateway -> the server-block lines of its NginxProxy (nginxproxy.server_lines)
+    server_lines: dict[Ref, tuple[str, ...]] = field(default_factory=dict)
 
 
 def server_id(namespace: str | None, gateway: str, listener: str) -> str:
