@@ -15,7 +15,9 @@ What must hold, each checked in traffic:
 - without an NginxProxy exporter for its Gateway, the policy is `Accepted=False`, reason
   `NginxProxyNotSet`, and nothing is traced.
 
-Addresses: Gateways from 127.0.99.0/24, backends and the receiver on 127.0.98.0/24.
+On both API servers: against kube-apiserver, which refuses loopback addresses in EndpointSlices, the
+backends run on a test host (tests/backend_hosts.py). Addresses: Gateways from 127.0.99.0/24, the
+receiver (and the sandbox's backends) on 127.0.98.0/24.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import grpc
 import pytest
 import yaml
 
+import backend_hosts
 import live_server
 from gateway_kit import backend, endpoints, listener, meta, service
 from gateway_proc import GatewayProcess, wait_until
@@ -130,15 +133,29 @@ def _condition(server: Any, kind: str, name: str, ns: str | None = None) -> dict
 
 
 @pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory):
+def plane(tmp_path_factory: pytest.TempPathFactory, module_server_kind: str):
     tmp = tmp_path_factory.mktemp("tracing")
+    host = None
+    if module_server_kind == "kube":  # a real API server takes no loopback address in an EndpointSlice
+        why = backend_hosts.missing()
+        if why:
+            pytest.skip(why)
     rx = OtlpReceiver(RECEIVER).start()
-    server = live_server.start("sandbox", tmp)
-    echo = EchoServer("echo-7c9f-a1", NS, address=BACKENDS).start()
-    gecho = grpcecho.GrpcEchoServer("grpc-echo-7c9f-a1", NS, address=BACKENDS).start()
+    server = live_server.start(module_server_kind, tmp)
     gw = None
+    echo = gecho = None
     try:
-        server.apply(live_server.gateway_api_crds() + _crds())
+        if module_server_kind == "kube":
+            host = backend_hosts.BackendHost()
+            at = host.address(1)
+            host.serve([{"pod": "echo-7c9f-a1", "namespace": NS, "address": at, "port": 8080},
+                        {"pod": "grpc-echo-7c9f-a1", "namespace": NS, "address": at, "port": 8081, "grpc": True}])
+            echo_at, gecho_at = (at, 8080), (at, 8081)
+        else:
+            echo = EchoServer("echo-7c9f-a1", NS, address=BACKENDS).start()
+            gecho = grpcecho.GrpcEchoServer("grpc-echo-7c9f-a1", NS, address=BACKENDS).start()
+            echo_at, gecho_at = (BACKENDS, echo.port), (BACKENDS, gecho.port)
+        server.apply((live_server.gateway_api_crds() if module_server_kind == "sandbox" else []) + _crds())
         objs: list[dict[str, Any]] = [
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
             _class("traced", "proxy"), _class("plain", "plainproxy"),
@@ -151,7 +168,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory):
                    rewrite={"mode": "XForwardedFor", "trustedAddresses": [{"type": "CIDR", "value": "127.0.0.0/8"}]}),
             _gateway("gw", "traced"), _gateway("plain", "plain"),
             service("echo", NS), service("grpc-echo", NS),
-            *endpoints("echo", NS, [(BACKENDS, echo.port)]), *endpoints("grpc-echo", NS, [(BACKENDS, gecho.port)]),
+            *endpoints("echo", NS, [echo_at]), *endpoints("grpc-echo", NS, [gecho_at]),
             _route("bare", "/bare", gw="plain"), _policy("bare", "bare", {"strategy": "ratio"}),
             _route("grpc", "", kind="GRPCRoute", svc="grpc-echo"),
             _policy("grpc", "grpc", {"strategy": "ratio", "context": "propagate"}, kind="GRPCRoute"),
@@ -175,8 +192,9 @@ def plane(tmp_path_factory: pytest.TempPathFactory):
     finally:
         if gw is not None:
             gw.stop()
-        gecho.stop()
-        echo.stop()
+        for b in (gecho, echo, host):
+            if b is not None:
+                b.stop()
         server.close()
         rx.stop()
 
