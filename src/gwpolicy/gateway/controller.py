@@ -36,6 +36,7 @@ from gwpolicy.engine.analysis import utc_now
 from gwpolicy.engine.kinds import split_api_version
 from gwpolicy.engine.model import Obj
 from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
+from gwpolicy.gateway import nginxproxy, observability
 from gwpolicy.gateway.driver import (
     DataPlaneDriver,
     Renderer,
@@ -153,6 +154,10 @@ class GatewayController(WatchingProcess):
         self.opts: GatewayOptions = opts
         self.metrics: Metrics = metrics
         self.driver = driver
+        if getattr(driver, "relay", None) is not None:
+            from gwpolicy.gateway.spanrelay import Collector
+
+            metrics.registry.register(Collector(driver.relay))
         #: GatewayState.dataplane_version of what NGINX serves (None: build on the next reconcile)
         self.programmed_version: int | None = None
         self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
@@ -188,6 +193,17 @@ class GatewayController(WatchingProcess):
         self.leave_nginx = False  # SIGUSR2: stop without stopping NGINX
 
     # ---------- watching ----------
+    def consider_crd(self, crd: dict[str, Any], objects: dict[tuple[str, str, str, str], dict[str, Any]]) -> None:
+        """Policy kinds as every process watches them, and NginxProxy, which GatewayClasses and
+        Gateways name as their parameters (gateway/nginxproxy.py), once its CRD is there."""
+        super().consider_crd(crd, objects)
+        spec = crd.get("spec") or {}
+        if (spec.get("group"), (spec.get("names") or {}).get("kind")) == (nginxproxy.GROUP, nginxproxy.KIND):
+            versions = [v for v in spec.get("versions") or [] if v.get("served", True)]
+            if versions:
+                storage = next((v for v in versions if v.get("storage")), versions[0])
+                self.watch(Kind(nginxproxy.GROUP, storage["name"], nginxproxy.KIND, "nginxproxies", True, False))
+
     async def on_event(self, etype: str, kind: Kind, raw: dict[str, Any]) -> None:
         meta = raw.get("metadata")
         if isinstance(meta, dict):
@@ -263,6 +279,7 @@ class GatewayController(WatchingProcess):
                 for ref in refs:
                     wanted[ref] = ours
             self.policy_wanted = policy_statuses(analysis, index, facts, self.opts.controller_name)
+            self.policy_wanted.update(observability.statuses(analysis, index, facts, self.opts.controller_name))
             check: list[Ref] | None = None
         else:
             wanted = {r: f for r, f in self.wanted.items() if r not in self.policy_wanted}
@@ -280,11 +297,12 @@ class GatewayController(WatchingProcess):
                 policies |= analysis.policies_declaring(r)
             self.policy_wanted = {r: f for r, f in self.policy_wanted.items() if r not in policies}
             self.policy_wanted.update(policy_statuses(analysis, index, facts, self.opts.controller_name, policies))
+            self.policy_wanted.update(observability.statuses(analysis, index, facts, self.opts.controller_name, policies))
             check = list(facts.classes) + list(facts.gateways) + routes + sorted(policies, key=Ref.sort_key)
         wanted.update(self.policy_wanted)
         self.wanted = wanted
         self.annotations = {}
-        kinds = enforced_policy_kinds()
+        kinds = enforced_policy_kinds() + [f"{observability.tracing.KIND}.{observability.tracing.GROUP}"]
         for ref in facts.classes:
             self.annotations[ref] = policy_kinds_annotation(kinds)
         for ref in (list(wanted) if check is None else check) + list(self.annotations):

@@ -161,6 +161,23 @@ class DataPlaneDriver(Renderer):
         self.nginx: Nginx | None = Nginx(self.state_dir, binary=opts.nginx, outlive=True, sidecar=opts.nginx_sidecar)
         self.applied: dict[str, bytes] | None = None
         self.lock = threading.Lock()  # apply and stop come from different threads
+        from gwpolicy.gateway.spanrelay import SpanRelay
+
+        #: receives what NGINX logs of traced requests and exports the spans (gateway/spanrelay.py)
+        self.relay = SpanRelay().start()
+        self.traces: dict[str, Any] = {}  # the traced routes of the last build (tracing.table)
+
+    def config(self, left_out: Any = None) -> Any:
+        import dataclasses
+
+        return dataclasses.replace(super().config(left_out), trace_relay=self.relay.target)
+
+    def build(self, analysis: Any, epoch: Any = None, left_out: Any = None) -> tuple[Any, dict[str, bytes]]:
+        from gwpolicy.gateway import tracing
+
+        dp, files = super().build(analysis, epoch, left_out)
+        self.traces = tracing.table(dp)
+        return dp, files
 
     def start(self) -> None:
         """Say what was found: an NGINX adopted (it serves on; the first configuration is compared
@@ -192,6 +209,7 @@ class DataPlaneDriver(Renderer):
             result = self.nginx.apply(files)
             if result.ok:
                 self.applied = files
+                self.relay.update(self.traces)
                 return None
             return result.error or "NGINX did not take the configuration"
 

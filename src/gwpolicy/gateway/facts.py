@@ -20,7 +20,7 @@ from gwpolicy.engine.model import Obj, ObjectIndex
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.engine.status import condition, find_condition
 from gwpolicy.engine.topology import parent_gateway, parent_listeners
-from gwpolicy.gateway import frontendtls, grpcroute, pathregex, policyconf, routevalues
+from gwpolicy.gateway import frontendtls, grpcroute, nginxproxy, pathregex, policyconf, routevalues
 from gwpolicy.gateway.listeners import Candidate, tls_pem, tls_problem, valid_hostname
 from gwpolicy.gateway.listeners import conflicts as listener_conflicts
 
@@ -210,7 +210,7 @@ def gateway_facts(index: ObjectIndex, controller: str = GATEWAY_CONTROLLER,
     facts = Facts(controller, {}, {}, {}, {}, any_address)
     version = _bundle_version(index)
     for ref, gc in classes.items():
-        facts.classes[ref] = class_acceptance(gc)
+        facts.classes[ref] = class_acceptance(gc, index)
         facts.class_versions[ref] = version
     for gw in index.of_kind(GATEWAY_GROUP, "Gateway"):
         gc_ref = Ref(GATEWAY_GROUP, "GatewayClass", None, str(_dict(gw.spec).get("gatewayClassName", "")))
@@ -226,13 +226,17 @@ def gateway_facts(index: ObjectIndex, controller: str = GATEWAY_CONTROLLER,
     return facts
 
 
-def class_acceptance(gc: Obj) -> Cond:
+def class_acceptance(gc: Obj, index: ObjectIndex | None = None) -> Cond:
     """A GatewayClass of ours' Accepted condition (its Gateways are served only when it is True:
-    status and the data plane both ask here)."""
+    status and the data plane both ask here): its parametersRef must name an NginxProxy that
+    resolves and that this gateway can read (gateway/nginxproxy.py)."""
     params = _dict(gc.spec).get("parametersRef")
     if isinstance(params, dict):
-        return Cond("Accepted", False, "InvalidParameters",
-                    f"parametersRef {params.get('kind')}/{params.get('name')}: this gateway takes no parameters")
+        spec, why = nginxproxy.class_parameters(gc, index if index is not None else ObjectIndex())
+        if why is not None:
+            return Cond("Accepted", False, "InvalidParameters", why)
+        return Cond("Accepted", True, "Accepted", "Handled by the gwpolicy NGINX gateway."
+                    + nginxproxy.accepted_note(spec, "spec.parametersRef"))
     return Cond("Accepted", True, "Accepted", "Handled by the gwpolicy NGINX gateway.")
 
 
@@ -307,7 +311,7 @@ def listener_verdicts(gw: Obj, index: ObjectIndex, grants: ReferenceGrants) -> d
 
 
 def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_class: Cond,
-                       any_address: bool = False) -> Cond:
+                       any_address: bool = False, index: ObjectIndex | None = None) -> Cond:
     """The Gateway's Accepted condition from its GatewayClass' (`class_acceptance`), its spec and
     its listeners' verdicts (the data plane serves nothing of a Gateway that is not accepted)."""
     if not gateway_class.status:
@@ -315,15 +319,12 @@ def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_cla
                     f"GatewayClass {str(_dict(gw.spec).get('gatewayClassName', ''))} is not accepted: {gateway_class.message}")
     spec = _dict(gw.spec)
     accepted = Cond("Accepted", True, "Accepted", "Accepted by the gwpolicy NGINX gateway.")
-    infra = _dict(spec.get("infrastructure"))
     addresses = [a for a in spec.get("addresses") or [] if isinstance(a, dict)]
     bad_addresses = [a for a in addresses if not _usable_address(a, any_address)]
     invalid = [n for n, lf in listeners.items() if not lf.accepted.status]
-    if isinstance(infra.get("parametersRef"), dict):
-        p = infra["parametersRef"]
-        accepted = Cond("Accepted", False, "InvalidParameters",
-                        f"spec.infrastructure.parametersRef {p.get('group')}/{p.get('kind')} {p.get('name')}: "
-                        "this gateway takes no parameters")
+    params, why = nginxproxy.gateway_parameters(gw, index if index is not None else ObjectIndex())
+    if why is not None:
+        accepted = Cond("Accepted", False, "InvalidParameters", why)
     elif bad_addresses:
         a = bad_addresses[0]
         accepted = Cond("Accepted", False, "UnsupportedAddress",
@@ -340,11 +341,18 @@ def gateway_acceptance(gw: Obj, listeners: dict[str, ListenerFacts], gateway_cla
     return accepted
 
 
+def params_note(gw: Obj, index: ObjectIndex) -> str:
+    """What a Gateway's accepted condition says of its own NginxProxy ("" without one)."""
+    return nginxproxy.accepted_note(nginxproxy.gateway_parameters(gw, index)[0], "spec.infrastructure.parametersRef")
+
+
 def _gateway(gw: Obj, gc_ref: Ref, gateway_class: Cond, index: ObjectIndex, grants: ReferenceGrants,
              any_address: bool = False) -> GatewayFacts:
     spec = _dict(gw.spec)
     listeners = listener_verdicts(gw, index, grants)
-    accepted = gateway_acceptance(gw, listeners, gateway_class, any_address)
+    accepted = gateway_acceptance(gw, listeners, gateway_class, any_address, index)
+    if accepted.status and params_note(gw, index):
+        accepted = Cond(accepted.type, True, accepted.reason, accepted.message + params_note(gw, index))
     addresses = [a for a in spec.get("addresses") or [] if isinstance(a, dict)]
 
     resolved = None

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gwpolicy.gateway import policies, policyconf, rendergrpc
+from gwpolicy.gateway import policies, policyconf, rendergrpc, tracing
 from gwpolicy.gateway.conftext import (
     EMPTY,
     TOKEN,
@@ -66,6 +66,8 @@ class _State:
     system_ca: bool = False  # some backend verifies against the system store: its bundle goes to http
     inline: bool = False  # the rule being rendered owns its location: it may proxy there itself
     grpc: rendergrpc.Ports = field(default_factory=rendergrpc.Ports)  # the ports that carry a GRPCRoute
+    exporters: dict[Any, Any] = field(default_factory=dict)  # DataPlane.exporters: whose routes are traced
+    relay: str = ""  # DataPlaneConfig.trace_relay
 
 
 @dataclass
@@ -92,11 +94,11 @@ class RenderCache:
     which tests/gateway/test_gateway_inplace.py checks)."""
 
     def __init__(self) -> None:
-        self.locations: dict[tuple[str, str, bool, str], _Rendered] = {}
+        self.locations: dict[tuple[str, str, bool, str, Any], _Rendered] = {}
         self.upstreams: dict[str, tuple[Any, str]] = {}
         self.hits = 0
         self.misses = 0
-        self.used: set[tuple[str, str, bool, str]] = set()
+        self.used: set[tuple[str, str, bool, str, Any]] = set()
 
     def clear(self) -> None:
         self.locations.clear()
@@ -109,7 +111,7 @@ def render(dp: DataPlane, cache: RenderCache | None = None) -> dict[str, bytes]:
 
 
 def _render(dp: DataPlane, cache: RenderCache | None = None) -> dict[str, bytes]:
-    st = _State(grpc=rendergrpc.ports(dp))
+    st = _State(grpc=rendergrpc.ports(dp), exporters=dp.exporters, relay=dp.config.trace_relay)
     if cache is not None:
         cache.hits = cache.misses = 0
         cache.used = set()
@@ -193,6 +195,9 @@ def _main(dp: DataPlane, st: _State) -> str:
 
         http += ["", comment("backends verified against the system store share one SSL context"),
                  f"proxy_ssl_trusted_certificate {SYSTEM_CA_FILE};", "proxy_ssl_verify_depth 4;"]
+    if dp.exporters:
+        http += ["", comment("ObservabilityPolicy tracing: sampled requests logged to the gateway's span relay")]
+        http += list(tracing.HTTP_LINES)
     zones = policies.http_directives(st.zones)
     if zones:
         http += [""] + zones
@@ -261,6 +266,11 @@ def _server(s: Server, dp: DataPlane, st: _State, cache: RenderCache | None = No
              *(listen or [f"    listen {_listen(s.address, s.port, s.socket)}{' default_server' if hostless else ''}"
                           f"{' ssl' if s.protocol == 'HTTPS' else ''}{' proxy_protocol' if s.socket else ''};"]),
              f"    server_name {s.hostname or EMPTY};"]
+    # its NginxProxy's (gateway/nginxproxy.py); behind a stream server (a TLS passthrough port, or
+    # cleartext HTTP/2 for a GRPCRoute) the client's address is the PROXY protocol's, so
+    # rewriteClientIP does not apply there
+    behind = bool(s.socket) or any("proxy_protocol" in l for l in listen or [])
+    lines += [f"    {l}" for l in dp.server_lines.get(s.gateway, ()) if not (behind and "real_ip" in l)]
     if s.socket:
         lines += _behind_stream(s.address, s.port)
     if s.certificate:
@@ -321,13 +331,13 @@ def _client_verification(s: Server) -> list[str]:
 def _location_cached(s: Server, v: VirtualHost, loc: Location, st: _State, named_done: set[str],
                      cache: RenderCache) -> str:
     """_location, or the text it gave for the same candidates, with its additions to `st` replayed."""
-    key = (s.id, v.id, loc.exact, loc.path)
+    key = (s.id, v.id, loc.exact, loc.path, st.exporters.get(s.gateway))  # the exporter: whether it is traced
     cache.used.add(key)
     got = cache.locations.get(key)
     cands = loc.candidates
     if got is None or len(got.candidates) != len(cands) or any(x is not y for x, y in zip(got.candidates, cands)):
         cache.misses += 1
-        sub = _State()
+        sub = _State(exporters=st.exporters, relay=st.relay)
         sub.named[s.id] = []
         text = _location(s, v, loc, sub, set())
         named = [(block.split("{", 1)[0].split()[-1], block) for block in sub.named[s.id]]  # `location [=] <name> {`
@@ -482,6 +492,17 @@ def _policy_lines(eff: dict[str, dict[str, Any]], st: _State) -> tuple[list[str]
     return list(conf.lines), conf.peer_copies
 
 
+def _trace_lines(a: Action, eff: dict[str, dict[str, Any]], st: _State,
+                 header_directive: str = "proxy_set_header") -> tuple[list[str], list[str]]:
+    """ObservabilityPolicy tracing of one rule (gateway/tracing.py): (its lines, its request headers)."""
+    if not st.exporters:
+        return [], []
+    got = tracing.action_trace(a, eff, st.exporters)
+    if got is None:
+        return [], []
+    return tracing.location_lines(got[0], got[1], st.relay, st.splits, header_directive)
+
+
 def _action_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set[str]) -> list[str]:
     redirect = filters_of(a.filters, "RequestRedirect", "requestRedirect")
     rewrite = filters_of(a.filters, "URLRewrite", "urlRewrite")
@@ -502,8 +523,13 @@ def _action_lines(s: Server, a: Action, prefix: str, st: _State, named_done: set
         if b_redirect:
             per_backend.append([comment("RequestRedirect of the backendRef")] + _redirect(a, b_redirect[0], prefix))
             continue
-        pl, _ = _policy_lines(b.effective if b.path else a.effective, st)
-        per_backend.append(pl + _header_lines(a.filters + b.filters, b_rewrite, st) + cors_lines + _tls_lines(b.tls, st))
+        eff = b.effective if b.path else a.effective
+        pl, _ = _policy_lines(eff, st)
+        traced, trace_headers = _trace_lines(a, a.effective, st)  # the rule's path: the route's policies
+        hl = _header_lines(a.filters + b.filters, b_rewrite, st)
+        if trace_headers and not any(l.startswith("proxy_set_header ") for l in hl):
+            hl = [f"proxy_set_header {n} {v};" for n, v in BASE_HEADERS] + hl  # a location's own replace the inherited
+        per_backend.append(traced + pl + hl + trace_headers + cors_lines + _tls_lines(b.tls, st))
     redirects = [p[0].startswith("# RequestRedirect") for p in per_backend if p]
     if len(live) == 1 and redirects and redirects[0]:
         return preflight + per_backend[0]

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from gwpolicy.gateway import policies, policyconf
+from gwpolicy.gateway import policies, policyconf, tracing
 from gwpolicy.gateway.conftext import (
     RenderError,
     comment,
@@ -193,6 +193,8 @@ class Out:
     internal: list[str]  # internal location blocks of the server
     done: set[str]  # their URIs
     uri_lines: list[tuple[str, ...]] = field(default_factory=list)
+    exporters: dict[Any, Any] = field(default_factory=dict)  # DataPlane.exporters (tracing)
+    relay: str = ""  # DataPlaneConfig.trace_relay
 
 
 def location(head: str, prefix: str, loc: Location, out: Out) -> str:
@@ -254,8 +256,13 @@ def _action(a: Action, out: Out) -> list[str]:
 def _backend(a: Action, b: Backend, out: Out) -> list[str]:
     if b.upstream is None:
         return [comment(b.message or "the backend does not resolve"), "return 500;"]
-    lines = _policy_lines(b.effective if b.path else a.effective, out)
-    lines += header_lines(a.filters + b.filters, out.maps)
+    eff = b.effective if b.path else a.effective
+    traced: tuple[list[str], list[str]] = ([], [])
+    got = tracing.action_trace(a, a.effective, out.exporters) if out.exporters else None  # the rule's path
+    if got is not None:
+        traced = tracing.location_lines(got[0], got[1], out.relay, out.splits, "grpc_set_header")
+    lines = traced[0] + _policy_lines(eff, out)
+    lines += header_lines(a.filters + b.filters, out.maps) + traced[1]
     scheme = "grpc"
     if b.tls is not None:
         scheme = "grpcs"
@@ -300,7 +307,7 @@ def render_location(s: Server, v: VirtualHost, loc: Location, uri: str, st: Any,
     if not re.fullmatch(r"[A-Za-z0-9/._~%-]+", uri):
         uri = conf_string(uri)
     head = f"    location {'= ' if loc.exact else ''}{uri} {{"
-    out = Out(st.maps, st.splits, st.zones, st.named[s.id], named_done)
+    out = Out(st.maps, st.splits, st.zones, st.named[s.id], named_done, exporters=st.exporters, relay=st.relay)
     text = location(head, f"/_v{v.id}", loc, out)
     # lines NGINX reads in the location it selects by URI (client_max_body_size), when the rules'
     # own lines are in internal locations; an unconditional rule's are in this location already

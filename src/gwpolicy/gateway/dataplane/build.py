@@ -14,7 +14,7 @@ from gwpolicy.engine import names
 from gwpolicy.engine.grants import ReferenceGrants
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.engine.topology import PathNode
-from gwpolicy.gateway import grpcroute, pathregex, policyconf
+from gwpolicy.gateway import grpcroute, nginxproxy, pathregex, policyconf
 from gwpolicy.gateway.dataplane.addresses import gateway_addresses, reserved, route_hostnames
 from gwpolicy.gateway.dataplane.backends import (
     BackendResolver,
@@ -149,7 +149,7 @@ class _Builder(BackendResolver):
                 self.unserved[gw.ref] = (f"GatewayClass {class_name} belongs to controller {controller!r}, "
                                          f"not {self.config.controller_name!r}")
                 continue
-            out.append((gw, class_acceptance(cls)))
+            out.append((gw, class_acceptance(cls, self.index)))
         return out
 
     def build(self) -> DataPlane:
@@ -194,7 +194,21 @@ class _Builder(BackendResolver):
                     shared.https_names.append(s.hostname)
         return DataPlane(servers, dict(sorted(self.upstreams.items())), self.actions, dict(sorted(self.secrets.items())),
                          addresses, self.listener_facts, self.route_facts, self.config, self.warnings,
-                         streams, dict(sorted(self.stream_upstreams.items())), self.unserved, self.over_budget)
+                         streams, dict(sorted(self.stream_upstreams.items())), self.unserved, self.over_budget,
+                         *self._proxies(gateways))
+
+    def _proxies(self, gateways: list[Any]) -> tuple[dict[Ref, Any], dict[Ref, tuple[str, ...]]]:
+        """Gateway -> the telemetry exporter of its NginxProxy (its class's, overridden by its own),
+        and Gateway -> the server lines it gives (error log level, real_ip)."""
+        exporters, lines = {}, {}
+        for gw in gateways:
+            spec = nginxproxy.effective(gw, self.index)
+            exp = nginxproxy.exporter(spec, gw)
+            if exp is not None:
+                exporters[gw.ref] = exp
+            if nginxproxy.server_lines(spec):
+                lines[gw.ref] = nginxproxy.server_lines(spec)
+        return exporters, lines
 
     def _gateway_servers(self, gw: Any, class_ok: "Cond", address: str) -> list[Server]:
         # which listeners are served is status' verdict (facts.listener_verdicts: the one rule,
@@ -202,7 +216,7 @@ class _Builder(BackendResolver):
         # certificate file, address:port ownership across Gateways) is decided here on top
 
         verdicts = listener_verdicts(gw, self.index, self.grants)
-        gateway_ok = gateway_acceptance(gw, verdicts, class_ok, self.config.any_address)
+        gateway_ok = gateway_acceptance(gw, verdicts, class_ok, self.config.any_address, self.index)
         if not gateway_ok.status:
             self.unserved[gw.ref] = f"it is not accepted ({gateway_ok.reason}): {gateway_ok.message}"
         out = []

@@ -155,6 +155,8 @@ class DataPlaneConfig:
     #: per namespace, how many route matches (times hostnames) its HTTPRoutes may ask for; over it
     #: the newest routes are left out (`route_cost`); None: no budget
     namespace_budget: int | None = None
+    #: host:port of the span relay NGINX logs sampled requests to (gateway/tracing.py)
+    trace_relay: str = "127.0.0.1:5140"
 
 
 @dataclass(frozen=True)
@@ -373,6 +375,11 @@ class DataPlane:
     unserved: dict[Ref, str] = field(default_factory=dict)
     #: HTTPRoutes left out because their namespace's budget is spent -> (reason, message)
     over_budget: dict[Ref, tuple[str, str]] = field(default_factory=dict)
+    #: Gateway -> the telemetry exporter its NginxProxy configures (nginxproxy.Exporter); only
+    #: their routes are traced (gateway/tracing.py)
+    exporters: dict[Ref, Any] = field(default_factory=dict)
+    #: Gateway -> the server-block lines of its NginxProxy (nginxproxy.server_lines)
+    server_lines: dict[Ref, tuple[str, ...]] = field(default_factory=dict)
 
 
 def server_id(namespace: str | None, gateway: str, listener: str) -> str:
