@@ -282,6 +282,9 @@ def sandbox_main(argv: list[str]) -> int:
     p.add_argument("--allow-loopback-endpoints", action="store_true",
                    help="take 127.0.0.0/8 and ::1 addresses in EndpointSlices, which kube-apiserver refuses: "
                    "backends on this machine, for a demo or a test (the gateway quickstart)")
+    p.add_argument("--service-cidr", metavar="CIDR", default=None,
+                   help="IPv4 range Services get their cluster IPs from, as kube-apiserver's "
+                        "--service-cluster-ip-range (default 10.96.0.0/12)")
     p.add_argument("--data-dir", metavar="DIR", help="keep objects and resourceVersions in DIR (SQLite) and "
                    "come back with them after a restart, also after kill -9; -f loads only into an empty DIR")
     p.add_argument("--crds", choices=["standard", "experimental", "none"], default="standard",
@@ -289,6 +292,14 @@ def sandbox_main(argv: list[str]) -> int:
                         "gwpolicy's CRDs and the PolicyKinds of its policy kinds (deploy/); none: only built-in "
                         "kinds. A CRD given with -f replaces ours of the same name, kind or plural (default: standard)")
     args = p.parse_args(argv)
+    if args.service_cidr:
+        from gwpolicy.sandbox.clusterips import parse_range
+
+        try:
+            parse_range(args.service_cidr)
+        except ValueError as exc:
+            print(f"Error: {exc}", file=sys.stderr)
+            return 1
     given: list[dict[str, Any]] = []
     if args.filename:
         from gwpolicy.sandbox.seed import well_shaped
@@ -315,7 +326,7 @@ def sandbox_main(argv: list[str]) -> int:
         del given
     try:
         asyncio.run(serve(args.port, args.kubeconfig_out, args.keep_creation_timestamp, args.bookmark_interval, preload,
-                          args.data_dir, args.allow_loopback_endpoints))
+                          args.data_dir, args.allow_loopback_endpoints, args.service_cidr))
     except KeyboardInterrupt:
         return 0
     except OSError as exc:
