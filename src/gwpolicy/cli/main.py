@@ -205,6 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["nginx-sidecar"]:
         from gwpolicy.gateway.sidecar import main as sidecar_main
         return sidecar_main(argv[1:])
+    if argv[:1] == ["mesh"]:
+        from gwpolicy.mesh.proxy import main as mesh_main
+        return mesh_main(argv[1:])
     if argv[:1] == ["gateway"]:
         from gwpolicy.gateway.controller import main as gateway_main
         return gateway_main(argv[1:])
@@ -335,7 +338,7 @@ def sandbox_main(argv: list[str]) -> int:
     return 0
 
 
-_SERVERS = ("bench", "sandbox", "controller", "webhook", "gateway", "nginx-sidecar", "echo")
+_SERVERS = ("bench", "sandbox", "controller", "webhook", "gateway", "nginx-sidecar", "echo", "mesh")
 
 
 def entry() -> None:
