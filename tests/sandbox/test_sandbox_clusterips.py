@@ -36,6 +36,11 @@ def test_services_get_distinct_cluster_ips_from_the_range(server_kind, tmp_path)
             assert s["ipFamilies"] == ["IPv4"] and s["ipFamilyPolicy"] == "SingleStack", s
         assert json.loads(server.kubectl("get", "svc", "headless", "-o", "json").stdout)["spec"]["clusterIP"] == "None"
         assert "clusterIP" not in json.loads(server.kubectl("get", "svc", "ext", "-o", "json").stdout)["spec"]
+        # an ExternalName Service made a ClusterIP one gets its address then
+        server.kubectl("apply", "-f", "-", input=json.dumps(_svc("ext")))
+        moved = json.loads(server.kubectl("get", "svc", "ext", "-o", "json").stdout)["spec"]
+        assert ipaddress.ip_address(moved["clusterIP"]) in net and moved["clusterIP"] not in ips, moved
+        ips.append(moved["clusterIP"])
         # a re-apply without the address keeps it
         server.kubectl("apply", "-f", "-", input=json.dumps(_svc("s0")))
         assert json.loads(server.kubectl("get", "svc", "s0", "-o", "json").stdout)["spec"]["clusterIP"] == specs["s0"]["clusterIP"]

@@ -318,6 +318,20 @@ class Store:
             raise invalid_fields(r, obj["metadata"].get("name"), outcome.errors)
         return outcome.obj
 
+    def _cluster_ip(self, r: Resource, obj: dict[str, Any], name: str) -> None:
+        """A Service that should have a cluster IP gets one (sandbox/clusterips.py; 422 as
+        kube-apiserver's allocator says when the one it asks for cannot be given)."""
+        if (r.group, r.kind) != ("", "Service") or not isinstance(obj.get("spec"), dict) \
+                or not clusterips.wants_ip(obj["spec"]):
+            return
+        services = (self.objects[k] for k in self.objects.by_resource.get(("", "services"), {})
+                    if k[2:] != (obj["metadata"].get("namespace", ""), name))
+        try:
+            clusterips.allocate(obj["spec"], self.service_range, clusterips.in_use(services))
+        except clusterips.RangeError as exc:
+            raise invalid_fields(r, name, [FieldError(exc.field, "FieldValueInvalid", "Invalid value: "
+                                                      f"{json.dumps(exc.value)}: {exc}")]) from None
+
     def _ns_check(self, r: Resource, ns: str) -> None:
         if r.namespaced and ("", "namespaces", "", ns) not in self.objects:
             raise ApiFailure(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
@@ -438,13 +452,7 @@ class Store:
             plural = f"{r.plural}.{r.group}" if r.group else r.plural
             raise ApiFailure(409, "AlreadyExists", f'{plural} "{name}" already exists',
                              {"name": name, "group": r.group, "kind": r.plural})
-        if (r.group, r.kind) == ("", "Service") and isinstance(obj.get("spec"), dict) and clusterips.wants_ip(obj["spec"]):
-            services = (self.objects[k] for k in self.objects.by_resource.get(("", "services"), {}))
-            try:
-                clusterips.allocate(obj["spec"], self.service_range, clusterips.in_use(services))
-            except clusterips.RangeError as exc:
-                raise invalid_fields(r, name, [FieldError(exc.field, "FieldValueInvalid", "Invalid value: "
-                                                          f"{json.dumps(exc.value)}: {exc}")]) from None
+        self._cluster_ip(r, obj, name)
         obj["apiVersion"] = r.api_version(version)
         obj["kind"] = r.kind
         meta["uid"] = str(uuid.uuid4())
@@ -531,6 +539,8 @@ class Store:
         result = self._decode(r, result, version)
         validate_metadata(r, result)
         result = self._admit(r, result, live, version)
+        if not ((live.get("spec") or {}).get("clusterIPs")):  # a Service that had none (ExternalName before)
+            self._cluster_ip(r, result, name)
         if self._spec_of(result, r) != self._spec_of(live, r):
             result["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1
         if manager:
