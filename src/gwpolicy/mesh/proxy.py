@@ -10,6 +10,7 @@ gracefully.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import tempfile
@@ -20,6 +21,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from gwpolicy.engine import names
 from gwpolicy.gateway.options import worker_processes
 from gwpolicy.kube import client as kube
 from gwpolicy.kube import defaults, serve
@@ -173,15 +175,24 @@ client namespace, where that namespace's outbound traffic goes (docs/mesh.md). I
 to the cluster. Ports below 1024 need root (or CAP_NET_BIND_SERVICE)."""
 
 
+def namespace_name(text: str) -> str:
+    """A namespace name (an RFC 1123 label), for --namespace."""
+    if not names.is_label(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a namespace name (lower-case letters, digits and '-', "
+                                         "at most 63, starting and ending with a letter or digit)")
+    return text
+
+
 def parse(argv: list[str]) -> MeshOptions:
     p = Parser(prog=f"{program_name()} mesh", formatter_class=HelpFormatter, description=DESCRIPTION,
                epilog="""examples:
   gwpolicy mesh --namespace shop --state-dir /var/lib/gwpolicy-mesh/shop
   ip netns exec shop gwpolicy mesh --namespace shop --kubeconfig kc.yaml   # in the namespace's network namespace
 """)
-    p.add_argument("--namespace", "-n", required=True, help="the client namespace whose requests this proxy carries")
+    p.add_argument("--namespace", "-n", required=True, type=namespace_name,
+                   help="the client namespace whose requests this proxy carries")
     p.add_argument("--state-dir", help="NGINX's files (default: a new temporary directory)")
-    p.add_argument("--nginx", default="/usr/sbin/nginx", help="the NGINX binary (default /usr/sbin/nginx)")
+    p.add_argument("--nginx", default="/usr/sbin/nginx", help="the NGINX binary")
     p.add_argument("--worker-processes", type=worker_processes, default="auto",
                    help="NGINX worker processes: auto (one per core) or a number")
     p.add_argument("--debounce", type=float, default=0.05, help="seconds to gather a burst of changes into one reload")
