@@ -44,6 +44,7 @@ class Mesh:
         self.proxies: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, Path] = {}
         self.bound: set[str] = set()
+        self.backends: dict[str, EchoServer] = {}  # by pod name prefix
         try:
             self.server = live_server.start(kind, tmp, "--service-cidr", SERVICE_CIDR)
             address = "127.0.0.1" if kind == "sandbox" else kube_apiserver.ADDRESS
@@ -75,6 +76,7 @@ class Mesh:
         echo = EchoServer(pod_name(prefix), namespace, address=self.fabric.add_root_address(), port=port,
                           delays=delays).start()
         self.echoes.append(echo)
+        self.backends[prefix] = echo
         return echo
 
     def publish(self, namespace: str, service: str, echoes: list[EchoServer], ports: dict[str, int],

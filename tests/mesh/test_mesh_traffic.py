@@ -92,3 +92,15 @@ def test_a_consumer_route_splits_only_its_own_namespaces_requests(mesh):
     # the consumer route gone, A is back on the producer route
     m.delete([CONSUMER])
     wait_until(lambda: _answers(m, A, ip, 3) == ({"s-v1": 3}, {"producer"}), 30, what="mesh-a back on the producer route")
+
+
+def test_the_proxies_follow_the_services_endpoints(mesh):
+    m = mesh
+    ip = m.cluster_ip(S, "s")
+    for client in (A, B):
+        m.wait_serving(client, ip, 80)
+        assert _answers(m, client, ip, 5) == ({"s-v1": 5}, {"none"})
+    v2 = m.backends["s-v2"]
+    m.publish(S, "s", [v2], {"http": v2.port})  # the same slice, now with s-v2's address
+    for client in (A, B):
+        wait_until(lambda: _answers(m, client, ip, 3)[0] == {"s-v2": 3}, 30, what=f"{client} sent to the new endpoint")
