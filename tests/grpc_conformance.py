@@ -95,7 +95,10 @@ def weights_pass(w: dict[str, Any], target: str) -> str:
         return "-".join(answer.pod.split("-")[:-2])
 
     with futures.ThreadPoolExecutor(w["concurrency"]) as pool:
-        backends = list(pool.map(one, range(w["totalRequests"])))
+        try:
+            backends = list(pool.map(one, range(w["totalRequests"])))
+        except AssertionError as exc:  # a failed call fails this run; the caller runs it again
+            return f"a call failed: {exc}"
     expected = w["expectedWeights"]
     if set(backends) - set(expected):
         return f"unexpected backends {set(backends) - set(expected)}"

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+from lightkube import ApiError
+
 from gwpolicy.engine.refs import Ref
-from gwpolicy.gateway.replicas import ADDRESSES, REPLICA_OF, SERVING, Replicas, lease_name
+from gwpolicy.gateway.replicas import ADDRESSES, REPLICA_OF, SERVING, Publisher, Replicas, lease_name
 
 GW = Ref("gateway.networking.k8s.io", "Gateway", "ns", "gw")
 ROUTE = Ref("gateway.networking.k8s.io", "HTTPRoute", "ns", "r")
@@ -73,3 +75,51 @@ def test_a_lease_name_is_valid_whatever_the_identity():
     assert lease_name("gwpolicy-gateway", "gw-7d9f-abcde") == "gwpolicy-gateway-gw-7d9f-abcde"
     odd = lease_name("gwpolicy-gateway", "Host_Name:1234")
     assert odd.startswith("gwpolicy-gateway-") and odd == odd.lower() and len(odd) <= 253 and "_" not in odd
+
+
+class _LeaseServer:
+    """A fake API server for one replica's Lease: a renewal of a missing Lease gets 404 (then the
+    publisher creates it), and each renewal takes `delay`, so a stop can land in the middle of one."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay, self.lease, self.calls = delay, None, []
+
+    async def merge_patch(self, client, kind, name, namespace, body, manager):
+        self.calls.append("patch")
+        await asyncio.sleep(self.delay)
+        if self.lease is None:
+            import httpx2 as httpx
+
+            raise ApiError(response=httpx.Response(404, json={"kind": "Status", "code": 404, "message": "not found"}))
+        self.lease = body
+
+    async def create(self, obj, namespace=None):
+        self.calls.append("create")
+        self.lease = obj
+
+    async def delete(self, kind, name, namespace=None):
+        self.calls.append("delete")
+        self.lease = None
+
+
+def test_a_clean_stop_leaves_no_replica_lease_even_during_a_renewal(monkeypatch):
+    """close() during a renewal (a patch that finds no Lease and would create it): the renewal ends
+    first and the Lease is deleted last, never created again after its deletion."""
+    from gwpolicy.gateway import replicas
+
+    async def scenario() -> list[str]:
+        server = _LeaseServer(delay=0.2)
+        monkeypatch.setattr(replicas.kube, "merge_patch", server.merge_patch)
+        pub = Publisher(server, "pod-1", "ns", "gwpolicy-gateway", duration=0.3)  # type: ignore[arg-type]
+        pub.set("d1")
+        task = pub.start()
+        while server.calls.count("patch") < 3:  # renewals on the clock, one of them in flight now
+            await asyncio.sleep(0.01)
+        await pub.close()
+        await asyncio.sleep(0.5)  # a renewal left running would have created the Lease again by now
+        assert server.lease is None, server.calls  # no Lease left behind
+        assert task.done()
+        return server.calls
+
+    calls = asyncio.run(scenario())
+    assert calls[-1] == "delete" and calls.count("delete") == 1, calls

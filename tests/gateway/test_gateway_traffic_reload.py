@@ -6,6 +6,7 @@ never outliving the process that started it.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -203,6 +204,40 @@ def test_nginx_outlives_a_killed_process_and_the_next_one_adopts_it(tmp_path: Pa
             child.kill()
         (adopter or Nginx(tmp_path / "root", outlive=True)).stop()
     assert eventually(lambda: _gone(pid), timeout=10), "stop() did not end the adopted NGINX"
+
+
+CRASH_BEFORE_VERIFY = """
+import os, signal, sys, time
+from gwpolicy.gateway.nginx import Nginx
+def crash(self, gen, offset):
+    print(self.pid, flush=True)
+    time.sleep(0.5)  # the master has bound its ports by now
+    os.kill(os.getpid(), signal.SIGKILL)
+Nginx._verify = crash
+Nginx(sys.argv[1], outlive=True).apply({"nginx.conf": open(sys.argv[2], "rb").read()})
+"""
+
+
+def test_a_process_killed_before_nginx_answered_leaves_no_nginx_to_the_next(tmp_path: Path) -> None:
+    """A gateway killed between starting NGINX and seeing it serve: the master is already recorded
+    (state file), so the next process on the root finds it unverified and stops it, instead of
+    leaving it on the ports with nobody to stop it."""
+    from gwpolicy.gateway.nginx import Nginx
+
+    conf = tmp_path / "min.conf"
+    conf.write_text(MIN_CONF)
+    out = subprocess.run([sys.executable, "-c", CRASH_BEFORE_VERIFY, str(tmp_path / "root"), str(conf)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    pid = int(out.stdout)
+    try:
+        assert not _gone(pid), "NGINX ended with the process that started it"
+        successor = Nginx(tmp_path / "root", outlive=True)
+        assert successor.adopted is None and successor.not_adopted
+        assert eventually(lambda: _gone(pid), timeout=15), "the unverified master was left running"
+    finally:
+        if not _gone(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_library_user_leaves_no_nginx_behind_when_it_exits(tmp_path: Path) -> None:

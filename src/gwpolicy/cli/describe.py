@@ -151,7 +151,8 @@ def _effective_block(ctx: Ctx, a: Analysis, target: Ref, items: list[EffectivePo
     for (_, _, _), eps in sorted(groups.items(), key=lambda kv: kv[0][:2]):
         ep = eps[0]
         paths = [e.path for e in eps]
-        out += f"{ctx.style.bold(ep.kind.kind)} ({ep.kind.strategy}), on {len(paths)} path{'s' if len(paths) > 1 else ''}:\n"
+        title = ep.kind.kind if ep.kind.group != _NGF_GROUP else f"{ep.kind.kind}.{ep.kind.group}"
+        out += f"{ctx.style.bold(title)} ({ep.kind.strategy}), on {len(paths)} path{'s' if len(paths) > 1 else ''}:\n"
         for p in paths:
             out += f"  {ctx.style.dim(path_text(p, target.namespace))}\n"
         cands = ladder(a, ep)
@@ -179,13 +180,55 @@ def _effective_block(ctx: Ctx, a: Analysis, target: Ref, items: list[EffectivePo
         out += indent(table(headers, rows))
         if cut:
             out += indent(CUT_NOTE + "\n")
+    out += _both_groups(ctx, a, target, items)
     return out
+
+
+_NGF_GROUP = "gateway.nginx.org"
+
+
+def _both_groups(ctx: Ctx, a: Analysis, target: Ref, items: list[EffectivePolicy]) -> str:
+    """Where an NGINX Gateway Fabric kind and ours of the same name both set fields on one path:
+    per field, both sources and the one the gateway programs (gateway/ngfpolicies.py)."""
+    from gwpolicy.gateway import ngfpolicies
+
+    by_path: dict[int, dict[tuple[str, str], EffectivePolicy]] = {}
+    for ep in items:
+        by_path.setdefault(id(ep.path), {})[ep.kind.key] = ep
+    out = ""
+    seen: set[tuple[Any, ...]] = set()
+    for eps in by_path.values():
+        for kind in ngfpolicies.KINDS:
+            ours, ngf = eps.get(("gwpolicy.io", kind)), eps.get((ngfpolicies.GROUP, kind))
+            if ours is None or ngf is None:
+                continue
+            depth = ngfpolicies.depth_on(tuple(ngf.path.levels), a.outcomes)
+            rows = [[w["field"], _policy_cell(w["gwpolicy.io"]), _policy_cell(w[ngfpolicies.GROUP]), w["wins"]]
+                    for w in ngfpolicies.winners(kind, ours.result, ngf.result, depth)]
+            key = (kind, tuple(map(tuple, rows)))
+            if key in seen:
+                continue
+            seen.add(key)
+            out += (f"{ctx.style.bold(kind)} on NGINX, gwpolicy.io and {ngfpolicies.GROUP} together "
+                    f"(override of ours, then the more specific level, then ours):\n")
+            out += f"  {ctx.style.dim(path_text(ngf.path, target.namespace))}\n"
+            out += indent(table(["FIELD", "GWPOLICY.IO", ngfpolicies.GROUP.upper(), "PROGRAMMED"], rows))
+    return out
+
+
+def _policy_cell(policy: Any) -> str:
+    if not isinstance(policy, dict):
+        return "-"
+    ns = policy.get("namespace")
+    return f"{policy.get('kind')}/{ns + '/' if ns else ''}{policy.get('name')}"
 
 
 def _gateway_enforcement(ep: EffectivePolicy) -> Callable[[str], str] | None:
     """For the gateway's kinds (gwpolicy.io, BackendTLSPolicy): field -> whether NGINX enforces it."""
-    from gwpolicy.gateway import policyconf
+    from gwpolicy.gateway import ngfpolicies, policyconf
 
+    if ep.kind.group == ngfpolicies.GROUP and ep.kind.kind in ngfpolicies.KINDS:
+        return lambda fname: ngfpolicies.enforcement(ep.kind.kind, fname)
     if ep.kind.group != policyconf.GROUP and ep.kind.kind != policyconf.BACKEND_TLS:
         return None
     if ep.kind.group == policyconf.GROUP and ep.kind.kind not in policyconf.KINDS:

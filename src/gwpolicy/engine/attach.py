@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gwpolicy.engine.grants import ReferenceGrants
-from gwpolicy.engine.kinds import default_group, is_known_namespaced
+from gwpolicy.engine.kinds import CORE_SPELLED_CORE, default_group, is_known_namespaced
 from gwpolicy.engine.model import ObjectIndex
 from gwpolicy.engine.policies import Policy
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
@@ -101,6 +101,8 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
         if tref.get(key) == "":
             return TargetOutcome(policy, None, INVALID, f"{where}.{key}: must not be empty; leave it out instead", where)
     group = tref.get("group")
+    if group == "core" and policy.kind.group in CORE_SPELLED_CORE:
+        group = CORE_GROUP
     if group is None:
         group = default_group(kind)
         if group is None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 CORE_GROUP = ""
+#: policy groups whose APIs write the core group as "core" in targetRefs (NGINX Gateway Fabric's
+#: UpstreamSettingsPolicy targets `group: core` Services); for them "core" is the core group
+CORE_SPELLED_CORE = frozenset({"gateway.nginx.org"})
 
 ROUTE_KINDS = ("HTTPRoute", "GRPCRoute", "TLSRoute", "TCPRoute", "UDPRoute")
 

@@ -616,7 +616,7 @@ class GatewayController(WatchingProcess):
             self.replicas = Replicas(self.opts.lease_name, self._replicas_changed)
             self.publisher = Publisher(self.client, self.opts.identity, self.lease_namespace, self.opts.lease_name,
                                        self.opts.lease_duration, sorted(pod_addresses(), key=address_order))
-            self.tasks.append(asyncio.create_task(self.publisher.run(), name="replica-lease"))
+            self.tasks.append(self.publisher.start())
             self.replica_informer = Informer(self.client, LEASE, self.replicas.on_event, self.lease_namespace,
                                              self.metrics)
             self.replica_informer.start()
@@ -639,7 +639,7 @@ class GatewayController(WatchingProcess):
             if t.get_name() in ("reconcile", "write"):
                 t.cancel()
         if self.publisher is not None:
-            await self.publisher.delete()
+            await self.publisher.close()
         if self.driver is not None:
             await self._nginx_call(self.driver.release if self.leave_nginx else self.driver.stop)
         if self.replica_informer is not None:

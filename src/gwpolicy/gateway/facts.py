@@ -638,6 +638,10 @@ def _unsupported(spec: dict[str, Any]) -> str | None:
         for f in filters:
             ftype = _dict(f).get("type")
             if ftype not in SUPPORTED_FILTERS:
+                ext = _dict(_dict(f).get("extensionRef"))
+                if ftype == "ExtensionRef" and (ext.get("group"), ext.get("kind")) == ("gateway.nginx.org", "SnippetsFilter"):
+                    return (f"spec.rules[{i}]: SnippetsFilter {ext.get('name')} is refused: it writes raw NGINX "
+                            "configuration, which tenants may not do on this gateway.")
                 return f"spec.rules[{i}]: filter type {ftype} is not supported by this data plane."
             why = redirect_problem(_dict(_dict(f).get("requestRedirect"))) if ftype == "RequestRedirect" else None
             if why is not None:

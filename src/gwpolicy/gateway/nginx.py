@@ -333,6 +333,7 @@ class Nginx:
                     self._wait_gone(10)
                 if error:
                     self._master = self._proc = None
+                    self._forget_state()
             else:
                 old_workers = self._workers()
                 self._signal(signal.SIGHUP)
@@ -491,6 +492,9 @@ class Nginx:
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, cwd=self.root)
         started = start_time(self._proc.pid)
         self._master = (self._proc.pid, started) if started is not None else None
+        # recorded before it may serve, with the generation it served so far (none): a successor
+        # that finds it unverified stops it instead of leaving an orphan on the ports
+        self._save_state()
         return self._verify(gen, offset)
 
     def _await_sidecar(self, gen: int, offset: int) -> str:

@@ -146,7 +146,9 @@ def kind_checks() -> dict[tuple[str, str], Any]:
     """For `analyse(..., kind_checks=...)`: a policy of our kinds with a field this data plane cannot
     honour becomes Invalid in the engine, so it contributes to no path (it "changes nothing") and
     its status says which field."""
-    return {(GROUP, k): (lambda spec, _k=k: invalid_message(_k, spec)) for k in KINDS}
+    from gwpolicy.gateway import ngfpolicies  # NGF's kinds of the same names (gateway.nginx.org)
+
+    return {**{(GROUP, k): (lambda spec, _k=k: invalid_message(_k, spec)) for k in KINDS}, **ngfpolicies.kind_checks()}
 
 
 def _unsupported_values(kind: str, spec: Mapping[str, Any]) -> list[tuple[str, str]]:

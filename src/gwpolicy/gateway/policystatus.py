@@ -67,13 +67,14 @@ def policy_statuses(analysis: Any, index: Any, facts: Any, controller: str,
     engine's outcome with this data plane's checks (a field NGINX cannot honour makes the policy
     Invalid). `only`: these policies (the others' entries are what they were)."""
     from gwpolicy.engine.status import policy_status as engine_policy_status
-    from gwpolicy.gateway import backendtls, policyconf
+    from gwpolicy.gateway import backendtls, ngfpolicies, policyconf
 
     out: dict[Ref, Any] = {}
     for ref, conds in backendtls.all_conditions(analysis).items():
         if ref in index.by_ref and (only is None or ref in only):
             out[ref] = lambda obj, _c=conds, _f=facts: policy_status(obj, _c, _f, utc_now())
-    enforced = {(policyconf.GROUP, k) for k in policyconf.KINDS}
+    enforced = ({(policyconf.GROUP, k) for k in policyconf.KINDS} | {(ngfpolicies.GROUP, k) for k in ngfpolicies.KINDS}
+                | {(ngfpolicies.GROUP, k) for k in ngfpolicies.REFUSED})  # refused: their status says so
     topo = analysis.topology
     chosen = analysis.policies.items() if only is None else (
         (r, analysis.policies[r]) for r in sorted(only, key=Ref.sort_key) if r in analysis.policies)
@@ -86,7 +87,8 @@ def policy_statuses(analysis: Any, index: Any, facts: Any, controller: str,
             out[ref] = lambda obj: without_our_entries(obj, controller)
             continue
         outcomes = analysis.outcomes.get(ref, [])
-        note = policyconf.approximation_message(ref.kind, policy.obj.spec)
+        note = (ngfpolicies.approximation_message if ref.group == ngfpolicies.GROUP
+                else policyconf.approximation_message)(ref.kind, policy.obj.spec)
         out[ref] = lambda obj, _p=policy, _o=outcomes, _n=note: in_place(obj, with_note(engine_policy_status(
             dataclasses.replace(_p, obj=obj), _o, topo, controller, utc_now()), controller, _n), controller)
     return out
@@ -94,6 +96,7 @@ def policy_statuses(analysis: Any, index: Any, facts: Any, controller: str,
 
 def enforced_policy_kinds() -> list[str]:
     """The policy kinds this gateway enforces, for the GatewayClass's policy-kinds annotation."""
-    from gwpolicy.gateway import policyconf
+    from gwpolicy.gateway import ngfpolicies, policyconf
 
-    return [f"{k}.{policyconf.GROUP}" for k in policyconf.KINDS] + ["BackendTLSPolicy.gateway.networking.k8s.io"]
+    return sorted([f"{k}.{policyconf.GROUP}" for k in policyconf.KINDS] + [f"{k}.{ngfpolicies.GROUP}" for k in ngfpolicies.KINDS]
+                  + ["BackendTLSPolicy.gateway.networking.k8s.io"])

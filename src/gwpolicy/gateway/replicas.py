@@ -67,7 +67,14 @@ class Publisher:
         self.duration = duration
         self.digest: str | None = None
         self._changed = asyncio.Event()
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
         self.problem: str | None = None
+
+    def start(self) -> "asyncio.Task[None]":
+        """Run the renewals in a task (the caller's to shut down with its others; `close` ends it first)."""
+        self._task = asyncio.create_task(self.run(), name="replica-lease")
+        return self._task
 
     def set(self, digest: str | None) -> None:
         """The digest of what this replica's NGINX serves now (None: it serves nothing, or is not ready)."""
@@ -76,7 +83,7 @@ class Publisher:
             self._changed.set()
 
     async def run(self) -> None:
-        while True:
+        while not self._closing:
             self._changed.clear()
             try:
                 if self.digest is not None:
@@ -110,8 +117,17 @@ class Publisher:
                     "spec": dict(body["spec"], acquireTime=_now())}
             await self.client.create(kube.resource_class(LEASE)(full), namespace=self.namespace)  # type: ignore[call-overload]  # lightkube's overloads omit the namespace= it takes
 
-    async def delete(self) -> None:
-        """On a clean stop: the leader need not wait a lease duration to count this replica out."""
+    async def close(self, timeout: float = 5.0) -> None:
+        """On a clean stop: no more renewals (one in flight ends first, else it could create the
+        Lease again after its deletion), then the Lease deleted, so that the leader need not wait a
+        lease duration to count this replica out."""
+        self._closing = True
+        self._changed.set()
+        if self._task is not None and not self._task.done():
+            _, pending = await asyncio.wait([self._task], timeout=timeout)
+            for t in pending:
+                t.cancel()
+                await asyncio.wait([t])
         try:
             await self.client.delete(kube.resource_class(LEASE), self.name, namespace=self.namespace)
         except Exception:  # noqa: BLE001 - stopping goes on

@@ -70,6 +70,13 @@ class LeaderElector:
         self._observed: tuple | None = None  # the lease record as last seen
         self._observed_at = 0.0  # monotonic time it last changed
         self._logged: dict[str, float] = {}
+        self._released = False
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> "asyncio.Task[None]":
+        """Run the election in a task (the caller's to shut down with its others; `release` ends it first)."""
+        self._task = asyncio.create_task(self.run(), name="leader")
+        return self._task
 
     def _set(self, leader: bool) -> None:
         if leader != self.is_leader:
@@ -89,7 +96,7 @@ class LeaderElector:
             (log.error if reason == "namespace-missing" else log.warning)("lease: %s", message)
 
     async def run(self) -> None:
-        while True:
+        while not self._released:
             try:
                 await self._try()
                 self.problem, self.blocking = None, False
@@ -161,7 +168,12 @@ class LeaderElector:
 
     async def release(self) -> None:
         """Give the lease up on a clean stop, so a standby need not wait for it to expire (as client-go's
-        ReleaseOnCancel: no holder, and a duration of one second)."""
+        ReleaseOnCancel: no holder, and a duration of one second). The election ends first: a
+        renewal after the release would take the lease again, and a standby would wait it out."""
+        self._released = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.wait([self._task])
         if not self.is_leader:
             return
         try:

@@ -208,7 +208,7 @@ class WatchingProcess:
             self.elector = LeaderElector(self.client, self.opts.identity, self.lease_namespace, self.lease_name,
                                          duration=self.opts.lease_duration, on_change=self._leader_changed,
                                          on_error=self.lease_error, rbac=self.lease_rbac)
-            self.tasks.append(asyncio.create_task(self.elector.run(), name="leader"))
+            self.tasks.append(self.elector.start())
         else:
             self.metrics.leader.set(1)
 

@@ -11,7 +11,7 @@ from gwpolicy.engine import names
 from gwpolicy.engine.grants import ReferenceGrants, grant_from_key
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.engine.topology import PathNode, namespace_ref
-from gwpolicy.gateway import backendtls, policies, policyconf
+from gwpolicy.gateway import backendtls, ngfpolicies, policies, policyconf
 from gwpolicy.gateway.dataplane.cache import memo, programmable
 from gwpolicy.gateway.dataplane.model import (
     BACKEND_NOT_FOUND,
@@ -119,6 +119,8 @@ class BackendResolver:
     _specs: dict[int, tuple[Any, Any]]
     _gateway_addresses: frozenset[str]
     _refused: dict[tuple[str, str], list[str]]
+    analysis_outcomes: Any  # policy Ref -> its TargetOutcomes (the analysis')
+    _folded: dict[Any, tuple[Any, Any]]  # see _with_ngf
 
     def get(self, ref: Ref) -> Any:
         """The object `ref` names in the index (None: absent), recorded for the route being built:
@@ -281,8 +283,24 @@ class BackendResolver:
 
     def _effective_at(self, target: Ref, node: PathNode) -> dict[str, dict[str, Any]]:
         pairs = self._effective.get(target, {}).get(node, ())
-        return {(k.kind if k.group == POLICY_GROUP else f"{k.group}/{k.kind}"): self._spec_of(res)
-                for k, res in pairs if res.leaves}
+        out = {(k.kind if k.group == POLICY_GROUP else f"{k.group}/{k.kind}"): self._spec_of(res)
+               for k, res in pairs if res.leaves}
+        if any(k.group == ngfpolicies.GROUP for k, res in pairs if res.leaves):
+            out = self._with_ngf(node, {k.key: res for k, res in pairs if res.leaves}, out)
+        return out
+
+    def _with_ngf(self, node: PathNode, results: dict[tuple[str, str], Any], out: dict[str, Any]) -> dict[str, Any]:
+        """NGF's kinds folded into ours of the same name (gateway/ngfpolicies.py's precedence), one
+        folded spec per distinct (results, levels their sources target): shared as Results are."""
+        depth = ngfpolicies.depth_on(node.levels, self.analysis_outcomes)
+        ids = tuple(sorted((k, id(v)) for k, v in results.items()))
+        depths = tuple(depth(s.get("policy")) for _, v in sorted(results.items()) for s in v.sources)
+        key = (ids, depths)
+        got = self._folded.get(key)
+        if got is None or any(got[0].get(k) is not v for k, v in results.items()):
+            got = self._folded[key] = (results, ngfpolicies.fold(out, results, depth))
+        folded: dict[str, Any] = got[1]
+        return folded
 
     def _spec_of(self, result: Any) -> Any:
         """policyconf.Effective of an engine Result (knows its overrides and sources), one per Result:

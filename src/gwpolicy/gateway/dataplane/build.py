@@ -121,6 +121,8 @@ class _Builder(BackendResolver):
         self._slices_read: dict[tuple[str, str], tuple[Any, ...]] | None = None
         self._grants_read: dict[tuple[str, tuple[str, str, str]], tuple[Any, ...]] | None = None
         self._effective = analysis._effective_by_target()
+        self.analysis_outcomes = analysis.outcomes
+        self._folded: dict[Any, tuple[Any, Any]] = {}
         self._at: dict[int, dict[str, dict[str, Any]]] = {}  # path node -> effective_at (nodes live in the analysis)
         self._specs: dict[int, tuple[Any, Any]] = {}  # id(Result) -> (Result, Effective)
         self._gateway_addresses: frozenset[str] = frozenset()  # never endpoints (see endpoint_problem)
