@@ -406,15 +406,16 @@ class Fabric:
             raise NetnsError(f"fabric {self.id}: could not delete {', '.join(left)}")
 
 
-def forward_into(host: Host, port: int, target: tuple[str, int] | None = None) -> Callable[[], None]:
-    """Serve `127.0.0.1:port` inside `host` by relaying each connection to `target` (default the
-    same address and port) in the root namespace: a server of the test process on loopback (an API
-    server) reached from the hosts. Returns a function that stops the relay."""
+def forward_into(host: Host, port: int, target: tuple[str, int] | None = None,
+                 address: str = "127.0.0.1") -> Callable[[], None]:
+    """Serve `address:port` (a loopback address) inside `host` by relaying each connection to
+    `target` (default the same address and port) in the root namespace: a server of the test
+    process on loopback (an API server) reached from the hosts. Returns a function that stops the relay."""
     import socket
 
     with host.enter():
-        server = socket.create_server(("127.0.0.1", port))
-    target = target or ("127.0.0.1", port)
+        server = socket.create_server((address, port))
+    target = target or (address, port)
     server.settimeout(0.2)
     stop = threading.Event()
 

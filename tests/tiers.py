@@ -36,9 +36,9 @@ FAST_EXAMPLES = 10
 
 #: what in a module's code puts it in a tier
 _SIGNS = {
-    "nginx": re.compile(r"\b(gateway_proc|raw_nginx|RawNginx|Served|have_nginx|Nginx\(|backend_hosts|"
+    "nginx": re.compile(r"\b(gateway_proc|mesh_harness|raw_nginx|RawNginx|Served|have_nginx|Nginx\(|backend_hosts|"
                         r"bench\.dataplane|requestpath|nginx_binary)\b|[\"']nginx[\"']|nginx -t"),
-    "cluster": re.compile(r"\b(sandbox_proc|live_server|kube_apiserver|kube_harness|gateway_proc|measure_controller|"
+    "cluster": re.compile(r"\b(sandbox_proc|live_server|mesh_harness|kube_apiserver|kube_harness|gateway_proc|measure_controller|"
                           r"SandboxProcess|server_kind|module_server_kind|run_sandbox|serve_sandbox)\b|--controller\b|"
                           r"[\"'](controller|gateway|webhook|sandbox)[\"'], *[\"']--"),
     "kubectl": re.compile(r"[\"']kubectl[\"']|\bKUBECTL\b|\bkubectl\(|run_kubectl|\bkubectl_"),

@@ -54,11 +54,14 @@ def services(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def services_as_stored(tmp_path_factory) -> str:
-    """SERVICES with kube-apiserver's defaults written out (the sandbox adds them as it does), so
-    that what kubectl reads back from the sandbox is what the file says."""
+    """SERVICES with kube-apiserver's defaults and a cluster IP of the sandbox's range written out
+    (the sandbox adds them as it does), so that what kubectl reads back from the sandbox is what
+    the file says."""
     stored = copy.deepcopy(SERVICES)
-    for s in stored:
-        s["spec"].update(type="ClusterIP", sessionAffinity="None", internalTrafficPolicy="Cluster")
+    for i, s in enumerate(stored):
+        ip = f"10.96.0.{100 + i}"
+        s["spec"].update(type="ClusterIP", sessionAffinity="None", internalTrafficPolicy="Cluster", clusterIP=ip,
+                         clusterIPs=[ip], ipFamilies=["IPv4"], ipFamilyPolicy="SingleStack")
         s["spec"]["ports"] = [{"protocol": "TCP", "targetPort": p["port"], **p} for p in s["spec"]["ports"]]
     return str(write_manifests(tmp_path_factory.mktemp("stored"), stored, "services.yaml"))
 

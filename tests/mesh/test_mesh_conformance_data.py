@@ -2,8 +2,8 @@
 they use resolves, every expectation is one the gateway cases' comparison can pass (and fails when
 the wrong backend answers), and the README's coverage table is the files' own.
 
-The cases run against `gwpolicy mesh` in network namespaces once it exists; these tests keep the
-data honest until then and after.
+The cases run against `gwpolicy mesh` in network namespaces in tests/mesh/test_mesh_conformance.py;
+these tests keep the data honest.
 """
 
 from __future__ import annotations

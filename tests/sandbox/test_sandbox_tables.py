@@ -78,10 +78,10 @@ def test_services_show_type_ips_and_ports_and_wide_the_selector(sb):
         ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"],
         ["ext", "ExternalName", "<none>", "example.com", "<none>", "AGE"],
         ["lb", "LoadBalancer", "10.96.0.7", "<pending>", "443:30443/TCP", "AGE"],
-        ["web", "ClusterIP", "<none>", "192.0.2.9", "80/TCP,53/UDP", "AGE"]]
+        ["web", "ClusterIP", "10.96.0.1", "192.0.2.9", "80/TCP,53/UDP", "AGE"]]
     assert printed(sb, "services", "web", "-o", "wide") == [
         ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE", "SELECTOR"],
-        ["web", "ClusterIP", "<none>", "192.0.2.9", "80/TCP,53/UDP", "AGE", "app=web,tier=front"]]
+        ["web", "ClusterIP", "10.96.0.1", "192.0.2.9", "80/TCP,53/UDP", "AGE", "app=web,tier=front"]]
 
 
 def test_endpointslices_show_at_most_three_ports_and_addresses(sb):

@@ -209,6 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["nginx-sidecar"]:
         from gwpolicy.gateway.sidecar import main as sidecar_main
         return sidecar_main(argv[1:])
+    if argv[:1] == ["mesh"] and argv[1:2] != ["status"]:  # `mesh status` is the engine's (below)
+        from gwpolicy.mesh.proxy import main as mesh_main
+        return mesh_main(argv[1:])
     if argv[:1] == ["gateway"]:
         from gwpolicy.gateway.controller import main as gateway_main
         return gateway_main(argv[1:])
@@ -290,6 +293,9 @@ def sandbox_main(argv: list[str]) -> int:
     p.add_argument("--allow-loopback-endpoints", action="store_true",
                    help="take 127.0.0.0/8 and ::1 addresses in EndpointSlices, which kube-apiserver refuses: "
                    "backends on this machine, for a demo or a test (the gateway quickstart)")
+    p.add_argument("--service-cidr", metavar="CIDR", default=None,
+                   help="IPv4 range Services get their cluster IPs from, as kube-apiserver's "
+                        "--service-cluster-ip-range (default 10.96.0.0/12)")
     p.add_argument("--data-dir", metavar="DIR", help="keep objects and resourceVersions in DIR (SQLite) and "
                    "come back with them after a restart, also after kill -9; -f loads only into an empty DIR")
     p.add_argument("--crds", choices=["standard", "experimental", "none"], default="standard",
@@ -297,6 +303,14 @@ def sandbox_main(argv: list[str]) -> int:
                         "gwpolicy's CRDs and the PolicyKinds of its policy kinds (deploy/); none: only built-in "
                         "kinds. A CRD given with -f replaces ours of the same name, kind or plural (default: standard)")
     args = p.parse_args(argv)
+    if args.service_cidr:
+        from gwpolicy.sandbox.clusterips import parse_range
+
+        try:
+            parse_range(args.service_cidr)
+        except ValueError as exc:
+            print(f"Error: {exc}", file=sys.stderr)
+            return 1
     given: list[dict[str, Any]] = []
     if args.filename:
         from gwpolicy.sandbox.seed import well_shaped
@@ -323,7 +337,7 @@ def sandbox_main(argv: list[str]) -> int:
         del given
     try:
         asyncio.run(serve(args.port, args.kubeconfig_out, args.keep_creation_timestamp, args.bookmark_interval, preload,
-                          args.data_dir, args.allow_loopback_endpoints))
+                          args.data_dir, args.allow_loopback_endpoints, args.service_cidr))
     except KeyboardInterrupt:
         return 0
     except OSError as exc:
@@ -332,7 +346,7 @@ def sandbox_main(argv: list[str]) -> int:
     return 0
 
 
-_SERVERS = ("bench", "sandbox", "controller", "webhook", "gateway", "nginx-sidecar", "echo")
+_SERVERS = ("bench", "sandbox", "controller", "webhook", "gateway", "nginx-sidecar", "echo", "mesh")
 
 
 def entry() -> None:

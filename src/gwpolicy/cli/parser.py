@@ -157,6 +157,7 @@ def build_parser(prog: str = "gwpolicy") -> argparse.ArgumentParser:
     sub.add_parser("controller", help="write policy status into a cluster (gwpolicy controller --help)")
     sub.add_parser("webhook", help="warn at apply time about policy effects (gwpolicy webhook --help)")
     sub.add_parser("gateway", help="serve Gateways and HTTPRoutes with NGINX, with GEP-1364 status (gwpolicy gateway --help)")
+    sub.add_parser("mesh", help="the mesh proxy of one client namespace, with NGINX (gwpolicy mesh --help)")
     sub.add_parser("nginx-sidecar", help="run the gateway's NGINX in a container of its own (gwpolicy nginx-sidecar --help)")
     sub.add_parser("render", help="print the NGINX configuration for manifests on disk (gwpolicy render --help)")
     sub.add_parser("echo", help="the conformance echo backend for tests and demos (gwpolicy echo --help; --grpc: the gRPC one)")

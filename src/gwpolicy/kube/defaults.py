@@ -24,7 +24,7 @@ from typing import Any
 
 #: the port of each command's /healthz, /readyz and /metrics: one each, so that all three can run
 #: side by side on one machine
-PORTS = {"controller": 8080, "gateway": 8081, "webhook": 8082}
+PORTS = {"controller": 8080, "gateway": 8081, "webhook": 8082, "mesh": 8083}
 #: the webhook's HTTPS port for admission reviews (/validate), apart from its health port above
 ADMISSION_PORT = 9443
 

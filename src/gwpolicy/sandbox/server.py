@@ -26,6 +26,7 @@ from aiohttp import web
 from gwpolicy.files.load import BoundedLoader
 from gwpolicy.sandbox import protobuf
 from gwpolicy.sandbox.admission import Admission, Call, warning_header
+from gwpolicy.sandbox.clusterips import DEFAULT_SERVICE_CIDR
 from gwpolicy.sandbox.faults import FaultRule
 from gwpolicy.sandbox.objects import ApiFailure, Event
 from gwpolicy.sandbox.persist import DataDirError
@@ -720,10 +721,11 @@ class SandboxServer:
 
 async def serve(port: int, kubeconfig_out: str | None, keep_creation_timestamp: bool = False,
                 bookmark_interval: float = 1.0, preload: list[dict[str, Any]] | None = None,
-                data_dir: str | None = None, loopback_endpoints: bool = False) -> None:
+                data_dir: str | None = None, loopback_endpoints: bool = False,
+                service_cidr: str | None = None) -> None:
     try:
         store = Store(keep_creation_timestamp=keep_creation_timestamp, data_dir=data_dir,
-                      loopback_endpoints=loopback_endpoints)
+                      loopback_endpoints=loopback_endpoints, service_cidr=service_cidr or DEFAULT_SERVICE_CIDR)
     except DataDirError as exc:
         raise SystemExit(f"Error: {exc}") from None
     # other local users can reach 127.0.0.1 too: only the holder of the kubeconfig (0600) gets in,

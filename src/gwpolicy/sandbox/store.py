@@ -8,6 +8,7 @@ from __future__ import annotations
 import bisect
 import builtins  # for annotations in Store, where its method `list` hides the type
 import heapq
+import json
 import sys
 import uuid
 from collections import OrderedDict, deque
@@ -17,7 +18,7 @@ from typing import Any, Callable, Iterator
 import jsonpatch
 import orjson
 
-from gwpolicy.sandbox import builtin, gotypes
+from gwpolicy.sandbox import builtin, clusterips, gotypes
 from gwpolicy.sandbox.faults import Faults
 from gwpolicy.sandbox.fields import (
     FieldPath,
@@ -92,8 +93,11 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
 class Store:
     def __init__(self, keep_creation_timestamp: bool = False, window: int = 100_000,
-                 data_dir: str | None = None, loopback_endpoints: bool = False) -> None:
+                 data_dir: str | None = None, loopback_endpoints: bool = False,
+                 service_cidr: str = clusterips.DEFAULT_SERVICE_CIDR) -> None:
         self.registry = Registry()
+        #: where Services get their cluster IPs (sandbox/clusterips.py; `gwpolicy sandbox --service-cidr`)
+        self.service_range = clusterips.parse_range(service_cidr)
         #: take loopback addresses in EndpointSlices (kube-apiserver refuses them): backends on this
         #: machine's loopback, for a demo or a test (`gwpolicy sandbox --allow-loopback-endpoints`)
         self.loopback_endpoints = loopback_endpoints
@@ -314,6 +318,20 @@ class Store:
             raise invalid_fields(r, obj["metadata"].get("name"), outcome.errors)
         return outcome.obj
 
+    def _cluster_ip(self, r: Resource, obj: dict[str, Any], name: str) -> None:
+        """A Service that should have a cluster IP gets one (sandbox/clusterips.py; 422 as
+        kube-apiserver's allocator says when the one it asks for cannot be given)."""
+        if (r.group, r.kind) != ("", "Service") or not isinstance(obj.get("spec"), dict) \
+                or not clusterips.wants_ip(obj["spec"]):
+            return
+        services = (self.objects[k] for k in self.objects.by_resource.get(("", "services"), {})
+                    if k[2:] != (obj["metadata"].get("namespace", ""), name))
+        try:
+            clusterips.allocate(obj["spec"], self.service_range, clusterips.in_use(services))
+        except clusterips.RangeError as exc:
+            raise invalid_fields(r, name, [FieldError(exc.field, "FieldValueInvalid", "Invalid value: "
+                                                      f"{json.dumps(exc.value)}: {exc}")]) from None
+
     def _ns_check(self, r: Resource, ns: str) -> None:
         if r.namespaced and ("", "namespaces", "", ns) not in self.objects:
             raise ApiFailure(404, "NotFound", f'namespaces "{ns}" not found', {"name": ns, "kind": "namespaces"})
@@ -434,6 +452,7 @@ class Store:
             plural = f"{r.plural}.{r.group}" if r.group else r.plural
             raise ApiFailure(409, "AlreadyExists", f'{plural} "{name}" already exists',
                              {"name": name, "group": r.group, "kind": r.plural})
+        self._cluster_ip(r, obj, name)
         obj["apiVersion"] = r.api_version(version)
         obj["kind"] = r.kind
         meta["uid"] = str(uuid.uuid4())
@@ -520,6 +539,8 @@ class Store:
         result = self._decode(r, result, version)
         validate_metadata(r, result)
         result = self._admit(r, result, live, version)
+        if not ((live.get("spec") or {}).get("clusterIPs")):  # a Service that had none (ExternalName before)
+            self._cluster_ip(r, result, name)
         if self._spec_of(result, r) != self._spec_of(live, r):
             result["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1
         if manager:

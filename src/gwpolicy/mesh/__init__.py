@@ -1,0 +1,1 @@
+"""`gwpolicy mesh`: the data plane of the mesh (east-west), one NGINX per client namespace."""
