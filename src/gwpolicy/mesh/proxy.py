@@ -1,10 +1,9 @@
 """`gwpolicy mesh --namespace NS`: the proxy of one client namespace (the edge of the mesh).
 
 It watches Namespaces, Services, EndpointSlices, HTTPRoutes and the gwpolicy.io policy kinds (once
-their CRDs are there) on the
-process shell (kube/process.py), and on a change (debounced) renders the proxy's configuration
-(mesh/render.py: every Service's cluster IP and HTTP ports, with the mesh routes that apply to the
-namespace's requests) and has NGINX validate, load and verify it (gateway/nginx.py). It writes
+their CRDs are there) on the process shell (kube/process.py), and on a change (debounced) renders
+the proxy's configuration (mesh/render.py: every Service's cluster IP and HTTP ports, with the mesh
+routes and the policies that apply to the namespace's requests) and has NGINX validate, load and verify it (gateway/nginx.py). It writes
 nothing to the cluster: it holds no Lease and writes no status. SIGTERM and SIGINT stop NGINX
 gracefully.
 """
