@@ -102,3 +102,40 @@ def test_tenant_values_reach_the_configuration_only_quoted():
     _, other = build(objects, "b", MeshConfig(allow_unmanaged_endpointslices=True))
     assert "X-T" not in other["servers.conf"].decode()
     assert "listen 198.19.0.5:80 default_server;" in other["servers.conf"].decode()
+
+
+def _timeout_input(policy_ns: str, with_route: bool) -> list[dict]:
+    objs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in ("a", "b", "c")]
+    objs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "b"},
+                 "spec": {"clusterIP": "198.19.0.5", "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}})
+    objs.append({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                 "metadata": {"name": "s-1", "namespace": "b",
+                              "labels": {"kubernetes.io/service-name": "s",
+                                         "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+                 "addressType": "IPv4", "endpoints": [{"addresses": ["10.1.0.1"], "conditions": {"ready": True}}],
+                 "ports": [{"name": "http", "port": 8080}]})
+    objs.append({"apiVersion": "gwpolicy.io/v1alpha1", "kind": "TimeoutPolicy", "metadata": {"name": "t", "namespace": policy_ns},
+                 "spec": {"targetRef": {"group": "", "kind": "Service", "name": "s", "namespace": "b"},
+                          "default": {"readTimeout": "7s"}}})
+    if with_route:
+        objs.append({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "r", "namespace": "b"},
+                     "spec": {"parentRefs": [{"group": "", "kind": "Service", "name": "s", "port": 80}],
+                              "rules": [{"backendRefs": [{"name": "s", "port": 80}]}]}})
+    return objs
+
+
+def _read_timeouts(objs: list[dict], client: str) -> set[str]:
+    _, files = build(objs, client)
+    return {line.strip() for text in files.values() for line in text.decode().splitlines()
+            if line.strip().startswith("proxy_read_timeout")}
+
+
+@given(st.booleans())
+def test_a_policy_by_the_mesh_rule_reaches_only_its_namespaces_proxy(with_route: bool) -> None:
+    objs = _timeout_input("a", with_route)
+    assert _read_timeouts(objs, "a") == {"proxy_read_timeout 7s;"}
+    assert "proxy_read_timeout 7s;" not in _read_timeouts(objs, "b") | _read_timeouts(objs, "c")
+    # a policy in the Service's own namespace applies to every client namespace
+    own = _timeout_input("b", with_route)
+    for client in ("a", "b", "c"):
+        assert _read_timeouts(own, client) == {"proxy_read_timeout 7s;"}

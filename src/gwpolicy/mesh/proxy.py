@@ -1,9 +1,9 @@
 """`gwpolicy mesh --namespace NS`: the proxy of one client namespace (the edge of the mesh).
 
-It watches Namespaces, Services, EndpointSlices and HTTPRoutes (once their CRD is there) on the
-process shell (kube/process.py), and on a change (debounced) renders the proxy's configuration
-(mesh/render.py: every Service's cluster IP and HTTP ports, with the mesh routes that apply to the
-namespace's requests) and has NGINX validate, load and verify it (gateway/nginx.py). It writes
+It watches Namespaces, Services, EndpointSlices, HTTPRoutes and the gwpolicy.io policy kinds (once
+their CRDs are there) on the process shell (kube/process.py), and on a change (debounced) renders
+the proxy's configuration (mesh/render.py: every Service's cluster IP and HTTP ports, with the mesh
+routes and the policies that apply to the namespace's requests) and has NGINX validate, load and verify it (gateway/nginx.py). It writes
 nothing to the cluster: it holds no Lease and writes no status. SIGTERM and SIGINT stop NGINX
 gracefully.
 """
@@ -22,6 +22,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gwpolicy.engine import names
+from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.options import worker_processes
 from gwpolicy.kube import client as kube
 from gwpolicy.kube import defaults, serve
@@ -40,8 +41,8 @@ BUILTIN = [
     Kind("", "v1", "Service", "services", True),
     Kind("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True, False),
 ]
-#: the CRD kinds the proxy reads
-WATCHED_CRD_KINDS = {("gateway.networking.k8s.io", "HTTPRoute")}
+#: the CRD kinds the proxy reads: mesh routes, and the policy kinds it applies on mesh paths
+WATCHED_CRD_KINDS = {("gateway.networking.k8s.io", "HTTPRoute")} | {(policyconf.GROUP, k) for k in policyconf.KINDS}
 
 
 @dataclass

@@ -1,18 +1,29 @@
 """A client namespace's proxy configuration: objects -> NGINX files, through the gateway's pipeline
 (mesh/routes.py makes its input; the engine analyses it; gateway/dataplane builds; gateway/render.py
-renders)."""
+renders). The policies come from the engine's mesh paths of the real objects (engine/mesh.py): each
+backend of each rule gets the effective policy of its mesh path for the client namespace, so a
+policy applies on mesh paths by GEP-713's mesh rule, not by the gateway's."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gwpolicy.engine.analysis import analyse
-from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
+from gwpolicy.engine.analysis import Analysis, analyse
+from gwpolicy.engine.mesh import MESH_KINDS, effective_from
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
+from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlane, DataPlaneConfig, build_dataplane
+from gwpolicy.gateway.dataplane.model import POLICY_GROUP
 from gwpolicy.gateway.render import render
 from gwpolicy.mesh.routes import MESH_CONTROLLER, gateway_objects, gateway_ref, services
+
+#: the mesh the engine's analysis is given when the input has none of the mesh controller (the
+#: proxy is the mesh's data plane: it needs no XMesh to serve, and neither do its policies)
+IMPLIED_MESH: dict[str, Any] = {"apiVersion": "gateway.networking.x-k8s.io/v1alpha1", "kind": "XMesh",
+                "metadata": {"name": "gwpolicy-mesh"}, "spec": {"controllerName": MESH_CONTROLLER}}
 
 
 @dataclass(frozen=True)
@@ -36,4 +47,60 @@ def build(objects: Iterable[Mapping[str, Any]], client: str, config: MeshConfig 
         allow_unmanaged_endpointslices=config.allow_unmanaged_endpointslices,
         allow_loopback_endpoints=config.allow_loopback_endpoints, worker_processes=config.worker_processes,
         own_endpoints=config.own_endpoints))
+    _attach_policies(dp, _mesh_analysis(objects), client)
     return dp, render(dp)
+
+
+def _mesh_analysis(objects: list[Mapping[str, Any]]) -> Analysis:
+    """The engine's analysis of the real objects, with the mesh on."""
+    on = any((str(o.get("apiVersion", "")).split("/")[0], o.get("kind")) in MESH_KINDS
+             and isinstance(o.get("spec"), dict) and o["spec"].get("controllerName") == MESH_CONTROLLER for o in objects)
+    given = [dict(o) for o in objects] + ([] if on else [copy.deepcopy(IMPLIED_MESH)])
+    return analyse(given, controller=MESH_CONTROLLER, by_target=True)
+
+
+def _attach_policies(dp: DataPlane, a: Analysis, client: str) -> None:
+    """Each backend of each rule (and each rule) gets the effective policy of the engine's mesh path
+    of the same client namespace, Service port, route, rule and backend, with the rule's own fields
+    merged in as the kinds say (as the gateway's builder does for its paths)."""
+    mesh = a.topology.mesh
+    if mesh is None:
+        return
+    for action in dp.actions.values():
+        gw = action.listener
+        frontend = Ref(CORE_GROUP, "Service", gw.namespace, gw.name)
+        port = int(str(gw.section)[1:])
+        named = [n for p, n in mesh.frontends.get(frontend, []) if p == port and n]
+        fport = frontend.with_section(named[0]) if named else frontend
+        route = action.route if action.route in mesh.routes_for(client, frontend, port) else None
+        rule = _rule_of(a, route, action.rule)
+        need = {frontend} | ({route} if route is not None else set())
+        if route is not None and isinstance(rule.get("name"), str):
+            need.add(route.with_section(rule["name"]))
+        action.effective = policyconf.with_route_fields(_effective(a, client, fport, need, route is None), rule)
+        for b in action.backends:
+            if b.upstream is None:
+                continue
+            target = fport if route is None else Ref(b.ref.group, b.ref.kind, b.ref.namespace, b.ref.name)
+            b.effective = policyconf.with_route_fields(_effective(a, client, target, need, route is None), rule)
+            b.path = b.path or (target,)
+
+
+def _rule_of(a: Analysis, route: Ref | None, index: int) -> dict[str, Any]:
+    obj = a.index.by_ref.get(route) if route is not None else None
+    rules = (obj.spec or {}).get("rules") if obj is not None and isinstance(obj.spec, dict) else None
+    rule = rules[index] if isinstance(rules, list) and 0 <= index < len(rules) else None
+    return rule if isinstance(rule, dict) else {}
+
+
+def _effective(a: Analysis, client: str, target: Ref, need: set[Ref], routeless: bool) -> dict[str, Any]:
+    """Kind -> effective spec on the first mesh path of `target` for `client` through every level of
+    `need` (and through no route when `routeless`)."""
+    by_path: dict[int, dict[str, Any]] = {}
+    for ep in effective_from(a, client, target):
+        levels = set(ep.path.levels)
+        if not need <= levels or (routeless and any(lv.kind == "HTTPRoute" for lv in levels)) or not ep.result.leaves:
+            continue
+        key = ep.kind.kind if ep.kind.group == POLICY_GROUP else f"{ep.kind.group}/{ep.kind.kind}"
+        by_path.setdefault(id(ep.path), {})[key] = policyconf.Effective.of(ep.result)
+    return next(iter(by_path.values()), {})
