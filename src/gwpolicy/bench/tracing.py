@@ -11,8 +11,8 @@ with the directives gateway/tracing.py renders for ratio 100, context propagate.
 
 - saturation: wrk (1 thread, 16 connections) on each location, alternating, `--rounds` times:
   requests/s and NGINX's worker CPU per request;
-- paced: wrk at about `--rate` requests/s (10 connections, each pausing 10 connections / rate
-  between requests) on the traced location for `--paced-seconds`: the relay's CPU over the run
+- paced: wrk at `--rate` requests/s (10 connections sending on one schedule, a request every
+  1/rate seconds, from a Lua `delay()` on the wall clock) on the traced location for `--paced-seconds`: the relay's CPU over the run
   (until every span is exported), per span and as a share of one core; spans received.
 """
 
@@ -36,6 +36,20 @@ from gwpolicy.bench.dataplane import BACKEND_ADDRESS, Nginx, free_port, start_ba
 ADDRESS = BACKEND_ADDRESS
 ROUTE_KEY = "00000000000000b1"  # the traced location's key in NGINX's log line (hex, as render writes)
 PACED_CONNS = 10
+
+#: wrk's pacing: one schedule over all connections of its thread, a request every 1/rate s
+PACE_LUA = """local ffi = require("ffi")
+ffi.cdef[[ typedef struct {{ long tv_sec; long tv_usec; }} gw_timeval; int gettimeofday(gw_timeval *tv, void *tz); ]]
+local tv = ffi.new("gw_timeval")
+local function now_ms() ffi.C.gettimeofday(tv, nil); return tonumber(tv.tv_sec) * 1000 + tonumber(tv.tv_usec) / 1000 end
+local interval, next_at = {interval_ms}, nil
+function delay()
+  local now = now_ms()
+  if next_at == nil or next_at < now - 100 then next_at = now end
+  next_at = next_at + interval
+  return math.max(0, math.floor(next_at - now))
+end
+"""
 
 FRONT_CONF = """worker_processes 1;
 pid ../run/nginx.pid;
@@ -169,7 +183,7 @@ def measure(rounds: int, seconds: float, rate: int, paced_seconds: float, workdi
                 sat[path].append({"rps": rps, "cpu_us": (front.cpu() - c0) * 1e6 / max(1, n)})
         spans0 = _settled(rx)  # the saturation rounds' spans have left the relay
         lua = workdir / "pace.lua"
-        lua.write_text(f"function delay() return {max(1, round(1000 * PACED_CONNS / rate))} end\n")
+        lua.write_text(PACE_LUA.format(interval_ms=1000 / rate))
         log(f"paced: about {rate} requests/s for {paced_seconds:g} s")
         r0 = procfs.cpu_seconds(relay.pid) or 0.0
         t0 = time.monotonic()
@@ -192,6 +206,7 @@ def measure(rounds: int, seconds: float, rate: int, paced_seconds: float, workdi
                 n_.stop()
         rx.stop()
     return {"saturation": sat, "paced": {"rps": paced_rps, "requests": n, "spans": paced_spans, "seconds": took,
+                                         "load_seconds": n / max(paced_rps, 1e-9),
                                          "relay_cpu_s": relay_cpu},
             "relay_counts": counts, "rounds": rounds, "seconds": seconds, "load_average": os.getloadavg()}
 
@@ -218,8 +233,9 @@ def report(r: dict[str, Any]) -> str:
              if plain else "  cost of tracing: no untraced figure",
              f"paced ({PACED_CONNS} connections): {p['rps']:.0f} requests/s, {p['requests']} requests, "
              f"{p['spans']} spans received",
-             f"  span relay: {p['relay_cpu_s']:.2f} s CPU over {p['seconds']:.1f} s = "
-             f"{100 * p['relay_cpu_s'] / max(p['seconds'], 1e-9):.1f}% of one core, "
+             f"  span relay: {p['relay_cpu_s']:.2f} s CPU for {p['load_seconds']:.1f} s of requests "
+             f"(until its last span was exported: {p['seconds']:.1f} s) = "
+             f"{100 * p['relay_cpu_s'] / max(p['load_seconds'], 1e-9):.1f}% of one core, "
              f"{1e6 * p['relay_cpu_s'] / max(1, p['spans']):.0f} us per span",
              f"relay counts over the whole run: {json.dumps(r['relay_counts'])}",
              "load average at the end: " + " ".join(f"{x:.2f}" for x in r["load_average"])]
