@@ -247,10 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     from gwpolicy.kube.args import HelpFormatter, Parser, program_name
 
     p = Parser(prog=f"{program_name()} bench tracing", formatter_class=HelpFormatter, description=__doc__)
-    p.add_argument("--rounds", type=at_least(1), default=3, help="saturation rounds per location (default 3)")
-    p.add_argument("--seconds", type=float, default=8, help="seconds per saturation run (default 8)")
-    p.add_argument("--rate", type=at_least(1), default=1000, help="paced requests/s (default 1000)")
-    p.add_argument("--paced-seconds", type=float, default=20, help="seconds of the paced run (default 20)")
+    p.add_argument("--rounds", type=at_least(1), default=3, help="saturation rounds per location")
+    p.add_argument("--seconds", type=float, default=8, help="seconds per saturation run")
+    p.add_argument("--rate", type=at_least(1), default=1000, help="paced requests/s")
+    p.add_argument("--paced-seconds", type=float, default=20, help="seconds of the paced run")
     p.add_argument("--workdir", help="NGINX's files (default: a new temporary directory)")
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
