@@ -230,6 +230,7 @@ def _main(argv: list[str] | None = None) -> int:
   gwpolicy bench dataplane --quick                           # a request's cost in NGINX, against hand-written
   gwpolicy bench controller-inproc --routes 1000             # the controller's analysis and edits, in process
   gwpolicy bench replicas --routes 1000                      # rps through 1 and 3 gateway replicas, edit to all
+  gwpolicy bench tracing                                     # tracing's cost in NGINX, the span relay's CPU
   gwpolicy bench run --sizes 4000 --instructions             # instruction counts (valgrind), repeatable
   gwpolicy bench controller-inproc --routes 4000 --instructions
 """)
@@ -265,6 +266,11 @@ def _main(argv: list[str] | None = None) -> int:
                    "(gwpolicy bench controller-inproc --help)", add_help=False)
     sub.add_parser("replicas", help="requests per second through one gateway replica and through three, and "
                    "an edit's time to every replica (gwpolicy bench replicas --help)", add_help=False)
+    sub.add_parser("tracing", help="what tracing at 100%% sampling costs NGINX, and the span relay's CPU at "
+                   "1,000 requests/s (gwpolicy bench tracing --help)", add_help=False)
+    if (argv if argv is not None else sys.argv[1:])[:1] == ["tracing"]:
+        from gwpolicy.bench.tracing import main as tracing_main
+        return tracing_main(list(argv if argv is not None else sys.argv[1:])[1:])
     if (argv if argv is not None else sys.argv[1:])[:1] == ["replicas"]:
         from gwpolicy.bench.replicas import main as replicas_main
         return replicas_main(list(argv if argv is not None else sys.argv[1:])[1:])
