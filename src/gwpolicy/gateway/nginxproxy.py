@@ -37,7 +37,7 @@ DEFAULT_BATCH_COUNT = 4
 
 #: what this gateway does with each field it honours (the rest are listed by `unhonoured`)
 HONOURED = ("telemetry.exporter", "telemetry.serviceName", "telemetry.spanAttributes", "telemetry.disabledFeatures",
-            "logging.errorLevel", "rewriteClientIP")
+            "logging.errorLevel", "rewriteClientIP", "disableHTTP2")
 
 _DURATION = re.compile(r"^([0-9]{1,4})(ms|s|m|h)?$")
 _ENDPOINT = re.compile(r"^(?:https?://)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*(?::\d{1,5})?$")
