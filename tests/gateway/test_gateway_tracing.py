@@ -429,12 +429,13 @@ NGF_EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "ngf"
 NGF_CONTROLLER = "gateway.nginx.org/nginx-gateway-controller"
 
 
-def test_ngfs_documented_tracing_example_applies_unchanged_and_traces_at_its_ratio(plane):
+def test_ngfs_documented_tracing_examples_apply_unchanged_and_take_effect_in_traffic(plane):
     """NGF's tracing page, its five manifests applied as written (tests/data/ngf/tracing-*.yaml, into
     `default` as `kubectl apply` without -n does) to a gateway that serves NGF's controllerName. Its
     exporter endpoint is a cluster DNS name of the page's collector; one separate step points just
     that field at the test's receiver. Then /coffee is traced at the policy's 75 percent with the
-    policy's and the NginxProxy's attributes."""
+    policy's and the NginxProxy's attributes; the data plane page's Gateway-level NginxProxies
+    (a serviceName with attributes; DisableTracing) change the spans, then stop them."""
     server, rx = plane["server"], plane["rx"]
     files = sorted(NGF_EXAMPLES.glob("tracing-*.yaml"))
     assert [f.name[:10] for f in files] == [f"tracing-0{i}" for i in range(1, 6)]
@@ -486,5 +487,36 @@ def test_ngfs_documented_tracing_example_applies_unchanged_and_traces_at_its_rat
         assert s.attributes["coffee-key"] == "coffee-value"
         assert s.attributes["cluster-attribute-key"] == "cluster-attribute-value"
         assert s.resource["service.name"] == "gwpolicy:default:cafe"
+
+        # the data plane page's NginxProxies, applied as written, as the Gateway's own: the first
+        # sets a serviceName and its spanAttributes (a list: they replace the class's), the
+        # class's exporter stays; the second disables tracing
+        def own(name: str) -> None:
+            server.kubectl("apply", "--server-side", "-f", str(NGF_EXAMPLES / f"{name}.yaml"))
+            server.kubectl("patch", f"gateways.{GW}", "-n", "default", "cafe", "--type", "merge", "-p", json.dumps(
+                {"spec": {"infrastructure": {"parametersRef": {"group": "gateway.nginx.org", "kind": "NginxProxy",
+                                                               "name": name.split("-", 3)[3]}}}}))
+
+        own("data-plane-04-gateway-telemetry-service-name")
+        n = len(rx.spans)
+
+        def renamed() -> bool:
+            assert _get(cafe, "/coffee")[0] == 200
+            return any(s.resource["service.name"] == "gwpolicy:default:cafe:my-app" for s in rx.spans[n:])
+
+        wait_until(renamed, timeout=60, step=0.5, what="spans of service my-app")
+        s = next(s for s in rx.spans[n:] if s.resource["service.name"] == "gwpolicy:default:cafe:my-app")
+        assert s.attributes["app-key"] == "app-value" and "cluster-attribute-key" not in s.attributes
+        assert s.attributes["coffee-key"] == "coffee-value"
+
+        own("data-plane-06-gateway-disable-tracing")
+        wait_until(lambda: policy() == [("False", "NginxProxyNotSet")], timeout=30,
+                   what="ObservabilityPolicy coffee NginxProxyNotSet")
+        time.sleep(wait)  # spans of requests before the change have landed
+        n = len(rx.spans)
+        for _ in range(20):
+            assert _get(cafe, "/coffee")[0] == 200
+        time.sleep(wait)
+        assert not [s for s in rx.spans[n:] if s.attributes.get("gwpolicy.route") == "HTTPRoute/default/coffee"]
     finally:
         gw.stop()

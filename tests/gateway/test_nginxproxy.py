@@ -59,6 +59,18 @@ def test_a_class_reference_without_a_namespace_names_the_nginxproxy_in_default()
     assert (gc.status, gc.reason) == (True, "Accepted") and "NginxProxy in use" in gc.message and gw.status
 
 
+def test_a_gateways_exporter_without_an_endpoint_keeps_the_classes_endpoint():
+    own = _np("own", {"telemetry": {"exporter": {"batchSize": 50, "batchCount": 5}, "serviceName": "my-app"}})
+    objs = _world(CLASS_REF, GW_REF, _np("proxy", EXPORTER), own)
+    gc, gw = _verdicts(objs)
+    assert gc.status and gw.status, gw
+    index = build_index(objs)
+    cafe = index.get(Ref(GATEWAY_GROUP, "Gateway", "infra", "cafe"))
+    exp = nginxproxy.exporter(nginxproxy.effective(cafe, index), cafe)
+    assert exp is not None and exp.endpoint == "otel-collector.tracing.svc:4317"
+    assert (exp.batch_size, exp.batch_count, exp.service_name) == (50, 5, "gwpolicy:infra:cafe:my-app")
+
+
 def test_a_class_reference_that_does_not_resolve_is_invalid_parameters_and_its_gateways_pending():
     cases = {
         "not found": _world(CLASS_REF, None),

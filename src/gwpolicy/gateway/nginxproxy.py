@@ -97,7 +97,8 @@ def problems(spec: Any) -> list[str]:
                 out.append("spec.telemetry.exporter: not an object")
             else:
                 ep = exp.get("endpoint")
-                if not isinstance(ep, str) or not _ENDPOINT.match(ep):
+                # no endpoint is valid: a Gateway's NginxProxy may set the rest over its class's endpoint
+                if ep is not None and (not isinstance(ep, str) or not _ENDPOINT.match(ep)):
                     out.append(f"spec.telemetry.exporter.endpoint: {ep!r} is not host:port")
                 iv = exp.get("interval")
                 if iv is not None and (not isinstance(iv, str) or not duration_s(iv)):
