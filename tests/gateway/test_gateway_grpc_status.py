@@ -163,3 +163,23 @@ def test_a_missing_stream_js_module_is_named_with_its_package():
 
     with pytest.raises(NginxError, match="libnginx-mod-stream-js.*GRPCRoute"):
         check_modules({"nginx.conf": b"load_module /nowhere/ngx_stream_js_module.so;\n"})
+
+
+@pytest.mark.parametrize("disable", [True, False])
+def test_an_nginxproxy_that_disables_http2_leaves_grpcroutes_unserved_and_says_so(disable):
+    objs = world(grpc_route(["grpc.example"], "2024-01-02T00:00:00Z"), http_route(["www.example"], "2024-01-01T00:00:00Z"))
+    objs[0]["spec"]["parametersRef"] = {"group": "gateway.nginx.org", "kind": "NginxProxy", "name": "proxy",
+                                        "namespace": "infra"}
+    objs.append({"apiVersion": "gateway.nginx.org/v1alpha2", "kind": "NginxProxy",
+                 "metadata": {"name": "proxy", "namespace": "infra"}, "spec": {"disableHTTP2": disable}})
+    verdict = accepted(objs, GRPC)
+    conf = served_conf(objs)
+    assert accepted(objs, HTTP).status and "proxy_pass" in conf  # HTTPRoutes are served either way
+    if disable:
+        assert (verdict.status, verdict.reason) == (False, "UnsupportedValue")
+        assert "disableHTTP2" in verdict.message and "infra/gw" in verdict.message
+        assert "grpc_pass" not in conf and "http2" not in conf
+    else:
+        assert verdict.status and "grpc_pass" in conf and " http2 " in conf
+    class_msg = gateway_facts(build_index(objs)).classes[Ref(GATEWAY_GROUP, "GatewayClass", None, objs[0]["metadata"]["name"])].message
+    assert "NginxProxy in use" in class_msg and "disableHTTP2" not in class_msg  # honoured, so not listed

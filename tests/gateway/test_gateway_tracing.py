@@ -38,7 +38,7 @@ import backend_hosts
 import live_server
 from gateway_kit import backend, endpoints, listener, meta, service
 from gateway_proc import GatewayProcess, wait_until
-from gwpolicy.gateway import grpcecho
+from gwpolicy.gateway import grpcecho, nginxproxy
 from gwpolicy.gateway.echo import EchoServer
 from gwpolicy.gateway.facts import GATEWAY_CONTROLLER
 from otlp_receiver import OtlpReceiver
@@ -188,7 +188,8 @@ def plane(tmp_path_factory: pytest.TempPathFactory, module_server_kind: str):
             wait_until(lambda: _get(addr["plain"], "/bare")[0] == 200, timeout=60, what="/bare served")
         except AssertionError as e:
             raise AssertionError(f"{e}\n{gw.tail(20)}") from None
-        yield {"rx": rx, "server": server, "addr": addr["gw"], "plain": addr["plain"], "gw": gw}
+        yield {"rx": rx, "server": server, "addr": addr["gw"], "plain": addr["plain"], "gw": gw, "echo_at": echo_at,
+               "tmp": tmp}
     finally:
         if gw is not None:
             gw.stop()
@@ -422,3 +423,100 @@ def test_a_collector_that_is_down_loses_spans_not_requests_and_the_metric_counts
         return len(rx.spans) > n
 
     wait_until(arrived, timeout=30, step=0.3, what="a span reached the collector after it came back")
+
+
+NGF_EXAMPLES = Path(__file__).resolve().parents[1] / "data" / "ngf"
+NGF_CONTROLLER = "gateway.nginx.org/nginx-gateway-controller"
+
+
+def test_ngfs_documented_tracing_examples_apply_unchanged_and_take_effect_in_traffic(plane):
+    """NGF's tracing page, its five manifests applied as written (tests/data/ngf/tracing-*.yaml, into
+    `default` as `kubectl apply` without -n does) to a gateway that serves NGF's controllerName. Its
+    exporter endpoint is a cluster DNS name of the page's collector; one separate step points just
+    that field at the test's receiver. Then /coffee is traced at the policy's 75 percent with the
+    policy's and the NginxProxy's attributes; the data plane page's Gateway-level NginxProxies
+    (a serviceName with attributes; DisableTracing) change the spans, then stop them."""
+    server, rx = plane["server"], plane["rx"]
+    files = sorted(NGF_EXAMPLES.glob("tracing-*.yaml"))
+    assert [f.name[:10] for f in files] == [f"tracing-0{i}" for i in range(1, 6)]
+    for f in files:
+        server.kubectl("apply", "--server-side", "-f", str(f))
+    # the Deployment runs no pods here: its Service's endpoints are the test's echo backend
+    server.apply(endpoints("coffee", "default", [plane["echo_at"]]))
+    gw = GatewayProcess(server.kubeconfig, plane["tmp"] / "ngf-state", "--controller-name", NGF_CONTROLLER,
+                        pool="127.0.98.64/26")
+    try:
+        cafe = wait_until(lambda: (json.loads(server.kubectl("get", f"gateways.{GW}", "-n", "default", "cafe", "-o",
+                                                             "json").stdout).get("status", {}).get("addresses") or [{}])[0].get("value"),
+                          timeout=60, what="Gateway cafe has an address")
+        assert _condition(server, "gatewayclasses", "nginx").get("status") == "True"
+
+        def policy() -> list[tuple[str, str]]:
+            got = server.kubectl("get", "observabilitypolicies.gateway.nginx.org", "-n", "default", "coffee", "-o",
+                                 "json")
+            return [(c["status"], c["reason"]) for a in (json.loads(got.stdout).get("status") or {}).get("ancestors") or []
+                    if a.get("controllerName") == NGF_CONTROLLER for c in a.get("conditions") or []
+                    if c.get("type") == "Accepted"]
+
+        # the exporter is configured as written, so the policy is accepted before any span can reach it
+        wait_until(lambda: policy() == [("True", "Accepted")], timeout=30, what="ObservabilityPolicy coffee Accepted")
+        server.kubectl("patch", "nginxproxies.gateway.nginx.org", "-n", "default", "ngf-proxy-config", "--type",
+                       "merge", "-p", json.dumps({"spec": {"telemetry": {"exporter": {"endpoint": rx.endpoint}}}}))
+        n = len(rx.spans)
+
+        def one_traced() -> bool:
+            assert _get(cafe, "/coffee")[0] == 200
+            return any(s.attributes.get("gwpolicy.route") == "HTTPRoute/default/coffee" for s in rx.spans[n:])
+
+        try:
+            wait_until(one_traced, timeout=60, step=0.5, what="a /coffee span once the endpoint points at the receiver")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{gw.tail(20)}") from None
+        wait = nginxproxy.DEFAULT_INTERVAL_S + 2  # the example sets no interval: NGF's default
+        time.sleep(wait)  # strays of the warm-up land before the count starts
+        n = len(rx.spans)
+        for _ in range(400):
+            assert _get(cafe, "/coffee")[0] == 200
+        rx.wait_for(n + 255, timeout=30)
+        time.sleep(wait)
+        spans = [s for s in rx.spans[n:] if s.attributes.get("gwpolicy.route") == "HTTPRoute/default/coffee"]
+        # binomial(400, 0.75): sd 8.7; 255..345 is beyond 5 sd either way
+        assert 255 <= len(spans) <= 345, len(spans)
+        s = spans[0]
+        assert s.name == "GET /coffee" and s.attributes["http.route"] == "/coffee"
+        assert s.attributes["coffee-key"] == "coffee-value"
+        assert s.attributes["cluster-attribute-key"] == "cluster-attribute-value"
+        assert s.resource["service.name"] == "gwpolicy:default:cafe"
+
+        # the data plane page's NginxProxies, applied as written, as the Gateway's own: the first
+        # sets a serviceName and its spanAttributes (a list: they replace the class's), the
+        # class's exporter stays; the second disables tracing
+        def own(name: str) -> None:
+            server.kubectl("apply", "--server-side", "-f", str(NGF_EXAMPLES / f"{name}.yaml"))
+            server.kubectl("patch", f"gateways.{GW}", "-n", "default", "cafe", "--type", "merge", "-p", json.dumps(
+                {"spec": {"infrastructure": {"parametersRef": {"group": "gateway.nginx.org", "kind": "NginxProxy",
+                                                               "name": name.split("-", 3)[3]}}}}))
+
+        own("data-plane-04-gateway-telemetry-service-name")
+        n = len(rx.spans)
+
+        def renamed() -> bool:
+            assert _get(cafe, "/coffee")[0] == 200
+            return any(s.resource["service.name"] == "gwpolicy:default:cafe:my-app" for s in rx.spans[n:])
+
+        wait_until(renamed, timeout=60, step=0.5, what="spans of service my-app")
+        s = next(s for s in rx.spans[n:] if s.resource["service.name"] == "gwpolicy:default:cafe:my-app")
+        assert s.attributes["app-key"] == "app-value" and "cluster-attribute-key" not in s.attributes
+        assert s.attributes["coffee-key"] == "coffee-value"
+
+        own("data-plane-06-gateway-disable-tracing")
+        wait_until(lambda: policy() == [("False", "NginxProxyNotSet")], timeout=30,
+                   what="ObservabilityPolicy coffee NginxProxyNotSet")
+        time.sleep(wait)  # spans of requests before the change have landed
+        n = len(rx.spans)
+        for _ in range(20):
+            assert _get(cafe, "/coffee")[0] == 200
+        time.sleep(wait)
+        assert not [s for s in rx.spans[n:] if s.attributes.get("gwpolicy.route") == "HTTPRoute/default/coffee"]
+    finally:
+        gw.stop()

@@ -53,11 +53,31 @@ def test_a_class_naming_an_nginxproxy_that_resolves_is_accepted_and_says_what_it
     assert "NginxProxy in use" in gc.message and "workerConnections" in gc.message
 
 
+def test_a_class_reference_without_a_namespace_names_the_nginxproxy_in_default():
+    ref = {k: v for k, v in CLASS_REF.items() if k != "namespace"}
+    gc, gw = _verdicts(_world(ref, None, _np("proxy", EXPORTER, namespace="default")))
+    assert (gc.status, gc.reason) == (True, "Accepted") and "NginxProxy in use" in gc.message and gw.status
+
+
+def test_a_gateways_exporter_without_an_endpoint_keeps_the_classes_endpoint():
+    own = _np("own", {"telemetry": {"exporter": {"batchSize": 50, "batchCount": 5}, "serviceName": "my-app"}})
+    objs = _world(CLASS_REF, GW_REF, _np("proxy", EXPORTER), own)
+    gc, gw = _verdicts(objs)
+    assert gc.status and gw.status, gw
+    index = build_index(objs)
+    cafe = index.get(Ref(GATEWAY_GROUP, "Gateway", "infra", "cafe"))
+    exp = nginxproxy.exporter(nginxproxy.effective(cafe, index), cafe)
+    assert exp is not None and exp.endpoint == "otel-collector.tracing.svc:4317"
+    assert (exp.batch_size, exp.batch_count, exp.service_name) == (50, 5, "gwpolicy:infra:cafe:my-app")
+
+
 def test_a_class_reference_that_does_not_resolve_is_invalid_parameters_and_its_gateways_pending():
     cases = {
         "not found": _world(CLASS_REF, None),
         "NginxProxy.gateway.nginx.org only": _world({**CLASS_REF, "kind": "ConfigMap", "group": ""}, None),
-        "needs a namespace": _world({k: v for k, v in CLASS_REF.items() if k != "namespace"}, None, _np("proxy", {})),
+        # without a namespace the reference names one in `default`, not the one in `infra`
+        "default/proxy: not found": _world({k: v for k, v in CLASS_REF.items() if k != "namespace"}, None,
+                                           _np("proxy", {})),
         "spec.telemetry.exporter.endpoint": _world(CLASS_REF, None, _np("proxy", {"telemetry": {"exporter": {
             "endpoint": "collector:4317; return 200"}}})),
     }

@@ -566,6 +566,11 @@ def route_fact(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGr
             accepted = Cond("Accepted", False, "NoMatchingParent",
                             f"Gateway {gw_ref.namespace}/{gw_ref.name} is not accepted: {gf.accepted.message}")
             attached = []
+        elif route.kind == grpcroute.KIND and nginxproxy.effective(gf.obj, index).get("disableHTTP2") is True:
+            accepted = Cond("Accepted", False, "UnsupportedValue",
+                            f"Gateway {gw_ref.namespace}/{gw_ref.name}: its NginxProxy sets disableHTTP2, and gRPC "
+                            "needs HTTP/2: the Gateway serves no GRPCRoute")
+            attached = []
         elif why is not None:
             accepted = Cond("Accepted", False, why, conflicted if why == "Conflicted" else _why(why, pref, gf))
         else:

@@ -3,7 +3,7 @@ a Gateway's `spec.infrastructure.parametersRef` name, resolved, merged and check
 
 The Gateway's NginxProxy overrides the class's field by field (objects merge key by key, a list or
 a scalar replaces the class's), as NGINX Gateway Fabric does. A reference that does not resolve
-(wrong group or kind, no such object, no namespace on a GatewayClass's) or an NginxProxy whose
+(wrong group or kind, no such object) or an NginxProxy whose
 fields this gateway cannot read makes the referring object not accepted, reason
 InvalidParameters, with a message naming the reference and the field (GEP-1364 and the
 parametersRef fields' documentation). `server_lines` gives the Gateway's servers the error log level
@@ -26,6 +26,10 @@ from gwpolicy.engine.refs import Ref
 GROUP = "gateway.nginx.org"
 KIND = "NginxProxy"
 
+#: where a GatewayClass's parametersRef without a namespace looks (NGF's documented examples leave it
+#: out, and `kubectl apply` without -n puts their NginxProxy there)
+CLASS_DEFAULT_NAMESPACE = "default"
+
 #: NGF's defaults for the exporter (its API's documentation)
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_BATCH_SIZE = 512
@@ -33,7 +37,7 @@ DEFAULT_BATCH_COUNT = 4
 
 #: what this gateway does with each field it honours (the rest are listed by `unhonoured`)
 HONOURED = ("telemetry.exporter", "telemetry.serviceName", "telemetry.spanAttributes", "telemetry.disabledFeatures",
-            "logging.errorLevel", "rewriteClientIP")
+            "logging.errorLevel", "rewriteClientIP", "disableHTTP2")
 
 _DURATION = re.compile(r"^([0-9]{1,4})(ms|s|m|h)?$")
 _ENDPOINT = re.compile(r"^(?:https?://)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*(?::\d{1,5})?$")
@@ -93,7 +97,8 @@ def problems(spec: Any) -> list[str]:
                 out.append("spec.telemetry.exporter: not an object")
             else:
                 ep = exp.get("endpoint")
-                if not isinstance(ep, str) or not _ENDPOINT.match(ep):
+                # no endpoint is valid: a Gateway's NginxProxy may set the rest over its class's endpoint
+                if ep is not None and (not isinstance(ep, str) or not _ENDPOINT.match(ep)):
                     out.append(f"spec.telemetry.exporter.endpoint: {ep!r} is not host:port")
                 iv = exp.get("interval")
                 if iv is not None and (not isinstance(iv, str) or not duration_s(iv)):
@@ -224,8 +229,6 @@ def _resolve(ref: Any, namespace: str | None, index: ObjectIndex, where: str) ->
     shown = f"{where} {group}/{kind} {namespace + '/' if namespace else ''}{name}"
     if (group, kind) != (GROUP, KIND):
         return None, f"{shown}: this gateway takes parameters of kind {KIND}.{GROUP} only"
-    if not namespace:
-        return None, f"{shown}: an {KIND} is namespaced; the reference needs a namespace"
     obj = index.get(Ref(GROUP, KIND, namespace, str(name)))
     if obj is None:
         return None, f"{shown}: not found"
@@ -238,7 +241,7 @@ def _resolve(ref: Any, namespace: str | None, index: ObjectIndex, where: str) ->
 def class_parameters(gc: Obj, index: ObjectIndex) -> tuple[dict[str, Any] | None, str | None]:
     """A GatewayClass's NginxProxy: (spec, None), (None, None) without a parametersRef, or (None, why)."""
     ref = _dict(gc.spec).get("parametersRef")
-    return _resolve(ref, _dict(ref).get("namespace"), index, "spec.parametersRef")
+    return _resolve(ref, str(_dict(ref).get("namespace") or CLASS_DEFAULT_NAMESPACE), index, "spec.parametersRef")
 
 
 def gateway_parameters(gw: Obj, index: ObjectIndex) -> tuple[dict[str, Any] | None, str | None]:
