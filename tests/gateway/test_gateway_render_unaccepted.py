@@ -66,7 +66,7 @@ def test_render_serves_nothing_of_a_gateway_whose_class_is_not_accepted(tmp_path
     assert "# Gateway infra/fine listener http" in run.out
     assert "# Gateway infra/web listener" not in run.out and ":18080" not in run.out
     assert ("Warning: Gateway infra/web is not served: it is not accepted (Pending): GatewayClass params is not "
-            "accepted: spec.parametersRef example.com/Params p: this gateway takes parameters of kind "
+            "accepted: spec.parametersRef example.com/Params default/p: this gateway takes parameters of kind "
             "NginxProxy.gateway.nginx.org only") in run.err
     assert "infra/fine" not in run.err and "Traceback" not in run.err
 
