@@ -237,7 +237,7 @@ def test_a_process_killed_before_nginx_answered_leaves_no_nginx_to_the_next(tmp_
         assert eventually(lambda: _gone(pid), timeout=15), "the unverified master was left running"
     finally:
         if not _gone(pid):
-            os.killpg(pid, signal.SIGKILL)  # the master leads its own session: its workers go with it
+            os.killpg(pid, signal.SIGKILL)  # the master leads its own process group: its workers go with it
 
 
 def test_a_library_user_leaves_no_nginx_behind_when_it_exits(tmp_path: Path) -> None:
