@@ -16,7 +16,7 @@ Pure: no I/O. docs/coming-from-ngf.md says the same for users.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from gwpolicy.gateway.policies.values import (
     PolicyValueError,
     field_value,
     is_set,
+    spec_leaves,
 )
 
 GROUP = "gateway.nginx.org"
@@ -88,15 +89,6 @@ FIELDS: dict[str, dict[str, NGFField]] = {
 _BY_SETTING = {kind: {f.setting: name for name, f in table.items() if f.setting} for kind, table in FIELDS.items()}
 
 
-def _leaves(spec: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
-    for k, v in spec.items():
-        name = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            yield from _leaves(v, name + ".")
-        else:
-            yield name
-
-
 def _put(out: dict[str, Any], dotted: str, value: Any) -> None:
     cur = out
     parts = dotted.split(".")
@@ -114,7 +106,7 @@ def translate(kind: str, spec: Mapping[str, Any] | None) -> tuple[dict[str, Any]
     out: dict[str, Any] = {}
     bad: list[tuple[str, str]] = []
     table = FIELDS.get(kind, {})
-    for leaf in sorted(_leaves(spec or {})):
+    for leaf in sorted(spec_leaves(spec or {})):
         if leaf in ("targetRef", "targetRefs") or leaf.startswith(("targetRef.", "targetRefs.")):
             continue
         if not is_set(spec or {}, leaf):
@@ -250,10 +242,10 @@ def fold(effective: dict[Any, Any], results: Mapping[tuple[str, str], Any], dept
         for s in (getattr(ours_res, "sources", None) or ()) if ours_res is not None else ():
             ours_depth[s["field"]] = depth(s.get("policy"))
         merged: dict[str, Any] = {}
-        for leaf in _leaves(ours):
+        for leaf in spec_leaves(ours):
             merged[leaf] = field_value(ours, leaf)
         taken: list[str] = []
-        for leaf in _leaves(settings):
+        for leaf in spec_leaves(settings):
             value = field_value(settings, leaf)
             if leaf in merged:
                 if leaf in ours.overridden:

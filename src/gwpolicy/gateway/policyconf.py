@@ -11,7 +11,7 @@ bounds of every field are policies/values.py's, re-exported here for the callers
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from gwpolicy.gateway.policies import location_directives, upstream_directives
@@ -38,17 +38,8 @@ from gwpolicy.gateway.policies.values import (
     field_value,
     is_set,
     kind_name,
+    spec_leaves,
 )
-
-
-def _leaves(spec: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
-    for k, v in spec.items():
-        name = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            yield from _leaves(v, name + ".")
-        else:
-            yield name
-
 
 # ---------------------------------------------------------------------------------------------
 # honest limits
@@ -66,7 +57,7 @@ def unsupported_fields(kind: str, spec: Mapping[str, Any] | None) -> list[tuple[
         return []
     table = FIELDS[kind]
     out: list[tuple[str, str]] = []
-    for leaf in sorted(_leaves(spec)):
+    for leaf in sorted(spec_leaves(spec)):
         if leaf.startswith("_") or not is_set(spec, leaf):  # "_...": the gateway's own, from the route
             continue
         info = table.get(leaf) or next((table[f] for f in table if leaf.startswith(f + ".")), None)

@@ -6,7 +6,7 @@ policyconf's checks."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,6 +209,16 @@ _DURATION = re.compile(r"^(?:(\d{1,5})(h|ms|m|s))+$")
 _DURATION_PART = re.compile(r"(\d{1,5})(h|ms|m|s)")
 _UNIT_MS = {"h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
 _SIZE = re.compile(r"^(\d+)([kKmMgG]?)$")
+
+
+def spec_leaves(spec: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
+    """The dotted names of a policy spec's leaves (`keepAlive.timeout.server`); an empty object is a leaf."""
+    for k, v in spec.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            yield from spec_leaves(v, name + ".")
+        else:
+            yield name
 
 
 def duration_ms(value: Any, where: str) -> int:
