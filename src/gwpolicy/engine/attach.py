@@ -66,6 +66,19 @@ class TargetOutcome:
         return self.declared if self.reason in (ACCEPTED, CONFLICTED) else None
 
 
+def target_group(policy: Policy, tref: dict[str, Any], kind: str, index: ObjectIndex) -> Any:
+    """A targetRef's group: as written (NGF's `core` is the core group for its kinds), else the
+    kind's own group, else the group the input holds that kind in, else the core group."""
+    group = tref.get("group")
+    if group == "core" and policy.kind.group in CORE_SPELLED_CORE:
+        return CORE_GROUP
+    if group is None:
+        group = default_group(kind)
+        if group is None:
+            group = index.kind_groups.get(kind, CORE_GROUP)
+    return group
+
+
 def target_is_namespaced(group: str, kind: str, index: ObjectIndex) -> bool:
     known = is_known_namespaced(group, kind)
     if known is not None:
@@ -91,13 +104,7 @@ def declared_targets(policies: list[Policy], index: ObjectIndex) -> list[tuple[s
             kind, name, section = tref.get("kind"), tref.get("name"), tref.get("sectionName")
             if not isinstance(kind, str) or not isinstance(name, str) or not kind or not name:
                 continue
-            group = tref.get("group")
-            if group == "core" and policy.kind.group in CORE_SPELLED_CORE:
-                group = CORE_GROUP
-            if group is None:
-                group = default_group(kind)
-                if group is None:
-                    group = index.kind_groups.get(kind, CORE_GROUP)
+            group = target_group(policy, tref, kind, index)
             ns = (tref.get("namespace") or pns) if target_is_namespaced(group, kind, index) else None
             out.append((pns, Ref(group, kind, ns, name, section if isinstance(section, str) and section else None)))
     return out
@@ -136,13 +143,7 @@ def _resolve_one(policy: Policy, tref: dict[str, Any], where: str, index: Object
     for key in ("kind", "name", "namespace", "sectionName"):
         if tref.get(key) == "":
             return TargetOutcome(policy, None, INVALID, f"{where}.{key}: must not be empty; leave it out instead", where)
-    group = tref.get("group")
-    if group == "core" and policy.kind.group in CORE_SPELLED_CORE:
-        group = CORE_GROUP
-    if group is None:
-        group = default_group(kind)
-        if group is None:
-            group = index.kind_groups.get(kind, CORE_GROUP)
+    group = target_group(policy, tref, kind, index)
     section = tref.get("sectionName")
     pns = policy.ref.namespace
     if target_is_namespaced(group, kind, index):
