@@ -16,6 +16,7 @@ from gwpolicy.engine.mesh import MESH_KINDS, effective_from
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlane, DataPlaneConfig, build_dataplane
+from gwpolicy.gateway.dataplane.backends import upstream_for
 from gwpolicy.gateway.dataplane.model import POLICY_GROUP
 from gwpolicy.gateway.render import render
 from gwpolicy.mesh.routes import MESH_CONTROLLER, gateway_objects, gateway_ref, services
@@ -48,6 +49,7 @@ def build(objects: Iterable[Mapping[str, Any]], client: str, config: MeshConfig 
         allow_loopback_endpoints=config.allow_loopback_endpoints, worker_processes=config.worker_processes,
         own_endpoints=config.own_endpoints))
     _attach_policies(dp, _mesh_analysis(objects), client)
+    _policy_upstreams(dp)
     return dp, render(dp)
 
 
@@ -56,7 +58,7 @@ def _mesh_analysis(objects: list[Mapping[str, Any]]) -> Analysis:
     on = any((str(o.get("apiVersion", "")).split("/")[0], o.get("kind")) in MESH_KINDS
              and isinstance(o.get("spec"), dict) and o["spec"].get("controllerName") == MESH_CONTROLLER for o in objects)
     given = [dict(o) for o in objects] + ([] if on else [copy.deepcopy(IMPLIED_MESH)])
-    return analyse(given, controller=MESH_CONTROLLER, by_target=True)
+    return analyse(given, controller=MESH_CONTROLLER, kind_checks=policyconf.kind_checks(), by_target=True)
 
 
 def _attach_policies(dp: DataPlane, a: Analysis, client: str) -> None:
@@ -84,6 +86,25 @@ def _attach_policies(dp: DataPlane, a: Analysis, client: str) -> None:
             target = fport if route is None else Ref(b.ref.group, b.ref.kind, b.ref.namespace, b.ref.name)
             b.effective = policyconf.with_route_fields(_effective(a, client, target, need, route is None), rule)
             b.path = b.path or (target,)
+
+
+def _policy_upstreams(dp: DataPlane) -> None:
+    """Each backend's upstream made again from the effective policy of its mesh path (the view's
+    paths carry none): the Service port's endpoints with the path's UpstreamSettingsPolicy settings
+    and the RetryPolicy's copies of each endpoint, one upstream per distinct set of settings (a
+    Service reached with and without retries from this namespace gets two); upstreams no backend
+    or mirror uses any more are left out."""
+    for action in dp.actions.values():
+        for b in action.backends:
+            was = dp.upstreams.get(b.upstream) if b.upstream is not None else None
+            if was is None:
+                continue
+            u = upstream_for(was.service, was.port, was.endpoints, b.effective, was.tls)
+            dp.upstreams.setdefault(u.name, u)
+            b.upstream = u.name
+    used = {b.upstream for a in dp.actions.values() for b in a.backends} | \
+        {m.upstream for a in dp.actions.values() for m in a.mirrors}
+    dp.upstreams = {n: u for n, u in sorted(dp.upstreams.items()) if n in used}
 
 
 def _rule_of(a: Analysis, route: Ref | None, index: int) -> dict[str, Any]:

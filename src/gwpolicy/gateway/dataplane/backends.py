@@ -328,31 +328,14 @@ class BackendResolver:
 
     def _upstream(self, svc: Ref, port: int, endpoints: tuple[Endpoint, ...], eff: dict[str, dict[str, Any]],
                   tls: Any = None) -> str:
-        base = upstream_base(svc.namespace or "", svc.name, port)
-        usable = programmable(eff)
-        if usable:
-            copies = memo("copies", usable, lambda: policies.retry_peer_copies(usable))
-            conf = memo("upstream", usable, lambda: policies.upstream_directives(base, usable, peer_copies=copies), base)
-        else:  # no policy of a kind this data plane enforces: nothing to ask policyconf
-            copies, conf = 1, policies.PLAIN_UPSTREAM
-        variant = (conf.lines, conf.server_params, copies)
-        name = base if variant == (policies.PLAIN_UPSTREAM.lines, "", 1) else f"{base}_{hashlib.sha1(repr(variant).encode()).hexdigest()[:8]}"
-        if tls is not None:
-            name = f"{name}_tls{tls.key}"
-        # NGINX compares every new upstream's name with all earlier ones (quadratic); names that
-        # differ in their first characters make each comparison stop at once: with names sharing
-        # the prefix `<namespace>_svc_...`, 20k upstreams cost 7.8 s of `nginx -t`, like this 3.1 s
-        name = f"u{hashlib.sha1(name.encode()).hexdigest()[:5]}_{name}"
-        was = self.upstreams.get(name)
-        lines = tuple(l.replace(f"zone {base} ", f"zone {name} ") for l in conf.lines)
+        u = upstream_for(svc, port, endpoints, eff, tls)
+        was = self.upstreams.get(u.name)
         if was is None:
-            self.upstreams[name] = Upstream(name, svc, port, endpoints, lines, conf.server_params, copies,
-                                            conf.keepalive, tls, conf.close)
-        elif (was.service, was.port, was.lines, was.server_params, was.peer_copies) != (svc, port, lines, conf.server_params, copies) \
-                or (was.tls is None) != (tls is None) or (tls is not None and was.tls.key != tls.key):
+            self.upstreams[u.name] = u
+        elif not same_upstream(was, u):
             raise DataPlaneError(f"Service {svc.namespace}/{svc.name} port {port} and Service {was.service.namespace}/"
-                                 f"{was.service.name} port {was.port} (or their settings) got one upstream name {name}")
-        return name
+                                 f"{was.service.name} port {was.port} (or their settings) got one upstream name {u.name}")
+        return u.name
 
     # -- endpoints ------------------------------------------------------------------------------
 
@@ -397,3 +380,34 @@ class BackendResolver:
         refused = self._refused.get((ns or "", name))
         return (f"Service {ns}/{name} port {port} has no ready endpoints"
                 + (f" (not used: {'; '.join(refused)})" if refused else ""))
+
+
+def upstream_for(svc: Ref, port: int, endpoints: tuple[Endpoint, ...], eff: dict[str, dict[str, Any]],
+                 tls: Any = None) -> Upstream:
+    """The upstream of a Service port with the effective policies `eff` of a backend's path: its
+    settings (UpstreamSettingsPolicy), how often it lists each endpoint (RetryPolicy) and its TLS
+    profile; named by all three, so that paths with different settings get upstreams of their own."""
+    base = upstream_base(svc.namespace or "", svc.name, port)
+    usable = programmable(eff)
+    if usable:
+        copies = memo("copies", usable, lambda: policies.retry_peer_copies(usable))
+        conf = memo("upstream", usable, lambda: policies.upstream_directives(base, usable, peer_copies=copies), base)
+    else:  # no policy of a kind this data plane enforces: nothing to ask policyconf
+        copies, conf = 1, policies.PLAIN_UPSTREAM
+    variant = (conf.lines, conf.server_params, copies)
+    name = base if variant == (policies.PLAIN_UPSTREAM.lines, "", 1) else f"{base}_{hashlib.sha1(repr(variant).encode()).hexdigest()[:8]}"
+    if tls is not None:
+        name = f"{name}_tls{tls.key}"
+    # NGINX compares every new upstream's name with all earlier ones (quadratic); names that
+    # differ in their first characters make each comparison stop at once: with names sharing
+    # the prefix `<namespace>_svc_...`, 20k upstreams cost 7.8 s of `nginx -t`, like this 3.1 s
+    name = f"u{hashlib.sha1(name.encode()).hexdigest()[:5]}_{name}"
+    lines = tuple(l.replace(f"zone {base} ", f"zone {name} ") for l in conf.lines)
+    return Upstream(name, svc, port, endpoints, lines, conf.server_params, copies, conf.keepalive, tls, conf.close)
+
+
+def same_upstream(a: Upstream, b: Upstream) -> bool:
+    """Do two upstreams of one name say the same (Service port, settings, endpoints' copies, TLS)?"""
+    if (a.service, a.port, a.lines, a.server_params, a.peer_copies) != (b.service, b.port, b.lines, b.server_params, b.peer_copies):
+        return False
+    return (a.tls is None) == (b.tls is None) and (a.tls is None or a.tls.key == b.tls.key)
