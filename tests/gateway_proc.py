@@ -173,8 +173,9 @@ class _TLSConnection(http.client.HTTPConnection):
 
 def request(address: str, port: int, path: str, *, method: str = "GET", host: str | None = None,
             headers: dict[str, str] | None = None, timeout: float = 10.0, tls: ssl.SSLContext | None = None,
-            sni: str | None = None) -> tuple[int, list[tuple[str, str]], bytes]:
-    """One request on a new connection; returns status, headers (in order) and body."""
+            sni: str | None = None, body: bytes | None = None) -> tuple[int, list[tuple[str, str]], bytes]:
+    """One request on a new connection (with `body` and its Content-Length when given); returns
+    status, headers (in order) and body."""
     if tls is not None:
         conn: http.client.HTTPConnection = _TLSConnection(address, port, tls, sni or host or address, timeout)
     else:
@@ -185,7 +186,9 @@ def request(address: str, port: int, path: str, *, method: str = "GET", host: st
         conn.putheader("Host", host if host else (address if port == default_port else f"{address}:{port}"))
         for k, v in (headers or {}).items():
             conn.putheader(k, v)
-        conn.endheaders()
+        if body is not None:
+            conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body)
         resp = conn.getresponse()
         body = resp.read()
         return resp.status, list(resp.getheaders()), body

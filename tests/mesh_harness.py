@@ -123,10 +123,11 @@ class Mesh:
             return ""
 
     def send(self, client: str, address: str, port: int, path: str, *, method: str = "GET", host: str | None = None,
-             headers: dict[str, str] | None = None, timeout: float = 10.0) -> tuple[int, list[tuple[str, str]], bytes]:
+             headers: dict[str, str] | None = None, timeout: float = 10.0,
+             body: bytes | None = None) -> tuple[int, list[tuple[str, str]], bytes]:
         """One request from inside client namespace `client`'s host."""
         with self.hosts[client].enter():
-            return request(address, port, path, method=method, host=host, headers=headers, timeout=timeout)
+            return request(address, port, path, method=method, host=host, headers=headers, timeout=timeout, body=body)
 
     def wait_serving(self, client: str, address: str, port: int, timeout: float = 60.0) -> None:
         def answered() -> bool:
