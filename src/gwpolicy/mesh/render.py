@@ -72,20 +72,28 @@ def _attach_policies(dp: DataPlane, a: Analysis, client: str) -> None:
         gw = action.listener
         frontend = Ref(CORE_GROUP, "Service", gw.namespace, gw.name)
         port = int(str(gw.section)[1:])
-        named = [n for p, n in mesh.frontends.get(frontend, []) if p == port and n]
-        fport = frontend.with_section(named[0]) if named else frontend
+        fport = _port_level(a, frontend, port)
         route = action.route if action.route in mesh.routes_for(client, frontend, port) else None
         rule = _rule_of(a, route, action.rule)
-        need = {frontend} | ({route} if route is not None else set())
+        need = {frontend, fport} | ({route} if route is not None else set())
         if route is not None and isinstance(rule.get("name"), str):
             need.add(route.with_section(rule["name"]))
         action.effective = policyconf.with_route_fields(_effective(a, client, fport, need, route is None), rule)
         for b in action.backends:
             if b.upstream is None:
                 continue
-            target = fport if route is None else Ref(b.ref.group, b.ref.kind, b.ref.namespace, b.ref.name)
+            target = fport if route is None else _port_level(a, b.ref, dp.upstreams[b.upstream].port)
             b.effective = policyconf.with_route_fields(_effective(a, client, target, need, route is None), rule)
             b.path = b.path or (target,)
+
+
+def _port_level(a: Analysis, service: Ref, port: int) -> Ref:
+    """The level of a Service port on mesh paths: the port's own when it is named (M4), else the
+    Service's."""
+    service = Ref(service.group, service.kind, service.namespace, service.name)
+    mesh = a.topology.mesh
+    named = [n for p, n in (mesh.frontends.get(service, []) if mesh is not None else []) if p == port and n]
+    return service.with_section(named[0]) if named else service
 
 
 def _policy_upstreams(dp: DataPlane) -> None:
