@@ -115,3 +115,59 @@ def test_a_namespaces_proxy_holds_exactly_the_policy_values_the_engine_gives_its
         expected = _engine_says(objects, client)
         for kind in FIELDS:
             assert _shown(kind, text) == expected[kind], (client, kind)
+
+
+# -- what `describe` and status say of each field on mesh paths (mesh/policies.py)
+
+XMESH = dict(IMPLIED_MESH)
+HEADER_LIMIT = {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "RateLimitPolicy", "metadata": {"name": "rl", "namespace": "b"},
+                "spec": {"targetRef": {"group": "", "kind": "Service", "name": "s"},
+                         "default": {"requests": 5, "key": {"type": "Header", "header": "X-User"}}}}
+NGF_UPSTREAM = {"apiVersion": "gateway.nginx.org/v1alpha1", "kind": "UpstreamSettingsPolicy",
+                "metadata": {"name": "ngf", "namespace": "b"},
+                "spec": {"targetRefs": [{"group": "core", "kind": "Service", "name": "s"}],
+                         "loadBalancingMethod": "least_conn"}}
+OURS_UPSTREAM = {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "UpstreamSettingsPolicy",
+                 "metadata": {"name": "u", "namespace": "b"},
+                 "spec": {"targetRef": {"group": "", "kind": "Service", "name": "s"}, "keepAlive": {"connections": 4}}}
+
+
+def _nginx_column(text: str) -> dict[str, str]:
+    """FIELD -> the NGINX column of `describe`'s tables (the last cell of each row)."""
+    out = {}
+    for line in text.splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) >= 7 and cells[0] != "FIELD":
+            out[cells[0]] = cells[-1]
+    return out
+
+
+def test_describe_says_what_the_mesh_proxy_does_with_each_field_on_mesh_paths(tmp_path):
+    from helpers import NOW, run_cli, write_manifests
+
+    objects = BASE + [HEADER_LIMIT, NGF_UPSTREAM, OURS_UPSTREAM]
+    north_south = run_cli("describe", "service/s", "-n", "b", "-f", str(write_manifests(tmp_path, objects, "ns.yaml")),
+                          "--now", NOW)
+    mesh = run_cli("describe", "service/s", "-n", "b", "-f", str(write_manifests(tmp_path, objects + [XMESH], "m.yaml")),
+                   "--now", NOW)
+    assert north_south.code == 0 and mesh.code == 0, north_south.err + mesh.err
+    ns_col, mesh_col = _nginx_column(north_south.out), _nginx_column(mesh.out)
+    # a header-keyed limit: one bucket per gateway instance north-south, one per client namespace's proxy on the mesh
+    assert ns_col["key.type"] == "enforced" and mesh_col["key.type"] == "approximated"
+    assert ns_col["requests"] == mesh_col["requests"] == "enforced"
+    assert ns_col["keepAlive.connections"] == mesh_col["keepAlive.connections"] == "enforced"
+    assert ns_col["loadBalancingMethod"] == "enforced"
+    assert mesh_col["loadBalancingMethod"] == "not applied on mesh paths"
+    # the table of which group NGINX programs is the gateway's: not shown for mesh paths
+    assert "together" in north_south.out and "together" not in mesh.out
+
+
+def test_a_mesh_status_note_names_what_is_approximated_or_not_applied_there():
+    from gwpolicy.mesh.policies import NOT_APPLIED, status_note
+
+    note = status_note("gwpolicy.io", "RateLimitPolicy", HEADER_LIMIT["spec"])
+    assert note is not None and "key.type is approximated on mesh paths" in note
+    assert status_note("gwpolicy.io", "RateLimitPolicy", {"default": {"requests": 5}}) is None
+    timeout = status_note("gwpolicy.io", "TimeoutPolicy", {"default": {"readTimeout": "1s"}})
+    assert timeout is not None and "readTimeout is approximated" in timeout  # as north-south says
+    assert NOT_APPLIED in (status_note("gateway.nginx.org", "UpstreamSettingsPolicy", NGF_UPSTREAM["spec"]) or "")

@@ -189,11 +189,15 @@ _NGF_GROUP = "gateway.nginx.org"
 
 def _both_groups(ctx: Ctx, a: Analysis, target: Ref, items: list[EffectivePolicy]) -> str:
     """Where an NGINX Gateway Fabric kind and ours of the same name both set fields on one path:
-    per field, both sources and the one the gateway programs (gateway/ngfpolicies.py)."""
+    per field, both sources and the one the gateway programs (gateway/ngfpolicies.py). Not on mesh
+    paths, where NGF's kinds are not applied."""
     from gwpolicy.gateway import ngfpolicies
+    from gwpolicy.mesh.policies import on_mesh_path
 
     by_path: dict[int, dict[tuple[str, str], EffectivePolicy]] = {}
     for ep in items:
+        if on_mesh_path(ep.path.levels):  # the mesh proxy applies none of NGF's kinds
+            continue
         by_path.setdefault(id(ep.path), {})[ep.kind.key] = ep
     out = ""
     seen: set[tuple[Any, ...]] = set()
@@ -224,9 +228,13 @@ def _policy_cell(policy: Any) -> str:
 
 
 def _gateway_enforcement(ep: EffectivePolicy) -> Callable[[str], str] | None:
-    """For the gateway's kinds (gwpolicy.io, BackendTLSPolicy): field -> whether NGINX enforces it."""
+    """For the gateway's kinds (gwpolicy.io, BackendTLSPolicy): field -> whether NGINX enforces it;
+    on a mesh path, whether the mesh proxy does (mesh/policies.py)."""
     from gwpolicy.gateway import ngfpolicies, policyconf
+    from gwpolicy.mesh import policies as mesh_policies
 
+    if mesh_policies.on_mesh_path(ep.path.levels):  # the mesh proxy's, not the gateway's
+        return mesh_policies.enforcement_of(ep.kind.group, ep.kind.kind)
     if ep.kind.group == ngfpolicies.GROUP and ep.kind.kind in ngfpolicies.KINDS:
         return lambda fname: ngfpolicies.enforcement(ep.kind.kind, fname)
     if ep.kind.group != policyconf.GROUP and ep.kind.kind != policyconf.BACKEND_TLS:
