@@ -171,3 +171,17 @@ def test_a_mesh_status_note_names_what_is_approximated_or_not_applied_there():
     timeout = status_note("gwpolicy.io", "TimeoutPolicy", {"default": {"readTimeout": "1s"}})
     assert timeout is not None and "readTimeout is approximated" in timeout  # as north-south says
     assert NOT_APPLIED in (status_note("gateway.nginx.org", "UpstreamSettingsPolicy", NGF_UPSTREAM["spec"]) or "")
+
+
+def test_docs_mesh_table_lists_every_field_as_the_mesh_proxy_treats_it():
+    from pathlib import Path
+
+    from gwpolicy.mesh.policies import enforcement
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "mesh.md").read_text()
+    section = docs[docs.index("### Policies on mesh paths"):docs.index("### In a cluster")]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| kind")]
+    assert len(rows) == sum(len(f) for f in policyconf.FIELDS.values())
+    for kind, fields in policyconf.FIELDS.items():
+        for fname in fields:
+            assert any(r.startswith(f"| {kind} | `{fname}` | {enforcement('gwpolicy.io', kind, fname)} | ") for r in rows), (kind, fname)

@@ -1,8 +1,9 @@
 """A client namespace's proxy configuration: objects -> NGINX files, through the gateway's pipeline
 (mesh/routes.py makes its input; the engine analyses it; gateway/dataplane builds; gateway/render.py
 renders). The policies come from the engine's mesh paths of the real objects (engine/mesh.py): each
-backend of each rule gets the effective policy of its mesh path for the client namespace, so a
-policy applies on mesh paths by GEP-713's mesh rule, not by the gateway's."""
+backend of each rule gets the effective policy of its mesh path for the client namespace, and an
+upstream made with it, so a policy applies on mesh paths by GEP-713's mesh rule, not by the
+gateway's (what applies of each kind: mesh/policies.py)."""
 
 from __future__ import annotations
 
