@@ -115,6 +115,9 @@ def test_a_namespaces_proxy_holds_exactly_the_policy_values_the_engine_gives_its
         expected = _engine_says(objects, client)
         for kind in FIELDS:
             assert _shown(kind, text) == expected[kind], (client, kind)
+        # the namespace's one upstream of s lists the endpoint once per attempt (NGINX retries on another peer)
+        tries = int(next(iter(expected["RetryPolicy"]), 1))
+        assert files["upstreams.conf"].decode().count("server 10.1.0.1:8080") == tries, client
 
 
 # -- what `describe` and status say of each field on mesh paths (mesh/policies.py)
