@@ -18,6 +18,7 @@ from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlane, DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.dataplane.model import POLICY_GROUP
 from gwpolicy.gateway.render import render
+from gwpolicy.mesh import egress
 from gwpolicy.mesh.routes import MESH_CONTROLLER, gateway_objects, gateway_ref, services
 
 #: the mesh the engine's analysis is given when the input has none of the mesh controller (the
@@ -34,6 +35,8 @@ class MeshConfig:
     allow_loopback_endpoints: bool = False
     worker_processes: int | str = "auto"
     own_endpoints: frozenset[tuple[str, int]] = field(default_factory=frozenset)
+    #: the egress port to ExternalServices' hosts (mesh/egress.py); None: the proxy has none
+    egress: egress.EgressConfig | None = None
 
 
 def build(objects: Iterable[Mapping[str, Any]], client: str, config: MeshConfig = MeshConfig()) -> tuple[DataPlane, dict[str, bytes]]:
@@ -47,8 +50,12 @@ def build(objects: Iterable[Mapping[str, Any]], client: str, config: MeshConfig 
         allow_unmanaged_endpointslices=config.allow_unmanaged_endpointslices,
         allow_loopback_endpoints=config.allow_loopback_endpoints, worker_processes=config.worker_processes,
         own_endpoints=config.own_endpoints))
-    _attach_policies(dp, _mesh_analysis(objects), client)
-    return dp, render(dp)
+    mesh_analysis = _mesh_analysis(objects)
+    _attach_policies(dp, mesh_analysis, client)
+    files = render(dp)
+    if config.egress is not None:
+        egress.add(files, egress.render(mesh_analysis, client, config.egress))
+    return dp, files
 
 
 def _mesh_analysis(objects: list[Mapping[str, Any]]) -> Analysis:
