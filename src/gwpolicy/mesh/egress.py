@@ -13,6 +13,9 @@ HTTP/1.1`, RFC 9112 3.2.2), from which NGINX takes the host (`$host`) and picks 
   RetryPolicy's attempts need (NGINX tries each listed server once). A port of such a host that is
   not an egress port is refused (403): no upstream of it exists, and passing it on would leave the
   host's policies out;
+  Of a host's addresses, those the gateway would never take as a Service's endpoint are left out
+  (link-local: cloud metadata; multicast, unspecified; loopback unless the proxy allows loopback
+  endpoints; `endpoint_problem`);
 - every other host is passed through unchanged, to the URI's host and port, through NGINX's resolver
   (the nameservers of /etc/resolv.conf), as a forward proxy does;
 - a request without an absolute `http://` URI (an origin-form request, an `https://` URI) gets 400;
@@ -48,7 +51,7 @@ from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policies, policyconf
 from gwpolicy.gateway.conftext import RenderError, comment, joined, quote
 from gwpolicy.gateway.dataplane.cache import programmable
-from gwpolicy.gateway.dataplane.model import POLICY_GROUP
+from gwpolicy.gateway.dataplane.model import POLICY_GROUP, DataPlaneConfig, endpoint_problem
 
 #: where the egress port listens unless told otherwise (3128: the usual port of an HTTP proxy)
 DEFAULT_LISTEN = ("127.0.0.1", 3128)
@@ -84,6 +87,7 @@ class EgressConfig:
     ports: tuple[int, ...] = DEFAULT_PORTS
     nameservers: tuple[str, ...] = ()
     addresses: HostAddresses = field(default_factory=HostAddresses)
+    allow_loopback: bool = False  # a host's loopback addresses are used (tests, demos)
 
 
 def is_hostname(name: object) -> bool:
@@ -219,9 +223,18 @@ def _host_server(a: Analysis, client: str, host: str, cfg: EgressConfig, out: Re
     head = ["server {", f"    listen {_listen(cfg)};", f"    server_name {quote(host)};",
             "    " + comment(f"ExternalService {host} for requests from namespace {client}: {who}")]
     head += [f"    {l}" for l in GUARDS]
-    addresses = [x for x in cfg.addresses.known.get(host, ()) if _is_address(x)]
+    usable = DataPlaneConfig(allow_loopback_endpoints=cfg.allow_loopback)
+    addresses, left_out = [], []
+    for x in cfg.addresses.known.get(host, ()):
+        problem, shown = endpoint_problem(x, f"IPv{6 if ':' in x else 4}", usable)
+        if problem is None:
+            addresses.append(shown)
+        else:
+            left_out.append(problem)
+    head += ["    " + comment(f"left out: {why}") for why in left_out]
     if not addresses:
-        why = "is not resolved yet" if host not in cfg.addresses.known else "does not resolve"
+        why = "is not resolved yet" if host not in cfg.addresses.known else \
+            "has no address the proxy may use" if left_out else "does not resolve"
         out.servers.append(joined(head + ["    " + comment(f"{host} {why}"),
                                           f"    return 502 {quote(f'gwpolicy egress: {host} {why}')};", "}", "", ""]))
         return
@@ -298,11 +311,11 @@ def add(files: dict[str, bytes], rendered: Rendered) -> None:
 
 
 def config_of(listen: tuple[str, int] | None, ports: tuple[int, ...], addresses: HostAddresses,
-              resolv_conf: str | Path = "/etc/resolv.conf") -> EgressConfig | None:
+              allow_loopback: bool = False, resolv_conf: str | Path = "/etc/resolv.conf") -> EgressConfig | None:
     """The proxy's egress configuration (None: no egress port), with the nameservers read now."""
     if listen is None:
         return None
-    return EgressConfig(listen, ports, nameservers(resolv_conf), addresses)
+    return EgressConfig(listen, ports, nameservers(resolv_conf), addresses, allow_loopback)
 
 
 def parse_listen(text: str) -> tuple[str, int] | None:
@@ -310,8 +323,10 @@ def parse_listen(text: str) -> tuple[str, int] | None:
     if text == "off":
         return None
     host, sep, port = text.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not _is_address(host):
+    bracketed = host.startswith("[") and host.endswith("]")
+    host = host[1:-1] if bracketed else host
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not _is_address(host) \
+            or (":" in host) != bracketed:
         raise ValueError(f"{text!r} is not ADDRESS:PORT (an IP address, an IPv6 one in brackets, a port 1-65535) or off")
     return str(ipaddress.ip_address(host)), int(port)
 

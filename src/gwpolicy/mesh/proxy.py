@@ -158,7 +158,8 @@ class MeshProxy(WatchingProcess):
         config = MeshConfig(allow_unmanaged_endpointslices=self.opts.allow_unmanaged_endpointslices,
                             allow_loopback_endpoints=self.opts.allow_loopback_endpoints,
                             worker_processes=self.opts.worker_processes,
-                            egress=egress.config_of(self.opts.egress_listen, self.opts.egress_ports, self.addresses))
+                            egress=egress.config_of(self.opts.egress_listen, self.opts.egress_ports, self.addresses,
+                                                    self.opts.allow_loopback_endpoints))
         t = time.perf_counter()
         dp, files = build(list(self.objects.values()), self.opts.namespace, config)
         if config.egress is not None and self.addresses.missing():  # hosts named for the first time
