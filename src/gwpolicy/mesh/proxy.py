@@ -26,13 +26,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gwpolicy.cli.context import positive_number
 from gwpolicy.engine import names
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.options import worker_processes
 from gwpolicy.kube import client as kube
 from gwpolicy.kube import defaults, serve
-from gwpolicy.kube.args import HelpFormatter, Parser, program_name
+from gwpolicy.kube.args import HelpFormatter, Parser, positive_number, program_name
 from gwpolicy.kube.client import Kind
 from gwpolicy.kube.defaults import ProcessOptions
 from gwpolicy.kube.endpoints import ListenError
