@@ -231,3 +231,18 @@ def test_addresses_the_gateway_would_never_connect_to_are_left_out():
     _, allowed = build([_ns("a"), *objs], "a", MeshConfig(egress=egress.EgressConfig(LISTEN, (80,), (), addresses,
                                                                                       allow_loopback=True)))
     assert upstream_servers(allowed) == ["127.0.0.1:80", f"{ADDRESS}:80"]
+
+
+def test_the_egress_flags_say_what_is_wrong(capsys):
+    from gwpolicy.mesh.proxy import parse
+
+    for argv, want in ((["--egress-listen", "localhost:3128"], "--egress-listen: 'localhost:3128' is not ADDRESS:PORT"),
+                       (["--egress-ports", "80,x"], "--egress-ports: '80,x': 'x' is not a port"),
+                       (["--egress-resolve-interval", "0"], "--egress-resolve-interval: 0 must be a positive number")):
+        with pytest.raises(SystemExit) as exit_:
+            parse(["-n", "a", *argv])
+        assert exit_.value.code == 1 and want in capsys.readouterr().err
+    opts = parse(["-n", "a"])
+    assert (opts.egress_listen, opts.egress_ports, opts.egress_resolve_interval) == (("127.0.0.1", 3128), (80,), 30.0)
+    opts = parse(["-n", "a", "--egress-listen", "off", "--egress-ports", "80,8080", "--egress-resolve-interval", "5"])
+    assert (opts.egress_listen, opts.egress_ports, opts.egress_resolve_interval) == (None, (80, 8080), 5.0)
