@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import nginx_conf
 from gwpolicy.engine import mesh as engine_mesh
 from gwpolicy.mesh import egress
 from gwpolicy.mesh.render import MeshConfig, build
+from test_gateway_render import nginx_t
 
 ADDRESS = "198.51.100.7"
 LISTEN = ("127.0.0.1", 3128)
@@ -126,18 +126,6 @@ names = st.lists(st.sampled_from(PIECES) | st.from_regex(r"[a-z0-9]{1,8}", fullm
     .map(lambda parts: "".join(parts) + MARK)
 
 
-def _nginx_t(tmp: Path, files: dict[str, bytes]) -> subprocess.CompletedProcess[str]:
-    gen = tmp / "gen"
-    shutil.rmtree(tmp, ignore_errors=True)
-    for rel, data in files.items():
-        (gen / rel).parent.mkdir(parents=True, exist_ok=True)
-        (gen / rel).write_bytes(data)
-    for d in ("run", "logs"):
-        (tmp / d).mkdir(parents=True, exist_ok=True)
-    return subprocess.run([shutil.which("nginx") or "nginx", "-t", "-q", "-p", f"{gen}/", "-c", str(gen / "nginx.conf"),
-                           "-e", str(tmp / "logs" / "t.log")], capture_output=True, text=True, timeout=60)
-
-
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="NGINX is not installed (./dev test installs it)")
 @settings(max_examples=40, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -152,7 +140,7 @@ def test_a_hostname_reaches_nginx_conf_only_when_it_is_one(tmp_path, monkeypatch
 
 def _check(tmp: Path, name: str) -> None:
     files, _ = _render([_policy("TimeoutPolicy", "a", name, {"readTimeout": "1s"})], "a", {name: (ADDRESS,)})
-    run = _nginx_t(tmp / "t", files)
+    run = nginx_t(tmp / "t", files)
     assert run.returncode == 0, run.stderr[-2000:]
     servers = _servers(files)
     valid = egress.is_hostname(name)
