@@ -163,7 +163,7 @@ def upstream_name(host: str, port: int) -> str:
     return f"e{hashlib.sha1(f'{host}:{port}'.encode()).hexdigest()[:5]}_{host}_{port}"
 
 
-MAPS = r'''# egress port (docs/mesh.md "External services"): the absolute http:// URI of the request line
+MAPS = r'''# egress port (docs/mesh.md "Requests to external services"): the absolute http:// URI of the request line
 map $request $egress_authority {
     "~*^[A-Z]+ http://(?<egress_a>(?:\[[0-9a-f:.]+\]|[^\]\[/?#@: ]+)(?::[0-9]*)?)(?:[/?#]| |$)" $egress_a;
     default "";
@@ -241,7 +241,7 @@ def _host_server(a: Analysis, client: str, host: str, cfg: EgressConfig, out: Re
     try:
         conf = policies.location_directives(eff or None, scope=f"egress|{host}")  # a rate-limit bucket per host
         copies = policies.retry_peer_copies(eff)
-        upstreams = []
+        upstreams, entries = [], []
         close = False
         for port in cfg.ports:
             name = upstream_name(host, port)
@@ -252,7 +252,7 @@ def _host_server(a: Analysis, client: str, host: str, cfg: EgressConfig, out: Re
             block += [f"    server {_address(x, port)}{params};" for _ in range(max(1, copies)) for x in addresses]
             block += [f"    {l}" for l in up.lines] + ["}", "", ""]
             upstreams.append(joined(block))
-            upstream_map.append(f"    {quote(f'{host}:{port}')} {name};")
+            entries.append(f"    {quote(f'{host}:{port}')} {name};")
         location = list(conf.lines) + _headers("$egress_connection_close" if close else "$gw_connection")
         body = joined(head + ['    if ($egress_up = "") {',
                               '        return 403 "gwpolicy egress: not an egress port of this proxy";', "    }",
@@ -262,6 +262,7 @@ def _host_server(a: Analysis, client: str, host: str, cfg: EgressConfig, out: Re
         out.servers.append(joined(head + ["    " + comment(f"ExternalService {host}: {e}"), "    return 500;", "}", "", ""]))
         return
     out.upstreams += upstreams
+    upstream_map += entries
     out.http += [z.directive for z in conf.zones]
     out.servers.append(body)
 
