@@ -313,7 +313,7 @@ def add(files: dict[str, bytes], rendered: Rendered) -> None:
 
 def config_of(listen: tuple[str, int] | None, ports: tuple[int, ...], addresses: HostAddresses,
               allow_loopback: bool = False, resolv_conf: str | Path = "/etc/resolv.conf") -> EgressConfig | None:
-    """The proxy's egress configuration (None: no egress port), with the nameservers read now."""
+    """The proxy's egress configuration (None: no egress port), with resolv.conf's nameservers as it is."""
     if listen is None:
         return None
     return EgressConfig(listen, ports, nameservers(resolv_conf), addresses, allow_loopback)
