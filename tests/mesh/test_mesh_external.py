@@ -6,7 +6,8 @@ host `api.external.test` (an echo server on the fabric, port 80, slow under /slo
 `gwpolicy mesh` with the egress port on 127.0.0.1:3128, where the clients send absolute-URI
 requests as a workload with `http_proxy` does. A TimeoutPolicy and a RetryPolicy in `mesh-ea`
 target `ExternalService api.external.test`: `mesh-ea`'s requests get them, `mesh-eb`'s, to the same
-host through its own proxy, do not (GEP-713's mesh rule, M9)."""
+host through its own proxy, do not (GEP-713's mesh rule, M9). When a namespace's /etc/hosts moves
+the host, its proxy resolves it again and follows."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def mesh(server_kind, tmp_path):
         api = m.backend("external", "api", port=80, delays={"/slow": SLOW})
         for host in m.hosts.values():
             host.hosts_file({HOST: api.address})
-        m.start_proxies()
+        m.start_proxies("--egress-resolve-interval", "1")
         yield m, api
     finally:
         m.close()
@@ -121,3 +122,10 @@ def test_policies_on_an_external_service_apply_to_their_own_namespaces_requests_
     # the TimeoutPolicy gone (the RetryPolicy still names the host), A waits for the slow answer again
     m.delete([TIMEOUT])
     wait_until(lambda: _via_egress(m, A, slow)[0] == 200, 60, what="mesh-ea without the TimeoutPolicy")
+
+    # the host moves (A's /etc/hosts names another address): A's proxy resolves it again and follows
+    moved = m.backend("external", "api-moved", port=80)
+    m.hosts[A].hosts_file({HOST: moved.address})
+    wait_until(lambda: _via_egress(m, A, f"http://{HOST}/")[1].get("pod") == moved.pod, 30,
+               what=f"mesh-ea's proxy following {HOST} to {moved.address}: {m.log(A)}")
+    assert _via_egress(m, B, f"http://{HOST}/")[1].get("pod") == api.pod  # B's hosts file did not change
