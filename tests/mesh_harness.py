@@ -104,7 +104,8 @@ class Mesh:
                 host.add_address(ip)
 
     # -- proxies
-    def start_proxies(self) -> None:
+    def start_proxies(self, *flags: str) -> None:
+        """`gwpolicy mesh` in every client's host (`flags`: more of its flags)."""
         self.bind_cluster_ips()
         for ns, host in self.hosts.items():
             log = self.tmp / f"mesh-{ns}.log"
@@ -113,7 +114,7 @@ class Mesh:
                 self.proxies[ns] = host.popen(
                     [str(BIN / "gwpolicy"), "mesh", "--namespace", ns, "--kubeconfig", str(self.server.kubeconfig),
                      "--state-dir", str(self.tmp / f"mesh-{ns}"), "--allow-unmanaged-endpointslices",
-                     "--worker-processes", "1", "--debounce", "0.1", "--listen", "127.0.0.1:0"],
+                     "--worker-processes", "1", "--debounce", "0.1", "--listen", "127.0.0.1:0", *flags],
                     stdout=out, stderr=subprocess.STDOUT)
 
     def log(self, ns: str) -> str:

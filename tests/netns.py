@@ -11,6 +11,8 @@ test can do with it:
 - bind the same address in several hosts (`host.add_address("198.19.0.10")` on each host's
   loopback): each host reaches its own copy, which is how a per-namespace proxy serves a
   Service's cluster IP to its own namespace only;
+- give a host its own `/etc/hosts` (`host.hosts_file({"api.example.test": address})`): what a command
+  run inside it with `ip netns exec` resolves names with;
 - run a command inside a host (`host.run`, `host.popen`: `ip netns exec`), or run Python code in
   it (`with host.enter():` moves the calling thread into the host's namespace; sockets made there
   stay in that namespace after the block, so a server started inside keeps serving there);
@@ -25,8 +27,8 @@ nothing, so a host reaches only the fabric's /24, routes a test adds, its own lo
 addresses; nothing leaves the machine. `CLUSTER_IPS` (198.19.0.0/16, outside every fabric) is
 where tests take the addresses they bind inside hosts only.
 
-Names and cleanup. A fabric's objects are named `gwt<id>...` (netns `gwt<id>-<host>`, bridge
-`gwt<id>br`, root-side veth ends `gwt<id>v<n>`), where `<id>` is random per fabric and recorded,
+Names and cleanup. A fabric's objects are named `gwt<id>...` (netns `gwt<id>-<host>`, its files
+in `/etc/netns/gwt<id>-<host>/`, bridge `gwt<id>br`, root-side veth ends `gwt<id>v<n>`), where `<id>` is random per fabric and recorded,
 with the owning process (pid and start time), in /run/gwpolicy-testnet/<id>.json before anything
 is made. `close()` (also on `with` exit, on failure, and at interpreter exit) deletes them and
 checks that none is left. A run that was killed leaves its record behind: the next fabric made on
@@ -67,6 +69,7 @@ T = TypeVar("T")
 PREFIX = "gwt"
 STATE_DIR = Path("/run/gwpolicy-testnet")
 NETNS_DIR = Path("/run/netns")
+ETC_NETNS = Path("/etc/netns")  # per-namespace files `ip netns exec` mounts over /etc (hosts, resolv.conf)
 FABRIC_SUBNETS = ipaddress.ip_network("198.18.0.0/16")
 CLUSTER_IPS = ipaddress.ip_network("198.19.0.0/16")
 CLONE_NEWNET = 0x40000000
@@ -202,9 +205,11 @@ def _alive(record: dict[str, Any]) -> bool:
 
 
 def leftovers(fabric_id: str | None = None) -> list[str]:
-    """Namespaces and root links of fabrics (all, or one), as `netns NAME` / `link NAME`."""
+    """Namespaces, their /etc files and root links of fabrics (all, or one), as `netns NAME`,
+    `etc NAME` / `link NAME`."""
     stem = PREFIX + (fabric_id or "")
     names = [f"netns {p.name}" for p in sorted(NETNS_DIR.glob(stem + "*"))] if NETNS_DIR.is_dir() else []
+    names += [f"etc {p.name}" for p in sorted(ETC_NETNS.glob(stem + "*"))] if ETC_NETNS.is_dir() else []
     links = _ip("-o", "link", "show", check=False).stdout.splitlines()
     for line in links:
         name = line.split(":", 2)[1].strip().split("@", 1)[0] if line.count(":") >= 2 else ""
@@ -224,6 +229,8 @@ def _delete(fabric_id: str) -> None:
         kind, name = item.split(" ", 1)
         if kind == "netns":
             _ip("netns", "del", name, check=False)
+        elif kind == "etc":
+            shutil.rmtree(ETC_NETNS / name, ignore_errors=True)
     for item in leftovers(fabric_id):
         kind, name = item.split(" ", 1)
         if kind == "link":
@@ -277,6 +284,14 @@ class Host:
         ip = ipaddress.ip_interface(address if "/" in address else f"{address}/32")
         _ip("-n", self.netns, "addr", "add", str(ip), "dev", device)
         return str(ip.ip)
+
+    def hosts_file(self, names: dict[str, str]) -> None:
+        """This host's own /etc/hosts (name -> address, and localhost), for commands run inside it
+        (`run`, `popen`: `ip netns exec` mounts it over /etc/hosts); the fabric's close deletes it."""
+        directory = ETC_NETNS / self.netns
+        directory.mkdir(parents=True, exist_ok=True)
+        lines = ["127.0.0.1 localhost", "::1 localhost"] + [f"{address} {name}" for name, address in names.items()]
+        (directory / "hosts").write_text("\n".join(lines) + "\n")
 
     def add_route(self, network: str, via: str | None = None) -> None:
         """Reach `network` through the bridge (by default through the root namespace's address)."""

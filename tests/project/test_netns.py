@@ -107,6 +107,18 @@ def test_a_command_in_a_host_reaches_a_server_in_the_root_namespace() -> None:
         assert json.loads(run.stdout) == {"server": "root", "peer": fab["client"].address, "path": "/x"}
 
 
+def test_a_hosts_own_hosts_file_names_addresses_for_its_commands_only() -> None:
+    with Fabric(["a", "b"]) as fab:
+        fab["a"].hosts_file({"api.external.test": fab.gateway})
+        lookup = [sys.executable, "-c", "import socket; print(socket.gethostbyname('api.external.test'))"]
+        run = fab["a"].run(lookup)
+        assert run.returncode == 0 and run.stdout.strip() == fab.gateway, run.stderr
+        assert fab["b"].run(lookup).returncode != 0  # b has no such name
+        etc = netns.ETC_NETNS / fab["a"].netns
+        assert (etc / "hosts").exists() and f"etc {fab['a'].netns}" in leftovers(fab.id)
+    assert not etc.exists() and leftovers(fab.id) == []
+
+
 def test_the_same_address_in_two_hosts_is_each_hosts_own() -> None:
     # a Service's cluster IP served by a proxy in each client namespace: each host reaches its own
     cluster_ip = str(CLUSTER_IPS.network_address + 10)

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from gwpolicy.cli.context import Ctx, port_number, positive_number
+from gwpolicy.cli.context import Ctx, port_number
 from gwpolicy.cli.loading import TIMINGS, CliError, load_analysis
 from gwpolicy.cli.parser import EXAMPLES, EXIT_NOT_ACCEPTED, build_parser
 from gwpolicy.cli.resources import NotFound, find_object
@@ -23,7 +23,7 @@ from gwpolicy.engine.model import well_shaped
 from gwpolicy.files.load import LoadError, load_paths
 from gwpolicy.files.output import encode, status_list, write_effective
 from gwpolicy.files.printers import Style
-from gwpolicy.kube.args import HelpFormatter, Parser, program_name
+from gwpolicy.kube.args import HelpFormatter, Parser, positive_number, program_name
 from gwpolicy.kube.kubeconfig import context_namespace
 
 if TYPE_CHECKING:

@@ -6,6 +6,11 @@ the proxy's configuration (mesh/render.py: every Service's cluster IP and HTTP p
 routes and the policies that apply to the namespace's requests) and has NGINX validate, load and verify it (gateway/nginx.py). It writes
 nothing to the cluster: it holds no Lease and writes no status. SIGTERM and SIGINT stop NGINX
 gracefully.
+
+The egress port (mesh/egress.py) needs the addresses of the hosts ExternalServices name: the proxy
+resolves a host when a rendering first asks for it (off the event loop, before NGINX gets that
+configuration), and every host again each --egress-resolve-interval seconds, rendering anew when
+an answer changed.
 """
 
 from __future__ import annotations
@@ -26,12 +31,13 @@ from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.options import worker_processes
 from gwpolicy.kube import client as kube
 from gwpolicy.kube import defaults, serve
-from gwpolicy.kube.args import HelpFormatter, Parser, program_name
+from gwpolicy.kube.args import HelpFormatter, Parser, positive_number, program_name
 from gwpolicy.kube.client import Kind
 from gwpolicy.kube.defaults import ProcessOptions
 from gwpolicy.kube.endpoints import ListenError
 from gwpolicy.kube.loop import synced_bursts
 from gwpolicy.kube.process import WatchingProcess
+from gwpolicy.mesh import egress
 from gwpolicy.mesh.render import MeshConfig, build
 
 log = logging.getLogger("gwpolicy.mesh")
@@ -55,6 +61,10 @@ class MeshOptions(ProcessOptions):
     worker_processes: int | str = "auto"
     allow_unmanaged_endpointslices: bool = False
     allow_loopback_endpoints: bool = False
+    #: the egress port to ExternalServices' hosts (None: none), their ports, how often to resolve them
+    egress_listen: tuple[str, int] | None = egress.DEFAULT_LISTEN
+    egress_ports: tuple[int, ...] = egress.DEFAULT_PORTS
+    egress_resolve_interval: float = 30.0
 
 
 class Metrics:
@@ -89,6 +99,8 @@ class MeshProxy(WatchingProcess):
         self.error: str | None = None
         self.passes = 0
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="nginx")
+        self.addresses = egress.HostAddresses()  # the ExternalServices' hosts, as last resolved
+        self.resolver = ThreadPoolExecutor(4, thread_name_prefix="resolve")
 
     async def on_event(self, etype: str, kind: Kind, raw: dict[str, Any]) -> None:
         meta = raw.get("metadata")
@@ -129,6 +141,8 @@ class MeshProxy(WatchingProcess):
     async def started(self) -> None:
         self.wake.set()
         self.tasks.append(asyncio.create_task(self.loop(), name="mesh"))
+        if self.opts.egress_listen is not None:
+            self.tasks.append(asyncio.create_task(self.resolving(), name="egress-resolve"))
 
     async def loop(self) -> None:
         async for _ in synced_bursts(self, self.opts.debounce, lambda: self.synced):
@@ -142,9 +156,14 @@ class MeshProxy(WatchingProcess):
     async def program(self) -> None:
         config = MeshConfig(allow_unmanaged_endpointslices=self.opts.allow_unmanaged_endpointslices,
                             allow_loopback_endpoints=self.opts.allow_loopback_endpoints,
-                            worker_processes=self.opts.worker_processes)
+                            worker_processes=self.opts.worker_processes,
+                            egress=egress.config_of(self.opts.egress_listen, self.opts.egress_ports, self.addresses,
+                                                    self.opts.allow_loopback_endpoints))
         t = time.perf_counter()
         dp, files = build(list(self.objects.values()), self.opts.namespace, config)
+        if config.egress is not None and self.addresses.missing():  # hosts named for the first time
+            await self.resolve(self.addresses.missing())
+            dp, files = build(list(self.objects.values()), self.opts.namespace, config)
         for w in dp.warnings:
             log.warning("%s", w)
         if files == self.applied:
@@ -162,16 +181,47 @@ class MeshProxy(WatchingProcess):
             self.wake.set()
             await asyncio.sleep(1.0)
 
+    async def resolve(self, hosts: list[str]) -> bool:
+        """Resolve `hosts` (off the event loop); whether an answer changed."""
+        loop = asyncio.get_running_loop()
+        answers = await asyncio.gather(*(loop.run_in_executor(self.resolver, egress.resolve, h) for h in hosts))
+        changed = False
+        for host, addresses in zip(hosts, answers):
+            if self.addresses.known.get(host) != addresses:
+                changed = True
+                if not addresses:
+                    log.warning("ExternalService %s does not resolve: requests to it through the egress port get 502", host)
+                else:
+                    log.info("ExternalService %s resolves to %s", host, ", ".join(addresses))
+            self.addresses.known[host] = addresses
+        for gone in set(self.addresses.known) - set(self.addresses.asked) - set(hosts):
+            del self.addresses.known[gone]
+        return changed
+
+    async def resolving(self) -> None:
+        """Resolve the ExternalServices' hosts again every interval; render anew when an answer changed."""
+        while True:
+            await asyncio.sleep(self.opts.egress_resolve_interval)
+            try:
+                if await self.resolve(list(self.addresses.asked)):
+                    self.wake.set()
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.exception("resolving the ExternalServices' hosts failed")
+                self.metrics.errors.labels("resolve").inc()
+
     async def stopped(self) -> None:
         if self.nginx is not None:
             await asyncio.get_running_loop().run_in_executor(self.pool, self.nginx.stop)
         self.pool.shutdown(wait=False)
+        self.resolver.shutdown(wait=False)
 
 
 DESCRIPTION = """Run the mesh proxy of one client namespace: an NGINX that listens on every Service's
 cluster IP and HTTP ports and carries the namespace's requests to the Services' endpoints, with the
 mesh routes (HTTPRoutes whose parentRefs name a Service) that apply to them: the namespace's own
-consumer routes of a Service where it has any, else the Service's producer routes. Run one per
+consumer routes of a Service where it has any, else the Service's producer routes. Its egress port
+(--egress-listen) is an HTTP forward proxy for the namespace's requests to hosts outside the
+cluster, with the policies of the ExternalServices naming them. Run one per
 client namespace, where that namespace's outbound traffic goes (docs/mesh.md). It writes nothing
 to the cluster. Ports below 1024 need root (or CAP_NET_BIND_SERVICE)."""
 
@@ -182,6 +232,20 @@ def namespace_name(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r} is not a namespace name (lower-case letters, digits and '-', "
                                          "at most 63, starting and ending with a letter or digit)")
     return text
+
+
+def _egress_listen(text: str) -> tuple[str, int] | None:
+    try:
+        return egress.parse_listen(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _egress_ports(text: str) -> tuple[int, ...]:
+    try:
+        return egress.parse_ports(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def parse(argv: list[str]) -> MeshOptions:
@@ -202,13 +266,23 @@ def parse(argv: list[str]) -> MeshOptions:
                         "controller's (as `gwpolicy gateway`)")
     p.add_argument("--allow-loopback-endpoints", action="store_true",
                    help="use loopback endpoint addresses (backends on this machine: tests, demos)")
+    p.add_argument("--egress-listen", type=_egress_listen, metavar="ADDRESS:PORT|off",
+                   default=f"{egress.DEFAULT_LISTEN[0]}:{egress.DEFAULT_LISTEN[1]}",
+                   help="the egress port: an HTTP forward proxy (the workloads' http_proxy) that applies the policies "
+                        "of ExternalServices to requests to their hosts (docs/mesh.md); off: none")
+    p.add_argument("--egress-ports", type=_egress_ports, default=",".join(map(str, egress.DEFAULT_PORTS)),
+                   metavar="PORT[,PORT...]",
+                   help="the ports of an ExternalService's host the egress port serves (another port of it is refused)")
+    p.add_argument("--egress-resolve-interval", type=positive_number, default=30.0, metavar="SECONDS",
+                   help="how often the ExternalServices' hosts are resolved again")
     defaults.add_arguments(p, "mesh", leader_election=False)
     a = p.parse_args(argv)
     serve.setup_logging(a.verbose)
     return MeshOptions(**defaults.options(a), namespace=a.namespace, state_dir=a.state_dir, debounce=a.debounce,
                        nginx=a.nginx, worker_processes=a.worker_processes,
                        allow_unmanaged_endpointslices=a.allow_unmanaged_endpointslices,
-                       allow_loopback_endpoints=a.allow_loopback_endpoints)
+                       allow_loopback_endpoints=a.allow_loopback_endpoints, egress_listen=a.egress_listen,
+                       egress_ports=a.egress_ports, egress_resolve_interval=a.egress_resolve_interval)
 
 
 def main(argv: list[str]) -> int:

@@ -20,6 +20,7 @@ from gwpolicy.gateway.dataplane import DataPlane, DataPlaneConfig, build_datapla
 from gwpolicy.gateway.dataplane.backends import upstream_for
 from gwpolicy.gateway.dataplane.model import POLICY_GROUP
 from gwpolicy.gateway.render import render
+from gwpolicy.mesh import egress
 from gwpolicy.mesh.routes import MESH_CONTROLLER, gateway_objects, gateway_ref, services
 
 #: the mesh the engine's analysis is given when the input has none of the mesh controller (the
@@ -36,6 +37,8 @@ class MeshConfig:
     allow_loopback_endpoints: bool = False
     worker_processes: int | str = "auto"
     own_endpoints: frozenset[tuple[str, int]] = field(default_factory=frozenset)
+    #: the egress port to ExternalServices' hosts (mesh/egress.py); None: the proxy has none
+    egress: egress.EgressConfig | None = None
 
 
 def build(objects: Iterable[Mapping[str, Any]], client: str, config: MeshConfig = MeshConfig()) -> tuple[DataPlane, dict[str, bytes]]:
@@ -49,9 +52,13 @@ def build(objects: Iterable[Mapping[str, Any]], client: str, config: MeshConfig 
         allow_unmanaged_endpointslices=config.allow_unmanaged_endpointslices,
         allow_loopback_endpoints=config.allow_loopback_endpoints, worker_processes=config.worker_processes,
         own_endpoints=config.own_endpoints))
-    _attach_policies(dp, _mesh_analysis(objects), client)
+    mesh_analysis = _mesh_analysis(objects)
+    _attach_policies(dp, mesh_analysis, client)
     _policy_upstreams(dp)
-    return dp, render(dp)
+    files = render(dp)
+    if config.egress is not None:
+        egress.add(files, egress.render(mesh_analysis, client, config.egress))
+    return dp, files
 
 
 def _mesh_analysis(objects: list[Mapping[str, Any]]) -> Analysis:
