@@ -67,6 +67,24 @@ def test_a_data_plane_reads_each_namespaces_effective_policies() -> None:
     assert effective_from(analyse(objs[1:], now=NOW), "a", port) == []  # no mesh
 
 
+def test_a_namespace_with_paths_of_its_own_to_one_service_takes_namespace_stars_to_another() -> None:
+    """a's consumer route of s sends some of a's requests to s-v2, so a has paths through s-v2 of its
+    own; a's direct requests to s-v2 are still those of `*` (a is no consumer of s-v2, M5)."""
+    split = route("a", "rc", "b")
+    split["spec"]["rules"][0]["backendRefs"].append({"name": "s-v2", "namespace": "b", "port": 80})
+    policy = {"apiVersion": "example.io/v1", "kind": "TimeoutPolicy", "metadata": {"name": "v2", "namespace": "b"},
+              "spec": {"targetRef": {"group": "", "kind": "Service", "name": "s-v2"}, "defaults": {"timeout": "2s"}}}
+    a = analyse([XMESH, service("b", "s", [("http", 80)]), service("b", "s-v2", [("http", 80)]), split, policy], now=NOW)
+    v2 = Ref("", "Service", "b", "s-v2").with_section("http")
+    paths = {str(ep.path) for ep in effective_from(a, "a", v2)}
+    assert paths == {
+        "XMesh/mesh > Namespace/a > HTTPRoute/a/rc > Namespace/b > Service/b/s > Service/b/s#http > Service/b/s-v2 > "
+        "Service/b/s-v2#http",
+        "XMesh/mesh > Namespace/* > Namespace/b > Service/b/s-v2 > Service/b/s-v2#http"}
+    assert {str(ep.path) for ep in effective_from(a, "b", v2)} == {
+        "XMesh/mesh > Namespace/b > Service/b/s-v2 > Service/b/s-v2#http"}
+
+
 def test_without_an_xmesh_of_ours_there_is_no_mesh() -> None:
     other = copy.deepcopy(XMESH)
     other["spec"]["controllerName"] = "example.net/mesh"
@@ -131,6 +149,23 @@ def test_a_policy_by_the_mesh_rule_reaches_its_own_namespaces_requests_only(objs
         for policy in ep.result.policies:
             if policy in by_rule:
                 assert consumer == by_rule[policy], (str(ep.path), policy)
+
+
+@SETTINGS
+@given(mesh_input())
+def test_a_namespaces_requests_hold_the_paths_of_the_consumer_the_data_plane_picks(objs: list[dict[str, Any]]) -> None:
+    """What `--from NS` shows of a Service port (effective_from, RequestsFrom) is, for every namespace,
+    the paths of the consumer `Mesh.consumer_of` picks for its requests: its own, else `*`."""
+    a = analyse(objs, now=NOW)
+    mesh = a.topology.mesh
+    assert mesh is not None
+    for svc_ns in ("b", "c"):
+        svc = Ref("", "Service", svc_ns, "s")
+        port = svc.with_section("http")
+        for ns in NAMESPACES + ["elsewhere"]:
+            consumer = mesh.consumer_of(ns, svc)
+            want = [ep for ep in a.effective_of(port) if path_consumer(ep.path.levels) == consumer]
+            assert effective_from(a, ns, port) == want, (ns, str(svc))
 
 
 @SETTINGS
