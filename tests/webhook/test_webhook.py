@@ -267,6 +267,50 @@ def test_kubectl_apply_prints_the_webhooks_warnings(sandbox, tmp_path):
         wh.close()
 
 
+MESH_EXAMPLE = ROOT / "examples" / "mesh"
+XMESH_CRD = ROOT / "deploy" / "gateway-api" / "experimental" / "gateway.networking.x-k8s.io_xmeshes.yaml"
+
+
+@pytest.fixture
+def mesh_cluster(tmp_path, server_kind):
+    """examples/mesh (an XMesh, demo's Service reports) with the XMesh CRD and deploy/'s TimeoutPolicy
+    CRD, and the webhook's configuration and RBAC from deploy/."""
+    sb = live_server.start(server_kind, tmp_path, files=[XMESH_CRD, ROOT / "deploy" / "41-timeoutpolicy.yaml", MESH_EXAMPLE])
+    try:
+        sb.port = free_port("127.0.0.1")
+        install(sb, sb.port)
+        yield sb
+        assert sb.refused(SA) == [], "deploy/'s RBAC refused the webhook these"
+    finally:
+        sb.close()
+
+
+def test_kubectl_apply_warns_that_a_policy_on_another_namespaces_service_is_its_own_namespaces(mesh_cluster, tmp_path):
+    """The webhook reads the XMesh (deploy/'s RBAC lets it): blog's TimeoutPolicy on demo's Service
+    is Accepted by the mesh rule, for blog's requests only, and kubectl prints that at apply time."""
+    sb = mesh_cluster
+    wh = Webhook(sb, port=sb.port)
+    try:
+        policy = tmp_path / "blog-calls.yaml"
+        policy.write_text(json.dumps(_timeout_policy("blog", "blog-calls", {"group": "", "kind": "Service",
+                                                                             "name": "reports", "namespace": "demo"})))
+
+        def warned():  # a dry run is reviewed like a create: until the webhook has its model, no warning
+            out = sb.kubectl("create", "--dry-run=server", "-f", str(policy), check=False)
+            return "applies to Service demo/reports for requests from namespace blog only" in out.stderr and out
+        out = wait_for(warned, 60)
+        assert out, "no mesh-rule warning"
+        assert "Warning: TimeoutPolicy blog/blog-calls applies to Service demo/reports for requests from namespace " \
+               "blog only (the target is in another namespace: GEP-713's mesh rule)" in out.stderr
+        assert "Invalid" not in out.stderr
+        applied = sb.kubectl("apply", "-f", str(policy))
+        stored = json.loads(sb.kubectl("get", "timeoutpolicy", "blog-calls", "-n", "blog", "-o", "json").stdout)
+        assert stored["spec"]["targetRef"]["namespace"] == "demo"  # deploy/'s CRD keeps it
+        assert "for requests from namespace blog only" in applied.stderr
+    finally:
+        wh.close()
+
+
 def test_deny_conflicts_refuses_the_apply_and_says_what_to_change(sandbox, tmp_path):
     wh = Webhook(sandbox, "--deny-conflicts", port=sandbox.port)
     try:
