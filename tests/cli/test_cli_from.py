@@ -88,7 +88,8 @@ def test_explain_from_gives_each_namespace_its_own_ladder():
     assert [p["effective"] for p in blog["paths"]] == [{"readTimeout": "5s"}]
     assert [lv["name"] for lv in blog["paths"][0]["path"]][:2] == ["mesh", "*"]
     table = gw("explain", "service/reports#http", "readTimeout", "-n", "demo", "--from", "blog", "-f", MESH).out
-    assert table.startswith("Requests from namespace blog (its mesh paths only)\n")
+    assert table.startswith("Requests from namespace blog: its mesh paths only (those of Namespace/* where it has "
+                            "none of its own)\n\n")
     assert "(Namespace/* stands for blog" in table
 
 

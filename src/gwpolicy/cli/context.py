@@ -67,6 +67,11 @@ def requests_from(a: Analysis, namespace: str) -> RequestsFrom:
     return RequestsFrom(a.topology.mesh, namespace)
 
 
+def from_words(namespace: str) -> str:
+    """How a header names what `--from NAMESPACE` keeps."""
+    return f"namespace {namespace}: its mesh paths only (those of Namespace/* where it has none of its own)"
+
+
 def namespace_name(text: str) -> str:
     """`--from`: a namespace's name (a DNS-1123 label)."""
     if not is_label(text):

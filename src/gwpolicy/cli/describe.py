@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import orjson
 
-from gwpolicy.cli.context import Ctx, label, short
+from gwpolicy.cli.context import Ctx, from_words, label, short
 from gwpolicy.engine.analysis import Analysis
 from gwpolicy.engine.attach import ACCEPTED
 from gwpolicy.engine.effective import EffectivePolicy
@@ -107,8 +107,7 @@ def describe_target(ctx: Ctx, obj: Ref) -> str:
         pairs.append(("Created", f"{o.created} ({age(o.created, a.now)} ago)" if o.created[:4] != "9999" else "<unknown>"))
     if rf is not None:
         kinds = sorted({ep.kind.kind for items in shown.values() for ep in items})
-        pairs.append(("Requests from", f"namespace {rf.namespace}: its mesh paths only (those of Namespace/* where "
-                      "it has none of its own)"))
+        pairs.append(("Requests from", from_words(rf.namespace)))
     pairs.append(("Affected", s.state("yes") + f": {len(affecting)} {'policy' if len(affecting) == 1 else 'policies'} of "
                   f"{len(kinds)} {'kind' if len(kinds) == 1 else 'kinds'} ({', '.join(kinds)}) supply settings"
                   if affecting else s.bad("no") + ": no policy supplies a setting"))
@@ -144,13 +143,13 @@ def describe_target(ctx: Ctx, obj: Ref) -> str:
         out += "\n" + s.bold(title + ":") + "\n"
         if not items:
             out += "  <none>" + ("" if rf is None else f" for requests from namespace {rf.namespace}: "
-                                 + _no_path_of(a, t, rf.namespace)) + "\n"
+                                 + _no_path_of(a, t)) + "\n"
             continue
         out += indent(_effective_block(ctx, a, t, items))
     return out
 
 
-def _no_path_of(a: Analysis, target: Ref, namespace: str) -> str:
+def _no_path_of(a: Analysis, target: Ref) -> str:
     """Why --from shows no effective policy of `target`."""
     if not any(path_consumer(p.levels) is not None for p in a.topology.paths.get(target, ())):
         return f"{label(target)} is on no mesh path (--from shows mesh paths only)"
@@ -280,8 +279,7 @@ def describe_policy(ctx: Ctx, ref: Ref) -> str:
               ("Created", f"{o.created} ({age(o.created, a.now)} ago)" if o.created[:4] != "9999" else "<unknown>")]
     rf = ctx.requests_from
     if rf is not None:
-        pairs.append(("Requests from", f"namespace {rf.namespace}: what it affects on its mesh paths only (those of "
-                      "Namespace/* where it has none of its own)"))
+        pairs.append(("Requests from", from_words(rf.namespace)))
     out = header(ctx, pairs)
     out += "\n" + s.bold("Settings:") + "\n"
     for stanza, settings in p.stanzas.items():

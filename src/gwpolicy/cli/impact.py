@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gwpolicy.cli.context import Ctx, label, requests_from
+from gwpolicy.cli.context import Ctx, from_words, label, requests_from
 from gwpolicy.cli.describe import affected_from, indent, show
 from gwpolicy.engine.analysis import Analysis
 from gwpolicy.engine.explain import diff_effective, diff_status
@@ -31,10 +31,7 @@ def _changes_table(changes: list[dict[str, Any]], home: str | None) -> str:
 
 def _from_line(ctx: Ctx, namespace: str | None) -> str:
     """The line that says a table is about the requests of one namespace (--from)."""
-    if namespace is None:
-        return ""
-    return (ctx.style.bold(f"Requests from namespace {namespace}") + ": its mesh paths only (those of Namespace/* "
-            "where it has none of its own)\n\n")
+    return "" if namespace is None else ctx.style.bold("Requests from") + f" {from_words(namespace)}\n\n"
 
 
 def cmd_impact(ctx: Ctx, policy: Ref, reanalyse: Callable[[list[dict[str, Any]]], Analysis]) -> bytes:
