@@ -170,6 +170,20 @@ def test_effective_from_follows_the_hierarchy_scenario(tmp_path, consumer, expec
     assert {k: v for k, v in spec.items() if k.startswith("f")} == expected
 
 
+def test_effective_from_on_an_external_service(tmp_path):
+    """A namespaced policy on an ExternalService is its namespace's (M9): from a, a's timeout and
+    the cluster-wide retries; from any other namespace, the retries alone, on Namespace/*'s path."""
+    doc = yaml.safe_load((SCENARIOS / "external-service-hostname.yaml").read_text())
+    f = str(write_manifests(tmp_path, doc["manifests"]))
+
+    def specs(consumer: str) -> list[tuple[str, dict]]:
+        return [(item["path"][1]["name"], item["spec"]) for item in _effective("--from", consumer, "-f", f)
+                if item["target"]["kind"] == "ExternalService"]
+
+    assert specs("a") == [("a", {"timeout": "2s", "retries": 1})]
+    assert specs("zz") == [("*", {"retries": 1})]
+
+
 def test_from_without_a_mesh_is_an_error_that_says_why():
     for args in (("effective",), ("describe", "httproute/cake", "-n", "baker"),
                  ("explain", "httproute/cake", "maxRetries", "-n", "baker"),
