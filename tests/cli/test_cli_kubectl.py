@@ -521,7 +521,7 @@ def _example_lines() -> list[str]:
     from gwpolicy.cli.parser import EXAMPLES
 
     return [line.strip() for text in EXAMPLES.values() for line in text.format(p="gwpolicy").splitlines()
-            if line.strip().startswith("gwpolicy ") and "-f examples/parable" in line
+            if line.strip().startswith("gwpolicy ") and "-f examples/" in line
             and "--apply" not in line  # the edited file of `whatif --apply` is the reader's own
             and not line.endswith("&")]  # a server in the background
 

@@ -132,6 +132,18 @@ def test_streamed_effective_json_is_byte_for_byte_the_whole_document(tmp_path):
     write_effective(a, buf, "yaml", "payments")
     import yaml
     assert yaml.safe_load(buf.getvalue()) == effective_list(a, "payments")
+    # --from keeps some paths of a target and not others (examples/mesh: each consumer's own)
+    from gwpolicy.engine.mesh import RequestsFrom
+
+    m = analyse(load_paths([str(ROOT / "examples" / "mesh")]).objects, now="2026-01-01T00:00:00Z")
+    assert m.topology.mesh is not None
+    for consumer in ("shop", "blog", "demo"):
+        keep = RequestsFrom(m.topology.mesh, consumer).holds
+        buf = io.BytesIO()
+        write_effective(m, buf, "json", None, chunk=200, keep=keep)
+        whole = effective_list(m, None, keep)
+        assert whole["items"] and len(whole["items"]) < len(effective_list(m)["items"])
+        assert buf.getvalue() == orjson.dumps(whole, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
 
 
 def _alias_bomb(levels: int = 9, width: int = 9) -> str:

@@ -90,6 +90,70 @@ def test_the_schemas_are_structural_enough_for_the_api_server() -> None:
                 stack.append(sch["items"])
 
 
+def _mesh_input() -> list[dict[str, Any]]:
+    """An XMesh, Service b/s with a producer route b/rp, and a Gateway b/gw: targets in namespace b."""
+    return [
+        {"apiVersion": "gateway.networking.x-k8s.io/v1alpha1", "kind": "XMesh", "metadata": {"name": "mesh"},
+         "spec": {"controllerName": "gwpolicy.io/mesh-controller"}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "b"},
+         "spec": {"ports": [{"name": "http", "port": 80}]}},
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": "rp", "namespace": "b"},
+         "spec": {"parentRefs": [{"group": "", "kind": "Service", "name": "s"}],
+                  "rules": [{"backendRefs": [{"name": "s", "port": 80}]}]}},
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": {"name": "gw", "namespace": "b"},
+         "spec": {"gatewayClassName": "c", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}},
+    ]
+
+
+@pytest.mark.parametrize("kind", pc.KINDS)
+def test_the_crds_keep_a_targetrefs_namespace_and_say_what_the_engine_does_with_it(kind: str) -> None:
+    """A structural schema prunes what it does not declare (kube-apiserver does, and the sandbox's
+    schema code as well): the mesh rule needs `namespace` in targetRef and targetRefs. Its
+    description says what the engine does with a target in another namespace: by the mesh rule,
+    an inherited kind applies to its own namespace's requests; a direct kind is Invalid."""
+    from gwpolicy.engine.attach import ACCEPTED, INVALID
+    from gwpolicy.sandbox.schema import crd_schemas
+
+    crd = crds()[kind]
+    schema = crd_schemas(crd)["v1alpha1"]
+    descriptor = next(d for d in policy_manifests() if d["kind"] == "PolicyKind" and d["spec"]["kind"] == kind)
+    direct = descriptor["spec"]["attachment"] == "Direct"
+    target_kinds = {k["kind"] for k in descriptor["spec"]["targetKinds"]}
+    mesh_target = ({"group": "", "kind": "Service", "name": "s", "namespace": "b"} if "Service" in target_kinds
+                   else {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "rp", "namespace": "b"})
+    gateway = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw", "namespace": "b"}
+    single = {"apiVersion": "gwpolicy.io/v1alpha1", "kind": kind, "metadata": {"name": "one", "namespace": "a"},
+              "spec": {"targetRef": mesh_target}}
+    several = {"apiVersion": "gwpolicy.io/v1alpha1", "kind": kind, "metadata": {"name": "many", "namespace": "a"},
+               "spec": {"targetRefs": [mesh_target]}}
+    stored = []
+    for policy in (single, several):
+        out = schema.admit(copy.deepcopy(policy))
+        assert out.errors == [] and out.unknown == [], (out.errors, out.unknown)
+        assert out.obj["spec"] == policy["spec"]  # the namespace is kept, not pruned
+        stored.append(out.obj)
+    bad = schema.admit({**single, "spec": {"targetRef": {**mesh_target, "namespace": "Not_A_Namespace"}}})
+    assert [e for e in bad.errors if "targetRef.namespace" in str(e)], bad.errors
+    to_gateway = {"apiVersion": "gwpolicy.io/v1alpha1", "kind": kind, "metadata": {"name": "gw", "namespace": "a"},
+                  "spec": {"targetRef": gateway}}
+    a = analyse(policy_manifests() + _mesh_input() + stored + [to_gateway], now="2026-01-01T00:00:00Z")
+    by_name = {ref.name: outs for ref, outs in a.outcomes.items() if ref.kind == kind}
+    for name in ("one", "many"):
+        [o] = by_name[name]
+        if direct:
+            assert o.reason == INVALID and "mesh rule" in o.message, o.message
+        else:
+            assert o.reason == ACCEPTED and "for requests from namespace a only" in o.message, o.message
+    [o] = by_name["gw"]
+    assert o.reason == INVALID and "ReferenceGrant" in o.message
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    for field in (spec["targetRef"], spec["targetRefs"]["items"]):
+        desc = field["properties"]["namespace"]["description"]
+        assert "ReferenceGrant" in desc and "mesh rule" in desc and "Invalid" in desc
+        assert ("requests from its own namespace" in desc) is not direct
+
+
 # ---------------------------------------------------------------------------------------------
 # the primer's TimeoutPolicy with only its apiVersion changed
 

@@ -4,6 +4,7 @@ hold for every input (docs/semantics.md, "Mesh (east-west)")."""
 from __future__ import annotations
 
 import copy
+import random
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,12 @@ from hypothesis import strategies as st
 
 from gen import cluster
 from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.inplace.apply import apply_change
 from gwpolicy.engine.mesh import ANY, effective_from, path_consumer
 from gwpolicy.engine.refs import Ref
 from gwpolicy.files.output import effective_list, encode, status_list
 from helpers import NOW, run_cli, write_manifests
+from test_incremental_topology import UNREAD, canonical, key, unread_change
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 XMESH = {"apiVersion": "gateway.networking.x-k8s.io/v1alpha1", "kind": "XMesh", "metadata": {"name": "mesh"},
@@ -65,6 +68,24 @@ def test_a_data_plane_reads_each_namespaces_effective_policies() -> None:
     assert {ep.result.spec["timeout"] for ep in effective_from(a, "a", port)} == {"1s"}
     assert effective_from(a, "b", port) == [] and effective_from(a, "elsewhere", port) == []
     assert effective_from(analyse(objs[1:], now=NOW), "a", port) == []  # no mesh
+
+
+def test_a_namespace_with_paths_of_its_own_to_one_service_takes_namespace_stars_to_another() -> None:
+    """a's consumer route of s sends some of a's requests to s-v2, so a has paths through s-v2 of its
+    own; a's direct requests to s-v2 are still those of `*` (a is no consumer of s-v2, M5)."""
+    split = route("a", "rc", "b")
+    split["spec"]["rules"][0]["backendRefs"].append({"name": "s-v2", "namespace": "b", "port": 80})
+    policy = {"apiVersion": "example.io/v1", "kind": "TimeoutPolicy", "metadata": {"name": "v2", "namespace": "b"},
+              "spec": {"targetRef": {"group": "", "kind": "Service", "name": "s-v2"}, "defaults": {"timeout": "2s"}}}
+    a = analyse([XMESH, service("b", "s", [("http", 80)]), service("b", "s-v2", [("http", 80)]), split, policy], now=NOW)
+    v2 = Ref("", "Service", "b", "s-v2").with_section("http")
+    paths = {str(ep.path) for ep in effective_from(a, "a", v2)}
+    assert paths == {
+        "XMesh/mesh > Namespace/a > HTTPRoute/a/rc > Namespace/b > Service/b/s > Service/b/s#http > Service/b/s-v2 > "
+        "Service/b/s-v2#http",
+        "XMesh/mesh > Namespace/* > Namespace/b > Service/b/s-v2 > Service/b/s-v2#http"}
+    assert {str(ep.path) for ep in effective_from(a, "b", v2)} == {
+        "XMesh/mesh > Namespace/b > Service/b/s-v2 > Service/b/s-v2#http"}
 
 
 def test_without_an_xmesh_of_ours_there_is_no_mesh() -> None:
@@ -135,6 +156,23 @@ def test_a_policy_by_the_mesh_rule_reaches_its_own_namespaces_requests_only(objs
 
 @SETTINGS
 @given(mesh_input())
+def test_a_namespaces_requests_hold_the_paths_of_the_consumer_the_data_plane_picks(objs: list[dict[str, Any]]) -> None:
+    """What `--from NS` shows of a Service port (effective_from, RequestsFrom) is, for every namespace,
+    the paths of the consumer `Mesh.consumer_of` picks for its requests: its own, else `*`."""
+    a = analyse(objs, now=NOW)
+    mesh = a.topology.mesh
+    assert mesh is not None
+    for svc_ns in ("b", "c"):
+        svc = Ref("", "Service", svc_ns, "s")
+        port = svc.with_section("http")
+        for ns in NAMESPACES + ["elsewhere"]:
+            consumer = mesh.consumer_of(ns, svc)
+            want = [ep for ep in a.effective_of(port) if path_consumer(ep.path.levels) == consumer]
+            assert effective_from(a, ns, port) == want, (ns, str(svc))
+
+
+@SETTINGS
+@given(mesh_input())
 def test_a_consumers_policies_never_change_another_consumers_requests(objs: list[dict[str, Any]]) -> None:
     def others(objs: list[dict[str, Any]], consumer: str) -> set[tuple[str, str, str]]:
         a = analyse(copy.deepcopy(objs), now=NOW)
@@ -146,6 +184,33 @@ def test_a_consumers_policies_never_change_another_consumers_requests(objs: list
         without = [o for o in objs if not (o["kind"] == "TimeoutPolicy" and o["metadata"]["namespace"] == consumer
                                            and o["spec"]["targetRef"].get("namespace", consumer) != consumer)]
         assert others(objs, consumer) == others(without, consumer)
+
+
+@SETTINGS
+@given(mesh_input(), st.randoms(use_true_random=False))
+def test_with_the_mesh_on_objects_the_analysis_never_reads_change_in_place(objs: list[dict[str, Any]],
+                                                                            rnd: random.Random) -> None:
+    """EndpointSlices, Secrets and ConfigMaps (every pod that comes or goes changes an EndpointSlice)
+    are taken in place while the mesh is on, with the result of a full analysis; any other change is
+    analysed in full (a policy by the mesh rule attaches at a consumer level)."""
+    seeds = [{"apiVersion": api, "kind": kind, "metadata": {"name": "seed", "namespace": "a"}, **body}
+             for api, kind, body in UNREAD]  # a kind new to the index is analysed in full, mesh or not
+    objs = objs + copy.deepcopy(seeds)
+    state = {key(o): o for o in objs}
+    a = analyse(copy.deepcopy(objs), now=NOW)
+    assert a.topology.mesh is not None
+    for _ in range(4):
+        old, new = unread_change(state, rnd)
+        if new is None:
+            del state[key(old)]
+        else:
+            state[key(new)] = new
+        assert apply_change(a, copy.deepcopy(old if old is not None else new), copy.deepcopy(new)) == set()
+        assert canonical(a) == canonical(analyse(copy.deepcopy(list(state.values())), now=NOW))
+    policy = next(o for o in objs if o["kind"] == "TimeoutPolicy")  # mesh_input has at least one
+    edited = copy.deepcopy(policy)
+    edited["metadata"]["labels"] = {"edited": "yes"}
+    assert apply_change(a, policy, edited) is None
 
 
 def consumer_policy() -> dict[str, Any]:

@@ -122,6 +122,49 @@ def test_a_review_leaves_the_analysis_as_it_was(raws):
     assert effective_items(a) == before
 
 
+MESH = [
+    {"apiVersion": "gateway.networking.x-k8s.io/v1alpha1", "kind": "XMesh", "metadata": {"name": "mesh"},
+     "spec": {"controllerName": "gwpolicy.io/mesh-controller"}},
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}},
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "b"}},
+    {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "b"},
+     "spec": {"ports": [{"name": "http", "port": 80}]}},
+]
+
+
+def _timeout_policy(ns: str, name: str, target: dict) -> dict:
+    return {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "TimeoutPolicy", "metadata": {"name": name, "namespace": ns},
+            "spec": {"targetRef": target, "defaults": {"readTimeout": "1s"}}}
+
+
+def test_a_policy_on_another_namespaces_service_is_warned_that_it_applies_to_its_own_requests_only():
+    """GEP-713's mesh rule: the policy is Accepted, but only a's requests to b/s get it, which its
+    author may not expect; the warning says so and what would make it apply to everyone."""
+    from test_gateway_policies import policy_manifests
+
+    raws = policy_manifests() + copy.deepcopy(MESH)
+    a = analysed(raws)
+    to_s = {"group": "", "kind": "Service", "name": "s", "namespace": "b"}
+    verdict, _ = review(a, request("CREATE", _timeout_policy("a", "slow-calls", to_s)), Options(), lambda: raws)
+    assert verdict.allowed
+    assert verdict.warnings == ["TimeoutPolicy a/slow-calls applies to Service b/s for requests from namespace a only "
+                                "(the target is in another namespace: GEP-713's mesh rule); a ReferenceGrant in b "
+                                "would make it apply to every namespace's requests"]
+    # the Service's own namespace: its policy applies to every request, nothing to warn of
+    own = _timeout_policy("b", "own", {"group": "", "kind": "Service", "name": "s"})
+    verdict, _ = review(a, request("CREATE", own), Options(), lambda: raws)
+    assert not any("mesh rule" in w for w in verdict.warnings), verdict.warnings
+    # a ReferenceGrant in b makes a's policy b's own, for every consumer: no warning
+    grant = {"apiVersion": "gateway.networking.k8s.io/v1beta1", "kind": "ReferenceGrant",
+             "metadata": {"name": "from-a", "namespace": "b"},
+             "spec": {"from": [{"group": "gwpolicy.io", "kind": "TimeoutPolicy", "namespace": "a"}],
+                      "to": [{"group": "", "kind": "Service"}]}}
+    granted = raws + [grant]
+    verdict, _ = review(analysed(granted), request("CREATE", _timeout_policy("a", "slow-calls", to_s)), Options(),
+                        lambda: granted)
+    assert not any("mesh rule" in w for w in verdict.warnings), verdict.warnings
+
+
 def test_warnings_stay_within_what_kube_apiserver_passes_on():
     ref = Ref("gateway.networking.k8s.io", "HTTPRoute", "ns", "r")
     out = fold([f"warning {i} " + "x" * 400 for i in range(40)], ref)
@@ -220,6 +263,50 @@ def test_kubectl_apply_prints_the_webhooks_warnings(sandbox, tmp_path):
         policy = sandbox.kubectl("apply", "-f", str(_new_health_policy(tmp_path)))
         assert "Warning: HealthCheckPolicy baker/cake-health-v3 would be Conflicted" in policy.stderr
         assert "HealthCheckPolicy baker/cake-health" in policy.stderr
+    finally:
+        wh.close()
+
+
+MESH_EXAMPLE = ROOT / "examples" / "mesh"
+XMESH_CRD = ROOT / "deploy" / "gateway-api" / "experimental" / "gateway.networking.x-k8s.io_xmeshes.yaml"
+
+
+@pytest.fixture
+def mesh_cluster(tmp_path, server_kind):
+    """examples/mesh (an XMesh, demo's Service reports) with the XMesh CRD and deploy/'s TimeoutPolicy
+    CRD, and the webhook's configuration and RBAC from deploy/."""
+    sb = live_server.start(server_kind, tmp_path, files=[XMESH_CRD, ROOT / "deploy" / "41-timeoutpolicy.yaml", MESH_EXAMPLE])
+    try:
+        sb.port = free_port("127.0.0.1")
+        install(sb, sb.port)
+        yield sb
+        assert sb.refused(SA) == [], "deploy/'s RBAC refused the webhook these"
+    finally:
+        sb.close()
+
+
+def test_kubectl_apply_warns_that_a_policy_on_another_namespaces_service_is_its_own_namespaces(mesh_cluster, tmp_path):
+    """The webhook reads the XMesh (deploy/'s RBAC lets it): blog's TimeoutPolicy on demo's Service
+    is Accepted by the mesh rule, for blog's requests only, and kubectl prints that at apply time."""
+    sb = mesh_cluster
+    wh = Webhook(sb, port=sb.port)
+    try:
+        policy = tmp_path / "blog-calls.yaml"
+        policy.write_text(json.dumps(_timeout_policy("blog", "blog-calls", {"group": "", "kind": "Service",
+                                                                             "name": "reports", "namespace": "demo"})))
+
+        def warned():  # a dry run is reviewed like a create: until the webhook has its model, no warning
+            out = sb.kubectl("create", "--dry-run=server", "-f", str(policy), check=False)
+            return "applies to Service demo/reports for requests from namespace blog only" in out.stderr and out
+        out = wait_for(warned, 60)
+        assert out, "no mesh-rule warning"
+        assert "Warning: TimeoutPolicy blog/blog-calls applies to Service demo/reports for requests from namespace " \
+               "blog only (the target is in another namespace: GEP-713's mesh rule)" in out.stderr
+        assert "Invalid" not in out.stderr
+        applied = sb.kubectl("apply", "-f", str(policy))
+        stored = json.loads(sb.kubectl("get", "timeoutpolicy", "blog-calls", "-n", "blog", "-o", "json").stdout)
+        assert stored["spec"]["targetRef"]["namespace"] == "demo"  # deploy/'s CRD keeps it
+        assert "for requests from namespace blog only" in applied.stderr
     finally:
         wh.close()
 

@@ -181,7 +181,7 @@ def _flag_values(flag: str, action: argparse.Action, state: _Words) -> tuple[lis
         return list(GET_FORMATS) + ["jsonpath=", "custom-columns="], DIRECTIVE_NO_FILES
     if flag in FILE_FLAGS:
         return [], DIRECTIVE_DEFAULT
-    if flag in ("-n", "--namespace"):
+    if flag in ("-n", "--namespace", "--from"):
         try:
             a, _ = _analysis(state)
         except Exception:  # noqa: BLE001

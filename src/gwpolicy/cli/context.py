@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from gwpolicy.engine.analysis import Analysis
+from gwpolicy.engine.mesh import MESH_CONTROLLER, RequestsFrom
+from gwpolicy.engine.names import is_label
 from gwpolicy.engine.refs import Ref
+from gwpolicy.engine.topology import PathNode
 from gwpolicy.files.printers import Style
 
 
@@ -18,6 +21,19 @@ class Ctx:
     all_namespaces: bool
     output: str
     style: Style
+    #: `--from NAMESPACE`: only the mesh paths that hold that namespace's requests (docs/mesh.md)
+    requests_from: RequestsFrom | None = None
+
+    def keeps(self, path: PathNode) -> bool:
+        """Is the path shown: every path, or with --from the mesh paths of that namespace's requests."""
+        return self.requests_from is None or self.requests_from.holds(path)
+
+    def path_note(self, path: PathNode) -> str:
+        """What --from makes of a path of `Namespace/*` it shows: it stands for the namespace."""
+        rf = self.requests_from
+        if rf is None or not rf.borrows(path):
+            return ""
+        return f"   (Namespace/* stands for {rf.namespace}: it has no mesh paths of its own here)"
 
     def in_scope(self, ref: Ref) -> bool:
         """kubectl's rule: namespaced objects of the namespace (all with -A), cluster-scoped ones always."""
@@ -39,6 +55,29 @@ def label(ref: Ref, home: str | None = None) -> str:
 def short(ref: Ref) -> str:
     """`ns/name` or `name`."""
     return f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name
+
+
+def requests_from(a: Analysis, namespace: str) -> RequestsFrom:
+    """`--from NAMESPACE` on an analysis; an error when the input turns no mesh on."""
+    from gwpolicy.cli.loading import CliError
+
+    if a.topology.mesh is None:
+        raise CliError(f"--from {namespace}: the input has no XMesh of {MESH_CONTROLLER}, so it has no mesh paths "
+                       "(requests from one namespace to a Service), and --from shows only those (docs/mesh.md)")
+    return RequestsFrom(a.topology.mesh, namespace)
+
+
+def from_words(namespace: str) -> str:
+    """How a header names what `--from NAMESPACE` keeps."""
+    return f"namespace {namespace}: its mesh paths only (those of Namespace/* where it has none of its own)"
+
+
+def namespace_name(text: str) -> str:
+    """`--from`: a namespace's name (a DNS-1123 label)."""
+    if not is_label(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a namespace name (a DNS-1123 label: at most 63 lower case "
+                                         "letters, digits and '-', starting and ending with a letter or digit)")
+    return text
 
 
 def rfc3339_time(text: str) -> str:

@@ -9,13 +9,14 @@ from typing import Any, Callable
 
 import orjson
 
-from gwpolicy.cli.context import Ctx, label, short
+from gwpolicy.cli.context import Ctx, from_words, label, short
 from gwpolicy.engine.analysis import Analysis
 from gwpolicy.engine.attach import ACCEPTED
 from gwpolicy.engine.effective import EffectivePolicy
 from gwpolicy.engine.effectiveobjects import kept_for
 from gwpolicy.engine.explain import Candidate, fates, ladder
 from gwpolicy.engine.merge.leaves import field_name
+from gwpolicy.engine.mesh import path_consumer
 from gwpolicy.engine.refs import Ref
 from gwpolicy.engine.status import ancestor_results
 from gwpolicy.engine.topology import Path
@@ -56,18 +57,22 @@ def header(ctx: Ctx, pairs: list[tuple[str, str]]) -> str:
     return "".join(f"{ctx.style.bold((k + ':').ljust(width))}{v}\n" for k, v in pairs)
 
 
-def policies_around(a: Analysis, obj: Ref) -> list[tuple[Any, Ref]]:
-    """Every policy outcome declared on a level of any path of the object or of its sections."""
+def policies_around(a: Analysis, obj: Ref, keep: Callable[[Path], bool] | None = None) -> list[tuple[Any, Ref]]:
+    """Every policy outcome declared on a level of any path of the object or of its sections (the
+    paths `keep` holds true of); a policy the mesh rule attaches is seen where its consumer's paths are."""
     levels: dict[Ref, None] = {}
     for ref in [obj] + [obj.with_section(s) for s in a.topology.sections.get(obj, [])]:
         for path in a.topology.paths.get(ref, ()):
+            if keep is not None and not keep(path):
+                continue
             for level in path:
                 levels[level] = None
     levels[obj] = None
     seen = []
     for level in levels:
         for o in a.outcomes_at(level):
-            seen.append((o, level))
+            if keep is None or o.at in levels:
+                seen.append((o, level))
     seen.sort(key=lambda ol: (ol[0].policy.kind.kind, ol[0].policy.obj.age_key))
     return seen
 
@@ -85,7 +90,12 @@ def describe_target(ctx: Ctx, obj: Ref) -> str:
     a = ctx.analysis
     s = ctx.style
     o = a.index.by_ref.get(obj)
-    affecting = a.policies_affecting(obj)
+    sections = a.topology.sections.get(obj, [])
+    targets = [obj] + [obj.with_section(sec) for sec in sections]
+    rf = ctx.requests_from
+    shown = {t: [ep for ep in a.effective_of(t) if ctx.keeps(ep.path)] for t in targets}
+    affecting = a.policies_affecting(obj) if rf is None else {p for items in shown.values() for ep in items
+                                                              for p in ep.result.policies}
     kinds = sorted({k for _, k in a.affected.get(obj, {})})
     pairs = [("Name", obj.name)]
     if obj.namespace:
@@ -95,10 +105,12 @@ def describe_target(ctx: Ctx, obj: Ref) -> str:
         pairs.append(("Virtual", "yes: named by a backendRef, not an object of the input"))
     else:
         pairs.append(("Created", f"{o.created} ({age(o.created, a.now)} ago)" if o.created[:4] != "9999" else "<unknown>"))
+    if rf is not None:
+        kinds = sorted({ep.kind.kind for items in shown.values() for ep in items})
+        pairs.append(("Requests from", from_words(rf.namespace)))
     pairs.append(("Affected", s.state("yes") + f": {len(affecting)} {'policy' if len(affecting) == 1 else 'policies'} of "
                   f"{len(kinds)} {'kind' if len(kinds) == 1 else 'kinds'} ({', '.join(kinds)}) supply settings"
                   if affecting else s.bad("no") + ": no policy supplies a setting"))
-    sections = a.topology.sections.get(obj, [])
     if sections:
         pairs.append(("Sections", ", ".join(sections)))
     kept = effective_policy_object(a, obj)
@@ -106,7 +118,7 @@ def describe_target(ctx: Ctx, obj: Ref) -> str:
         pairs.append(("EffectivePolicy", kept))
     out = header(ctx, pairs)
 
-    around = policies_around(a, obj)
+    around = policies_around(a, obj, None if rf is None else ctx.keeps)
     out += "\n" + s.bold("Policies:") + "\n"
     if not around:
         out += "  <none>\n"
@@ -125,16 +137,23 @@ def describe_target(ctx: Ctx, obj: Ref) -> str:
         for outcome, _ in problems:
             out += f"  {s.bad('!')} {outcome.policy.kind.kind}/{short(outcome.policy.ref)}: {outcome.message}\n"
 
-    targets = [obj] + [obj.with_section(sec) for sec in sections]
     for t in targets:
-        items = a.effective_of(t)
+        items = shown[t]
         title = "Effective policy" if t.section is None else f"Effective policy of {_section_word(obj)} {t.section}"
         out += "\n" + s.bold(title + ":") + "\n"
         if not items:
-            out += "  <none>\n"
+            out += "  <none>" + ("" if rf is None else f" for requests from namespace {rf.namespace}: "
+                                 + _no_path_of(a, t)) + "\n"
             continue
         out += indent(_effective_block(ctx, a, t, items))
     return out
+
+
+def _no_path_of(a: Analysis, target: Ref) -> str:
+    """Why --from shows no effective policy of `target`."""
+    if not any(path_consumer(p.levels) is not None for p in a.topology.paths.get(target, ())):
+        return f"{label(target)} is on no mesh path (--from shows mesh paths only)"
+    return f"no mesh path of theirs reaches {label(target)}, or no policy supplies a setting on one"
 
 
 def _section_word(obj: Ref) -> str:
@@ -154,7 +173,7 @@ def _effective_block(ctx: Ctx, a: Analysis, target: Ref, items: list[EffectivePo
         title = ep.kind.kind if ep.kind.group != _NGF_GROUP else f"{ep.kind.kind}.{ep.kind.group}"
         out += f"{ctx.style.bold(title)} ({ep.kind.strategy}), on {len(paths)} path{'s' if len(paths) > 1 else ''}:\n"
         for p in paths:
-            out += f"  {ctx.style.dim(path_text(p, target.namespace))}\n"
+            out += f"  {ctx.style.dim(path_text(p, target.namespace))}{ctx.path_note(p)}\n"
         cands = ladder(a, ep)
         rows = []
         fields = []  # the whole field names (a table cell may cut them)
@@ -248,6 +267,12 @@ def _who(c: Candidate) -> str:
     return f"{c.stanza} {c.policy.kind}/{short(c.policy)}" if c.policy else "the object's own value"
 
 
+def affected_from(ctx: Ctx, policy: Ref) -> list[Ref]:
+    """The objects (not sections) the policy supplies a leaf to on the paths `ctx` keeps, sorted."""
+    return sorted({ep.target.object for ep in ctx.analysis.effective
+                   if policy in ep.result.policies and ctx.keeps(ep.path)}, key=Ref.sort_key)
+
+
 def describe_policy(ctx: Ctx, ref: Ref) -> str:
     a = ctx.analysis
     s = ctx.style
@@ -260,6 +285,9 @@ def describe_policy(ctx: Ctx, ref: Ref) -> str:
               ("Policy kind", f"{p.kind.strategy}, recognised by {p.kind.recognized_by}, status on {p.kind.status_ancestor}"),
               ("Class", p.cls + ("" if p.cls == "direct" else f" ({', '.join(p.stanzas)})")),
               ("Created", f"{o.created} ({age(o.created, a.now)} ago)" if o.created[:4] != "9999" else "<unknown>")]
+    rf = ctx.requests_from
+    if rf is not None:
+        pairs.append(("Requests from", from_words(rf.namespace)))
     out = header(ctx, pairs)
     out += "\n" + s.bold("Settings:") + "\n"
     for stanza, settings in p.stanzas.items():
@@ -276,13 +304,13 @@ def describe_policy(ctx: Ctx, ref: Ref) -> str:
     rows = [[label(r, ref.namespace), "True" if t.reason == ACCEPTED else "False", t.reason]
             for r, t in sorted(anc.items(), key=lambda kv: kv[0].sort_key())]
     out += indent(table(["ANCESTOR", "ACCEPTED", "REASON"], rows))
-    affected = a.objects_affected_by(ref)
+    affected = a.objects_affected_by(ref) if rf is None else affected_from(ctx, ref)
     counts = Counter(r.kind for r in affected)
     out += "\n" + s.bold("Affects:") + f" {len(affected)} object{'s' if len(affected) != 1 else ''}"
     out += (" (" + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ")\n") if affected else "\n"
     for r in affected:
         out += f"  {label(r, ref.namespace)}\n"
-    fs = fates(a, ref)
+    fs = [f for f in fates(a, ref) if ctx.keeps(f.item.path)]
     tally = Counter(f.fate for f in fs)
     out += "\n" + s.bold("Fields:") + (f" effective on {tally['effective']} paths, partially on {tally['partially']}, "
                                                f"overridden on {tally['overridden']}\n" if fs else " takes part in no effective policy\n")

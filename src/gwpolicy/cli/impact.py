@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gwpolicy.cli.context import Ctx, label
-from gwpolicy.cli.describe import indent, show
+from gwpolicy.cli.context import Ctx, from_words, label, requests_from
+from gwpolicy.cli.describe import affected_from, indent, show
 from gwpolicy.engine.analysis import Analysis
 from gwpolicy.engine.explain import diff_effective, diff_status
 from gwpolicy.engine.model import build_index
@@ -29,16 +29,24 @@ def _changes_table(changes: list[dict[str, Any]], home: str | None) -> str:
     return table(["TARGET", "KIND", "FIELD", "BEFORE", "AFTER", "PATHS"], [list(k) + [str(n)] for k, n in rows.items()])
 
 
+def _from_line(ctx: Ctx, namespace: str | None) -> str:
+    """The line that says a table is about the requests of one namespace (--from)."""
+    return "" if namespace is None else ctx.style.bold("Requests from") + f" {from_words(namespace)}\n\n"
+
+
 def cmd_impact(ctx: Ctx, policy: Ref, reanalyse: Callable[[list[dict[str, Any]]], Analysis]) -> bytes:
     """The blast radius of a policy: what it affects, and what deleting it would change."""
     before = ctx.analysis
+    rf = ctx.requests_from
     after: Analysis = reanalyse([o.raw for r, o in before.index.by_ref.items() if r != policy])
-    changes = diff_effective(before, after)
-    affected = before.objects_affected_by(policy)
+    changes = diff_effective(before, after, None if rf is None else rf.namespace)
+    affected = before.objects_affected_by(policy) if rf is None else affected_from(ctx, policy)
     if ctx.output in ("json", "yaml"):
-        return encode({"policy": policy.to_json(), "affected": [r.to_json() for r in affected], "changes": changes}, ctx.output)
+        return encode({"policy": policy.to_json(), **({} if rf is None else {"from": rf.namespace}),
+                       "affected": [r.to_json() for r in affected], "changes": changes}, ctx.output)
     s = ctx.style
-    out = s.bold(label(policy)) + f" affects {len(affected)} object{'s' if len(affected) != 1 else ''}"
+    out = _from_line(ctx, None if rf is None else rf.namespace)
+    out += s.bold(label(policy)) + f" affects {len(affected)} object{'s' if len(affected) != 1 else ''}"
     out += ":\n" + "".join(f"  {label(r, policy.namespace)}\n" for r in affected) if affected else ".\n"
     out += "\n" + s.bold(f"Deleting it would change {len(changes)} effective setting{'s' if len(changes) != 1 else ''}") + (":\n" if changes else ".\n")
     if changes:
@@ -81,11 +89,13 @@ def as_update(stored: dict[str, Any], edit: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_whatif(ctx: Ctx, apply_raws: list[dict[str, Any]] | None, delete: Ref | None,
-               reanalyse: Callable[[list[dict[str, Any]]], Analysis]) -> bytes:
+               reanalyse: Callable[[list[dict[str, Any]]], Analysis], from_namespace: str | None = None) -> bytes:
     """The difference in effective policy and in status between the current objects and the changed ones.
 
     An applied object with the identity of an existing one is an update of it (`as_update`); any
-    other is created now, so it is the newest.
+    other is created now, so it is the newest. With `from_namespace` (--from), the effective policy
+    of that namespace's requests on mesh paths only (either side must have a mesh); status is not
+    per namespace and is shown whole.
     """
     before = ctx.analysis
     replaced: set[Ref] = set()
@@ -98,12 +108,15 @@ def cmd_whatif(ctx: Ctx, apply_raws: list[dict[str, Any]] | None, delete: Ref | 
         replaced.add(delete)
     raws = [o.raw for r, o in before.index.by_ref.items() if r not in replaced] + list(apply_raws or [])
     after: Analysis = reanalyse(raws)
-    effective = diff_effective(before, after)
+    if from_namespace is not None and before.topology.mesh is None:
+        requests_from(after, from_namespace)  # an error when neither side has a mesh
+    effective = diff_effective(before, after, from_namespace)
     status = diff_status(before, after)
     if ctx.output in ("json", "yaml"):
-        return encode({"effective": effective, "status": status}, ctx.output)
+        return encode({**({} if from_namespace is None else {"from": from_namespace}),
+                       "effective": effective, "status": status}, ctx.output)
     s = ctx.style
-    out = s.bold(f"Effective policy: {len(effective)} setting{'s' if len(effective) != 1 else ''} would change") + (":\n" if effective else ".\n")
+    out = _from_line(ctx, from_namespace) + s.bold(f"Effective policy: {len(effective)} setting{'s' if len(effective) != 1 else ''} would change") + (":\n" if effective else ".\n")
     if effective:
         out += indent(_changes_table(effective, None))
     out += "\n" + s.bold(f"Status: {len(status)} change{'s' if len(status) != 1 else ''}") + (":\n" if status else ".\n")

@@ -6,12 +6,13 @@ from typing import Any
 
 from lightkube import ApiError, Client
 
+from gwpolicy.engine.mesh import MESH_KINDS
 from gwpolicy.kube import client as kube
 from gwpolicy.kube.defaults import kube_config
 
 
 def read_cluster(kubeconfig: str | None, context: str | None) -> list[dict[str, Any]]:
-    """CRDs, PolicyKinds, Gateway API objects, policies, Namespaces and Services of the cluster."""
+    """CRDs, PolicyKinds, Gateway API objects, policies, XMeshes, Namespaces and Services of the cluster."""
     try:  # the cluster the long-running commands would talk to (kube/defaults.py)
         client = Client(config=kube_config(kubeconfig, context), field_manager="gwpolicy-cli")
     except Exception as exc:  # noqa: BLE001 - any config problem is the user's to fix
@@ -39,6 +40,7 @@ def read_cluster(kubeconfig: str | None, context: str | None) -> list[dict[str, 
         policykinds = read(pk_kind) if pk_kind else []
         out += policykinds
         named = {((p.get("spec") or {}).get("group", ""), (p.get("spec") or {}).get("kind", "")) for p in policykinds}
+        named |= set(MESH_KINDS)  # the XMesh turns the mesh on (docs/mesh.md): read it too
         for crd in crds:
             k = kube.kind_of_crd(crd, named)
             if k is not None and k != pk_kind:

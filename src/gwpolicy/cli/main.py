@@ -12,9 +12,9 @@ import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from gwpolicy.cli.context import Ctx, port_number
+from gwpolicy.cli.context import Ctx, port_number, requests_from
 from gwpolicy.cli.loading import TIMINGS, CliError, load_analysis
 from gwpolicy.cli.parser import EXAMPLES, EXIT_NOT_ACCEPTED, build_parser
 from gwpolicy.cli.resources import NotFound, find_object
@@ -28,6 +28,7 @@ from gwpolicy.kube.kubeconfig import context_namespace
 
 if TYPE_CHECKING:
     from gwpolicy.cli.get import GetOptions
+    from gwpolicy.engine.topology import PathNode
 
 
 
@@ -98,6 +99,20 @@ def _get_options(args: argparse.Namespace) -> "GetOptions":
     return GetOptions(args.output, selector, args.show_labels, args.sort_by, args.no_headers, args.ignore_not_found)
 
 
+def _keep_noting(ctx: Ctx, borrowed: list[bool]) -> Callable[[PathNode], bool]:
+    """`ctx.keeps`, which also notes in `borrowed` whether it kept a path of `Namespace/*`."""
+    rf = ctx.requests_from
+    assert rf is not None
+
+    def keep(path: PathNode) -> bool:
+        if not rf.holds(path):
+            return False
+        if not borrowed and rf.borrows(path):
+            borrowed.append(True)
+        return True
+    return keep
+
+
 def run_command(args: argparse.Namespace) -> tuple[bytes, str | None]:
     """(stdout, stderr note) of one command; raises CliError/NotFound/LoadError for errors."""
     if args.command == "completion":
@@ -109,13 +124,23 @@ def run_command(args: argparse.Namespace) -> tuple[bytes, str | None]:
     a, reanalyse = load_analysis(args, namespace)
     ctx = _ctx(args, a, namespace)
     cmd = args.command
+    from_namespace = getattr(args, "from_namespace", None)
+    if from_namespace is not None and cmd != "whatif":  # whatif: either side's mesh will do (cmd_whatif)
+        ctx.requests_from = requests_from(a, from_namespace)
     if cmd == "effective":
         t0 = time.perf_counter()
         sys.stdout.flush()
-        write_effective(a, sys.stdout.buffer, args.output, None if args.all_namespaces or not args.namespace else args.namespace)
+        borrowed: list[bool] = []
+        keep = None if ctx.requests_from is None else _keep_noting(ctx, borrowed)
+        write_effective(a, sys.stdout.buffer, args.output, None if args.all_namespaces or not args.namespace else args.namespace,
+                        keep=keep)
         if TIMINGS is not None:
             TIMINGS["output"] = time.perf_counter() - t0
-        return b"", None
+        note = None
+        if borrowed:
+            note = (f"Note: the items on paths of Namespace/* are what applies to requests from {from_namespace} where it "
+                    "has no mesh paths of its own")
+        return b"", note
     if cmd == "status" and getattr(args, "mesh_status", False):
         from gwpolicy.engine.meshstatus import mesh_status_changes
         scope = None if args.all_namespaces or not args.namespace else args.namespace
@@ -162,7 +187,7 @@ def run_command(args: argparse.Namespace) -> tuple[bytes, str | None]:
             for w in warnings:
                 print(f"Warning: {w}", file=sys.stderr)
         delete = find_object(a, args.delete, namespace) if args.delete else None
-        return cmd_whatif(ctx, apply_raws, delete, reanalyse), None
+        return cmd_whatif(ctx, apply_raws, delete, reanalyse, from_namespace), None
     if cmd == "graph":
         from gwpolicy.cli.graph import cmd_graph
         ctx.all_namespaces = ctx.all_namespaces or not args.namespace  # the whole picture unless -n narrows it

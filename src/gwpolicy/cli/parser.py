@@ -7,7 +7,7 @@ import os
 from typing import Any, Sequence
 
 from gwpolicy import __version__
-from gwpolicy.cli.context import rfc3339_time
+from gwpolicy.cli.context import namespace_name, rfc3339_time
 from gwpolicy.engine.status import DEFAULT_CONTROLLER
 from gwpolicy.kube.args import HelpFormatter, Parser
 
@@ -35,7 +35,9 @@ EXAMPLES: dict[str, str] = {
   # which policies affect a route, and the effective settings field by field
   {p} describe httproute/cake -n baker -f examples/parable
   # what a policy targets, what it affects and how each of its fields fares
-  {p} describe retrypolicy/cake-retries -n baker -f examples/parable""",
+  {p} describe retrypolicy/cake-retries -n baker -f examples/parable
+  # in a mesh: what applies to requests from namespace shop to the Service reports
+  {p} describe service/reports -n demo --from shop -f examples/mesh""",
     "explain": """\
   # the precedence ladder of maxRetries on every path to the route
   {p} explain httproute/cake maxRetries -n baker -f examples/parable
@@ -106,6 +108,13 @@ def _common(p: argparse.ArgumentParser, formats: Sequence[str]) -> None:
                    help="the current time, RFC 3339 (default: now); fixes AGE and lastTransitionTime for reproducible output")
 
 
+def _from(p: argparse.ArgumentParser) -> None:
+    """`--from NAMESPACE`: the mesh paths of that namespace's requests only (docs/mesh.md)."""
+    p.add_argument("--from", dest="from_namespace", metavar="NAMESPACE", type=namespace_name,
+                   help="only the mesh paths of requests from this namespace: its own, and those of Namespace/* "
+                        "where it has none of its own; north-south paths are left out (needs an XMesh)")
+
+
 def _command(sub: Any, name: str, help: str, prog: str, **kw: Any) -> argparse.ArgumentParser:
     """A subcommand with its examples in its --help."""
     examples = EXAMPLES.get(name)
@@ -138,19 +147,23 @@ def build_parser(prog: str = "gwpolicy") -> argparse.ArgumentParser:
     p.add_argument("ref", metavar="TYPE/NAME")
     p.add_argument("name", nargs="?", help=argparse.SUPPRESS)
     _common(p, ("text",))
+    _from(p)
     p = _command(sub, "explain", "the precedence ladder of one field on each path", prog)
     p.add_argument("ref", metavar="TYPE/NAME[#SECTION]")
     p.add_argument("field", metavar="FIELD", help="dotted field of the settings (a prefix shows every field below it)")
     p.add_argument("--kind", help="only this policy kind")
     _common(p, ("table", "json", "yaml"))
+    _from(p)
     p = _command(sub, "impact", "what a policy affects and what deleting it would change", prog)
     p.add_argument("ref", metavar="POLICYTYPE/NAME")
     _common(p, ("table", "json", "yaml"))
+    _from(p)
     p = _command(sub, "whatif", "what applying changed objects, or deleting one, would change", prog)
     grp = p.add_mutually_exclusive_group(required=True)
     grp.add_argument("--apply", action="append", metavar="FILE|DIR|-", help="changed or new objects")
     grp.add_argument("--delete", metavar="TYPE/NAME", help="an object to delete")
     _common(p, ("table", "json", "yaml"))
+    _from(p)
     p = _command(sub, "graph", "the topology with policies on what they target", prog)
     _common(p, ("dot", "mermaid", "svg"))
     sub.add_parser("sandbox", help="a local Kubernetes API server to try policies with kubectl (gwpolicy sandbox --help)")
@@ -164,6 +177,7 @@ def build_parser(prog: str = "gwpolicy") -> argparse.ArgumentParser:
     sub.add_parser("bench", help="generate synthetic clusters and measure gwpolicy on them (gwpolicy bench --help)")
     p = _command(sub, "effective", "effective policy of every object, path and policy kind", prog)
     _common(p, ("json", "yaml"))
+    _from(p)
     p = _command(sub, "status", "the status the controller would write", prog)
     _common(p, ("json", "yaml"))
     p.add_argument("--fail-on-not-accepted", action="store_true",

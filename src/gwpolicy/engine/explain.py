@@ -13,7 +13,7 @@ from gwpolicy.engine.effective import EffectivePolicy, KindKey, settings_schema
 from gwpolicy.engine.merge.fieldmerge import DEFAULTS, DIRECT, OBJECT, OVERRIDES
 from gwpolicy.engine.merge.leaves import LeafPath, field_name, flatten, overlaps
 from gwpolicy.engine.merge.values import same
-from gwpolicy.engine.mesh import split_consumer_level
+from gwpolicy.engine.mesh import RequestsFrom, seen_from, split_consumer_level
 from gwpolicy.engine.refs import Ref
 from gwpolicy.engine.status import ancestor_results
 from gwpolicy.engine.topology import Path
@@ -209,15 +209,43 @@ def leaf_map(items: Iterable[EffectivePolicy]) -> dict[tuple[Ref, tuple[Ref, ...
             for ep in items}
 
 
-def diff_effective(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
+def _seen_from(a: Analysis, namespace: str) -> tuple[dict[tuple[Ref, tuple[Ref, ...], KindKey], dict[str, Any]],
+                                                  dict[tuple[Ref, ...], tuple[Ref, ...]]]:
+    """`leaf_map` of the mesh paths that hold the requests of `namespace`, keyed by the path as that
+    namespace sees it (`Namespace/*` written as it), and each such key's path as the engine has it."""
+    mesh = a.topology.mesh
+    if mesh is None:
+        return {}, {}
+    view = RequestsFrom(mesh, namespace)
+    out: dict[tuple[Ref, tuple[Ref, ...], KindKey], dict[str, Any]] = {}
+    paths: dict[tuple[Ref, ...], tuple[Ref, ...]] = {}
+    for ep in a.effective:
+        if view.holds(ep.path):
+            levels = seen_from(ep.path.levels, namespace)
+            paths[levels] = ep.path.levels
+            out[(ep.target, levels, ep.kind.key)] = {field_name(p): v for p, (v, _, _) in ep.result.leaves.items()}
+    return out, paths
+
+
+def diff_effective(before: Analysis, after: Analysis, from_namespace: str | None = None) -> list[dict[str, Any]]:
     """Every effective value that an edit changes (null where it is gone or new).
 
     On a path both analyses have, each field whose value differs is a change. A path that only one
     of them has (a Gateway deleted, a route attached elsewhere) is a change of topology, not of
     values: a value on it counts only when the target has it on no path of the other analysis, so
     a setting that stays the same is never counted because the path to it moved.
+
+    With `from_namespace`, only the mesh paths that hold that namespace's requests count, each as
+    that namespace sees it: a request that took the paths of `*` before and its own after (it gained
+    a consumer route or policy) is one path whose values change.
     """
-    b, af = leaf_map(before.effective), leaf_map(after.effective)
+    if from_namespace is None:
+        b, af = leaf_map(before.effective), leaf_map(after.effective)
+        engine_paths: dict[tuple[Ref, ...], tuple[Ref, ...]] = {}
+    else:
+        b, engine_paths = _seen_from(before, from_namespace)
+        af, after_paths = _seen_from(after, from_namespace)
+        engine_paths.update(after_paths)
     kinds = {**{k.key: k for k in after.kinds.values()}, **{k.key: k for k in before.kinds.values()}}
     moved = {(k[0], k[2]) for k in set(b).symmetric_difference(af)}  # targets with a path on one side only
     values_before, values_after = _values_by_target(b, moved), _values_by_target(af, moved)
@@ -236,7 +264,8 @@ def diff_effective(before: Analysis, after: Analysis) -> list[dict[str, Any]]:
             fields = [f for f in sorted(set(old) | set(new))
                       if not (f in old and f in new and same(old[f], new[f]))]
         for fieldname in fields:
-            changes.append({"target": target.to_target_json(), "path": [l.to_json() for l in path if "@" not in l.kind],
+            changes.append({"target": target.to_target_json(),
+                            "path": [l.to_json() for l in engine_paths.get(path, path) if "@" not in l.kind],
                             "policyKind": kinds[kk].to_json(), "field": fieldname,
                             "before": old.get(fieldname), "after": new.get(fieldname)})
     return changes

@@ -80,16 +80,73 @@ def path_consumer(levels: Any) -> str | None:
     return None
 
 
+class RequestsFrom:
+    """Which mesh paths hold the requests of one namespace (M5): its own paths, and the paths of `*`
+    to each frontend (a Service, an ExternalService) it has no paths of its own to. A path of `*`
+    that ends above its frontend (a producer route, its rule) holds them when some frontend below
+    it does. North-south paths, the XMesh's own and other consumers' hold none."""
+
+    def __init__(self, mesh: Mesh, namespace: str) -> None:
+        self.mesh = mesh
+        self.namespace = namespace
+        self._below: dict[PathNode, bool] = {}
+
+    def holds(self, path: PathNode) -> bool:
+        consumer = path_consumer(path.levels)
+        if consumer is None or consumer != ANY:
+            return consumer == self.namespace
+        return self.borrows(path)
+
+    def borrows(self, path: PathNode) -> bool:
+        """Is `path` a path of `*` that holds the namespace's requests (it has none of its own there)?"""
+        if path_consumer(path.levels) != ANY:
+            return False
+        for level in path.levels[2:]:
+            verdict = self._frontend(level)
+            if verdict is not None:
+                return verdict
+        return self._any_below(path)
+
+    def _frontend(self, level: Ref) -> bool | None:
+        """None when `level` is no frontend; else whether the namespace takes `*`'s paths to it."""
+        consumers = self.mesh.consumers.get(level)
+        if consumers is None:
+            consumers = self.mesh.external.get(level)
+        return None if consumers is None else self.namespace not in consumers
+
+    def _any_below(self, node: PathNode) -> bool:
+        known = self._below.get(node)
+        if known is not None:
+            return known
+        found = False
+        for level, child in (node.children or {}).items():
+            verdict = self._frontend(level)
+            if verdict if verdict is not None else self._any_below(child):
+                found = True
+                break
+        self._below[node] = found
+        return found
+
+
+def seen_from(levels: tuple[Ref, ...], namespace: str) -> tuple[Ref, ...]:
+    """The objects of a mesh path that holds the requests of `namespace`, as that namespace sees
+    them: `Namespace/*` written as it, consumer levels left out (they are not objects), so that its
+    path to an object is the same whether it takes the paths of `*` or has its own."""
+    objects = tuple(level for level in levels if "@" not in level[1])
+    if path_consumer(objects) == ANY:
+        return (objects[0], _namespace(namespace)) + objects[2:]
+    return objects
+
+
 def effective_from(a: Analysis, namespace: str, target: Ref) -> list[EffectivePolicy]:
     """The effective policies of `target` (a Service, its port, a route, a rule, a backend, an
-    ExternalService) on the mesh paths of requests from `namespace`: its own paths when it has
-    any, else those of `*` (M5). Empty when the mesh is off."""
+    ExternalService) on the mesh paths of requests from `namespace` (`RequestsFrom`). Empty when
+    the mesh is off."""
     mesh = a.topology.mesh
     if mesh is None:
         return []
-    items = [ep for ep in a.effective_of(target) if path_consumer(ep.path.levels) is not None]
-    own = [ep for ep in items if path_consumer(ep.path.levels) == namespace]
-    return own if own else [ep for ep in items if path_consumer(ep.path.levels) == ANY]
+    view = RequestsFrom(mesh, namespace)
+    return [ep for ep in a.effective_of(target) if view.holds(ep.path)]
 
 
 def find_mesh(index: ObjectIndex, controller: str = MESH_CONTROLLER) -> Obj | None:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
 import orjson
 import yaml
 
 from gwpolicy.engine.analysis import Analysis, StatusChange
+
+if TYPE_CHECKING:
+    from gwpolicy.engine.topology import PathNode
+
+#: which paths an output keeps (`--from`: the mesh paths of one namespace's requests)
+KeepPath = Callable[["PathNode"], bool]
 
 try:
     _Dumper: Any = yaml.CSafeDumper
@@ -17,11 +23,11 @@ except AttributeError:  # pragma: no cover
 API_VERSION = "gwpolicy.io/v1alpha1"
 
 
-def effective_list(a: Analysis, namespace: str | None = None) -> dict[str, Any]:
-    """S9 EffectivePolicyList; `namespace` keeps the targets that live in it."""
+def effective_list(a: Analysis, namespace: str | None = None, keep: KeepPath | None = None) -> dict[str, Any]:
+    """S9 EffectivePolicyList; `namespace` keeps the targets that live in it, `keep` the paths it holds true of."""
     items = []
     for ep in a.effective:
-        if namespace is not None and ep.target.namespace != namespace:
+        if namespace is not None and ep.target.namespace != namespace or keep is not None and not keep(ep.path):
             continue
         items.append({
             "target": ep.target.to_target_json(),
@@ -64,7 +70,7 @@ def _part(value: Any) -> bytes:
 
 
 def write_effective(a: Analysis, out: BinaryIO, fmt: str, namespace: str | None = None,
-                    chunk: int = 1 << 22) -> None:
+                    chunk: int = 1 << 22, keep: KeepPath | None = None) -> None:
     """Write the S9 EffectivePolicyList in a few large writes, without building it in memory.
 
     Shared parts are encoded once: the target and path once for the items that follow each other
@@ -72,7 +78,7 @@ def write_effective(a: Analysis, out: BinaryIO, fmt: str, namespace: str | None 
     exactly what encoding the whole document at once gives (a test holds that).
     """
     if fmt != "json":
-        doc = effective_list(a, namespace)
+        doc = effective_list(a, namespace, keep)
         items = doc.pop("items")
         header = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
         out.write(header.encode() + (b"items:\n" if items else b"items: []\n"))
@@ -90,7 +96,7 @@ def write_effective(a: Analysis, out: BinaryIO, fmt: str, namespace: str | None 
     size = 0
     first = True
     for ep in a.effective:
-        if namespace is not None and ep.target.namespace != namespace:
+        if namespace is not None and ep.target.namespace != namespace or keep is not None and not keep(ep.path):
             continue
         if ep.path is not last_path or ep.target is not last_target:
             if ep.target is not last_target:  # items come grouped by target, then path: keep only the last

@@ -233,6 +233,14 @@ def _outcome_warning(policy_label: str, o: TargetOutcome) -> str:
     return f"{policy_label} would be {o.reason} on {target}: {o.message}"
 
 
+def _mesh_rule_warning(policy_label: str, pref: Ref, target: Ref) -> str:
+    """A target in another namespace that the policy reaches by GEP-713's mesh rule: it applies to the
+    requests of the policy's namespace only, which whoever wrote it may not expect."""
+    return (f"{policy_label} applies to {label(target)} for requests from namespace {pref.namespace} only "
+            f"(the target is in another namespace: GEP-713's mesh rule); a ReferenceGrant in {target.namespace} "
+            f"would make it apply to every namespace's requests")
+
+
 def policy_verdict(a: Analysis, pref: Ref, opts: Options) -> Verdict:
     v = Verdict()
     policy = a.policies.get(pref)
@@ -246,6 +254,8 @@ def policy_verdict(a: Analysis, pref: Ref, opts: Options) -> Verdict:
     for o in outs:
         if o.reason != ACCEPTED:
             v.warnings.append(_outcome_warning(plabel, o))
+        elif o.level is not None and o.declared is not None and o.declared.namespace not in (None, pref.namespace):
+            v.warnings.append(_mesh_rule_warning(plabel, pref, o.declared))
     lost_on, total, by_field = beaten(a, pref)
     if total and lost_on:
         scope = "every path" if lost_on == total else f"{lost_on} of {total} paths"

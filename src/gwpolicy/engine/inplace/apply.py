@@ -10,9 +10,11 @@ through, derived again and compared with the ones they had; then the path nodes 
 summaries and effective policies), the breadcrumbs of the objects whose affecting policies change,
 and the status of the policies on the targets whose paths or existence changed.
 
-What still returns None (the caller runs a full analysis), being rare and costly to follow: a
-GatewayClass (every Gateway of the class moves), a CustomResourceDefinition or PolicyKind (a new
-policy kind, or a kind's schema and rules), an object in a namespace the analysis does not know yet,
+What still returns None (the caller runs a full analysis), being rare and costly to follow: while
+the mesh is on, any change but of a kind the analysis never reads (EndpointSlices, Secrets,
+ConfigMaps; docs/semantics.md, "Mesh (east-west)"); a GatewayClass (every Gateway of the class
+moves), a CustomResourceDefinition or PolicyKind (a new policy kind, or a kind's schema and rules),
+an object in a namespace the analysis does not know yet,
 a malformed object (a full analysis leaves it out and says why), an object deleted from a
 namespace no Namespace object names (it may be the last that makes the namespace exist, S4.5; a
 live cluster always has the Namespace object), and objects of other kinds.
@@ -75,8 +77,11 @@ def apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) -
 
 
 def _apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) -> set[Ref] | None:
-    if a.topology.mesh is not None:
-        return None  # mesh paths (engine/mesh.py) depend on routes, Services and policies together
+    if a.topology.mesh is not None and _group_kind(raw) not in UNREAD_KINDS:
+        # mesh paths (engine/mesh.py) depend on routes, Services and policies together, and a
+        # policy by the mesh rule attaches at a consumer level, which the updates here do not
+        # follow; an object the analysis never reads changes no mesh path
+        return None
     if new is None:
         ns = (raw.get("metadata") or {}).get("namespace")
         if ns and namespace_ref(ns) not in a.index.by_ref:
@@ -102,6 +107,11 @@ def _apply_change(a: Analysis, raw: dict[str, Any], new: dict[str, Any] | None) 
     if (obj.group, obj.kind) in UNREAD_KINDS:
         return update_unread(a, obj, new)
     return None
+
+
+def _group_kind(raw: dict[str, Any]) -> tuple[str, str]:
+    group, _ = split_api_version(raw.get("apiVersion", ""))
+    return group, raw.get("kind", "")
 
 
 # Kinds the policy analysis holds in its index but never reads: a gateway's data plane reads
