@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from gwpolicy.engine import names
 from gwpolicy.engine.analysis import analyse
 from gwpolicy.engine.kinds import split_api_version
-from gwpolicy.engine.mesh import MESH_CONTROLLER, MESH_KINDS
+from gwpolicy.engine.mesh import MESH_CONTROLLER, MESH_GROUP, MESH_KINDS
 from gwpolicy.engine.meshstatus import Wanted, status_writes
 from gwpolicy.engine.model import Obj
 from gwpolicy.engine.refs import Ref
@@ -55,9 +55,10 @@ BUILTIN = [
     Kind("", "v1", "Service", "services", True),
     Kind("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True, False),
 ]
-#: the CRD kinds the proxy reads: mesh routes, the XMesh that turns the mesh on, and the policy
-#: kinds it applies on mesh paths
-WATCHED_CRD_KINDS = ({("gateway.networking.k8s.io", "HTTPRoute")} | set(MESH_KINDS)
+#: the CRD kinds the proxy reads: mesh routes, the XMesh that turns the mesh on (the experimental
+#: channel's; deploy/80-mesh.yaml grants these and no others), and the policy kinds it applies on
+#: mesh paths
+WATCHED_CRD_KINDS = ({("gateway.networking.k8s.io", "HTTPRoute"), (MESH_GROUP, "XMesh")}
                      | {(policyconf.GROUP, k) for k in policyconf.KINDS})
 #: the kinds the proxy serves without a mesh: plain forwarding to every Service's endpoints
 PLAIN_KINDS = {(k.group, k.kind) for k in BUILTIN}
