@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable, Generic, Hashable, Optional, Tuple, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Hashable, Mapping, Optional, Tuple, TypeVar
 
 log = logging.getLogger("gwpolicy.writer")
 
@@ -82,6 +82,33 @@ class StatusWriters(Generic[K]):
                 self.writing.discard(ref)  # its own next take() may pick `ref` again: no one waits for it
             if self.after is not None:
                 self.after()
+
+
+def desired_of(objects: Mapping[tuple[str, str, str, str], dict[str, Any]],
+               wanted: Mapping[Any, Callable[[Any], Optional[dict[str, Any]]]], ref: Any) -> Optional[dict[str, Any]]:
+    """The status the object `ref` (an engine Ref) should carry: its owner's function of the newest
+    copy (`wanted[ref]`) applied to the copy in `objects` (keyed group, kind, namespace, name);
+    None when either is missing."""
+    from gwpolicy.engine.kinds import split_api_version
+    from gwpolicy.engine.model import Obj
+
+    raw = objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
+    fn = wanted.get(ref)
+    if raw is None or fn is None:
+        return None
+    return fn(Obj(raw, ref, split_api_version(str(raw.get("apiVersion", "")))[1], "api"))
+
+
+def take_first(queue: dict[K, None], writing: set[K], write: Callable[[K], Awaitable[None]],
+               depth: Callable[[int], None]) -> Optional[Job[K]]:
+    """The next job of an owner with one ordered queue: its first object that no worker holds, taken
+    out of the queue (`depth` is told the queue's new length), with `write` of it; None when none."""
+    ref = next((r for r in queue if r not in writing), None)
+    if ref is None:
+        return None
+    del queue[ref]
+    depth(len(queue))
+    return ref, lambda: write(ref)
 
 
 async def patch_status_or_reread(client: Any, kind: Any, raw: dict[str, Any], want: dict[str, Any], manager: str,

@@ -32,7 +32,6 @@ from gwpolicy.engine.analysis import analyse
 from gwpolicy.engine.kinds import split_api_version
 from gwpolicy.engine.mesh import MESH_CONTROLLER, MESH_GROUP, MESH_KINDS
 from gwpolicy.engine.meshstatus import Wanted, status_writes
-from gwpolicy.engine.model import Obj
 from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.options import worker_processes
@@ -45,7 +44,7 @@ from gwpolicy.kube.defaults import ProcessOptions
 from gwpolicy.kube.endpoints import ListenError
 from gwpolicy.kube.loop import synced_bursts
 from gwpolicy.kube.process import WatchingProcess
-from gwpolicy.kube.writer import Job, patch_status_or_reread
+from gwpolicy.kube.writer import Job, desired_of, patch_status_or_reread, take_first
 from gwpolicy.mesh.render import MeshConfig, build
 
 log = logging.getLogger("gwpolicy.mesh")
@@ -223,11 +222,7 @@ class MeshProxy(WatchingProcess):
 
     def desired(self, ref: Ref) -> dict[str, Any] | None:
         """The status `ref` should carry, computed from the copy we hold now."""
-        raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
-        fn = self.wanted.get(ref)
-        if raw is None or fn is None:
-            return None
-        return fn(Obj(raw, ref, split_api_version(str(raw.get("apiVersion", "")))[1], "api"))
+        return desired_of(self.objects, self.wanted, ref)
 
     def _enqueue_if_different(self, ref: Ref) -> None:
         raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
@@ -239,12 +234,7 @@ class MeshProxy(WatchingProcess):
 
     def _next_write(self) -> Job[Ref] | None:
         """The writers' next job (kube/writer.py): the first queued object no worker holds."""
-        ref = next((r for r in self.queue if r not in self.writing), None)
-        if ref is None:
-            return None
-        del self.queue[ref]
-        self.metrics.queue_depth.set(len(self.queue))
-        return ref, lambda: self.write(ref)
+        return take_first(self.queue, self.writing, self.write, self.metrics.queue_depth.set)
 
     def _requeue(self, ref: Ref) -> None:
         self.queue[ref] = None
