@@ -80,6 +80,6 @@ def test_without_an_xmesh_the_proxy_forwards_and_with_one_it_applies_the_routes(
         m.apply([XMESH])
         wait_until(lambda: route_header() == {"producer"}, 30, what=f"the route applied\n{m.log(A)}")
         m.server.kubectl("delete", "xmesh", XMESH["metadata"]["name"])
-        wait_until(lambda: route_header() == set(), 30, what="the route no longer applied")
+        wait_until(lambda: route_header() == set(), 30, what="the route not applied once the XMesh is deleted")
     finally:
         m.close()

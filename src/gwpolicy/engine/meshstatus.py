@@ -100,7 +100,7 @@ Wanted = Callable[[Obj], dict[str, Any]]
 def status_writes(a: Analysis, controller: str = MESH_CONTROLLER) -> dict[Ref, Wanted]:
     """Every object the mesh controller writes, with the status it should carry: the XMesh, each
     mesh route (its Service parents' entries), and each route that holds entries of `controller`
-    the mesh no longer gives it (no Service parent left, or no XMesh of ours: they are taken out)."""
+    the mesh does not give it (no Service parent left, or no XMesh of ours: they are taken out)."""
     mesh = a.topology.mesh
     out: dict[Ref, Wanted] = {}
     now = a.now
