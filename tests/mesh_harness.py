@@ -5,13 +5,17 @@ namespace on the fabric, published through EndpointSlices.
 Each client namespace's host reaches the API server through a relay on its own loopback, binds the
 Services' cluster IPs on its loopback (only its own proxy serves them to it) and reaches the
 backends' addresses on the fabric; nothing else. `send` makes one HTTP request from inside a
-client's host."""
+client's host. The XMesh CRD (the experimental channel's) and an XMesh of the mesh controller are
+there from the start (`xmesh=None`: neither; or another XMesh), as a mesh needs them to apply
+routes and policies. `get_object` reads an object for the status checks of tests/gwconformance.py."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import secrets
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -22,11 +26,15 @@ import kube_apiserver
 import live_server
 import netns
 from gateway_proc import request, wait_until
+from gwpolicy.engine.mesh import MESH_CONTROLLER
 from gwpolicy.gateway.echo import EchoServer
 from sandbox_proc import BIN
 
 #: the sandbox's Service range in these tests (kube-apiserver's is tests/kube_apiserver.py's SERVICE_RANGE)
 SERVICE_CIDR = str(netns.CLUSTER_IPS)
+XMESH_CRD = kube_apiserver.DEPLOY / "gateway-api" / "experimental" / "gateway.networking.x-k8s.io_xmeshes.yaml"
+XMESH = {"apiVersion": "gateway.networking.x-k8s.io/v1alpha1", "kind": "XMesh", "metadata": {"name": "gwpolicy"},
+         "spec": {"controllerName": MESH_CONTROLLER}}
 
 
 def pod_name(prefix: str) -> str:
@@ -35,7 +43,7 @@ def pod_name(prefix: str) -> str:
 
 
 class Mesh:
-    def __init__(self, kind: str, tmp: Path, clients: list[str]) -> None:
+    def __init__(self, kind: str, tmp: Path, clients: list[str], xmesh: dict[str, Any] | None = XMESH) -> None:
         self.kind, self.tmp = kind, tmp
         self.fabric = netns.Fabric()
         self.server: Any = None
@@ -44,6 +52,7 @@ class Mesh:
         self.proxies: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, Path] = {}
         self.bound: set[str] = set()
+        self.orphans: list[Path] = []  # state directories of killed proxies, whose NGINX serves on
         self.backends: dict[str, EchoServer] = {}  # by pod name prefix
         try:
             self.server = live_server.start(kind, tmp, "--service-cidr", SERVICE_CIDR)
@@ -54,6 +63,11 @@ class Mesh:
                 host = self.fabric.add_host(ns)
                 self.hosts[ns] = host
                 self.closers.append(netns.forward_into(host, port, address=address))
+            if xmesh:
+                self.server.kubectl("apply", "--server-side", "-f", str(XMESH_CRD))
+                self.server.kubectl("wait", "--for=condition=Established", "crd/xmeshes.gateway.networking.x-k8s.io",
+                                    "--timeout=30s")
+                self.apply([xmesh])
         except BaseException:
             self.close()
             raise
@@ -67,6 +81,13 @@ class Mesh:
 
     def get(self, resource: str, ns: str, name: str) -> dict[str, Any]:
         return json.loads(self.server.kubectl("get", resource, name, "-n", ns, "-o", "json").stdout)
+
+    def get_object(self, kind: str, ns: str | None, name: str) -> dict[str, Any] | None:
+        """An HTTPRoute or the XMesh as the server holds it, None when there is none."""
+        paths = {"HTTPRoute": "/apis/gateway.networking.k8s.io/v1/namespaces/{ns}/httproutes/{name}",
+                 "XMesh": "/apis/gateway.networking.x-k8s.io/v1alpha1/xmeshes/{name}"}
+        r = self.server.http.get(paths[kind].format(ns=ns, name=name))
+        return r.json() if r.status_code == 200 else None  # type: ignore[no-any-return]
 
     def cluster_ip(self, ns: str, name: str) -> str:
         return str(self.get("service", ns, name)["spec"]["clusterIP"])
@@ -104,18 +125,31 @@ class Mesh:
                 host.add_address(ip)
 
     # -- proxies
-    def start_proxies(self, *flags: str) -> None:
-        """`gwpolicy mesh` in every client's host (`flags`: more of its flags)."""
+    def start_proxies(self, *flags: str, kubeconfig: Path | None = None) -> None:
+        """A proxy per client namespace in its host, with `flags` besides the harness's own."""
         self.bind_cluster_ips()
-        for ns, host in self.hosts.items():
-            log = self.tmp / f"mesh-{ns}.log"
-            self.logs[ns] = log
-            with open(log, "wb") as out:
-                self.proxies[ns] = host.popen(
-                    [str(BIN / "gwpolicy"), "mesh", "--namespace", ns, "--kubeconfig", str(self.server.kubeconfig),
-                     "--state-dir", str(self.tmp / f"mesh-{ns}"), "--allow-unmanaged-endpointslices",
-                     "--worker-processes", "1", "--debounce", "0.1", "--listen", "127.0.0.1:0", *flags],
-                    stdout=out, stderr=subprocess.STDOUT)
+        for ns in self.hosts:
+            self.start_proxy(ns, *flags, kubeconfig=kubeconfig)
+
+    def start_proxy(self, ns: str, *flags: str, kubeconfig: Path | None = None) -> subprocess.Popen:
+        log = self.tmp / f"mesh-{ns}.log"
+        self.logs[ns] = log
+        with open(log, "ab") as out:
+            self.proxies[ns] = self.hosts[ns].popen(
+                [str(BIN / "gwpolicy"), "mesh", "--namespace", ns,
+                 "--kubeconfig", str(kubeconfig or self.server.kubeconfig),
+                 "--state-dir", str(self.tmp / f"mesh-{ns}"), "--allow-unmanaged-endpointslices",
+                 "--worker-processes", "1", "--debounce", "0.1", "--listen", "127.0.0.1:0", "--identity", f"mesh-{ns}",
+                 *flags],
+                stdout=out, stderr=subprocess.STDOUT)
+        return self.proxies[ns]
+
+    def kill(self, ns: str) -> None:
+        """Kill namespace `ns`'s proxy with SIGKILL, as a crash: it gives up nothing (its Lease expires).
+        Its NGINX, which outlives it, is stopped at `close`."""
+        self.proxies[ns].kill()
+        self.proxies[ns].wait(10)
+        self.orphans.append(self.tmp / f"mesh-{ns}")
 
     def log(self, ns: str) -> str:
         try:
@@ -148,6 +182,11 @@ class Mesh:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
+        for state in self.orphans:
+            try:
+                os.kill(int(json.loads((state / "nginx.json").read_text())["pid"]), signal.SIGTERM)
+            except (OSError, ValueError, KeyError):
+                pass
         for c in self.closers:
             c()
         for e in self.echoes:

@@ -18,6 +18,7 @@ from gwpolicy.gateway import policyconf, sidecar
 from gwpolicy.gateway.facts import ROUTE_KINDS as GATEWAY_ROUTE_KINDS
 from gwpolicy.kube import client as kube
 from gwpolicy.kube import defaults
+from gwpolicy.mesh import proxy as mesh
 from gwpolicy.sandbox import bundled
 from helpers import ROOT
 from kube_apiserver import KubeApiServer
@@ -26,6 +27,7 @@ from sandbox_proc import SandboxProcess
 
 DEPLOY = ROOT / "deploy"
 PROCESSES = ("controller", "webhook", "gateway")
+MESH_CRD = "gateway-api/experimental/gateway.networking.x-k8s.io_xmeshes.yaml"
 
 
 def _docs(path: Path) -> list[dict[str, Any]]:
@@ -41,10 +43,13 @@ def test_the_kustomization_lists_every_file_of_deploy_in_order() -> None:
     top = sorted(p.name for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml")
     crds = sorted(f"gateway-api/standard/{p.name}" for p in (DEPLOY / "gateway-api" / "standard").glob("*.yaml")
                   if "_vap_" not in p.name)  # the bundle's admission policy refuses its own dev version (kustomization.yaml)
+    crds.append(MESH_CRD)  # the experimental channel's XMesh, which the mesh reads
     assert sorted(listed) == sorted(top + crds)
     assert listed == ["00-namespace.yaml", *crds, *top[1:]], "in order: the namespace, the Gateway API CRDs, then by number"
     kinds = _docs(DEPLOY / "policykinds" / "kustomization.yaml")[0]["resources"]
     assert kinds == sorted(p.name for p in (DEPLOY / "policykinds").glob("*.yaml") if p.name != "kustomization.yaml")
+    mesh = _docs(DEPLOY / "mesh" / "kustomization.yaml")[0]["resources"]
+    assert sorted(mesh) == sorted(p.name for p in (DEPLOY / "mesh").glob("*.yaml") if p.name != "kustomization.yaml")
 
 
 @pytest.fixture(params=["none", "standard"])
@@ -66,9 +71,13 @@ def test_kubectl_apply_k_deploy_dry_run_then_install(sandbox: SandboxProcess) ->
     sb.kubectl("apply", "-k", str(DEPLOY))
     sb.kubectl("wait", "--for=condition=Established", "crd/policykinds.gwpolicy.io", "--timeout=30s")
     sb.kubectl("apply", "-k", str(DEPLOY / "policykinds"))
+    sb.kubectl("wait", "--for=condition=Established", "crd/xmeshes.gateway.networking.x-k8s.io", "--timeout=30s")
+    sb.kubectl("apply", "-k", str(DEPLOY / "mesh"))
     assert set(sb.kubectl("get", "deployments,serviceaccounts", "-n", "gwpolicy-system", "-o", "name").stdout.split()) >= {
-        *(f"deployment.apps/gwpolicy-{p}" for p in PROCESSES), *(f"serviceaccount/gwpolicy-{p}" for p in PROCESSES)}
-    for p in PROCESSES:  # one ServiceAccount and one ClusterRole per process, bound together
+        *(f"deployment.apps/gwpolicy-{p}" for p in PROCESSES), *(f"serviceaccount/gwpolicy-{p}" for p in PROCESSES),
+        "deployment.apps/gwpolicy-mesh-default", "serviceaccount/gwpolicy-mesh"}
+    assert sb.kubectl("get", "xmeshes", "-o", "name").stdout.split() == ["xmesh.gateway.networking.x-k8s.io/gwpolicy"]
+    for p in (*PROCESSES, "mesh"):  # one ServiceAccount and one ClusterRole per process, bound together
         binding = json.loads(sb.kubectl("get", "clusterrolebinding", f"gwpolicy-{p}", "-o", "json").stdout)
         assert binding["roleRef"]["name"] == f"gwpolicy-{p}"
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"gwpolicy-{p}", "namespace": "gwpolicy-system"}]
@@ -96,9 +105,12 @@ def test_kubectl_apply_k_deploy_on_a_real_api_server(tmp_path: Path) -> None:
         server.kubectl("apply", "-k", str(DEPLOY))
         server.kubectl("wait", "--for=condition=Established", "crd/policykinds.gwpolicy.io", "--timeout=30s")
         server.kubectl("apply", "-k", str(DEPLOY / "policykinds"))
+        server.kubectl("wait", "--for=condition=Established", "crd/xmeshes.gateway.networking.x-k8s.io", "--timeout=30s")
+        server.kubectl("apply", "-k", str(DEPLOY / "mesh"))
         names = set(server.kubectl("get", "deployments,serviceaccounts", "-n", "gwpolicy-system", "-o", "name").stdout.split())
         assert names >= {*(f"deployment.apps/gwpolicy-{p}" for p in PROCESSES),
-                         *(f"serviceaccount/gwpolicy-{p}" for p in PROCESSES)}
+                         *(f"serviceaccount/gwpolicy-{p}" for p in PROCESSES),
+                         "deployment.apps/gwpolicy-mesh-default", "serviceaccount/gwpolicy-mesh"}
         assert len(server.kubectl("get", "policykinds", "-o", "name").stdout.split()) == 5
         for extra in ([], ["--server-side"]):
             assert server.kubectl("apply", "-k", str(DEPLOY), "--dry-run=server", *extra).returncode == 0
@@ -166,6 +178,54 @@ def test_the_gateway_may_write_what_it_writes() -> None:
     assert not _allows(rules, gw, "httproutes", "patch") and not _allows(rules, "", "secrets", "patch")  # no more
 
 
+def _mesh_watched() -> list[kube.Kind]:
+    """What the mesh's informers list and watch: its built-in kinds, CRDs, and the kinds of the CRDs
+    deploy/ installs that it reads (mesh/proxy.py WATCHED_CRD_KINDS), as it finds them at run time."""
+    crds = [o for o in bundled.objects("standard") if o["kind"] == "CustomResourceDefinition"] + _docs(DEPLOY / MESH_CRD)
+    found = [k for k in (kube.served_kind(c) for c in crds) if k is not None and (k.group, k.kind) in mesh.WATCHED_CRD_KINDS]
+    assert {k.kind for k in found} >= {"HTTPRoute", "XMesh", "TimeoutPolicy"}
+    return [kube.CRD, *mesh.BUILTIN, *found]
+
+
+def test_the_mesh_may_read_what_it_watches_and_write_only_route_and_xmesh_status() -> None:
+    rules = _cluster_rules("gwpolicy-mesh")
+    missing = [f"{k.plural}.{k.group} {verb}" for k in _mesh_watched() for verb in ("list", "watch")
+               if not _allows(rules, k.group, k.plural, verb)]
+    assert not missing, f"gwpolicy-mesh cannot {missing}"
+    gw, x = "gateway.networking.k8s.io", "gateway.networking.x-k8s.io"
+    assert _allows(rules, gw, "httproutes/status", "patch") and _allows(rules, x, "xmeshes/status", "patch")
+    assert _allows(rules, gw, "httproutes", "get") and _allows(rules, x, "xmeshes", "get")  # read again after a 409
+    writes = [(r["apiGroups"], r["resources"], v) for r in rules for v in r["verbs"] if v not in ("get", "list", "watch")]
+    assert writes == [([gw], ["httproutes/status"], "patch"), ([x], ["xmeshes/status"], "patch")]
+
+
+def test_the_mesh_proxy_deployment_runs_as_the_mesh_and_shares_its_lease() -> None:
+    """deploy/mesh/: the XMesh of the mesh controller, and a proxy per client namespace (that of
+    `default`) as gwpolicy-mesh, in the namespace of its Lease Role, ready on /readyz at the port
+    it listens on, NET_ADMIN only in the init container that makes the Service range local."""
+    from gwpolicy.engine.mesh import MESH_CONTROLLER
+
+    xmesh = _docs(DEPLOY / "mesh" / "xmesh.yaml")[0]
+    assert (xmesh["kind"], xmesh["spec"]["controllerName"]) == ("XMesh", MESH_CONTROLLER)
+    deployment = _docs(DEPLOY / "mesh" / "proxy-default.yaml")[0]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "gwpolicy-mesh"
+    role = next(d for d in _docs(DEPLOY / "80-mesh.yaml") if d["kind"] == "Role")
+    assert deployment["metadata"]["namespace"] == role["metadata"]["namespace"]
+    container = next(c for c in pod["containers"] if c["name"] == "mesh")
+    assert container["args"][0] == "mesh"
+    opts = mesh.parse(container["args"][1:])
+    assert opts.namespace == "default" and opts.leader_election and opts.lease_namespace is None
+    assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}} \
+        in container["env"]  # the Lease's namespace: the pod's (kube/defaults.py)
+    probe = container["readinessProbe"]["httpGet"]
+    port = next(p["containerPort"] for p in container["ports"] if p["name"] == probe["port"])
+    assert probe["path"] == "/readyz" and port == defaults.PORTS["mesh"]
+    assert "NET_ADMIN" not in str(container["securityContext"])
+    init = pod["initContainers"][0]
+    assert init["securityContext"]["capabilities"]["add"] == ["NET_ADMIN"] and init["command"][:4] == ["ip", "route", "replace", "local"]
+
+
 def test_the_controller_may_write_status_of_every_kind_it_analyses() -> None:
     rules = _cluster_rules("gwpolicy-controller")
     skip = {"CustomResourceDefinition", "PolicyKind", "Namespace", "Service", "ReferenceGrant"}
@@ -175,7 +235,7 @@ def test_the_controller_may_write_status_of_every_kind_it_analyses() -> None:
     assert _allows(rules, "", "services", "patch") and _allows(rules, "", "namespaces", "patch")  # the annotation
 
 
-@pytest.mark.parametrize("process, lease", [("controller", True), ("gateway", True), ("webhook", False)])
+@pytest.mark.parametrize("process, lease", [("controller", True), ("gateway", True), ("webhook", False), ("mesh", True)])
 def test_the_lease_role_is_the_process_own(process: str, lease: bool) -> None:
     docs = _manifests()
     sa = f"gwpolicy-{process}"

@@ -1,8 +1,10 @@
 """The translated mesh conformance cases (tests/data/mesh-conformance, its README) against `gwpolicy
 mesh`: one proxy per client namespace in a network namespace of its own, the suite's echo client
 replaced by requests made from inside that network namespace, with the gateway cases' comparison
-(tests/gwconformance.py). Route status is not checked here: the proxy writes none (the README's
-`status` entries are the mesh controller's)."""
+(tests/gwconformance.py), and each case's `status` entries (its routes' `status.parents[]` for
+their Service parents, as the leader of the proxies writes them) with the gateway cases' status
+check. The proxies run as deploy/'s ServiceAccount gwpolicy-mesh and share the Lease gwpolicy-mesh;
+against kube-apiserver, nothing they ask is refused."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 import gwconformance as gc
 import meshconformance as mc
 import netns
+from gwpolicy.engine.meshstatus import MESH_FEATURES
 from mesh_harness import Mesh
 
 WHY = netns.unavailable()
@@ -29,8 +32,10 @@ GAPS: dict[str, str] = {}
 class MeshSuite:
     def __init__(self, kind: str, tmp: Any) -> None:
         clients = [c["namespace"] for c in BASE["clients"]]
-        self.mesh = m = Mesh(kind, tmp, clients)
+        xmesh = next(o for o in BASE["manifests"] if o["kind"] == "XMesh")
+        self.mesh = m = Mesh(kind, tmp, clients, xmesh=xmesh)
         try:
+            m.server.install_deploy("80-mesh.yaml")
             m.apply([o for o in BASE["manifests"] if o["kind"] != "XMesh"])
             self.pod_ips: dict[tuple[str, str], list[str]] = {}
             for b in BASE["backends"]:
@@ -41,7 +46,7 @@ class MeshSuite:
             self.cluster_ips = {(o["metadata"]["namespace"], o["metadata"]["name"]): m.cluster_ip(o["metadata"]["namespace"],
                                                                                                 o["metadata"]["name"])
                                 for o in BASE["manifests"] if o["kind"] == "Service"}
-            m.start_proxies()
+            m.start_proxies("--lease-namespace", "gwpolicy-system", kubeconfig=m.server.identity("gwpolicy-mesh"))
             for client in clients:
                 for (ns, name), ip in self.cluster_ips.items():
                     m.wait_serving(client, ip, 80, timeout=120)
@@ -77,6 +82,15 @@ class MeshSuite:
                 ok, last = 0, why
                 time.sleep(0.1)
         return last
+
+    def status(self, entries: list[dict[str, Any]], timeout: float = CONSISTENCY) -> str | None:
+        """None once every entry's status holds (tests/gwconformance.py `check_status`), else why not."""
+        end = time.monotonic() + timeout
+        while True:
+            why = next((w for w in (gc.check_status(e, self.mesh.get_object) for e in entries) if w), None)
+            if why is None or time.monotonic() > end:
+                return why
+            time.sleep(0.1)
 
     def weights(self, w: dict[str, Any]) -> str | None:
         entry = dict(w, backend="")
@@ -120,6 +134,8 @@ def test_mesh_conformance_case(suite, name):
     if case["manifests"]:
         suite.mesh.apply(case["manifests"])
     try:
+        why = suite.status(case.get("status") or [])
+        assert why is None, f"status: {why}\n{suite.mesh.log(BASE['clients'][0]['namespace'])}"
         for entry in case["requests"]:
             why = suite.eventually(entry)
             assert why is None, f"{entry.get('name') or entry['request']['path']} from {entry['from']}: {why}"
@@ -129,3 +145,18 @@ def test_mesh_conformance_case(suite, name):
     finally:
         if case["manifests"]:
             suite.mesh.delete(case["manifests"])
+
+
+def test_the_xmesh_is_accepted_and_the_mesh_was_refused_nothing(suite):
+    """After every case: the XMesh of the base is Accepted by the mesh's leader, with the mesh
+    features it supports (which the upstream suite reads from there), and the proxies, as
+    deploy/'s ServiceAccount under deploy/'s RBAC, were refused nothing they asked kube-apiserver
+    for (a 403 is a defect of deploy/; the sandbox authorizes every request)."""
+    xmesh = BASE["mesh"]["name"]
+    why = suite.status([{"object": {"kind": "XMesh", "name": xmesh}}])
+    assert why is None
+    got = suite.mesh.get_object("XMesh", None, xmesh) or {}
+    conds = {c["type"]: (c["status"], c["reason"]) for c in (got.get("status") or {}).get("conditions") or []}
+    assert conds["Accepted"] == ("True", "Accepted")
+    assert got["status"]["supportedFeatures"] == [{"name": f} for f in sorted(MESH_FEATURES)]
+    assert suite.mesh.server.refused("gwpolicy-mesh") == []

@@ -180,3 +180,14 @@ def test_the_readme_table_is_the_files() -> None:
         assert int(count) == len(case["requests"]), name
     total = sum(len(c["requests"]) for c in CASES.values())
     assert f"{len(NAMES)} cases, {total} request expectations" in readme
+
+
+def test_the_xmesh_claims_the_mesh_features_of_the_cases_and_no_others() -> None:
+    """The XMesh's status.supportedFeatures (engine/meshstatus.py) names every mesh feature a
+    translated case needs, and nothing that no case exercises (every case passes:
+    tests/mesh/test_mesh_conformance.py has no gaps); Gateway features are never named there (the
+    suite drops them with a warning)."""
+    from gwpolicy.engine.meshstatus import MESH_FEATURES
+
+    needed = {f for name in mc.case_names() for f in mc.load_case(name)["features"] if f.startswith("Mesh")}
+    assert set(MESH_FEATURES) == needed and len(MESH_FEATURES) == len(needed)

@@ -231,7 +231,7 @@ def test_explain_shows_the_consumer_level_and_the_path_json_leaves_it_out(tmp_pa
                         and i["path"][1]["name"] == "a" for i in mine)
 
 
-def test_mesh_status_keeps_other_controllers_entries_and_writes_nothing_twice(tmp_path: Path) -> None:
+def test_mesh_status_keeps_other_controllers_entries_writes_nothing_twice_and_takes_its_own_out_without_a_mesh(tmp_path: Path) -> None:
     rp = route("b", "rp", "b")
     theirs = {"parentRef": {"group": "", "kind": "Service", "name": "s", "namespace": "b"},
               "controllerName": "example.net/mesh", "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted"}]}
@@ -247,6 +247,10 @@ def test_mesh_status_keeps_other_controllers_entries_and_writes_nothing_twice(tm
     mesh = dict(XMESH, status=written[("XMesh", "mesh")])
     again = write_manifests(tmp_path, [mesh, service("b", "s", [("http", 80)]), rp], "again.yaml")
     assert run_cli("mesh", "status", "-f", str(again), "-o", "json", "--now", "2030-01-01T00:00:00Z").json()["items"] == []
-    # without an XMesh of ours, the mesh controller writes nothing
-    plain = write_manifests(tmp_path, objs[1:], "plain.yaml")
+    # without an XMesh of ours, the mesh controller takes its own entries out and writes nothing else
+    plain = write_manifests(tmp_path, [service("b", "s", [("http", 80)]), rp], "plain.yaml")
+    items = run_cli("mesh", "status", "-f", str(plain), "-o", "json", "--now", NOW).json()["items"]
+    assert [(i["object"]["kind"], i["object"]["name"], i["status"]["parents"]) for i in items] == [("HTTPRoute", "rp", [theirs])]
+    rp["status"] = {"parents": [theirs]}
+    plain = write_manifests(tmp_path, [service("b", "s", [("http", 80)]), rp], "plain2.yaml")
     assert run_cli("mesh", "status", "-f", str(plain), "-o", "json", "--now", NOW).json()["items"] == []

@@ -3,13 +3,20 @@ Service parentRef of each mesh route, and the XMesh's `Accepted` condition."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from gwpolicy.engine.analysis import Analysis, StatusChange
-from gwpolicy.engine.mesh import Mesh, MeshParent
+from gwpolicy.engine.mesh import MESH_CONTROLLER, MESH_ROUTE_KINDS, Mesh, MeshParent
 from gwpolicy.engine.model import Obj, ObjectIndex
-from gwpolicy.engine.refs import CORE_GROUP, Ref, sort_by_ref
+from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref, sort_by_ref
 from gwpolicy.engine.status import condition, find_condition
+
+#: the Gateway API mesh features (pkg/features/mesh.go) the mesh supports, for the XMesh's
+#: `status.supportedFeatures` (the conformance suite reads them from there when given the mesh's
+#: name): each is exercised by a translated conformance case that passes (tests/data/mesh-conformance)
+MESH_FEATURES = ("Mesh", "MeshClusterIPMatching", "MeshConsumerRoute", "MeshHTTPRouteBackendRequestHeaderModification",
+                 "MeshHTTPRouteNamedRouteRule", "MeshHTTPRouteQueryParamMatching", "MeshHTTPRouteRedirectPath",
+                 "MeshHTTPRouteRedirectPort", "MeshHTTPRouteRewritePath", "MeshHTTPRouteSchemeRedirect")
 
 
 def _controller(mesh: Mesh) -> str:
@@ -60,29 +67,69 @@ def route_status(route: Obj, parents: list[MeshParent], index: ObjectIndex, cont
     return status
 
 
-def mesh_object_status(mesh: Mesh, now: str) -> dict[str, Any]:
-    raw = mesh.obj.raw.get("status")
+def mesh_object_status(obj: Obj, now: str) -> dict[str, Any]:
+    """The XMesh's `status` after the mesh controller's write: its `Accepted` condition (the others
+    kept) and the features it supports, sorted by name as GEP-3949 asks."""
+    raw = obj.raw.get("status")
     status = dict(raw) if isinstance(raw, dict) else {}
     conds = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
-    accepted = condition("Accepted", "True", "Accepted", "Accepted by the mesh controller.", mesh.obj.generation,
+    accepted = condition("Accepted", "True", "Accepted", "Accepted by the mesh controller.", obj.generation,
                          find_condition(conds, "Accepted"), now)
     status["conditions"] = [c for c in conds if c.get("type") != "Accepted"] + [accepted]
+    status["supportedFeatures"] = [{"name": f} for f in sorted(MESH_FEATURES)]
     return status
+
+
+def without_entries_of(route: Obj, controller: str) -> dict[str, Any] | None:
+    """The route's `status` with `controller`'s `parents[]` entries taken out; None when it has none."""
+    raw = route.raw.get("status")
+    status = dict(raw) if isinstance(raw, dict) else {}
+    parents = [p for p in status.get("parents") or [] if isinstance(p, dict)]
+    kept = [p for p in parents if p.get("controllerName") != controller]
+    if len(kept) == len(parents):
+        return None
+    status["parents"] = kept
+    return status
+
+
+#: the status an object should carry, as a function of its newest copy (other writers' entries and
+#: the previous conditions' transition times are read from that copy)
+Wanted = Callable[[Obj], dict[str, Any]]
+
+
+def status_writes(a: Analysis, controller: str = MESH_CONTROLLER) -> dict[Ref, Wanted]:
+    """Every object the mesh controller writes, with the status it should carry: the XMesh, each
+    mesh route (its Service parents' entries), and each route that holds entries of `controller`
+    the mesh does not give it (no Service parent left, or no XMesh of ours: they are taken out)."""
+    mesh = a.topology.mesh
+    out: dict[Ref, Wanted] = {}
+    now = a.now
+
+    def of_route(parents: list[MeshParent], ctl: str) -> Wanted:
+        return lambda obj: route_status(obj, parents, a.index, ctl, now)
+
+    def stale(ctl: str) -> Wanted:
+        return lambda obj: without_entries_of(obj, ctl) or dict(obj.raw.get("status") or {})
+
+    if mesh is not None:
+        controller = _controller(mesh)
+        out[mesh.ref] = lambda obj: mesh_object_status(obj, now)
+        for ref, parents in mesh.parents.items():
+            out[ref] = of_route(parents, controller)
+    for kind in MESH_ROUTE_KINDS:
+        for route in a.index.of_kind(GATEWAY_GROUP, kind):
+            if route.ref not in out and without_entries_of(route, controller) is not None:
+                out[route.ref] = stale(controller)
+    return out
 
 
 def mesh_status_changes(a: Analysis) -> list[StatusChange]:
     """What the mesh controller would write, one item per object whose status it changes, sorted;
-    nothing when the input turns no mesh on."""
-    mesh = a.topology.mesh
-    if mesh is None:
-        return []
-    controller = _controller(mesh)
-    wanted = {mesh.ref: mesh_object_status(mesh, a.now)}
-    for ref, parents in mesh.parents.items():
-        wanted[ref] = route_status(a.index.by_ref[ref], parents, a.index, controller, a.now)
+    nothing when the input turns no mesh on and holds no entries of the mesh controller."""
     out = []
-    for ref, status in wanted.items():
+    for ref, wanted in status_writes(a).items():
         obj = a.index.by_ref[ref]
+        status = wanted(obj)
         current = obj.raw.get("status")
         if status != (current if isinstance(current, dict) else {}):
             ann = obj.metadata.get("annotations")

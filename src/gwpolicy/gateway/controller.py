@@ -33,7 +33,6 @@ from lightkube import ApiError
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gwpolicy.engine.analysis import utc_now
-from gwpolicy.engine.kinds import split_api_version
 from gwpolicy.engine.model import Obj
 from gwpolicy.engine.refs import GATEWAY_GROUP, Ref
 from gwpolicy.gateway import nginxproxy, observability
@@ -75,7 +74,7 @@ from gwpolicy.kube.informer import Informer
 from gwpolicy.kube.leader import LEASE
 from gwpolicy.kube.loop import synced_bursts
 from gwpolicy.kube.process import WatchingProcess
-from gwpolicy.kube.writer import Job
+from gwpolicy.kube.writer import Job, desired_of, take_first
 
 __all__ = ["BUILTIN", "DataPlaneDriver", "GatewayController", "GatewayOptions", "Metrics", "Renderer",
            "enforced_here", "main", "parse", "policy_ancestors_of", "spec_addresses", "with_defaults"]
@@ -312,12 +311,7 @@ class GatewayController(WatchingProcess):
 
     def desired(self, ref: Ref) -> dict[str, Any] | None:
         """The status `ref` should carry, computed from the copy we hold now."""
-        raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
-        fn = self.wanted.get(ref)
-        if raw is None or fn is None:
-            return None
-        group, version = split_api_version(raw.get("apiVersion", ""))
-        return fn(Obj(raw, ref, version, "api"))
+        return desired_of(self.objects, self.wanted, ref)
 
     async def _program(self, analysis: Any, facts: Any, clock: "Steps | None" = None) -> None:
         version = self.state.dataplane_version
@@ -519,12 +513,7 @@ class GatewayController(WatchingProcess):
     def _next_write(self) -> Job[Ref] | None:
         """The writers' next job (kube/writer.py): the first queued object no worker holds (the
         shell asks only while this replica leads)."""
-        ref = next((r for r in self.queue if r not in self.writing), None)
-        if ref is None:
-            return None
-        del self.queue[ref]
-        self.metrics.queue_depth.set(len(self.queue))
-        return ref, lambda: self.write(ref)
+        return take_first(self.queue, self.writing, self.write, self.metrics.queue_depth.set)
 
     def _requeue(self, ref: Ref) -> None:
         self.queue[ref] = None

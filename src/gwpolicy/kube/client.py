@@ -276,21 +276,28 @@ def kind_of_crd(crd: dict[str, Any], policykinds: set[tuple[str, str]]) -> Kind 
     by a PolicyKind naming it, or by a name ending in Policy), and PolicyKind itself."""
     from gwpolicy.engine.policies import POLICY_LABEL
 
-    spec = crd.get("spec") or {}
-    names = spec.get("names") or {}
-    versions = [v for v in spec.get("versions") or [] if v.get("served", True)]
-    if not versions or not names.get("kind") or not names.get("plural"):
+    served = served_kind(crd)
+    if served is None:
         return None
-    group, kind = spec.get("group", ""), names["kind"]
+    group, kind = served.group, served.kind
     if (group, kind) == ("gwpolicy.io", "EffectivePolicy"):
         return None  # our output (controller/effectivepolicies.py watches it), never the analysis' input
     labels = (crd.get("metadata") or {}).get("labels") or {}
     wanted = ((group == "gateway.networking.k8s.io" and kind in GATEWAY_KINDS) or kind.endswith("Policy")
               or POLICY_LABEL in labels or (group, kind) == ("gwpolicy.io", "PolicyKind") or (group, kind) in policykinds)
-    if not wanted:
+    return served if wanted else None
+
+
+def served_kind(crd: dict[str, Any]) -> Kind | None:
+    """The kind a CRD serves (its storage version, else its first served one); None when it serves none."""
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    versions = [v for v in spec.get("versions") or [] if v.get("served", True)]
+    if not versions or not names.get("kind") or not names.get("plural"):
         return None
     storage = next((v for v in versions if v.get("storage")), versions[0])
-    return Kind(group, storage["name"], kind, names["plural"], spec.get("scope", "Namespaced") == "Namespaced",
+    return Kind(spec.get("group", ""), storage["name"], names["kind"], names["plural"],
+                spec.get("scope", "Namespaced") == "Namespaced",
                 (storage.get("subresources") or {}).get("status") is not None, keeps_status(storage))
 
 

@@ -1,4 +1,4 @@
-"""(edge) What the long-running commands share (`controller`, `gateway`, `webhook`), defined once so
+"""(edge) What the long-running commands share (`controller`, `gateway`, `webhook`, `mesh`), defined once so
 that they cannot drift apart: the cluster they talk to (`--kubeconfig`, `--context`), who they are
 (`--identity`), where their own HTTP endpoints listen (`--listen`), and where their leader-election
 Lease lives (`--lease-namespace`). Each command adds these flags with `add_arguments` and resolves

@@ -1,4 +1,4 @@
-"""The status writers of every process that writes status (the controller, the gateway): a few
+"""The status writers of every process that writes status (the controller, the gateway, the mesh): a few
 workers that take the next object to write from their owner's queues, write it, and go on.
 
 Written once so that the two cannot drift apart. What it keeps for both:
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable, Generic, Hashable, Optional, Tuple, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Hashable, Mapping, Optional, Tuple, TypeVar
 
 log = logging.getLogger("gwpolicy.writer")
 
@@ -82,3 +82,64 @@ class StatusWriters(Generic[K]):
                 self.writing.discard(ref)  # its own next take() may pick `ref` again: no one waits for it
             if self.after is not None:
                 self.after()
+
+
+def desired_of(objects: Mapping[tuple[str, str, str, str], dict[str, Any]],
+               wanted: Mapping[Any, Callable[[Any], Optional[dict[str, Any]]]], ref: Any) -> Optional[dict[str, Any]]:
+    """The status the object `ref` (an engine Ref) should carry: its owner's function of the newest
+    copy (`wanted[ref]`) applied to the copy in `objects` (keyed group, kind, namespace, name);
+    None when either is missing."""
+    from gwpolicy.engine.kinds import split_api_version
+    from gwpolicy.engine.model import Obj
+
+    raw = objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
+    fn = wanted.get(ref)
+    if raw is None or fn is None:
+        return None
+    return fn(Obj(raw, ref, split_api_version(str(raw.get("apiVersion", "")))[1], "api"))
+
+
+def take_first(queue: dict[K, None], writing: set[K], write: Callable[[K], Awaitable[None]],
+               depth: Callable[[int], None]) -> Optional[Job[K]]:
+    """The next job of an owner with one ordered queue: its first object that no worker holds, taken
+    out of the queue (`depth` is told the queue's new length), with `write` of it; None when none."""
+    ref = next((r for r in queue if r not in writing), None)
+    if ref is None:
+        return None
+    del queue[ref]
+    depth(len(queue))
+    return ref, lambda: write(ref)
+
+
+async def patch_status_or_reread(client: Any, kind: Any, raw: dict[str, Any], want: dict[str, Any], manager: str,
+                                 seen: Callable[[dict[str, Any]], Awaitable[None]]) -> str:
+    """Bring `raw`'s status to `want` by a merge patch of its status subresource, with the
+    resourceVersion it was computed from as a precondition, and give the object the server returns
+    to `seen`. A 409 means another writer came in between: the object is read again and given to
+    `seen`, which computes again from it (their entries survive). A 404 means it is gone. Returns
+    "ok", "conflict" or "gone"; any other error raises (the worker puts the object back in its
+    owner's queue)."""
+    from lightkube import ApiError
+
+    from gwpolicy.kube import client as kube
+
+    meta = raw.get("metadata") or {}
+    name, namespace = str(meta.get("name") or ""), meta.get("namespace") or None
+    try:
+        out = await kube.patch_status(client, kind, name, namespace, str(meta.get("resourceVersion") or ""),
+                                      raw.get("status") or {}, want, manager)
+    except ApiError as exc:
+        if exc.status.code == 404:
+            return "gone"
+        if exc.status.code != 409:
+            raise
+        try:
+            fresh = await kube.get_object(client, kind, name, namespace)
+        except ApiError as again:
+            if again.status.code == 404:
+                return "gone"
+            raise
+        await seen(fresh)
+        return "conflict"
+    await seen(out)
+    return "ok"

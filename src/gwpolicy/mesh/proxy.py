@@ -1,11 +1,16 @@
-"""`gwpolicy mesh --namespace NS`: the proxy of one client namespace (the edge of the mesh).
+"""`gwpolicy mesh --namespace NS`: the proxy of one client namespace (the edge of the mesh), and the
+mesh controller's status writer.
 
-It watches Namespaces, Services, EndpointSlices, HTTPRoutes and the gwpolicy.io policy kinds (once
-their CRDs are there) on the process shell (kube/process.py), and on a change (debounced) renders
-the proxy's configuration (mesh/render.py: every Service's cluster IP and HTTP ports, with the mesh
-routes and the policies that apply to the namespace's requests) and has NGINX validate, load and verify it (gateway/nginx.py). It writes
-nothing to the cluster: it holds no Lease and writes no status. SIGTERM and SIGINT stop NGINX
-gracefully.
+It watches Namespaces, Services, EndpointSlices, HTTPRoutes, the XMesh and the gwpolicy.io policy
+kinds (once their CRDs are there) on the process shell (kube/process.py), and on a change
+(debounced) renders the proxy's configuration (mesh/render.py: every Service's cluster IP and HTTP
+ports, with the mesh routes and the policies that apply to the namespace's requests, once an XMesh
+of the mesh controller exists: `mesh_view`) and has NGINX validate, load and verify it
+(gateway/nginx.py). Every proxy, whatever its client namespace, takes part in one leader election
+(the Lease `gwpolicy-mesh`); the leader writes what the mesh controller reports
+(engine/meshstatus.py: the route `status.parents[]` entries of Service parents, the XMesh's
+`Accepted`), only where it differs, through the shared status writers (kube/writer.py).
+SIGTERM and SIGINT stop NGINX gracefully and give the Lease up.
 
 The egress port (mesh/egress.py) needs the addresses of the hosts ExternalServices name: the proxy
 resolves a host when a rendering first asks for it (off the event loop, before NGINX gets that
@@ -22,13 +27,20 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Mapping
 
+from lightkube import ApiError
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gwpolicy.engine import names
+from gwpolicy.engine.analysis import analyse
+from gwpolicy.engine.kinds import split_api_version
+from gwpolicy.engine.mesh import MESH_CONTROLLER, MESH_GROUP, MESH_KINDS
+from gwpolicy.engine.meshstatus import Wanted, status_writes
+from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.options import worker_processes
+from gwpolicy.gateway.state import key_ref, object_key
 from gwpolicy.kube import client as kube
 from gwpolicy.kube import defaults, serve
 from gwpolicy.kube.args import HelpFormatter, Parser, positive_number, program_name
@@ -38,6 +50,7 @@ from gwpolicy.kube.endpoints import ListenError
 from gwpolicy.kube.loop import synced_bursts
 from gwpolicy.kube.process import WatchingProcess
 from gwpolicy.mesh import egress
+from gwpolicy.kube.writer import Job, desired_of, patch_status_or_reread, take_first
 from gwpolicy.mesh.render import MeshConfig, build
 
 log = logging.getLogger("gwpolicy.mesh")
@@ -47,8 +60,36 @@ BUILTIN = [
     Kind("", "v1", "Service", "services", True),
     Kind("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True, False),
 ]
-#: the CRD kinds the proxy reads: mesh routes, and the policy kinds it applies on mesh paths
-WATCHED_CRD_KINDS = {("gateway.networking.k8s.io", "HTTPRoute")} | {(policyconf.GROUP, k) for k in policyconf.KINDS}
+#: the CRD kinds the proxy reads: mesh routes, the XMesh that turns the mesh on (the experimental
+#: channel's; deploy/80-mesh.yaml grants these and no others), and the policy kinds it applies on
+#: mesh paths
+WATCHED_CRD_KINDS = ({("gateway.networking.k8s.io", "HTTPRoute"), (MESH_GROUP, "XMesh")}
+                     | {(policyconf.GROUP, k) for k in policyconf.KINDS})
+#: the kinds the proxy serves without a mesh: plain forwarding to every Service's endpoints
+PLAIN_KINDS = {(k.group, k.kind) for k in BUILTIN}
+
+
+def mesh_on(objects: Iterable[Mapping[str, Any]]) -> bool:
+    """Does an XMesh (or Mesh) of the mesh controller exist among `objects`?"""
+    return any((split_api_version(str(o.get("apiVersion", "")))[0], o.get("kind")) in MESH_KINDS
+               and isinstance(o.get("spec"), dict) and o["spec"].get("controllerName") == MESH_CONTROLLER
+               for o in objects)
+
+
+def mesh_view(objects: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """What the proxy serves from: every object while an XMesh of the mesh controller exists; else
+    only Namespaces, Services and EndpointSlices (no mesh routes, no policies: each Service's
+    cluster IP forwards to its endpoints as kube-proxy would, docs/mesh.md "Without an XMesh")."""
+    objects = list(objects)
+    if mesh_on(objects):
+        return objects
+    return [o for o in objects if (split_api_version(str(o.get("apiVersion", "")))[0], o.get("kind")) in PLAIN_KINDS]
+
+
+def essence(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """An object without what changes when only its status is written (the proxy never reads it)."""
+    meta = {k: v for k, v in (raw.get("metadata") or {}).items() if k not in ("resourceVersion", "managedFields")}
+    return {**{k: v for k, v in raw.items() if k != "status"}, "metadata": meta}
 
 
 @dataclass
@@ -75,7 +116,11 @@ class Metrics:
         self.reloads = Counter("gwpolicy_mesh_nginx_reloads", "New configurations given to NGINX, by result",
                                ["result"], registry=r)
         self.errors = Counter("gwpolicy_mesh_errors", "Errors, by where they happened", ["where"], registry=r)
-        self.leader = Gauge("gwpolicy_mesh_leader", "Always 1: every proxy serves its namespace", registry=r)
+        self.leader = Gauge("gwpolicy_mesh_leader", "1 when this replica holds the Lease gwpolicy-mesh (it writes the "
+                            "mesh controller's status; every replica serves its namespace), else 0", registry=r)
+        self.writes = Counter("gwpolicy_mesh_writes", "Status writes, by result (ok; conflict: read again and "
+                              "computed again; gone; or the HTTP status code)", ["result"], registry=r)
+        self.queue_depth = Gauge("gwpolicy_mesh_queue_depth", "Objects waiting for a status write", registry=r)
         self.informer_failures = Counter("gwpolicy_mesh_informer_failures", "Failed lists and watches, by resource "
                                          "and operation", ["resource", "operation"], registry=r)
         self.informer_stuck = Gauge("gwpolicy_mesh_informer_stuck", "1 while the informer of a resource cannot make "
@@ -86,6 +131,8 @@ class MeshProxy(WatchingProcess):
     """One client namespace's proxy on the process shell."""
 
     command = "mesh"
+    lease_name = "gwpolicy-mesh"
+    lease_rbac = "deploy/80-mesh.yaml, Role gwpolicy-mesh-leader-election"
     builtin = BUILTIN
 
     def __init__(self, opts: MeshOptions) -> None:
@@ -101,26 +148,35 @@ class MeshProxy(WatchingProcess):
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="nginx")
         self.addresses = egress.HostAddresses()  # the ExternalServices' hosts, as last resolved
         self.resolver = ThreadPoolExecutor(4, thread_name_prefix="resolve")
+        self.wanted: dict[Ref, Wanted] = {}  # object -> (its newest copy -> the status it should carry)
+        self.queue: dict[Ref, None] = {}  # objects whose status differs from what they should carry
+        self.queue_event = asyncio.Event()
+        self.writing: set[Ref] = set()  # objects a write worker holds
+        self.writes_done = 0
 
     async def on_event(self, etype: str, kind: Kind, raw: dict[str, Any]) -> None:
         meta = raw.get("metadata")
         if not isinstance(meta, dict):
             meta = {}
         meta.pop("managedFields", None)
-        key = (kind.group, kind.kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         if kind == kube.CRD:
             if etype != "DELETED":
-                wanted = kube.kind_of_crd(raw, set())
+                wanted = kube.served_kind(raw)
                 if wanted is not None and (wanted.group, wanted.kind) in WATCHED_CRD_KINDS:
                     self.watch(wanted)
             return
         raw.setdefault("apiVersion", kind.api_version)
         raw.setdefault("kind", kind.kind)
+        key = object_key(raw)
+        old = self.objects.get(key)
         if etype == "DELETED":
             self.objects.pop(key, None)
         else:
             self.objects[key] = raw
-        self.wake.set()
+        if etype == "DELETED" or old is None or essence(old) != essence(raw):
+            self.wake.set()
+        else:  # only its status changed (the echo of our own write among them): compare again
+            self._enqueue_if_different(key_ref(key))
 
     def not_ready(self) -> list[str]:
         why = [] if self.synced else ["informers not synced"]
@@ -130,7 +186,8 @@ class MeshProxy(WatchingProcess):
 
     def status(self) -> dict[str, Any]:
         return {"synced": self.synced, "namespace": self.opts.namespace, "passes": self.passes,
-                "serving": self.applied is not None, "error": self.error}
+                "serving": self.applied is not None, "error": self.error, "mesh": mesh_on(self.objects.values()),
+                "queued": len(self.queue), "writes": self.writes_done}
 
     async def starting(self) -> None:
         from gwpolicy.gateway.nginx import Nginx
@@ -143,6 +200,13 @@ class MeshProxy(WatchingProcess):
         self.tasks.append(asyncio.create_task(self.loop(), name="mesh"))
         if self.opts.egress_listen is not None:
             self.tasks.append(asyncio.create_task(self.resolving(), name="egress-resolve"))
+        writers = self.status_writers(self._next_write, self._requeue, wake=self.queue_event)
+        self.writing = writers.writing
+        self.tasks += writers.start(1, "write")
+
+    def leader_changed(self, leader: bool) -> None:
+        if leader:  # compute what to write: the previous leader may have left work undone
+            self.wake.set()
 
     async def loop(self) -> None:
         async for _ in synced_bursts(self, self.opts.debounce, lambda: self.synced):
@@ -151,7 +215,62 @@ class MeshProxy(WatchingProcess):
             except Exception:  # noqa: BLE001 - one bad object must not stop the proxy
                 log.exception("programming the proxy failed")
                 self.metrics.errors.labels("reconcile").inc()
+            try:
+                self.reconcile_status()
+            except Exception:  # noqa: BLE001
+                log.exception("computing the mesh status failed")
+                self.metrics.errors.labels("status").inc()
             self.passes += 1
+
+    # ---------- status (the leader's) ----------
+    def reconcile_status(self) -> None:
+        """What every object the mesh controller writes should carry, and the queue of those that
+        differ. Only the leader computes it (a standby's queue would never be written)."""
+        if not self.leading:
+            self.wanted, self.queue = {}, {}
+            self.metrics.queue_depth.set(0)
+            return
+        self.wanted = status_writes(analyse([dict(o) for o in self.objects.values()], mesh_controller=MESH_CONTROLLER))
+        for ref in self.wanted:
+            self._enqueue_if_different(ref)
+
+    def desired(self, ref: Ref) -> dict[str, Any] | None:
+        """The status `ref` should carry, computed from the copy we hold now."""
+        return desired_of(self.objects, self.wanted, ref)
+
+    def _enqueue_if_different(self, ref: Ref) -> None:
+        raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
+        want = self.desired(ref) if raw is not None else None
+        if want is not None and want != (raw or {}).get("status", {}):
+            self.queue[ref] = None
+            self.metrics.queue_depth.set(len(self.queue))
+            self.queue_event.set()
+
+    def _next_write(self) -> Job[Ref] | None:
+        """The writers' next job (kube/writer.py): the first queued object no worker holds."""
+        return take_first(self.queue, self.writing, self.write, self.metrics.queue_depth.set)
+
+    def _requeue(self, ref: Ref) -> None:
+        self.queue[ref] = None
+
+    async def write(self, ref: Ref) -> None:
+        """One object's status, from the copy we hold (a conflict reads it again and computes again)."""
+        kind = self.kinds.get((ref.group, ref.kind))
+        raw = self.objects.get((ref.group, ref.kind, ref.namespace or "", ref.name))
+        want = self.desired(ref)
+        if kind is None or raw is None or want is None or self.client is None or want == raw.get("status", {}):
+            return
+
+        async def seen(obj: dict[str, Any]) -> None:
+            await self.on_event("MODIFIED", kind, obj)
+
+        try:
+            written = await patch_status_or_reread(self.client, kind, raw, want, self.opts.field_manager, seen)
+        except ApiError as exc:
+            self.metrics.writes.labels(str(exc.status.code)).inc()
+            raise
+        self.metrics.writes.labels(written).inc()
+        self.writes_done += written == "ok"
 
     async def program(self) -> None:
         config = MeshConfig(allow_unmanaged_endpointslices=self.opts.allow_unmanaged_endpointslices,
@@ -160,10 +279,11 @@ class MeshProxy(WatchingProcess):
                             egress=egress.config_of(self.opts.egress_listen, self.opts.egress_ports, self.addresses,
                                                     self.opts.allow_loopback_endpoints))
         t = time.perf_counter()
-        dp, files = build(list(self.objects.values()), self.opts.namespace, config)
+        view = mesh_view(self.objects.values())
+        dp, files = build(view, self.opts.namespace, config)
         if config.egress is not None and self.addresses.missing():  # hosts named for the first time
             await self.resolve(self.addresses.missing())
-            dp, files = build(list(self.objects.values()), self.opts.namespace, config)
+            dp, files = build(view, self.opts.namespace, config)
         for w in dp.warnings:
             log.warning("%s", w)
         if files == self.applied:
@@ -219,11 +339,15 @@ class MeshProxy(WatchingProcess):
 DESCRIPTION = """Run the mesh proxy of one client namespace: an NGINX that listens on every Service's
 cluster IP and HTTP ports and carries the namespace's requests to the Services' endpoints, with the
 mesh routes (HTTPRoutes whose parentRefs name a Service) that apply to them: the namespace's own
-consumer routes of a Service where it has any, else the Service's producer routes. Its egress port
-(--egress-listen) is an HTTP forward proxy for the namespace's requests to hosts outside the
-cluster, with the policies of the ExternalServices naming them. Run one per
-client namespace, where that namespace's outbound traffic goes (docs/mesh.md). It writes nothing
-to the cluster. Ports below 1024 need root (or CAP_NET_BIND_SERVICE)."""
+consumer routes of a Service where it has any, else the Service's producer routes, and the
+gwpolicy.io policies of the mesh paths. Routes and policies apply once an XMesh whose controllerName
+is gwpolicy.io/mesh-controller exists; without one, each Service's cluster IP forwards to its
+endpoints as it is. Its egress port (--egress-listen) is an HTTP forward proxy for the namespace's
+requests to hosts outside the cluster, with the policies of the ExternalServices naming them. Run
+one per client namespace, where that namespace's outbound traffic goes (docs/mesh.md). Every proxy
+takes part in one leader election (the Lease gwpolicy-mesh); the leader writes the routes'
+status.parents entries for their Service parents and the XMesh's Accepted condition, only where
+they differ. Ports below 1024 need root (or CAP_NET_BIND_SERVICE)."""
 
 
 def namespace_name(text: str) -> str:
@@ -253,6 +377,7 @@ def parse(argv: list[str]) -> MeshOptions:
                epilog="""examples:
   gwpolicy mesh --namespace shop --state-dir /var/lib/gwpolicy-mesh/shop
   ip netns exec shop gwpolicy mesh --namespace shop --kubeconfig kc.yaml   # in the namespace's network namespace
+  gwpolicy mesh --namespace shop --lease-namespace gwpolicy-system          # the Lease every proxy shares
 """)
     p.add_argument("--namespace", "-n", required=True, type=namespace_name,
                    help="the client namespace whose requests this proxy carries")
@@ -275,7 +400,7 @@ def parse(argv: list[str]) -> MeshOptions:
                    help="the ports of an ExternalService's host the egress port serves (another port of it is refused)")
     p.add_argument("--egress-resolve-interval", type=positive_number, default=30.0, metavar="SECONDS",
                    help="how often the ExternalServices' hosts are resolved again")
-    defaults.add_arguments(p, "mesh", leader_election=False)
+    defaults.add_arguments(p, "mesh")
     a = p.parse_args(argv)
     serve.setup_logging(a.verbose)
     return MeshOptions(**defaults.options(a), namespace=a.namespace, state_dir=a.state_dir, debounce=a.debounce,
