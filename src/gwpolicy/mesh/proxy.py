@@ -49,8 +49,8 @@ from gwpolicy.kube.defaults import ProcessOptions
 from gwpolicy.kube.endpoints import ListenError
 from gwpolicy.kube.loop import synced_bursts
 from gwpolicy.kube.process import WatchingProcess
-from gwpolicy.mesh import egress
 from gwpolicy.kube.writer import Job, desired_of, patch_status_or_reread, take_first
+from gwpolicy.mesh import egress
 from gwpolicy.mesh.render import MeshConfig, build
 
 log = logging.getLogger("gwpolicy.mesh")
