@@ -337,7 +337,7 @@ class GatewayController(WatchingProcess):
             if warning not in self.warned:  # said once, while it holds (an endpoint left out, ...)
                 log.warning("%s", warning)
         self.warned = self.warned | set(dp.warnings) if len(self.warned) < 10_000 else set(dp.warnings)
-        self.addresses = {ref: [addr] for ref, addr in dp.addresses.items()}
+        self.addresses = {ref: list(dp.listen.get(ref, (addr,))) for ref, addr in dp.addresses.items()}
         self.listener_facts = {ref: (lf.programmed, lf.reason, lf.message) for ref, lf in dp.listeners.items()}
         self.over_budget = dict(dp.over_budget)
         generations = {o.ref: o.generation for kind in ("Gateway", *ROUTE_KINDS)

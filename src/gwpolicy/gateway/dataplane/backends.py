@@ -118,6 +118,7 @@ class BackendResolver:
     _at: dict[int, dict[str, dict[str, Any]]]
     _specs: dict[int, tuple[Any, Any]]
     _gateway_addresses: frozenset[str]
+    _family: str  # the IP family whose EndpointSlices are used (build._Builder._family)
     _refused: dict[tuple[str, str], list[str]]
     analysis_outcomes: Any  # policy Ref -> its TargetOutcomes (the analysis')
     _folded: dict[Any, tuple[Any, Any]]  # see _with_ngf
@@ -337,6 +338,8 @@ class BackendResolver:
             copies, conf = 1, policies.PLAIN_UPSTREAM
         variant = (conf.lines, conf.server_params, copies)
         name = base if variant == (policies.PLAIN_UPSTREAM.lines, "", 1) else f"{base}_{hashlib.sha1(repr(variant).encode()).hexdigest()[:8]}"
+        if self._family != "dual":  # the endpoints of one family: not the same upstream as both's
+            name = f"{name}_{self._family}"
         if tls is not None:
             name = f"{name}_tls{tls.key}"
         # NGINX compares every new upstream's name with all earlier ones (quadratic); names that
@@ -361,8 +364,8 @@ class BackendResolver:
         pname = sport.get("name") or ""
         for es in self._slices_of(svc.namespace or "", svc.name):
             address_type = es.raw.get("addressType", "IPv4")
-            if address_type not in ("IPv4", "IPv6"):
-                continue
+            if address_type not in ("IPv4", "IPv6") or self._family not in ("dual", address_type.lower()):
+                continue  # FQDN slices, and with an NginxProxy ipFamily the other family's
             ports = [p for p in as_list(es.raw.get("ports")) if isinstance(p, dict)]
             if ports:
                 match = [p for p in ports if (p.get("name") or "") == pname and isinstance(p.get("port"), int)]
@@ -396,4 +399,6 @@ class BackendResolver:
         """The message of a Service port without a usable endpoint, with the addresses refused."""
         refused = self._refused.get((ns or "", name))
         return (f"Service {ns}/{name} port {port} has no ready endpoints"
+                + (f" of family {'IPv4' if self._family == 'ipv4' else 'IPv6'} (the Gateway's NginxProxy ipFamily)"
+                   if self._family != "dual" else "")
                 + (f" (not used: {'; '.join(refused)})" if refused else ""))
