@@ -651,7 +651,8 @@ class GatewayController(WatchingProcess):
         os.kill(os.getpid(), signal.SIGTERM)  # the process shell's stop, without NGINX's
 
     async def stopping(self) -> None:
-        """This replica's Lease, NGINX (stopped, or left serving after SIGUSR2), then (the shell)
+        """This replica's Lease, NGINX (stopped, or left serving after SIGUSR2), the span relay (its
+        waiting spans exported, whatever the exporter interval), then (the shell)
         the leader Lease (another replica writes status at once), the informers and the endpoints."""
         for t in self.tasks:
             if t.get_name() in ("reconcile", "write"):
@@ -660,6 +661,9 @@ class GatewayController(WatchingProcess):
             await self.publisher.close()
         if self.driver is not None:
             await self._nginx_call(self.driver.release if self.leave_nginx else self.driver.stop)
+            relay = getattr(self.driver, "relay", None)
+            if relay is not None:  # NGINX has logged its last requests: their spans are exported now
+                await self._nginx_call(relay.stop)
         if self.replica_informer is not None:
             await self.replica_informer.stop()
 
