@@ -97,3 +97,15 @@ def test_an_endpoint_of_the_other_family_only_leaves_the_service_without_endpoin
     assert not dp.upstreams
     assert "return 500" in files["servers.conf"].decode()
 
+
+
+def test_a_listener_one_of_whose_addresses_an_older_gateway_holds_is_served_on_none():
+    objs = _world("dual", ["127.0.30.1", "::1"], gateways=("new", "old"))
+    for o in objs:  # the ipv6 Gateway is older and takes ::1 on the same port
+        if o["kind"] == "Gateway":
+            o["metadata"]["creationTimestamp"] = "2023-01-01T00:00:00Z" if o["metadata"]["name"] == "old" else "2024-01-01T00:00:00Z"
+            o["spec"]["listeners"][0]["port"] = 8080
+    files, dp, _ = _served(objs)
+    assert _listens(files) == {"[::1]:8080"}  # the older Gateway's; nothing of the newer on 127.0.30.1
+    fact = dp.listeners[Ref(GATEWAY_GROUP, "Gateway", "infra", "new").with_section("http")]
+    assert (fact.programmed, fact.reason) == (False, "PortUnavailable") and "infra/old" in fact.message

@@ -171,24 +171,28 @@ class _Builder(BackendResolver):
             self.cache.gateway_addresses = self._gateway_addresses
         servers: list[Server] = []
         owner: dict[tuple[str, int], Ref] = {}  # address:port -> the Gateway serving it
-        refused: set[Ref] = set()  # listeners one of whose addresses cannot be had: served on none
         for gw, class_ok in sorted(ours, key=lambda g: g[0].age_key):  # the older Gateway keeps a shared address:port
+            groups: dict[Ref, list[Server]] = {}
             for srv in self._gateway_servers(gw, class_ok, listen[gw.ref], families[gw.ref]):
-                held = reserved(self.config.reserved, srv.address, srv.port)
-                if held is not None:
-                    self.listener_facts[srv.listener] = ListenerFact(
-                        False, PORT_UNAVAILABLE, f"{srv.address}:{srv.port - self.config.port_offset} is held by {held}")
-                    refused.add(srv.listener)
+                groups.setdefault(srv.listener, []).append(srv)
+            for lref, group in groups.items():  # a listener is served on all its addresses, or on none
+                why = None
+                for srv in group:
+                    at = f"{srv.address}:{srv.port - self.config.port_offset}"
+                    held = reserved(self.config.reserved, srv.address, srv.port)
+                    first = owner.get((srv.address, srv.port), gw.ref)
+                    if held is not None:
+                        why = f"{at} is held by {held}"
+                    elif first != gw.ref:  # two Gateways on one address:port would make NGINX refuse everything
+                        why = f"{at} is already served for Gateway {first.namespace}/{first.name}"
+                    if why is not None:
+                        break
+                if why is not None:
+                    self.listener_facts[lref] = ListenerFact(False, PORT_UNAVAILABLE, why)
                     continue
-                first = owner.setdefault((srv.address, srv.port), gw.ref)
-                if first != gw.ref:  # two Gateways on one address:port would make NGINX refuse everything
-                    self.listener_facts[srv.listener] = ListenerFact(
-                        False, PORT_UNAVAILABLE, f"{srv.address}:{srv.port - self.config.port_offset} is already served "
-                        f"for Gateway {first.namespace}/{first.name}")
-                    refused.add(srv.listener)
-                    continue
-                servers.append(srv)
-        servers = [s for s in servers if s.listener not in refused]
+                for srv in group:
+                    owner[(srv.address, srv.port)] = gw.ref
+                servers += group
         if len({s.id for s in servers}) != len(servers):  # server_id: cannot be, short of a digest collision
             raise DataPlaneError("two listeners got one server id: " + ", ".join(sorted(s.id for s in servers)))
         passthrough = [s for s in servers if s.protocol == "TLS"]
