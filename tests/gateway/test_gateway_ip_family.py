@@ -109,3 +109,15 @@ def test_a_listener_one_of_whose_addresses_an_older_gateway_holds_is_served_on_n
     assert _listens(files) == {"[::1]:8080"}  # the older Gateway's; nothing of the newer on 127.0.30.1
     fact = dp.listeners[Ref(GATEWAY_GROUP, "Gateway", "infra", "new").with_section("http")]
     assert (fact.programmed, fact.reason) == (False, "PortUnavailable") and "infra/old" in fact.message
+
+
+@pytest.mark.parametrize("family,expect", [("dual", {"0.0.0.0:8080", "[::]:8080"}), ("ipv4", {"0.0.0.0:8080"}),
+                                           ("ipv6", {"[::]:8080"})])
+def test_on_every_pod_address_each_family_listens_on_its_wildcards(family, expect):
+    from gwpolicy.gateway.driver import EVERY_ADDRESS
+
+    objs = _world(family, [])
+    view = dataplane_objects(objs, gateway_facts(build_index(objs), any_address=True))
+    dp = build_dataplane(analyse(view, kind_checks=policyconf.kind_checks()),
+                         DataPlaneConfig(**TEST_ENDPOINTS, addresses=EVERY_ADDRESS, any_address=True))
+    assert _listens(render(dp)) == expect
