@@ -98,6 +98,11 @@ def descend(node: PathNode, ref: Ref) -> PathNode | None:
     return child_node(node, ref)
 
 
+def family_suffix(family: str) -> str:
+    """What an upstream's name adds for the endpoints of one IP family only ("" for both)."""
+    return "" if family == "dual" else f"_{family}"
+
+
 class BackendResolver:
     """The part of the builder that resolves backends and mirrors into upstreams (mixed into
     build._Builder, which sets these attributes)."""
@@ -338,8 +343,7 @@ class BackendResolver:
             copies, conf = 1, policies.PLAIN_UPSTREAM
         variant = (conf.lines, conf.server_params, copies)
         name = base if variant == (policies.PLAIN_UPSTREAM.lines, "", 1) else f"{base}_{hashlib.sha1(repr(variant).encode()).hexdigest()[:8]}"
-        if self._family != "dual":  # the endpoints of one family: not the same upstream as both's
-            name = f"{name}_{self._family}"
+        name += family_suffix(self._family)  # the endpoints of one family: not the same upstream as both's
         if tls is not None:
             name = f"{name}_tls{tls.key}"
         # NGINX compares every new upstream's name with all earlier ones (quadratic); names that

@@ -20,6 +20,7 @@ from gwpolicy.gateway.dataplane.backends import (
     BackendResolver,
     backend_ref,
     child_node,
+    family_suffix,
     listener_of,
     not_served,
     service_port,
@@ -89,11 +90,6 @@ def _copy_fact(f: "RouteFact") -> "RouteFact":
 
 def _server_key(s: "Server | None") -> tuple[Any, ...] | None:
     return None if s is None else (s.id, s.listener, s.address, s.port, s.protocol, s.hostname, s.certificate, s.family)
-
-
-def _family_suffix(family: str) -> str:
-    """What an upstream's name adds for the endpoints of one IP family only ("" for both)."""
-    return "" if family == "dual" else f"_{family}"
 
 
 def as_list(v: Any) -> list[Any]:
@@ -353,7 +349,7 @@ class _Builder(BackendResolver):
                     if not endpoints:
                         pb.error, pb.message = NO_ENDPOINTS, f"{where}: {self._no_endpoints(ns, name, port)}"
                     else:
-                        uname = tls_upstream_name(ns or "", name, int(port)) + _family_suffix(self._family)
+                        uname = tls_upstream_name(ns or "", name, int(port)) + family_suffix(self._family)
                         was = self.stream_upstreams.get(uname)
                         if was is not None and (was.service, was.port) != (ref, int(port)):
                             raise DataPlaneError(f"Service {ns}/{name} port {port} and Service {was.service.namespace}/"
