@@ -284,3 +284,19 @@ def test_with_disablehttp2_listeners_do_not_list_grpcroute_and_grpcroutes_are_no
     parents = (_get(server, f"grpcroutes.{GW}", "noh2-grpc").get("status") or {}).get("parents") or []
     accepted = [c for p in parents for c in p.get("conditions") or [] if c.get("type") == "Accepted"]
     assert [(c["status"], c["reason"]) for c in accepted] == [("False", "NotAllowedByListeners")]
+
+
+# ------------------------------------------------------------------------------- an edit, in place
+
+def test_an_nginxproxy_edited_to_dual_adds_the_other_family_without_a_restart(plane):
+    server, port = plane["server"], plane["ports"]["ipv4"]
+    server.kubectl("patch", "nginxproxies.gateway.nginx.org", "-n", NS, "ipv4", "--type", "merge",
+                   "-p", json.dumps({"spec": {"ipFamily": "dual"}}))
+
+    def both() -> bool:
+        return not _refused("::1", port) and {_pod(a, port) for a in (V4["ipv4"], "::1") for _ in range(6)} == {
+            "echo-v4", "echo-v6"}
+
+    wait_until(both, timeout=30, what="Gateway ipv4, its NginxProxy edited to dual, on ::1 and sending to both families")
+    wait_until(lambda: _condition(_get(server, f"gateways.{GW}", "ipv4"), "Programmed").get("status") == "True",
+               timeout=30, what="Gateway ipv4 Programmed: every address usable")
