@@ -40,6 +40,7 @@ class BackendHost:
         self.host = self.fabric["backends"]
         self.procs: list[subprocess.Popen[str]] = []
         self.addresses: set[int] = set()
+        self.v6: set[int] = set()
 
     def address(self, i: int) -> str:
         if not 1 <= i <= 127:
@@ -48,6 +49,22 @@ class BackendHost:
         if i not in self.addresses:
             self.host.add_address(address, device="eth0")
             self.addresses.add(i)
+        return address
+
+    def address6(self, i: int) -> str:
+        """The host's i-th IPv6 address (1-127), in a unique local /64 of the fabric's own (from its
+        IPv4 /24), the bridge holding the prefix' first address: reached from the machine as the
+        IPv4 ones are. Duplicate address detection is off, so the address is usable at once."""
+        if not 1 <= i <= 127:
+            raise ValueError(f"address index {i}: 1-127")
+        net = self.fabric.subnet.network_address.packed
+        prefix = f"fd00:{net[0]:x}{net[1]:02x}:{net[2]:x}::"
+        if not self.v6:
+            netns._ip("addr", "add", f"{prefix}1/64", "dev", self.fabric.bridge, "nodad")
+        address = str(ipaddress.ip_address(f"{prefix}{FIRST + i:x}"))  # canonical, as the API server wants it
+        if i not in self.v6:
+            netns._ip("-n", self.host.netns, "addr", "add", f"{address}/64", "dev", "eth0", "nodad")
+            self.v6.add(i)
         return address
 
     def serve(self, specs: list[dict[str, Any]]) -> None:

@@ -176,10 +176,35 @@ def test_an_nginxproxy_that_disables_http2_leaves_grpcroutes_unserved_and_says_s
     conf = served_conf(objs)
     assert accepted(objs, HTTP).status and "proxy_pass" in conf  # HTTPRoutes are served either way
     if disable:
-        assert (verdict.status, verdict.reason) == (False, "UnsupportedValue")
+        assert (verdict.status, verdict.reason) == (False, "NotAllowedByListeners")
         assert "disableHTTP2" in verdict.message and "infra/gw" in verdict.message
         assert "grpc_pass" not in conf and "http2" not in conf
     else:
         assert verdict.status and "grpc_pass" in conf and " http2 " in conf
     class_msg = gateway_facts(build_index(objs)).classes[Ref(GATEWAY_GROUP, "GatewayClass", None, objs[0]["metadata"]["name"])].message
     assert "NginxProxy in use" in class_msg and "disableHTTP2" not in class_msg  # honoured, so not listed
+
+
+def _without_http2(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    objs[0]["spec"]["parametersRef"] = {"group": "gateway.nginx.org", "kind": "NginxProxy", "name": "proxy",
+                                        "namespace": "infra"}
+    return objs + [{"apiVersion": "gateway.nginx.org/v1alpha2", "kind": "NginxProxy",
+                    "metadata": {"name": "proxy", "namespace": "infra"}, "spec": {"disableHTTP2": True}}]
+
+
+def test_without_http2_the_listeners_do_not_list_grpcroute_among_their_supported_kinds():
+    lf = gateway_facts(build_index(_without_http2(world()))).gateways[GW_REF].listeners["http"]
+    assert lf.supported_kinds == [{"group": GW, "kind": "HTTPRoute"}]
+    assert lf.resolved_refs.status and lf.servable
+
+
+@pytest.mark.parametrize("kinds", [["GRPCRoute"], ["HTTPRoute", "GRPCRoute"]])
+def test_without_http2_a_listener_that_asks_for_grpcroute_has_invalid_route_kinds(kinds):
+    objs = _without_http2(world(allowedRoutes={"kinds": [{"kind": k} for k in kinds]}))
+    lf = gateway_facts(build_index(objs)).gateways[GW_REF].listeners["http"]
+    assert (lf.resolved_refs.status, lf.resolved_refs.reason) == (False, "InvalidRouteKinds")
+    assert f"{GW}/GRPCRoute" in lf.resolved_refs.message and "disableHTTP2" in lf.resolved_refs.message
+    assert lf.supported_kinds == [{"group": GW, "kind": k} for k in kinds if k != "GRPCRoute"]
+    # the same listener with HTTP/2 on takes both kinds
+    plain = gateway_facts(build_index(world(allowedRoutes={"kinds": [{"kind": k} for k in kinds]})))
+    assert plain.gateways[GW_REF].listeners["http"].resolved_refs.status

@@ -25,6 +25,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import signal
 import time
 from concurrent import futures
 from pathlib import Path
@@ -115,13 +116,13 @@ def _policy(name: str, target: str, tracing: dict[str, Any], kind: str = "HTTPRo
                      "tracing": {**tracing, "spanAttributes": ATTRS}}}
 
 
-def _accepted(server: Any, plural: str, name: str) -> list[tuple[str, str]]:
+def _accepted(server: Any, plural: str, name: str, controller: str = GATEWAY_CONTROLLER) -> list[tuple[str, str]]:
     """(status, reason) of every Accepted condition our ancestor entries of a policy carry."""
     got = server.kubectl("get", f"{plural}.gateway.nginx.org", "-n", NS, name, "-o", "json", check=False)
     if got.returncode:
         return []
     ancestors = (json.loads(got.stdout).get("status") or {}).get("ancestors") or []
-    return [(c["status"], c["reason"]) for a in ancestors if a.get("controllerName") == GATEWAY_CONTROLLER
+    return [(c["status"], c["reason"]) for a in ancestors if a.get("controllerName") == controller
             for c in a.get("conditions") or [] if c.get("type") == "Accepted"]
 
 
@@ -520,3 +521,70 @@ def test_ngfs_documented_tracing_examples_apply_unchanged_and_take_effect_in_tra
         assert not [s for s in rx.spans[n:] if s.attributes.get("gwpolicy.route") == "HTTPRoute/default/coffee"]
     finally:
         gw.stop()
+
+
+@pytest.mark.parametrize("example", ["data-plane-03-gateway-class-telemetry", "data-plane-05-gateway-class-telemetry"])
+def test_ngfs_class_telemetry_examples_take_effect_and_a_graceful_stop_exports_their_spans(plane, example):
+    """NGF's data plane page's class-level NginxProxies (serviceName my-company; example 3 with
+    span attribute company-key and batchSize 20, example 5 without), applied as written and named
+    by a GatewayClass's parametersRef; one separate step points just the exporter endpoint at the
+    test's receiver. Their interval is 60 s: only full batches (example 3's 20 spans) arrive while
+    traffic runs for longer than the default interval; the rest wait, and SIGTERM to the gateway (a
+    graceful stop) exports every span at once."""
+    server, rx = plane["server"], plane["rx"]
+    controller, name = "gwpolicy.io/ngf-data-plane-test", "gateway-class-telemetry"
+    server.kubectl("delete", "nginxproxies.gateway.nginx.org", "-n", "default", name, "--ignore-not-found")
+    server.kubectl("apply", "--server-side", "-f", str(NGF_EXAMPLES / f"{example}.yaml"))
+    server.kubectl("patch", "nginxproxies.gateway.nginx.org", "-n", "default", name, "--type", "merge", "-p",
+                   json.dumps({"spec": {"telemetry": {"exporter": {"endpoint": rx.endpoint}}}}))
+    cls = {"apiVersion": f"{GW}/v1", "kind": "GatewayClass", "metadata": meta("ngf-data-plane"),
+           "spec": {"controllerName": controller,
+                    "parametersRef": {"group": "gateway.nginx.org", "kind": "NginxProxy", "name": name, "namespace": "default"}}}
+    server.apply([cls, _gateway("company", "ngf-data-plane"), _route("company", "/company", gw="company"),
+                  _policy("company", "company", {"strategy": "ratio"})])
+    gw = GatewayProcess(server.kubeconfig, plane["tmp"] / f"dp-state-{example[11:13]}", "--controller-name", controller,
+                        pool="127.0.98.32/28")
+    stopped = False
+    try:
+        addr = wait_until(lambda: (json.loads(server.kubectl("get", f"gateways.{GW}", "-n", NS, "company", "-o", "json")
+                                              .stdout).get("status", {}).get("addresses") or [{}])[0].get("value"),
+                          timeout=60, what="Gateway company has an address")
+        def programmed() -> bool:
+            got = json.loads(server.kubectl("get", f"gateways.{GW}", "-n", NS, "company", "-o", "json").stdout)
+            return any(c.get("type") == "Programmed" and c.get("status") == "True"
+                       for c in (got.get("status") or {}).get("conditions") or [])
+
+        # no request before the count: every span of the test's requests is then one it sent
+        wait_until(lambda: _accepted(server, "observabilitypolicies", "company", controller) == [("True", "Accepted")]
+                   and programmed(), timeout=60, what="ObservabilityPolicy company Accepted, Gateway company Programmed")
+        service_name = f"gwpolicy:{NS}:company:my-company"  # NGF's rule: the default name, then the serviceName
+
+        def ours(spans: list[Any]) -> list[Any]:
+            return [s for s in spans if s.resource.get("service.name") == service_name]
+
+        n = len(rx.spans)
+        sent, end = [], time.monotonic() + 3
+        while time.monotonic() < end or len(sent) % 20 != 10:  # example 3's batchSize is 20: half a batch over
+            sent.append(f"n={len(sent)}")
+            assert _get(addr, f"/company?{sent[-1]}")[0] == 200
+            time.sleep(0.05)
+        time.sleep(nginxproxy.DEFAULT_INTERVAL_S + 1)  # longer than the default interval, far shorter than 60 s
+        early = len(ours(rx.spans[n:]))
+        if example.startswith("data-plane-03"):  # full batches go at once, the rest waits for the interval
+            assert early >= 20 and 0 < len(sent) - early < 20, (early, len(sent))
+        else:  # batchSize 512 (NGF's default): every span waits
+            assert early == 0
+        t0 = time.monotonic()
+        assert gw.stop(signal.SIGTERM) == 0
+        stopped = True
+        wait_until(lambda: len(ours(rx.spans[n:])) >= len(sent), timeout=10, what="the spans, exported at the stop")
+        assert time.monotonic() - t0 < 30
+        spans = ours(rx.spans[n:])
+        assert sorted(s.attributes["url.query"] for s in spans) == sorted(sent)
+        for s in spans:
+            assert s.attributes["gwpolicy.route"] == f"HTTPRoute/{NS}/company"
+            assert s.attributes.get("company-key") == ("company-value" if example.startswith("data-plane-03") else None)
+    finally:
+        if not stopped:
+            gw.stop()
+        server.kubectl("delete", f"gateways.{GW}", "-n", NS, "company", "--ignore-not-found")

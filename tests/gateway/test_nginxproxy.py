@@ -48,9 +48,10 @@ EXPORTER = {"telemetry": {"exporter": {"endpoint": "otel-collector.tracing.svc:4
 
 
 def test_a_class_naming_an_nginxproxy_that_resolves_is_accepted_and_says_what_it_does_not_honour():
-    gc, gw = _verdicts(_world(CLASS_REF, None, _np("proxy", {**EXPORTER, "workerConnections": 2048})))
+    gc, gw = _verdicts(_world(CLASS_REF, None, _np("proxy", {**EXPORTER, "workerConnections": 2048, "ipFamily": "ipv4"})))
     assert gc.status and gc.reason == "Accepted" and gw.status
     assert "NginxProxy in use" in gc.message and "workerConnections" in gc.message
+    assert "ipFamily" not in gc.message  # honoured (test_gateway_ip_family.py)
 
 
 def test_a_class_reference_without_a_namespace_names_the_nginxproxy_in_default():

@@ -84,3 +84,16 @@ def test_a_failing_export_and_a_full_queue_are_counted_never_blocking_the_receiv
     finally:
         gate.set()
         relay.stop()
+
+
+def test_stop_exports_every_span_nginx_sent_however_long_the_interval():
+    """A graceful stop of the gateway (after NGINX's) stops the relay: records still in its socket's
+    buffer are read, and every span waiting for its batch's interval (60 s here) is exported."""
+    slow = Exporter(endpoint="127.0.0.1:1", interval_s=60.0, batch_size=64, batch_count=8, service_name="s", attributes=())
+    fake = FakeExporter(SpanExportResult.SUCCESS)
+    relay = SpanRelay(make_exporter=lambda e: fake).start()
+    relay.update({"abc": RouteTrace(route="HTTPRoute/app/coffee", http_route="/coffee", attributes=(), exporter=slow)})
+    _send(relay, [_line(i) for i in range(300)])
+    relay.stop()  # at once: many records are still unread
+    assert relay.counts.received == 300 and relay.counts.exported == 300 and len(fake.spans) == 300
+    assert relay.counts.lost == 0

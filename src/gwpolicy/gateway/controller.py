@@ -331,7 +331,7 @@ class GatewayController(WatchingProcess):
             if warning not in self.warned:  # said once, while it holds (an endpoint left out, ...)
                 log.warning("%s", warning)
         self.warned = self.warned | set(dp.warnings) if len(self.warned) < 10_000 else set(dp.warnings)
-        self.addresses = {ref: [addr] for ref, addr in dp.addresses.items()}
+        self.addresses = {ref: list(dp.listen.get(ref, (addr,))) for ref, addr in dp.addresses.items()}
         self.listener_facts = {ref: (lf.programmed, lf.reason, lf.message) for ref, lf in dp.listeners.items()}
         self.over_budget = dict(dp.over_budget)
         generations = {o.ref: o.generation for kind in ("Gateway", *ROUTE_KINDS)
@@ -640,7 +640,8 @@ class GatewayController(WatchingProcess):
         os.kill(os.getpid(), signal.SIGTERM)  # the process shell's stop, without NGINX's
 
     async def stopping(self) -> None:
-        """This replica's Lease, NGINX (stopped, or left serving after SIGUSR2), then (the shell)
+        """This replica's Lease, NGINX (stopped, or left serving after SIGUSR2), the span relay (its
+        waiting spans exported, whatever the exporter interval), then (the shell)
         the leader Lease (another replica writes status at once), the informers and the endpoints."""
         for t in self.tasks:
             if t.get_name() in ("reconcile", "write"):
@@ -649,6 +650,9 @@ class GatewayController(WatchingProcess):
             await self.publisher.close()
         if self.driver is not None:
             await self._nginx_call(self.driver.release if self.leave_nginx else self.driver.stop)
+            relay = getattr(self.driver, "relay", None)
+            if relay is not None:  # NGINX has logged its last requests: their spans are exported now
+                await self._nginx_call(relay.stop)
         if self.replica_informer is not None:
             await self.replica_informer.stop()
 

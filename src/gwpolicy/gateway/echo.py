@@ -18,6 +18,7 @@ import argparse
 import json
 import re
 import signal
+import socket
 import ssl
 import threading
 import time
@@ -106,6 +107,10 @@ class _Server(ThreadingHTTPServer):
         if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
             super().handle_error(request, client_address)
 
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
     def process_request(self, request: Any, client_address: Any) -> None:
         with self.echo._lock:
             self.echo.accepted += 1
@@ -128,7 +133,7 @@ class EchoServer:
         #: upstream suite reads echo-basic's log for that)
         self.seen: deque[dict[str, Any]] = deque(maxlen=1000)
         self._lock = threading.Lock()
-        self._httpd = _Server((address, port), _Handler)
+        self._httpd = (_Server6 if ":" in address else _Server)((address, port), _Handler)
         self._httpd.echo = self
         self.port = self._httpd.server_address[1]
         if cert:

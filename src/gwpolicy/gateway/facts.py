@@ -136,6 +136,9 @@ class GatewayFacts:
     accepted: Cond
     resolved_refs: Cond | None  # only when spec.tls.backend is set
     requested_addresses: list[dict[str, Any]]
+    #: why spec.addresses names an address the Gateway does not listen on (its NginxProxy's
+    #: ipFamily excludes the address' family): Programmed=False, reason AddressNotUsable
+    unusable_addresses: str | None = None
 
     @property
     def servable(self) -> bool:
@@ -298,10 +301,11 @@ def listener_verdicts(gw: Obj, index: ObjectIndex, grants: ReferenceGrants) -> d
     for l in raw:
         uses[l["name"]] = uses.get(l["name"], 0) + 1
     listeners: dict[str, ListenerFacts] = {}
+    http1_only = nginxproxy.effective(gw, index).get("disableHTTP2") is True
     for l in raw:
         if l["name"] in listeners:
             continue
-        lf = listeners[l["name"]] = _listener(gw, l, index, grants)
+        lf = listeners[l["name"]] = _listener(gw, l, index, grants, http1_only)
         if uses[l["name"]] > 1:
             lf.accepted = Cond("Accepted", False, "UnsupportedValue",
                                f"{uses[l['name']]} listeners are named {l['name']!r}; listener names must be unique, "
@@ -366,7 +370,24 @@ def _gateway(gw: Obj, gc_ref: Ref, gateway_class: Cond, index: ObjectIndex, gran
         else:
             reason = "RefNotPermitted" if got.kind == "RefNotPermitted" else "InvalidClientCertificateRef"
             resolved = Cond("ResolvedRefs", False, reason, got.message)
-    return GatewayFacts(gw.ref, gw, gc_ref, listeners, accepted, resolved, addresses)
+    return GatewayFacts(gw.ref, gw, gc_ref, listeners, accepted, resolved, addresses,
+                        unusable_addresses(gw, index) if accepted.status else None)
+
+
+def unusable_addresses(gw: Obj, index: ObjectIndex) -> str | None:
+    """The message of a Gateway whose spec.addresses names IP addresses of a family its
+    NginxProxy's `ipFamily` excludes (None: there are none): NGINX does not listen on them."""
+    family = nginxproxy.ip_family(nginxproxy.effective(gw, index))
+    if family == "dual":
+        return None
+    other = [str(a.get("value")) for a in _dict(gw.spec).get("addresses") or [] if isinstance(a, dict)
+             and (a.get("type") or "IPAddress") == "IPAddress"
+             and not nginxproxy.family_allows(family, nginxproxy.address_family(a.get("value")))]
+    if not other:
+        return None
+    return (f"spec.addresses {', '.join(other)}: not {'IPv4' if family == 'ipv4' else 'IPv6'}, and the Gateway's "
+            f"NginxProxy sets ipFamily {family}, so NGINX does not listen there; remove the address or set "
+            f"ipFamily to dual")
 
 
 def _named(names: list[str], listeners: dict[str, ListenerFacts]) -> str:
@@ -404,7 +425,15 @@ def _is_loopback(value: Any) -> bool:
         return False
 
 
-def _listener(gw: Obj, l: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants) -> ListenerFacts:
+def served_kinds(protocol: str, http1_only: bool = False) -> tuple[str, ...]:
+    """The route kinds a listener of `protocol` serves; `http1_only` (its Gateway's NginxProxy sets
+    disableHTTP2): GRPCRoute needs HTTP/2, so it is not among them."""
+    kinds = SUPPORTED_ROUTE_KINDS.get(protocol, ())
+    return tuple(k for k in kinds if k != grpcroute.KIND) if http1_only else kinds
+
+
+def _listener(gw: Obj, l: dict[str, Any], index: ObjectIndex, grants: ReferenceGrants,
+              http1_only: bool = False) -> ListenerFacts:
     raw_protocol, raw_port, raw_hostname = l.get("protocol"), l.get("port"), l.get("hostname")
     protocol = raw_protocol if isinstance(raw_protocol, str) else ""
     port = raw_port if isinstance(raw_port, int) else None
@@ -428,7 +457,7 @@ def _listener(gw: Obj, l: dict[str, Any], index: ObjectIndex, grants: ReferenceG
     # supportedKinds: the kinds asked for that we serve; none asked means all we serve for the protocol
     allowed = _dict(l.get("allowedRoutes"))
     kinds = allowed.get("kinds")
-    serveable = SUPPORTED_ROUTE_KINDS.get(protocol, ())
+    serveable = served_kinds(protocol, http1_only)
     if isinstance(kinds, list) and kinds:
         bad = []
         for k in kinds:
@@ -441,7 +470,9 @@ def _listener(gw: Obj, l: dict[str, Any], index: ObjectIndex, grants: ReferenceG
                 bad.append(f"{group}/{k.get('kind')}")
         if bad:
             lf.resolved_refs = Cond("ResolvedRefs", False, "InvalidRouteKinds",
-                                    f"Route kinds not supported on a {protocol} listener: {', '.join(bad)}.")
+                                    f"Route kinds not supported on a {protocol} listener: {', '.join(bad)}"
+                                    + (" (the Gateway's NginxProxy sets disableHTTP2, and gRPC needs HTTP/2)."
+                                       if http1_only and f"{GATEWAY_GROUP}/{grpcroute.KIND}" in bad else "."))
     else:
         lf.supported_kinds = [{"group": GATEWAY_GROUP, "kind": k} for k in serveable]
     if protocol == "TLS":
@@ -567,9 +598,9 @@ def route_fact(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGr
                             f"Gateway {gw_ref.namespace}/{gw_ref.name} is not accepted: {gf.accepted.message}")
             attached = []
         elif route.kind == grpcroute.KIND and nginxproxy.effective(gf.obj, index).get("disableHTTP2") is True:
-            accepted = Cond("Accepted", False, "UnsupportedValue",
+            accepted = Cond("Accepted", False, "NotAllowedByListeners",
                             f"Gateway {gw_ref.namespace}/{gw_ref.name}: its NginxProxy sets disableHTTP2, and gRPC "
-                            "needs HTTP/2: the Gateway serves no GRPCRoute")
+                            "needs HTTP/2: no listener of the Gateway lists GRPCRoute in its supportedKinds")
             attached = []
         elif why is not None:
             accepted = Cond("Accepted", False, why, conflicted if why == "Conflicted" else _why(why, pref, gf))

@@ -85,10 +85,10 @@ def fingerprints(dp: Any) -> dict[Ref, tuple[Any, ...]]:
         for route in p.hosts.values():
             out.setdefault(route.route, []).append(route)
     for s in dp.servers:
-        out[s.listener] = [s.id, s.address, s.port, s.protocol, s.hostname, s.certificate, s.client_ca]
+        out.setdefault(s.listener, []).extend([s.id, s.address, s.port, s.protocol, s.hostname, s.certificate, s.client_ca])
     for p in dp.passthrough:
         for lref in p.listeners:
-            out[lref] = [p.id, p.address, p.port]
+            out.setdefault(lref, []).extend([p.id, p.address, p.port])
     return {ref: tuple(v) for ref, v in out.items()}
 
 

@@ -37,7 +37,7 @@ DEFAULT_BATCH_COUNT = 4
 
 #: what this gateway does with each field it honours (the rest are listed by `unhonoured`)
 HONOURED = ("telemetry.exporter", "telemetry.serviceName", "telemetry.spanAttributes", "telemetry.disabledFeatures",
-            "logging.errorLevel", "rewriteClientIP", "disableHTTP2")
+            "logging.errorLevel", "rewriteClientIP", "disableHTTP2", "ipFamily")
 
 _DURATION = re.compile(r"^([0-9]{1,4})(ms|s|m|h)?$")
 _ENDPOINT = re.compile(r"^(?:https?://)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*(?::\d{1,5})?$")
@@ -163,6 +163,27 @@ def _address(kind: str, value: Any) -> str | None:
         return str(ipaddress.ip_network(value, strict=False) if kind == "CIDR" else ipaddress.ip_address(value))
     except ValueError:
         return None
+
+
+def ip_family(spec: dict[str, Any]) -> str:
+    """The IP family a Gateway's listeners and upstreams use (`ipFamily`, NGF's default `dual`)."""
+    fam = spec.get("ipFamily")
+    return fam if fam in IP_FAMILIES else "dual"
+
+
+def address_family(address: Any) -> str | None:
+    """"ipv4" or "ipv6" for an IP address, None for anything else."""
+    import ipaddress
+
+    try:
+        return "ipv4" if ipaddress.ip_address(str(address)).version == 4 else "ipv6"
+    except ValueError:
+        return None
+
+
+def family_allows(family: str, address_fam: str | None) -> bool:
+    """May a Gateway of `family` (ip_family) use an address or endpoint of `address_fam`?"""
+    return family == "dual" or address_fam == family
 
 
 def server_lines(spec: dict[str, Any]) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ from gwpolicy.gateway.conftext import (
 )
 from gwpolicy.gateway.dataplane import Action, Backend, DataPlane, Location, Server, VirtualHost, memo, without_gc
 from gwpolicy.gateway.dataplane.cache import programmable
+from gwpolicy.gateway.dataplane.model import hostport
 from gwpolicy.gateway.facts import redirect_problem
 from gwpolicy.gateway.frontendtls import ALLOW_INSECURE_FALLBACK
 from gwpolicy.gateway.rendermaps import chunks, match_map
@@ -248,7 +249,7 @@ def _default_servers(dp: DataPlane, grpc: rendergrpc.Ports) -> str:
 
 
 def _listen(address: str, port: int, socket: str | None) -> str:
-    return f"unix:{socket}" if socket else f"{address}:{port}"
+    return f"unix:{socket}" if socket else hostport(address, port)
 
 
 def _behind_stream(address: str, port: int) -> list[str]:

@@ -44,7 +44,7 @@ from gwpolicy.gateway.conftext import (
 )
 from gwpolicy.gateway.dataplane import Action, Backend, DataPlane, Location, Server, VirtualHost, memo
 from gwpolicy.gateway.dataplane.cache import programmable
-from gwpolicy.gateway.dataplane.model import SOCKET_DIR, address_key
+from gwpolicy.gateway.dataplane.model import SOCKET_DIR, address_key, hostport
 from gwpolicy.gateway.rendermaps import chunks, match_map
 from gwpolicy.gateway.renderupstreams import split_entries
 
@@ -143,7 +143,7 @@ def listen_lines(address: str, port: int, socket: str | None, ssl: bool, default
     """The listen lines of a server on address:port when a GRPCRoute changes them, else None."""
     flags = (" default_server" if default else "")
     if ssl and (address, port) in p.tls:
-        where = f"unix:{socket}" if socket else f"{address}:{port}"
+        where = f"unix:{socket}" if socket else hostport(address, port)
         return [f"    listen {where}{flags} ssl http2{' proxy_protocol' if socket else ''};"]
     if not ssl and (address, port) in p.h2c:
         return ["    " + comment(f"{address}:{port} carries a GRPCRoute: its stream server hands this server HTTP/1.x"),
@@ -175,7 +175,7 @@ def files(p: Ports) -> dict[str, bytes]:
         var = f"$gw_h2c_{address_key(address)}_{port}"
         out.append(f"map $gw_h2 {var} {{\n    1 unix:{_socket('2', address, port)};\n"
                    f"    default unix:{_socket('1', address, port)};\n}}\n\n")
-        out.append(joined(["server {", f"    listen {address}:{port};", "    js_preread gw_preface.detect;",
+        out.append(joined(["server {", f"    listen {hostport(address, port)};", "    js_preread gw_preface.detect;",
                            f"    proxy_pass {var};", "    proxy_protocol on;", "}", "", ""]))
     return {STREAM_FILE: "".join(out).encode(), PREFACE_FILE: PREFACE_JS.encode()}
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from gwpolicy.gateway.conftext import LineBreakError, comment, joined
 from gwpolicy.gateway.dataplane import SOCKET_DIR, DataPlane
+from gwpolicy.gateway.dataplane.model import hostport
 
 
 def upstream_block(name: str, u: Any) -> str:
@@ -71,7 +72,7 @@ def stream(dp: DataPlane) -> str:
         out.append(f"map $ssl_preread_server_name {var} {{\n    hostnames;\n    default {default};\n"
                    + "".join(f"    {h} {t};\n" for h, t in sorted(entries.items())) + "}\n\n")
         names = ", ".join(f"{l.namespace}/{l.name} {l.section}" for l in srv.listeners)
-        out.append(joined(["server {", "    " + comment(f"Gateway listeners {names}"), f"    listen {srv.address}:{srv.port};",
+        out.append(joined(["server {", "    " + comment(f"Gateway listeners {names}"), f"    listen {hostport(srv.address, srv.port)};",
                             "    ssl_preread on;", f"    proxy_pass {var};"]
                            + (["    proxy_protocol on;"] if srv.https_socket else []) + ["}", "", ""]))
     for target, sock in sorted(relays.items(), key=lambda kv: kv[1]):

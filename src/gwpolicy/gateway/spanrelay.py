@@ -271,24 +271,37 @@ class SpanRelay:
                 continue
             except OSError:
                 return
-            for level, kind, value in anc:
-                if level == socket.SOL_SOCKET and kind == SO_RXQ_OVFL and len(value) >= 4:
-                    self.counts.socket_overflow = struct.unpack("I", value[:4])[0]  # a running total
-            self.counts.received += 1
-            rec = parse_datagram(data)
-            route = self.routes.get(rec.get("r", "")) if rec is not None else None
-            pipeline = self.pipelines.get(route.exporter) if route is not None and route.exporter is not None else None
-            span = to_span(rec, route, pipeline.resource) if rec is not None and route is not None and pipeline else None
-            if span is None or pipeline is None:
-                self.counts.malformed += 1
-                continue
-            pipeline.put(span)
+            self._take(data, anc)
+        sock.setblocking(False)  # stopping: what NGINX sent before is in the socket's buffer; take it all
+        while True:
+            try:
+                data, anc, _flags, _addr = sock.recvmsg(65535, socket.CMSG_SPACE(4))
+            except OSError:  # BlockingIOError: the buffer is empty
+                return
+            self._take(data, anc)
+
+    def _take(self, data: bytes, anc: list[tuple[int, int, bytes]]) -> None:
+        """One datagram: its span into its exporter's queue, or counted as malformed."""
+        for level, kind, value in anc:
+            if level == socket.SOL_SOCKET and kind == SO_RXQ_OVFL and len(value) >= 4:
+                self.counts.socket_overflow = struct.unpack("I", value[:4])[0]  # a running total
+        self.counts.received += 1
+        rec = parse_datagram(data)
+        route = self.routes.get(rec.get("r", "")) if rec is not None else None
+        pipeline = self.pipelines.get(route.exporter) if route is not None and route.exporter is not None else None
+        span = to_span(rec, route, pipeline.resource) if rec is not None and route is not None and pipeline else None
+        if span is None or pipeline is None:
+            self.counts.malformed += 1
+            return
+        pipeline.put(span)
 
     def flush(self) -> None:
         for p in list(self.pipelines.values()):
             p.flush()
 
     def stop(self) -> None:
+        """Take every record NGINX has sent, export every span waiting (each pipeline's last
+        batches), and close: what a graceful stop of the gateway does once NGINX has stopped."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)

@@ -142,6 +142,8 @@ def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Progra
                               for n in gf.listeners):  # NGINX could bind none of its ports: it serves nothing of it
         ports = "; ".join(f"{n}: {programming.listeners[gf.ref.with_section(n)][2]}" for n in gf.listeners)
         programmed = Cond("Programmed", False, "Invalid", f"No listener of this Gateway is served: {ports}")
+    elif running and gf.unusable_addresses:  # served, on the addresses of its family only
+        programmed = Cond("Programmed", False, "AddressNotUsable", gf.unusable_addresses)
     elif running:
         programmed = Cond("Programmed", True, "Programmed", "NGINX serves the configuration of this Gateway.")
     else:
@@ -168,7 +170,7 @@ def _gateway_status(gw: Obj, gf: GatewayFacts, facts: Facts, programming: Progra
         elif not programming.listeners.get(gf.ref.with_section(lf.name), (True, "", ""))[0]:
             _, reason, message = programming.listeners[gf.ref.with_section(lf.name)]
             lprog = Cond("Programmed", False, "Invalid", f"The data plane does not serve this listener ({reason}): {message}")
-        elif programmed.status:
+        elif programmed.status or programmed.reason == "AddressNotUsable":
             lprog = Cond("Programmed", True, "Programmed", "NGINX serves this listener.")
         else:
             lprog = Cond("Programmed", False, programmed.reason, programmed.message)

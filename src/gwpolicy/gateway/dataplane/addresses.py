@@ -10,6 +10,7 @@ from typing import Any
 from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway.dataplane.model import DataPlaneConfig, DataPlaneError
 from gwpolicy.gateway.listeners import HOSTNAME
+from gwpolicy.gateway.nginxproxy import address_family
 
 
 def intersect_hostname(listener: str, route: str) -> str | None:
@@ -45,15 +46,25 @@ def route_hostnames(listener: str, hostnames: list[str]) -> list[str]:
     return out
 
 
-def gateway_addresses(gateways: list[Any], config: DataPlaneConfig) -> dict[Ref, str]:
-    """Each Gateway's address: the config's, else `spec.addresses` (IPAddress), else the one in its
-    status (kept across restarts) unless another Gateway holds it already (a status written from an
-    allocation that has moved on since), else the lowest free one of the pool, in Gateway order."""
+def gateway_addresses(gateways: list[Any], config: DataPlaneConfig,
+                      families: Mapping[Ref, str] | None = None) -> dict[Ref, str]:
+    """Each Gateway's address: the config's, else its first `spec.addresses` IPAddress of a family
+    its `families` entry (NginxProxy ipFamily, default dual) allows, else the one in its status
+    (kept across restarts) unless another Gateway holds it already (a status written from an
+    allocation that has moved on since), else the lowest free one of the pool, in Gateway order;
+    an `ipv6` Gateway without an IPv6 address of its own gets `::1`, the one IPv6 loopback address
+    (a wildcard config address becomes `::`)."""
     out: dict[Ref, str] = {}
     pending = []
     held = {config.addresses[gw.ref] for gw in gateways if gw.ref in config.addresses}
     for gw in gateways:
-        addr = config.addresses.get(gw.ref) or _spec_address(gw)
+        family = (families or {}).get(gw.ref, "dual")
+        addr = config.addresses.get(gw.ref)
+        if addr in _WILDCARDS and family == "ipv6":
+            addr = "::"
+        addr = addr or _spec_address(gw, family)
+        if not addr and family == "ipv6":
+            addr = "::1"
         if not addr:
             addr = _status_address(gw)
             if addr in held:
@@ -76,6 +87,22 @@ def gateway_addresses(gateways: list[Any], config: DataPlaneConfig) -> dict[Ref,
     return out
 
 
+def listen_addresses(gw: Any, primary: str, family: str) -> tuple[str, ...]:
+    """Every address NGINX listens on for a Gateway, its `primary` (gateway_addresses) first: a
+    `dual` Gateway listens on the first `spec.addresses` IPAddress of each family (on both
+    wildcards, `0.0.0.0` and `::`, when the primary is a wildcard); any other on its primary only."""
+    if family != "dual":
+        return (primary,)
+    if primary in _WILDCARDS:
+        return (primary, "::") if primary == "0.0.0.0" else (primary,)
+    out = [primary]
+    for fam in ("ipv4", "ipv6"):
+        got = _spec_address(gw, fam)
+        if got and got not in out and address_family(primary) != fam:
+            out.append(got)
+    return tuple(out)
+
+
 _WILDCARDS = ("0.0.0.0", "::", "")
 
 
@@ -88,10 +115,11 @@ def reserved(reserved: Mapping[tuple[str, int], str], address: str, port: int) -
     return None
 
 
-def _spec_address(gw: Any) -> str | None:
+def _spec_address(gw: Any, family: str = "dual") -> str | None:
     spec = gw.spec if isinstance(gw.spec, dict) else {}
     for a in spec.get("addresses") or []:
-        if isinstance(a, dict) and a.get("type", "IPAddress") == "IPAddress" and isinstance(a.get("value"), str):
+        if isinstance(a, dict) and a.get("type", "IPAddress") == "IPAddress" and isinstance(a.get("value"), str) \
+                and (family == "dual" or address_family(a["value"]) == family):
             return a["value"]
     return None
 
@@ -101,7 +129,7 @@ def _status_address(gw: Any) -> str | None:
     for a in status.get("addresses") or []:
         if isinstance(a, dict) and a.get("type", "IPAddress") == "IPAddress" and isinstance(a.get("value"), str):
             try:
-                if ipaddress.ip_address(a["value"]).is_loopback:
+                if ipaddress.ip_address(a["value"]).is_loopback and ipaddress.ip_address(a["value"]).version == 4:
                     return a["value"]
             except ValueError:
                 continue

@@ -98,6 +98,11 @@ def descend(node: PathNode, ref: Ref) -> PathNode | None:
     return child_node(node, ref)
 
 
+def family_suffix(family: str) -> str:
+    """What an upstream's name adds for the endpoints of one IP family only ("" for both)."""
+    return "" if family == "dual" else f"_{family}"
+
+
 class BackendResolver:
     """The part of the builder that resolves backends and mirrors into upstreams (mixed into
     build._Builder, which sets these attributes)."""
@@ -118,6 +123,7 @@ class BackendResolver:
     _at: dict[int, dict[str, dict[str, Any]]]
     _specs: dict[int, tuple[Any, Any]]
     _gateway_addresses: frozenset[str]
+    _family: str  # the IP family whose EndpointSlices are used (build._Builder._family)
     _refused: dict[tuple[str, str], list[str]]
     analysis_outcomes: Any  # policy Ref -> its TargetOutcomes (the analysis')
     _folded: dict[Any, tuple[Any, Any]]  # see _with_ngf
@@ -328,7 +334,7 @@ class BackendResolver:
 
     def _upstream(self, svc: Ref, port: int, endpoints: tuple[Endpoint, ...], eff: dict[str, dict[str, Any]],
                   tls: Any = None) -> str:
-        u = upstream_for(svc, port, endpoints, eff, tls)
+        u = upstream_for(svc, port, endpoints, eff, tls, self._family)
         was = self.upstreams.get(u.name)
         if was is None:
             self.upstreams[u.name] = u
@@ -344,8 +350,8 @@ class BackendResolver:
         pname = sport.get("name") or ""
         for es in self._slices_of(svc.namespace or "", svc.name):
             address_type = es.raw.get("addressType", "IPv4")
-            if address_type not in ("IPv4", "IPv6"):
-                continue
+            if address_type not in ("IPv4", "IPv6") or self._family not in ("dual", address_type.lower()):
+                continue  # FQDN slices, and with an NginxProxy ipFamily the other family's
             ports = [p for p in as_list(es.raw.get("ports")) if isinstance(p, dict)]
             if ports:
                 match = [p for p in ports if (p.get("name") or "") == pname and isinstance(p.get("port"), int)]
@@ -379,14 +385,17 @@ class BackendResolver:
         """The message of a Service port without a usable endpoint, with the addresses refused."""
         refused = self._refused.get((ns or "", name))
         return (f"Service {ns}/{name} port {port} has no ready endpoints"
+                + (f" of family {'IPv4' if self._family == 'ipv4' else 'IPv6'} (the Gateway's NginxProxy ipFamily)"
+                   if self._family != "dual" else "")
                 + (f" (not used: {'; '.join(refused)})" if refused else ""))
 
 
 def upstream_for(svc: Ref, port: int, endpoints: tuple[Endpoint, ...], eff: dict[str, dict[str, Any]],
-                 tls: Any = None) -> Upstream:
+                 tls: Any = None, family: str = "dual") -> Upstream:
     """The upstream of a Service port with the effective policies `eff` of a backend's path: its
-    settings (UpstreamSettingsPolicy), how often it lists each endpoint (RetryPolicy) and its TLS
-    profile; named by all three, so that paths with different settings get upstreams of their own."""
+    settings (UpstreamSettingsPolicy), how often it lists each endpoint (RetryPolicy), the IP family
+    of its endpoints (NginxProxy ipFamily) and its TLS profile; named by all four, so that paths
+    with different settings get upstreams of their own."""
     base = upstream_base(svc.namespace or "", svc.name, port)
     usable = programmable(eff)
     if usable:
@@ -396,6 +405,7 @@ def upstream_for(svc: Ref, port: int, endpoints: tuple[Endpoint, ...], eff: dict
         copies, conf = 1, policies.PLAIN_UPSTREAM
     variant = (conf.lines, conf.server_params, copies)
     name = base if variant == (policies.PLAIN_UPSTREAM.lines, "", 1) else f"{base}_{hashlib.sha1(repr(variant).encode()).hexdigest()[:8]}"
+    name += family_suffix(family)  # the endpoints of one family: not the same upstream as both's
     if tls is not None:
         name = f"{name}_tls{tls.key}"
     # NGINX compares every new upstream's name with all earlier ones (quadratic); names that

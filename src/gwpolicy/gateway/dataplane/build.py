@@ -15,11 +15,12 @@ from gwpolicy.engine.grants import ReferenceGrants
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.engine.topology import PathNode
 from gwpolicy.gateway import grpcroute, nginxproxy, pathregex, policyconf
-from gwpolicy.gateway.dataplane.addresses import gateway_addresses, reserved, route_hostnames
+from gwpolicy.gateway.dataplane.addresses import gateway_addresses, listen_addresses, reserved, route_hostnames
 from gwpolicy.gateway.dataplane.backends import (
     BackendResolver,
     backend_ref,
     child_node,
+    family_suffix,
     listener_of,
     not_served,
     service_port,
@@ -88,7 +89,7 @@ def _copy_fact(f: "RouteFact") -> "RouteFact":
 
 
 def _server_key(s: "Server | None") -> tuple[Any, ...] | None:
-    return None if s is None else (s.id, s.listener, s.address, s.port, s.protocol, s.hostname, s.certificate)
+    return None if s is None else (s.id, s.listener, s.address, s.port, s.protocol, s.hostname, s.certificate, s.family)
 
 
 def as_list(v: Any) -> list[Any]:
@@ -126,6 +127,8 @@ class _Builder(BackendResolver):
         self._at: dict[int, dict[str, dict[str, Any]]] = {}  # path node -> effective_at (nodes live in the analysis)
         self._specs: dict[int, tuple[Any, Any]] = {}  # id(Result) -> (Result, Effective)
         self._gateway_addresses: frozenset[str] = frozenset()  # never endpoints (see endpoint_problem)
+        #: the IP family of the server whose routes are being built: the EndpointSlices they use
+        self._family = "dual"
         #: Service (namespace, name) -> why endpoint addresses of its slices were not used
         self._refused: dict[tuple[str, str], list[str]] = {}
         self.over_budget: dict[Ref, tuple[str, str]] = {}
@@ -155,33 +158,47 @@ class _Builder(BackendResolver):
     def build(self) -> DataPlane:
         ours = self._our_gateways()
         gateways = [gw for gw, _ in ours]
-        addresses = gateway_addresses(gateways, self.config)
-        self._gateway_addresses = frozenset(addresses.values())
+        families = {gw.ref: nginxproxy.ip_family(nginxproxy.effective(gw, self.index)) for gw in gateways}
+        addresses = gateway_addresses(gateways, self.config, families)
+        listen = {gw.ref: listen_addresses(gw, addresses[gw.ref], families[gw.ref]) for gw in gateways}
+        self._gateway_addresses = frozenset(a for addrs in listen.values() for a in addrs)
         if self.cache is not None and self.cache.gateway_addresses != self._gateway_addresses:
             self.cache.routes.clear()  # the endpoints routes were built with may be a Gateway's address now
             self.cache.gateway_addresses = self._gateway_addresses
         servers: list[Server] = []
         owner: dict[tuple[str, int], Ref] = {}  # address:port -> the Gateway serving it
         for gw, class_ok in sorted(ours, key=lambda g: g[0].age_key):  # the older Gateway keeps a shared address:port
-            for srv in self._gateway_servers(gw, class_ok, addresses[gw.ref]):
-                held = reserved(self.config.reserved, srv.address, srv.port)
-                if held is not None:
-                    self.listener_facts[srv.listener] = ListenerFact(
-                        False, PORT_UNAVAILABLE, f"{srv.address}:{srv.port - self.config.port_offset} is held by {held}")
+            groups: dict[Ref, list[Server]] = {}
+            for srv in self._gateway_servers(gw, class_ok, listen[gw.ref], families[gw.ref]):
+                groups.setdefault(srv.listener, []).append(srv)
+            for lref, group in groups.items():  # a listener is served on all its addresses, or on none
+                why = None
+                for srv in group:
+                    at = f"{srv.address}:{srv.port - self.config.port_offset}"
+                    held = reserved(self.config.reserved, srv.address, srv.port)
+                    first = owner.get((srv.address, srv.port), gw.ref)
+                    if held is not None:
+                        why = f"{at} is held by {held}"
+                    elif first != gw.ref:  # two Gateways on one address:port would make NGINX refuse everything
+                        why = f"{at} is already served for Gateway {first.namespace}/{first.name}"
+                    if why is not None:
+                        break
+                if why is not None:
+                    self.listener_facts[lref] = ListenerFact(False, PORT_UNAVAILABLE, why)
                     continue
-                first = owner.setdefault((srv.address, srv.port), gw.ref)
-                if first != gw.ref:  # two Gateways on one address:port would make NGINX refuse everything
-                    self.listener_facts[srv.listener] = ListenerFact(
-                        False, PORT_UNAVAILABLE, f"{srv.address}:{srv.port - self.config.port_offset} is already served "
-                        f"for Gateway {first.namespace}/{first.name}")
-                    continue
-                servers.append(srv)
+                for srv in group:
+                    owner[(srv.address, srv.port)] = gw.ref
+                servers += group
         if len({s.id for s in servers}) != len(servers):  # server_id: cannot be, short of a digest collision
             raise DataPlaneError("two listeners got one server id: " + ", ".join(sorted(s.id for s in servers)))
         passthrough = [s for s in servers if s.protocol == "TLS"]
         servers = [s for s in servers if s.protocol != "TLS"]
-        by_listener = {s.listener: s for s in servers}
+        by_listener: dict[Ref, Server] = {}
+        for s in servers:  # a listener's first address; the others share its virtual hosts
+            by_listener.setdefault(s.listener, s)
         self._attach_routes(by_listener)
+        for s in servers:
+            s.vhosts = by_listener[s.listener].vhosts
         for s in servers:
             s.vhosts.sort(key=lambda v: (v.hostname == "", v.hostname))
         streams = self._attach_tls_routes(passthrough)
@@ -195,7 +212,7 @@ class _Builder(BackendResolver):
         return DataPlane(servers, dict(sorted(self.upstreams.items())), self.actions, dict(sorted(self.secrets.items())),
                          addresses, self.listener_facts, self.route_facts, self.config, self.warnings,
                          streams, dict(sorted(self.stream_upstreams.items())), self.unserved, self.over_budget,
-                         *self._proxies(gateways))
+                         *self._proxies(gateways), listen)
 
     def _proxies(self, gateways: list[Any]) -> tuple[dict[Ref, Any], dict[Ref, tuple[str, ...]]]:
         """Gateway -> the telemetry exporter of its NginxProxy (its class's, overridden by its own),
@@ -210,7 +227,9 @@ class _Builder(BackendResolver):
                 lines[gw.ref] = nginxproxy.server_lines(spec)
         return exporters, lines
 
-    def _gateway_servers(self, gw: Any, class_ok: "Cond", address: str) -> list[Server]:
+    def _gateway_servers(self, gw: Any, class_ok: "Cond", addresses: tuple[str, ...], family: str) -> list[Server]:
+        """A Server per servable listener of the Gateway and address it is served on (the first
+        address' server keeps the listener's id, the others add their position)."""
         # which listeners are served is status' verdict (facts.listener_verdicts: the one rule,
         # conflicts included); only what needs the data plane itself (the stream module, the
         # certificate file, address:port ownership across Gateways) is decided here on top
@@ -249,8 +268,9 @@ class _Builder(BackendResolver):
                 self.listener_facts[lref] = ListenerFact(False, *self.config.left_out[lref])
                 continue
             sid = server_id(gw.namespace, gw.name, name)
-            out.append(Server(sid, gw.ref, lref, address, port + self.config.port_offset, protocol, hostname, cert,
-                              client_ca=client_ca, client_mode=client_mode))
+            out += [Server(f"{sid}_{i}" if i else sid, gw.ref, lref, address, port + self.config.port_offset, protocol,
+                           hostname, cert, client_ca=client_ca, client_mode=client_mode, family=family)
+                    for i, address in enumerate(addresses)]
             self.listener_facts[lref] = ListenerFact(True)
         return out
 
@@ -271,24 +291,27 @@ class _Builder(BackendResolver):
         listener (the engine's paths) serves its hostnames intersected with the listener's. Of two
         routes claiming one name on one port, the older route keeps it (as for HTTPRoute rules)."""
         streams: dict[tuple[str, int], PassthroughServer] = {}
-        by_listener: dict[Ref, Server] = {}
+        by_listener: dict[Ref, list[Server]] = {}
         for l in listeners:
             key = (l.address, l.port)
             if key not in streams:
                 streams[key] = PassthroughServer(f"t{len(streams)}_{slug(l.address)}_{l.port}", l.gateway, l.address, l.port, [])
             streams[key].listeners.append(l.listener)
-            by_listener[l.listener] = l
+            by_listener.setdefault(l.listener, []).append(l)
         if not listeners:
             return []
         for route in sorted(self.index.of_kind(GATEWAY_GROUP, "TLSRoute"), key=lambda o: o.age_key):
             if route.ref in self.config.left_out:
                 continue
-            attached = [by_listener[lref] for lref in map(listener_of, self.topo.paths.get(route.ref, {}))
-                        if lref is not None and lref in by_listener]
+            attached = [l for lref in map(listener_of, self.topo.paths.get(route.ref, {}))
+                        if lref is not None and lref in by_listener for l in by_listener[lref]]
             if not attached:
                 continue
             fact = self.route_facts.setdefault(route.ref, RouteFact())
+            families = {l.family for l in attached}  # one family for every Gateway: its endpoints only
+            self._family = families.pop() if len(families) == 1 else "dual"
             target = PassthroughRoute(route.ref, self._tls_backends(route, fact))
+            self._family = "dual"
             hostnames = as_list(as_dict(route.spec).get("hostnames"))
             for l in attached:
                 fact.listeners.add(l.listener)
@@ -326,7 +349,7 @@ class _Builder(BackendResolver):
                     if not endpoints:
                         pb.error, pb.message = NO_ENDPOINTS, f"{where}: {self._no_endpoints(ns, name, port)}"
                     else:
-                        uname = tls_upstream_name(ns or "", name, int(port))
+                        uname = tls_upstream_name(ns or "", name, int(port)) + family_suffix(self._family)
                         was = self.stream_upstreams.get(uname)
                         if was is not None and (was.service, was.port) != (ref, int(port)):
                             raise DataPlaneError(f"Service {ns}/{name} port {port} and Service {was.service.namespace}/"
@@ -385,7 +408,9 @@ class _Builder(BackendResolver):
                         vhosts[key] = vh
                         server.vhosts.append(vh)
                     if matches is None:
+                        self._family = server.family
                         matches = built[i] = self._match_rules(route, node, server, fact)
+                        self._family = "dual"
                     rules_of.setdefault(key, []).extend(matches)
             if entry is None and self.cache is not None:
                 actions = self._new_actions

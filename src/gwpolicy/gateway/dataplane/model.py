@@ -304,6 +304,7 @@ class Server:
     #: an HTTPS server on a port shared with TLS passthrough listeners: it listens on this unix
     #: socket (PROXY protocol from the stream server in front), not on address:port
     socket: str | None = None
+    family: str = "dual"  # its Gateway's NginxProxy ipFamily: the endpoints its routes send to
 
 
 @dataclass
@@ -380,6 +381,8 @@ class DataPlane:
     exporters: dict[Ref, Any] = field(default_factory=dict)
     #: Gateway -> the server-block lines of its NginxProxy (nginxproxy.server_lines)
     server_lines: dict[Ref, tuple[str, ...]] = field(default_factory=dict)
+    #: Gateway -> every address it is served on, `addresses`' first (addresses.listen_addresses)
+    listen: dict[Ref, tuple[str, ...]] = field(default_factory=dict)
 
 
 def server_id(namespace: str | None, gateway: str, listener: str) -> str:
@@ -433,6 +436,11 @@ def address_key(address: str) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
+def hostport(address: str, port: int) -> str:
+    """address:port as NGINX's `listen` takes it (an IPv6 address in brackets)."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
 def slug(text: str | None) -> str:
     return "".join(c if c.isalnum() else "_" for c in (text or ""))
 
