@@ -74,6 +74,16 @@ def write_manifests(tmp_path: Path, objects: list[dict[str, Any]], name: str = "
     return path
 
 
+def set_dotted(target: dict[str, Any], field: str, value: Any) -> dict[str, Any]:
+    """`target` with `value` at the dotted path `field` (`body.maxSize`), the dicts on the way made."""
+    cur = target
+    parts = field.split(".")
+    for p in parts[:-1]:
+        cur = cur.setdefault(p, {})
+    cur[parts[-1]] = value
+    return target
+
+
 def scenario_files() -> list[Path]:
     return sorted(CONFORMANCE.glob("**/*.yaml"))
 

@@ -23,6 +23,7 @@ from gwpolicy.gateway import policyconf as pc
 from gwpolicy.gateway.controller import GatewayController, GatewayOptions, Renderer
 from gwpolicy.gateway.policies import values as pv
 from gwpolicy.gateway.state import object_key
+from helpers import set_dotted
 from test_gateway_inplace import kind_of
 from test_gateway_policies import policy_manifests
 from test_gateway_render import nginx_t
@@ -100,12 +101,7 @@ def _spec(kind: str, fname: str, value: Any) -> dict[str, Any]:
         spec["attempts"] = 2
     if kind == pc.UPSTREAM and fname.startswith("keepAlive.") and fname != "keepAlive.connections":
         spec["keepAlive"] = {"connections": 8}
-    cur = spec
-    parts = fname.split(".")
-    for p in parts[:-1]:
-        cur = cur.setdefault(p, {})
-    cur[parts[-1]] = value
-    return spec
+    return set_dotted(spec, fname, value)
 
 
 def _text(bounds: pv.Bounds, n: int) -> Any:

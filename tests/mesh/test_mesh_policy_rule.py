@@ -16,6 +16,7 @@ from gwpolicy.engine.mesh import effective_from
 from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policyconf
 from gwpolicy.mesh.render import IMPLIED_MESH, build
+from helpers import set_dotted
 
 NAMESPACES = ("a", "b", "c")
 SERVICE = Ref("", "Service", "b", "s")
@@ -39,16 +40,6 @@ def _shown(kind: str, text: str) -> set[str]:
     return {f"{g}{unit}" for g in got}
 
 
-def _nested(field: str, value: object) -> dict:
-    out: dict = {}
-    cur = out
-    parts = field.split(".")
-    for p in parts[:-1]:
-        cur = cur.setdefault(p, {})
-    cur[parts[-1]] = value
-    return out
-
-
 @st.composite
 def policy(draw, n: int) -> dict:
     kind = draw(st.sampled_from(sorted(FIELDS)))
@@ -60,7 +51,7 @@ def policy(draw, n: int) -> dict:
     else:
         ref = {"group": "", "kind": "Service", "name": "s"} | ({"namespace": "b"} if ns != "b" else {}) \
             | ({"sectionName": "http"} if target == "port" else {})
-    settings_ = _nested(field, value(n))
+    settings_ = set_dotted({}, field, value(n))
     if kind in DIRECT:
         spec = {"targetRef": ref, **settings_}
     else:

@@ -219,9 +219,10 @@ def install(sb: live_server.LiveServer, port: int) -> None:
     sb.install_deploy(policy_groups=["policy.acme.io"])  # the parable's policy kinds, as deploy/ says to add them
 
 
-@pytest.fixture
-def sandbox(tmp_path, server_kind):
-    sb = live_server.start(server_kind, tmp_path, files=[PARABLE])
+def _installed(server_kind: str, tmp_path: Path, files: list[Path]):
+    """An API server with `files`, and the webhook's configuration and RBAC from deploy/; at the
+    end, deploy/'s RBAC must have refused the webhook nothing."""
+    sb = live_server.start(server_kind, tmp_path, files=files)
     try:
         sb.port = free_port("127.0.0.1")
         install(sb, sb.port)
@@ -229,6 +230,11 @@ def sandbox(tmp_path, server_kind):
         assert sb.refused(SA) == [], "deploy/'s RBAC refused the webhook these"
     finally:
         sb.close()
+
+
+@pytest.fixture
+def sandbox(tmp_path, server_kind):
+    yield from _installed(server_kind, tmp_path, [PARABLE])
 
 
 def _edited_route(tmp: Path) -> Path:
@@ -275,14 +281,7 @@ XMESH_CRD = ROOT / "deploy" / "gateway-api" / "experimental" / "gateway.networki
 def mesh_cluster(tmp_path, server_kind):
     """examples/mesh (an XMesh, demo's Service reports) with the XMesh CRD and deploy/'s TimeoutPolicy
     CRD, and the webhook's configuration and RBAC from deploy/."""
-    sb = live_server.start(server_kind, tmp_path, files=[XMESH_CRD, ROOT / "deploy" / "41-timeoutpolicy.yaml", MESH_EXAMPLE])
-    try:
-        sb.port = free_port("127.0.0.1")
-        install(sb, sb.port)
-        yield sb
-        assert sb.refused(SA) == [], "deploy/'s RBAC refused the webhook these"
-    finally:
-        sb.close()
+    yield from _installed(server_kind, tmp_path, [XMESH_CRD, ROOT / "deploy" / "41-timeoutpolicy.yaml", MESH_EXAMPLE])
 
 
 def test_kubectl_apply_warns_that_a_policy_on_another_namespaces_service_is_its_own_namespaces(mesh_cluster, tmp_path):
