@@ -4,8 +4,8 @@ kinds its CRDs make known, its leader election, its status writers (which write 
 replica leads), its HTTP endpoints (`/healthz`, `/readyz`, `/statusz`, `/metrics`) on the listen
 address of kube/defaults.py, and the order it starts and stops in. Each process is a
 `WatchingProcess` that says only what is its own: what it watches (`watches`, `crd_kind`,
-`reads_mesh`: the XMesh once its CRD exists, `on_event`), what it
-does once started (`started`: its reconcile loop, its writers), what it reports (`not_ready`,
+`reads_mesh`: the XMesh once its CRD exists, `on_event`), what it does once started (`started`:
+its reconcile loop, its writers), what it reports (`not_ready`,
 `ready_text`, `status`), what it does on taking or losing the Lease (`leader_changed`), and what it
 ends before and after the shell's own stop (`stopping`, `stopped`).
 
