@@ -1,12 +1,13 @@
 """`gwpolicy controller` reads the mesh: once the XMesh CRD and an XMesh of gwpolicy.io/mesh-controller
 exist, a TimeoutPolicy in one namespace on a Service of another applies by GEP-713's mesh rule, and
-the running controller writes its status (Accepted, the mesh rule's message, its ancestor) and the
-Service's breadcrumb exactly as `gwpolicy status -f` gives them for the same objects, and keeps the
-Service's EffectivePolicy object with the mesh path of the policy's namespace as the engine gives it;
-the XMesh deleted, the policy is Invalid again and the EffectivePolicy goes, as without a mesh. Against `gwpolicy sandbox` and a real
-kube-apiserver (conftest.py), the controller as deploy/'s ServiceAccount under deploy/'s RBAC:
-refused nothing. Offline, the controller's model (in-place updates where it takes them, full analyses
-where it declines) follows the XMesh coming, going and changing hands exactly as a full analysis."""
+the running controller writes its status (Accepted, the mesh rule's message, its ancestor), a
+BackendTLSPolicy's ancestor (the XMesh) and every breadcrumb exactly as `gwpolicy status -f` gives
+them for the same objects, and keeps the EffectivePolicy objects the engine gives (the mesh path of
+the policy's namespace among them); the XMesh deleted, all of it is as without a mesh again. Against
+`gwpolicy sandbox` and a real kube-apiserver (conftest.py), the controller as deploy/'s
+ServiceAccount under deploy/'s RBAC: refused nothing. Offline, the controller's model (in-place
+updates where it takes them, full analyses where it declines) follows the XMesh coming, going and
+changing hands exactly as a full analysis."""
 
 from __future__ import annotations
 
@@ -36,8 +37,6 @@ from test_mesh_engine import mesh_input
 
 SA = "gwpolicy-controller"
 A, B = "mesh-ca", "mesh-cb"
-POLICY_PATH = f"/apis/gwpolicy.io/v1alpha1/namespaces/{A}/timeoutpolicies/slow-calls"
-SERVICE_PATH = f"/api/v1/namespaces/{B}/services/s"
 OBJECTS = [
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": A}},
     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": B}},
@@ -53,6 +52,10 @@ OBJECTS = [
     {"apiVersion": "gwpolicy.io/v1alpha1", "kind": "TimeoutPolicy", "metadata": {"name": "on-route", "namespace": A},
      "spec": {"targetRef": {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "rc"},
               "defaults": {"readTimeout": "2s"}}},
+    # a kind whose status goes on Gateways: on mesh paths, reported on the XMesh
+    {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "BackendTLSPolicy", "metadata": {"name": "tls", "namespace": B},
+     "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": "s"}],
+              "validation": {"wellKnownCACertificates": "System", "hostname": "s.mesh-cb.svc"}}},
 ]
 
 
@@ -75,12 +78,18 @@ def ours(status: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def written_as(sb: Any, want: dict[tuple[str, str], dict[str, Any]]) -> bool:
-    """The policy's status (our ancestors, times aside) and the Service's breadcrumb are what `want` says."""
-    policy = sb.http.get(POLICY_PATH).json()
-    service = sb.http.get(SERVICE_PATH).json()
-    crumb = (service["metadata"].get("annotations") or {}).get(ANNOTATION)
-    want_crumb = want[("Service", "s")]["annotations"].get(ANNOTATION) if ("Service", "s") in want else crumb
-    return ours(policy.get("status") or {}) == ours(want[("TimeoutPolicy", "slow-calls")]["status"]) and crumb == want_crumb
+    """Every object `want` names carries the status (times aside) and breadcrumb annotation it says."""
+    live = {(o["kind"], o["metadata"]["name"]): o for o in cluster(sb)}
+    for k, item in want.items():
+        obj = live.get(k)
+        if obj is None:
+            return False
+        status = obj.get("status") or {}
+        if any(strip_times(status.get(f)) != strip_times(v) for f, v in item["status"].items()):
+            return False
+        if (obj["metadata"].get("annotations") or {}).get(ANNOTATION) != item["annotations"].get(ANNOTATION):
+            return False
+    return True
 
 
 def effective_objects(sb: Any) -> dict[tuple[str, str], dict[str, Any]]:
@@ -97,6 +106,12 @@ def engine_objects(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[
     a = analyse([o for o in objects if o["kind"] != "EffectivePolicy"], default_namespace="default")
     return {key: eo.document(a, key, owners, "gwpolicy.io/policy-controller")["spec"]
             for key, owners in eo.owners_by_key(a, "gwpolicy-system").items()}
+
+
+def paths_of(objects: dict[tuple[str, str], dict[str, Any]], policy: str) -> list[str]:
+    """The paths on which EffectivePolicy objects hold the policy of that name."""
+    return [p for spec in objects.values() for t in spec["targets"] for e in t["effectivePolicies"]
+            if policy in {r["name"] for r in e["policies"]} for p in e["paths"]]
 
 
 def accepted(status: dict[str, Any]) -> list[tuple[str, str]]:
@@ -124,7 +139,8 @@ def test_the_controller_writes_a_policy_on_another_namespaces_service_as_status_
         wait_for(lambda: written_as(sb, without), 60, 0.2)
         wait_for(lambda: not status_f(cluster(sb), tmp_path), 30, 0.5)
         no_mesh = engine_objects(cluster(sb))
-        assert (B, "s") not in no_mesh  # the Invalid policy affects it on no path
+        assert not paths_of(no_mesh, "slow-calls")  # Invalid: on no path
+        assert not any(p.startswith("XMesh/") for p in paths_of(no_mesh, "on-route"))
         wait_for(lambda: effective_objects(sb) == no_mesh, 60, 0.2)
 
         # what `gwpolicy status -f` gives for the same objects with our XMesh, before it exists
@@ -133,7 +149,8 @@ def test_the_controller_writes_a_policy_on_another_namespaces_service_as_status_
         assert accepted(item["status"]) == [("True", "Accepted")]
         message = item["status"]["ancestors"][0]["conditions"][0]["message"]
         assert f"for requests from namespace {A} only" in message and "mesh rule" in message
-        assert with_mesh[("Service", "s")]["annotations"][ANNOTATION] == "true"
+        tls = with_mesh[("BackendTLSPolicy", "tls")]["status"]["ancestors"]
+        assert [(a["ancestorRef"]["kind"], a["ancestorRef"]["name"]) for a in tls] == [("XMesh", "gwpolicy")]
 
         sb.kubectl("apply", "--server-side", "-f", str(XMESH_CRD))
         sb.kubectl("wait", "--for=condition=Established", "crd/xmeshes.gateway.networking.x-k8s.io", "--timeout=30s")
@@ -144,14 +161,15 @@ def test_the_controller_writes_a_policy_on_another_namespaces_service_as_status_
         assert ctl.poll() is None
         # the Service's EffectivePolicy holds the policy on the mesh path of the requests from A
         want = engine_objects(cluster(sb))
-        paths = [p for t in want[(B, "s")]["targets"] for e in t["effectivePolicies"] for p in e["paths"]]
+        paths = paths_of(want, "slow-calls")
         assert paths and all(p.startswith(f"XMesh/gwpolicy > Namespace/{A} > ") for p in paths), paths
         wait_for(lambda: effective_objects(sb) == want, 60, 0.2)
 
-        # the XMesh deleted: Invalid again, the Service's breadcrumb taken back, as without a mesh
+        # the XMesh deleted: Invalid again, the BackendTLSPolicy no longer on the XMesh, as without a mesh
         again = status_f([o for o in cluster(sb) if o["kind"] != "XMesh"], tmp_path)
         assert accepted(again[("TimeoutPolicy", "slow-calls")]["status"]) == [("False", "Invalid")]
-        assert ANNOTATION not in again[("Service", "s")]["annotations"]
+        assert not [a for a in again[("BackendTLSPolicy", "tls")]["status"].get("ancestors") or []
+                    if a["ancestorRef"]["kind"] == "XMesh"]
         sb.kubectl("delete", "xmesh", XMESH["metadata"]["name"])
         wait_for(lambda: written_as(sb, again), 60, 0.2)
         wait_for(lambda: not status_f(cluster(sb), tmp_path), 30, 0.5)
