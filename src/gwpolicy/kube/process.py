@@ -5,9 +5,9 @@ replica leads), its HTTP endpoints (`/healthz`, `/readyz`, `/statusz`, `/metrics
 address of kube/defaults.py, and the order it starts and stops in. Each process is a
 `WatchingProcess` that says only what is its own: what it watches (`watches`, `crd_kind`,
 `reads_mesh`: the XMesh once its CRD exists, `on_event`), what it does once started (`started`:
-its reconcile loop, its writers), what it reports (`not_ready`,
-`ready_text`, `status`), what it does on taking or losing the Lease (`leader_changed`), and what it
-ends before and after the shell's own stop (`stopping`, `stopped`).
+its reconcile loop, its writers), what it reports (`not_ready`, `ready_text`, `status`), what it
+does on taking or losing the Lease (`leader_changed`), and what it ends before and after the
+shell's own stop (`stopping`, `stopped`).
 
 Start: the API client; the process' own first step (`starting`: the gateway's NGINX); the endpoints
 (a busy or malformed address is a ListenError and nothing else starts); an informer per kind of
