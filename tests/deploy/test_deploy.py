@@ -147,22 +147,30 @@ def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -
                and (verb in r.get("verbs", []) or "*" in r.get("verbs", [])) for r in rules)
 
 
-def _watched(builtin: list[kube.Kind]) -> list[kube.Kind]:
+def _watched(builtin: list[kube.Kind], reads_mesh: bool) -> list[kube.Kind]:
     """What a process's informers list and watch: its built-in kinds, CRDs, and the kinds of the CRDs
-    `kubectl apply -k deploy/` installs that `kube.kind_of_crd` picks (as the process does at run time)."""
+    `kubectl apply -k deploy/` installs that `kube.kind_of_crd` picks (as the process does at run time),
+    with the XMesh when it reads the mesh (kube/process.py `reads_mesh`)."""
     crds = [o for o in bundled.objects("standard") if o["kind"] == "CustomResourceDefinition"]
     policykinds = {(o["spec"]["group"], o["spec"]["kind"]) for o in bundled.objects("standard") if o["kind"] == "PolicyKind"}
     found = [k for k in (kube.kind_of_crd(c, policykinds) for c in crds) if k is not None]
     assert {k.kind for k in found} >= {"Gateway", "HTTPRoute", "TimeoutPolicy", "PolicyKind"}
+    if reads_mesh:
+        found += [k for k in map(kube.mesh_kind_of_crd, _docs(DEPLOY / MESH_CRD)) if k is not None]
+        assert "XMesh" in {k.kind for k in found}
     return [kube.CRD, *builtin, *found]
 
 
 @pytest.mark.parametrize("process", PROCESSES)
 def test_each_process_may_read_what_it_watches(process: str) -> None:
+    from gwpolicy.controller.app import Controller
+    from gwpolicy.webhook.server import WebhookProcess
+
     rules = _cluster_rules(f"gwpolicy-{process}")
     builtin = gateway.BUILTIN if process == "gateway" else kube.BUILTIN
-    missing = [f"{k.plural}.{k.group} {verb}" for k in _watched(builtin) for verb in ("get", "list", "watch")
-               if not _allows(rules, k.group, k.plural, verb)]
+    shell = {"controller": Controller, "webhook": WebhookProcess, "gateway": gateway.GatewayController}[process]
+    missing = [f"{k.plural}.{k.group} {verb}" for k in _watched(builtin, shell.reads_mesh)
+               for verb in ("get", "list", "watch") if not _allows(rules, k.group, k.plural, verb)]
     assert not missing, f"gwpolicy-{process} cannot {missing}"
 
 
@@ -229,7 +237,11 @@ def test_the_mesh_proxy_deployment_runs_as_the_mesh_and_shares_its_lease() -> No
 def test_the_controller_may_write_status_of_every_kind_it_analyses() -> None:
     rules = _cluster_rules("gwpolicy-controller")
     skip = {"CustomResourceDefinition", "PolicyKind", "Namespace", "Service", "ReferenceGrant"}
-    missing = [f"{k.plural}/status.{k.group}" for k in _watched(kube.BUILTIN)
+    from gwpolicy.controller.app import Controller
+
+    watched = _watched(kube.BUILTIN, Controller.reads_mesh)
+    assert "XMesh" in {k.kind for k in watched}  # its gwpolicy.io/<Kind>Affected condition, as a Gateway's
+    missing = [f"{k.plural}/status.{k.group}" for k in watched
                if k.kind not in skip and k.status_subresource and not _allows(rules, k.group, f"{k.plural}/status", "patch")]
     assert not missing, missing
     assert _allows(rules, "", "services", "patch") and _allows(rules, "", "namespaces", "patch")  # the annotation

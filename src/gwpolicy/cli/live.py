@@ -6,7 +6,6 @@ from typing import Any
 
 from lightkube import ApiError, Client
 
-from gwpolicy.engine.mesh import MESH_KINDS
 from gwpolicy.kube import client as kube
 from gwpolicy.kube.defaults import kube_config
 
@@ -40,9 +39,9 @@ def read_cluster(kubeconfig: str | None, context: str | None) -> list[dict[str, 
         policykinds = read(pk_kind) if pk_kind else []
         out += policykinds
         named = {((p.get("spec") or {}).get("group", ""), (p.get("spec") or {}).get("kind", "")) for p in policykinds}
-        named |= set(MESH_KINDS)  # the XMesh turns the mesh on (docs/mesh.md): read it too
         for crd in crds:
-            k = kube.kind_of_crd(crd, named)
+            # and the XMesh, which turns the mesh on (docs/mesh.md), as the processes watch it
+            k = kube.kind_of_crd(crd, named) or kube.mesh_kind_of_crd(crd)
             if k is not None and k != pk_kind:
                 out += read(k)
     except ApiError as exc:

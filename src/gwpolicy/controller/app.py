@@ -115,6 +115,9 @@ class Controller(WatchingProcess):
 
     command = "controller"  # its defaults (kube/defaults.py)
     listen_flag = "--listen"  # the option that sets `Options.listen` (error messages name it)
+    # the XMesh once its CRD exists: with one of ours, policies on mesh paths are analysed, and
+    # written, as `gwpolicy status` gives them (docs/mesh.md, "Status"); the webhook shares it
+    reads_mesh = True
 
     def __init__(self, opts: Options) -> None:
         metrics = Metrics()

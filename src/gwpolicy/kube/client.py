@@ -288,6 +288,16 @@ def kind_of_crd(crd: dict[str, Any], policykinds: set[tuple[str, str]]) -> Kind 
     return served if wanted else None
 
 
+def mesh_kind_of_crd(crd: dict[str, Any]) -> Kind | None:
+    """The kind a CRD serves when it is the kind that turns the mesh on (the XMesh, engine/mesh.py's
+    `MESH_KINDS`; docs/mesh.md), else None. The one test of it for every process that reads the mesh
+    (the controller, the webhook, the mesh proxies: kube/process.py `reads_mesh`) and for the CLI."""
+    from gwpolicy.engine.mesh import MESH_KINDS
+
+    served = served_kind(crd)
+    return served if served is not None and (served.group, served.kind) in MESH_KINDS else None
+
+
 def served_kind(crd: dict[str, Any]) -> Kind | None:
     """The kind a CRD serves (its storage version, else its first served one); None when it serves none."""
     spec = crd.get("spec") or {}

@@ -3,10 +3,11 @@ webhook), written once so that the three cannot drift apart: its API client, its
 kinds its CRDs make known, its leader election, its status writers (which write only while the
 replica leads), its HTTP endpoints (`/healthz`, `/readyz`, `/statusz`, `/metrics`) on the listen
 address of kube/defaults.py, and the order it starts and stops in. Each process is a
-`WatchingProcess` that says only what is its own: what it watches (`watches`, `on_event`), what it
-does once started (`started`: its reconcile loop, its writers), what it reports (`not_ready`,
-`ready_text`, `status`), what it does on taking or losing the Lease (`leader_changed`), and what it
-ends before and after the shell's own stop (`stopping`, `stopped`).
+`WatchingProcess` that says only what is its own: what it watches (`watches`, `crd_kind`,
+`reads_mesh`: the XMesh once its CRD exists, `on_event`), what it does once started (`started`:
+its reconcile loop, its writers), what it reports (`not_ready`, `ready_text`, `status`), what it
+does on taking or losing the Lease (`leader_changed`), and what it ends before and after the
+shell's own stop (`stopping`, `stopped`).
 
 Start: the API client; the process' own first step (`starting`: the gateway's NGINX); the endpoints
 (a busy or malformed address is a ListenError and nothing else starts); an informer per kind of
@@ -65,6 +66,9 @@ class WatchingProcess:
     lease_rbac = "deploy/20-rbac.yaml, Role gwpolicy-leader-election"
     #: the kinds it watches besides the CRDs and the kinds they make known
     builtin: list[Kind] = kube.BUILTIN
+    #: whether it watches the XMesh once its CRD exists (the mesh is on with an XMesh of ours,
+    #: docs/mesh.md): the controller and the webhook (its policies on mesh paths), the mesh proxies
+    reads_mesh = False
 
     def __init__(self, opts: ProcessOptions, metrics: Any) -> None:
         self.opts: Any = opts
@@ -158,12 +162,19 @@ class WatchingProcess:
         inf.start()
         log_for(self).info("watching %s", kind.api_version + "/" + kind.plural)
 
-    def consider_crd(self, crd: dict[str, Any], objects: dict[tuple[str, str, str, str], dict[str, Any]]) -> None:
-        """Watch the kind a CRD defines when it is a policy kind (by its label, or named by a
-        PolicyKind among `objects`); a CRD created again has its informer try at once."""
+    def crd_kind(self, crd: dict[str, Any], objects: dict[tuple[str, str, str, str], dict[str, Any]]) -> Kind | None:
+        """The kind a CRD defines when this process watches it besides the XMesh: a Gateway API kind
+        or a policy kind (by its label, or named by a PolicyKind among `objects`)."""
         named = {((pk.get("spec") or {}).get("group", ""), (pk.get("spec") or {}).get("kind", ""))
                  for key, pk in objects.items() if key[:2] == ("gwpolicy.io", "PolicyKind")}
-        kind = kube.kind_of_crd(crd, named)
+        return kube.kind_of_crd(crd, named)
+
+    def consider_crd(self, crd: dict[str, Any], objects: dict[tuple[str, str, str, str], dict[str, Any]]) -> None:
+        """Watch the kind a CRD defines when the process reads it (`crd_kind`; the XMesh when it
+        `reads_mesh`); a CRD created again has its informer try at once."""
+        kind = self.crd_kind(crd, objects)
+        if kind is None and self.reads_mesh:
+            kind = kube.mesh_kind_of_crd(crd)
         if kind is not None:
             if kind in self.informers:
                 self.informers[kind].kick()  # need not wait out a backoff

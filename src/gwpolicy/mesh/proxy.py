@@ -60,11 +60,12 @@ BUILTIN = [
     Kind("", "v1", "Service", "services", True),
     Kind("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True, False),
 ]
-#: the CRD kinds the proxy reads: mesh routes, the XMesh that turns the mesh on (the experimental
-#: channel's; deploy/80-mesh.yaml grants these and no others), and the policy kinds it applies on
-#: mesh paths
-WATCHED_CRD_KINDS = ({("gateway.networking.k8s.io", "HTTPRoute"), (MESH_GROUP, "XMesh")}
-                     | {(policyconf.GROUP, k) for k in policyconf.KINDS})
+#: the CRD kinds the proxy reads: mesh routes and the policy kinds it applies on mesh paths...
+OWN_CRD_KINDS = {("gateway.networking.k8s.io", "HTTPRoute")} | {(policyconf.GROUP, k) for k in policyconf.KINDS}
+#: ... and the XMesh that turns the mesh on (the experimental channel's), watched as every process
+#: that reads the mesh watches it (kube/process.py `reads_mesh`); deploy/80-mesh.yaml grants these
+#: and no others
+WATCHED_CRD_KINDS = OWN_CRD_KINDS | {(MESH_GROUP, "XMesh")}
 #: the kinds the proxy serves without a mesh: plain forwarding to every Service's endpoints
 PLAIN_KINDS = {(k.group, k.kind) for k in BUILTIN}
 
@@ -134,6 +135,7 @@ class MeshProxy(WatchingProcess):
     lease_name = "gwpolicy-mesh"
     lease_rbac = "deploy/80-mesh.yaml, Role gwpolicy-mesh-leader-election"
     builtin = BUILTIN
+    reads_mesh = True
 
     def __init__(self, opts: MeshOptions) -> None:
         metrics = Metrics()
@@ -161,9 +163,7 @@ class MeshProxy(WatchingProcess):
         meta.pop("managedFields", None)
         if kind == kube.CRD:
             if etype != "DELETED":
-                wanted = kube.served_kind(raw)
-                if wanted is not None and (wanted.group, wanted.kind) in WATCHED_CRD_KINDS:
-                    self.watch(wanted)
+                self.consider_crd(raw, self.objects)
             return
         raw.setdefault("apiVersion", kind.api_version)
         raw.setdefault("kind", kind.kind)
@@ -177,6 +177,11 @@ class MeshProxy(WatchingProcess):
             self.wake.set()
         else:  # only its status changed (the echo of our own write among them): compare again
             self._enqueue_if_different(key_ref(key))
+
+    def crd_kind(self, crd: dict[str, Any], objects: dict[tuple[str, str, str, str], dict[str, Any]]) -> Kind | None:
+        """HTTPRoutes and the gwpolicy.io policy kinds, and nothing else the ClusterRole does not grant."""
+        wanted = kube.served_kind(crd)
+        return wanted if wanted is not None and (wanted.group, wanted.kind) in OWN_CRD_KINDS else None
 
     def not_ready(self) -> list[str]:
         why = [] if self.synced else ["informers not synced"]

@@ -25,7 +25,6 @@ from lightkube import ApiError
 from gwpolicy.controller.app import Controller
 from gwpolicy.controller.app import Options as ControllerOptions
 from gwpolicy.controller.model import ClusterModel
-from gwpolicy.engine.mesh import MESH_KINDS
 from gwpolicy.engine.refs import GATEWAY_GROUP
 from gwpolicy.kube import certs, defaults
 from gwpolicy.kube import client as kube
@@ -179,14 +178,6 @@ class WebhookProcess(Controller):
         self.ca_pem = b""
         self.registered_groups: list[str] | None = None
         self._tmp: tempfile.TemporaryDirectory | None = None
-
-    def consider_crd(self, crd: dict[str, Any], objects: dict[tuple[str, str, str, str], dict[str, Any]]) -> None:
-        """The controller's kinds, and the XMesh: with one, a policy on another namespace's Service
-        applies to its own namespace's requests (GEP-713's mesh rule), which a review warns of."""
-        super().consider_crd(crd, objects)
-        mesh = kube.kind_of_crd(crd, set(MESH_KINDS))
-        if mesh is not None and (mesh.group, mesh.kind) in MESH_KINDS:
-            self.watch(mesh)
 
     async def _certificate(self) -> tuple[str, str]:
         o = self.wopts
