@@ -156,9 +156,23 @@ def _watched(builtin: list[kube.Kind], reads_mesh: bool) -> list[kube.Kind]:
     found = [k for k in (kube.kind_of_crd(c, policykinds) for c in crds) if k is not None]
     assert {k.kind for k in found} >= {"Gateway", "HTTPRoute", "TimeoutPolicy", "PolicyKind"}
     if reads_mesh:
-        found += [k for k in map(kube.mesh_kind_of_crd, _docs(DEPLOY / MESH_CRD)) if k is not None]
-        assert "XMesh" in {k.kind for k in found}
+        found += _mesh_kinds()
     return [kube.CRD, *builtin, *found]
+
+
+def _mesh_kinds() -> list[kube.Kind]:
+    """The kinds that turn the mesh on, as a process that reads the mesh finds them once their CRDs
+    are installed: the XMesh of deploy/'s experimental CRD, and the standard channel's Mesh, whose
+    CRD the Gateway API does not ship yet (made here as its names will be)."""
+    from gwpolicy.engine.mesh import MESH_KINDS
+
+    crds = _docs(DEPLOY / MESH_CRD) + [
+        {"spec": {"group": g, "names": {"kind": k, "plural": k.lower() + "es"}, "scope": "Cluster",
+                  "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}}]}}
+        for g, k in MESH_KINDS if k != "XMesh"]
+    found = [k for k in map(kube.mesh_kind_of_crd, crds) if k is not None]
+    assert {(k.group, k.kind) for k in found} == set(MESH_KINDS)
+    return found
 
 
 @pytest.mark.parametrize("process", PROCESSES)
@@ -192,7 +206,7 @@ def _mesh_watched() -> list[kube.Kind]:
     crds = [o for o in bundled.objects("standard") if o["kind"] == "CustomResourceDefinition"] + _docs(DEPLOY / MESH_CRD)
     found = [k for k in (kube.served_kind(c) for c in crds) if k is not None and (k.group, k.kind) in mesh.WATCHED_CRD_KINDS]
     assert {k.kind for k in found} >= {"HTTPRoute", "XMesh", "TimeoutPolicy"}
-    return [kube.CRD, *mesh.BUILTIN, *found]
+    return [kube.CRD, *mesh.BUILTIN, *found, *_mesh_kinds()]
 
 
 def test_the_mesh_may_read_what_it_watches_and_write_only_route_and_xmesh_status() -> None:
@@ -204,7 +218,9 @@ def test_the_mesh_may_read_what_it_watches_and_write_only_route_and_xmesh_status
     assert _allows(rules, gw, "httproutes/status", "patch") and _allows(rules, x, "xmeshes/status", "patch")
     assert _allows(rules, gw, "httproutes", "get") and _allows(rules, x, "xmeshes", "get")  # read again after a 409
     writes = [(r["apiGroups"], r["resources"], v) for r in rules for v in r["verbs"] if v not in ("get", "list", "watch")]
-    assert writes == [([gw], ["httproutes/status"], "patch"), ([x], ["xmeshes/status"], "patch")]
+    assert _allows(rules, gw, "meshes/status", "patch")
+    assert writes == [([gw], ["httproutes/status"], "patch"), ([x], ["xmeshes/status"], "patch"),
+                      ([gw], ["meshes/status"], "patch")]
 
 
 def test_the_mesh_proxy_deployment_runs_as_the_mesh_and_shares_its_lease() -> None:

@@ -156,17 +156,6 @@ def test_describe_says_what_the_mesh_proxy_does_with_each_field_on_mesh_paths(tm
     assert "together" in north_south.out and "together" not in mesh.out
 
 
-def test_a_mesh_status_note_names_what_is_approximated_or_not_applied_there():
-    from gwpolicy.mesh.policies import NOT_APPLIED, status_note
-
-    note = status_note("gwpolicy.io", "RateLimitPolicy", HEADER_LIMIT["spec"])
-    assert note is not None and "key.type is approximated on mesh paths" in note
-    assert status_note("gwpolicy.io", "RateLimitPolicy", {"default": {"requests": 5}}) is None
-    timeout = status_note("gwpolicy.io", "TimeoutPolicy", {"default": {"readTimeout": "1s"}})
-    assert timeout is not None and "readTimeout is approximated" in timeout  # as north-south says
-    assert NOT_APPLIED in (status_note("gateway.nginx.org", "UpstreamSettingsPolicy", NGF_UPSTREAM["spec"]) or "")
-
-
 def test_docs_mesh_table_lists_every_field_as_the_mesh_proxy_treats_it():
     from pathlib import Path
 

@@ -13,7 +13,7 @@ paths."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from gwpolicy.engine.mesh import path_consumer
@@ -53,19 +53,3 @@ def enforcement_of(group: str, kind: str) -> Callable[[str], str] | None:
     if enforcement(group, kind, "") is None:
         return None
     return lambda f: enforcement(group, kind, f) or "-"
-
-
-def status_note(group: str, kind: str, policy_spec: Mapping[str, Any] | None) -> str | None:
-    """For an accepted policy's message on mesh paths: north-south's approximation note, the
-    fields approximated on mesh paths only, or that the kind is not applied there."""
-    if (group, kind) in NOT_ON_MESH:
-        return f"{kind} ({group}) is {NOT_APPLIED} by gwpolicy mesh."
-    if group != policyconf.GROUP or kind not in policyconf.KINDS or not isinstance(policy_spec, Mapping):
-        return None
-    notes = [policyconf.approximation_message(kind, policy_spec) or ""]
-    blocks = [policy_spec[s] for s in policyconf.STANZA_NAMES if isinstance(policy_spec.get(s), Mapping)] or [policy_spec]
-    for (k, f), how in sorted(APPROXIMATED_ON_MESH.items()):
-        if k == kind and any(policyconf.is_set(b, f) for b in blocks):
-            notes.append(f"{f} is approximated on mesh paths: {how}.")
-    text = " ".join(n for n in notes if n)
-    return text or None
