@@ -107,14 +107,16 @@ class _Server(ThreadingHTTPServer):
         if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
             super().handle_error(request, client_address)
 
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
     def process_request(self, request: Any, client_address: Any) -> None:
         with self.echo._lock:
             self.echo.accepted += 1
         super().process_request(request, client_address)
+
+
+class _Server6(_Server):
+    """The same server on an IPv6 address."""
+
+    address_family = socket.AF_INET6
 
 
 class EchoServer:
