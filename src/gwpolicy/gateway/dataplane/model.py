@@ -435,12 +435,12 @@ def address_key(address: str) -> str:
         return _digest(address)
 
 
-@functools.lru_cache(maxsize=65536)
 def hostport(address: str, port: int) -> str:
     """address:port as NGINX's `listen` takes it (an IPv6 address in brackets)."""
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
+@functools.lru_cache(maxsize=65536)
 def slug(text: str | None) -> str:
     return "".join(c if c.isalnum() else "_" for c in (text or ""))
 
