@@ -301,7 +301,7 @@ def listener_verdicts(gw: Obj, index: ObjectIndex, grants: ReferenceGrants) -> d
     for l in raw:
         uses[l["name"]] = uses.get(l["name"], 0) + 1
     listeners: dict[str, ListenerFacts] = {}
-    http1_only = nginxproxy.effective(gw, index).get("disableHTTP2") is True
+    http1_only = _http1_only(gw, index)
     for l in raw:
         if l["name"] in listeners:
             continue
@@ -423,6 +423,11 @@ def _is_loopback(value: Any) -> bool:
         return ipaddress.ip_address(str(value)).is_loopback
     except ValueError:
         return False
+
+
+def _http1_only(gw: Obj, index: ObjectIndex) -> bool:
+    """Does the Gateway's NginxProxy set disableHTTP2 (no listener of it speaks HTTP/2)?"""
+    return nginxproxy.effective(gw, index).get("disableHTTP2") is True
 
 
 def served_kinds(protocol: str, http1_only: bool = False) -> tuple[str, ...]:
@@ -597,7 +602,7 @@ def route_fact(route: Obj, facts: Facts, index: ObjectIndex, grants: ReferenceGr
             accepted = Cond("Accepted", False, "NoMatchingParent",
                             f"Gateway {gw_ref.namespace}/{gw_ref.name} is not accepted: {gf.accepted.message}")
             attached = []
-        elif route.kind == grpcroute.KIND and nginxproxy.effective(gf.obj, index).get("disableHTTP2") is True:
+        elif route.kind == grpcroute.KIND and _http1_only(gf.obj, index):
             accepted = Cond("Accepted", False, "NotAllowedByListeners",
                             f"Gateway {gw_ref.namespace}/{gw_ref.name}: its NginxProxy sets disableHTTP2, and gRPC "
                             "needs HTTP/2: no listener of the Gateway lists GRPCRoute in its supportedKinds")

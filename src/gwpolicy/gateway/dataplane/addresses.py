@@ -10,7 +10,7 @@ from typing import Any
 from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway.dataplane.model import DataPlaneConfig, DataPlaneError
 from gwpolicy.gateway.listeners import HOSTNAME
-from gwpolicy.gateway.nginxproxy import address_family
+from gwpolicy.gateway.nginxproxy import address_family, family_allows
 
 
 def intersect_hostname(listener: str, route: str) -> str | None:
@@ -119,7 +119,7 @@ def _spec_address(gw: Any, family: str = "dual") -> str | None:
     spec = gw.spec if isinstance(gw.spec, dict) else {}
     for a in spec.get("addresses") or []:
         if isinstance(a, dict) and a.get("type", "IPAddress") == "IPAddress" and isinstance(a.get("value"), str) \
-                and (family == "dual" or address_family(a["value"]) == family):
+                and family_allows(family, address_family(a["value"])):
             return a["value"]
     return None
 

@@ -37,6 +37,7 @@ from gwpolicy.gateway.dataplane.model import (
     endpoint_problem,
     upstream_base,
 )
+from gwpolicy.gateway.nginxproxy import family_allows
 
 
 def not_served(fact: Any, ri: int, msg: str) -> None:
@@ -350,7 +351,7 @@ class BackendResolver:
         pname = sport.get("name") or ""
         for es in self._slices_of(svc.namespace or "", svc.name):
             address_type = es.raw.get("addressType", "IPv4")
-            if address_type not in ("IPv4", "IPv6") or self._family not in ("dual", address_type.lower()):
+            if address_type not in ("IPv4", "IPv6") or not family_allows(self._family, address_type.lower()):
                 continue  # FQDN slices, and with an NginxProxy ipFamily the other family's
             ports = [p for p in as_list(es.raw.get("ports")) if isinstance(p, dict)]
             if ports:
