@@ -8,7 +8,6 @@ from datetime import datetime, timezone
 
 from gwpolicy.engine.analysis import Analysis
 from gwpolicy.engine.mesh import MESH_CONTROLLER, RequestsFrom
-from gwpolicy.engine.names import is_label
 from gwpolicy.engine.refs import Ref
 from gwpolicy.engine.topology import PathNode
 from gwpolicy.files.printers import Style
@@ -72,12 +71,9 @@ def from_words(namespace: str) -> str:
     return f"namespace {namespace}: its mesh paths only (those of Namespace/* where it has none of its own)"
 
 
-def namespace_name(text: str) -> str:
-    """`--from`: a namespace's name (a DNS-1123 label)."""
-    if not is_label(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a namespace name (a DNS-1123 label: at most 63 lower case "
-                                         "letters, digits and '-', starting and ending with a letter or digit)")
-    return text
+def from_line(ctx: Ctx, namespace: str | None) -> str:
+    """The line that says a table is about the requests of one namespace (--from)."""
+    return "" if namespace is None else ctx.style.bold("Requests from") + f" {from_words(namespace)}\n\n"
 
 
 def rfc3339_time(text: str) -> str:

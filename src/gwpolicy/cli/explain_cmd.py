@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gwpolicy.cli.context import Ctx, from_words, label, short
+from gwpolicy.cli.context import Ctx, from_line, label, short
 from gwpolicy.cli.describe import indent, path_text, show
 from gwpolicy.cli.resources import NotFound
 from gwpolicy.engine.explain import ladder
@@ -40,7 +40,7 @@ def cmd_explain(ctx: Ctx, target: Ref, fieldname: str, kind: str | None) -> byte
                           "candidates": [c.to_json() for c in b["candidates"]]} for b in blocks]}
         return encode(doc, ctx.output)
     s = ctx.style
-    out = "" if rf is None else s.bold("Requests from") + f" {from_words(rf.namespace)}\n\n"
+    out = from_line(ctx, None if rf is None else rf.namespace)
     for b in blocks:
         out += s.bold(f"{b['kind'].kind} ({b['kind'].strategy})") + f" on {label(target)}\n"
         out += s.dim("Path: ") + path_text(b["path"], target.namespace) + ctx.path_note(b["path"]) + "\n"

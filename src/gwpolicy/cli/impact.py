@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gwpolicy.cli.context import Ctx, from_words, label, requests_from
+from gwpolicy.cli.context import Ctx, from_line, label, requests_from
 from gwpolicy.cli.describe import affected_from, indent, show
 from gwpolicy.engine.analysis import Analysis
 from gwpolicy.engine.explain import diff_effective, diff_status
@@ -29,11 +29,6 @@ def _changes_table(changes: list[dict[str, Any]], home: str | None) -> str:
     return table(["TARGET", "KIND", "FIELD", "BEFORE", "AFTER", "PATHS"], [list(k) + [str(n)] for k, n in rows.items()])
 
 
-def _from_line(ctx: Ctx, namespace: str | None) -> str:
-    """The line that says a table is about the requests of one namespace (--from)."""
-    return "" if namespace is None else ctx.style.bold("Requests from") + f" {from_words(namespace)}\n\n"
-
-
 def cmd_impact(ctx: Ctx, policy: Ref, reanalyse: Callable[[list[dict[str, Any]]], Analysis]) -> bytes:
     """The blast radius of a policy: what it affects, and what deleting it would change."""
     before = ctx.analysis
@@ -45,7 +40,7 @@ def cmd_impact(ctx: Ctx, policy: Ref, reanalyse: Callable[[list[dict[str, Any]]]
         return encode({"policy": policy.to_json(), **({} if rf is None else {"from": rf.namespace}),
                        "affected": [r.to_json() for r in affected], "changes": changes}, ctx.output)
     s = ctx.style
-    out = _from_line(ctx, None if rf is None else rf.namespace)
+    out = from_line(ctx, None if rf is None else rf.namespace)
     out += s.bold(label(policy)) + f" affects {len(affected)} object{'s' if len(affected) != 1 else ''}"
     out += ":\n" + "".join(f"  {label(r, policy.namespace)}\n" for r in affected) if affected else ".\n"
     out += "\n" + s.bold(f"Deleting it would change {len(changes)} effective setting{'s' if len(changes) != 1 else ''}") + (":\n" if changes else ".\n")
@@ -116,7 +111,7 @@ def cmd_whatif(ctx: Ctx, apply_raws: list[dict[str, Any]] | None, delete: Ref | 
         return encode({**({} if from_namespace is None else {"from": from_namespace}),
                        "effective": effective, "status": status}, ctx.output)
     s = ctx.style
-    out = _from_line(ctx, from_namespace) + s.bold(f"Effective policy: {len(effective)} setting{'s' if len(effective) != 1 else ''} would change") + (":\n" if effective else ".\n")
+    out = from_line(ctx, from_namespace) + s.bold(f"Effective policy: {len(effective)} setting{'s' if len(effective) != 1 else ''} would change") + (":\n" if effective else ".\n")
     if effective:
         out += indent(_changes_table(effective, None))
     out += "\n" + s.bold(f"Status: {len(status)} change{'s' if len(status) != 1 else ''}") + (":\n" if status else ".\n")

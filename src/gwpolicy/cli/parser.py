@@ -7,9 +7,9 @@ import os
 from typing import Any, Sequence
 
 from gwpolicy import __version__
-from gwpolicy.cli.context import namespace_name, rfc3339_time
+from gwpolicy.cli.context import rfc3339_time
 from gwpolicy.engine.status import DEFAULT_CONTROLLER
-from gwpolicy.kube.args import HelpFormatter, Parser
+from gwpolicy.kube.args import HelpFormatter, Parser, namespace_name
 
 #: exit code of `status --fail-on-not-accepted` when a policy is not Accepted (1 stays "could not run")
 EXIT_NOT_ACCEPTED = 3

@@ -9,6 +9,8 @@ import os
 import sys
 from typing import NoReturn
 
+from gwpolicy.engine.names import is_label
+
 
 def program_name(argv0: str | None = None) -> str:
     """`kubectl gwpolicy` when run as the kubectl plugin (argv[0] is kubectl-gwpolicy), else `gwpolicy`."""
@@ -44,3 +46,11 @@ def positive_number(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text} must be a positive number")
     return value
+
+
+def namespace_name(text: str) -> str:
+    """A namespace's name (a DNS-1123 label), for a flag that takes one (`--from`, the mesh's `--namespace`)."""
+    if not is_label(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a namespace name (a DNS-1123 label: at most 63 lower case "
+                                         "letters, digits and '-', starting and ending with a letter or digit)")
+    return text

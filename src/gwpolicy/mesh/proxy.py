@@ -32,7 +32,6 @@ from typing import Any, Iterable, Mapping
 from lightkube import ApiError
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gwpolicy.engine import names
 from gwpolicy.engine.analysis import analyse
 from gwpolicy.engine.kinds import split_api_version
 from gwpolicy.engine.mesh import MESH_CONTROLLER, MESH_GROUP, MESH_KINDS
@@ -43,7 +42,7 @@ from gwpolicy.gateway.options import worker_processes
 from gwpolicy.gateway.state import key_ref, object_key
 from gwpolicy.kube import client as kube
 from gwpolicy.kube import defaults, serve
-from gwpolicy.kube.args import HelpFormatter, Parser, positive_number, program_name
+from gwpolicy.kube.args import HelpFormatter, Parser, namespace_name, positive_number, program_name
 from gwpolicy.kube.client import Kind
 from gwpolicy.kube.defaults import ProcessOptions
 from gwpolicy.kube.endpoints import ListenError
@@ -353,14 +352,6 @@ one per client namespace, where that namespace's outbound traffic goes (docs/mes
 takes part in one leader election (the Lease gwpolicy-mesh); the leader writes the routes'
 status.parents entries for their Service parents and the XMesh's Accepted condition, only where
 they differ. Ports below 1024 need root (or CAP_NET_BIND_SERVICE)."""
-
-
-def namespace_name(text: str) -> str:
-    """A namespace name (an RFC 1123 label), for --namespace."""
-    if not names.is_label(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a namespace name (lower-case letters, digits and '-', "
-                                         "at most 63, starting and ending with a letter or digit)")
-    return text
 
 
 def _egress_listen(text: str) -> tuple[str, int] | None:
