@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 import netns
 from gateway_proc import wait_until
 from gwpolicy.engine.mesh import MESH_CONTROLLER
-from gwpolicy.mesh.proxy import mesh_on, mesh_view
+from gwpolicy.mesh.proxy import mesh_view
+from gwpolicy.mesh.render import mesh_on
 from mesh_harness import XMESH, XMESH_CRD, Mesh
 
 A, S = "mesh-xa", "mesh-xs"

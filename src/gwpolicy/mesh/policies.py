@@ -1,6 +1,6 @@
 """What the mesh proxy (`gwpolicy mesh`) does with each policy kind on mesh paths, field by field
-(docs/mesh.md, "Policies on mesh paths"): `describe`'s NGINX column on a mesh path and the note of a
-mesh status read it, in the words north-south uses (gateway/policyconf.py).
+(docs/mesh.md, "Policies on mesh paths"): `describe`'s NGINX column on a mesh path reads it, in the
+words north-south uses (gateway/policyconf.py).
 
 Every field of the gwpolicy.io kinds is a location, upstream or http setting of NGINX, and the
 proxy serves one client namespace: on a mesh path a field is enforced or approximated exactly as

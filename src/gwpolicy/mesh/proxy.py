@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gwpolicy.engine.analysis import analyse
 from gwpolicy.engine.kinds import split_api_version
-from gwpolicy.engine.mesh import MESH_CONTROLLER, MESH_GROUP, MESH_KINDS
+from gwpolicy.engine.mesh import MESH_CONTROLLER, MESH_GROUP
 from gwpolicy.engine.meshstatus import Wanted, status_writes
 from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policyconf
@@ -50,7 +50,7 @@ from gwpolicy.kube.loop import synced_bursts
 from gwpolicy.kube.process import WatchingProcess
 from gwpolicy.kube.writer import Job, desired_of, patch_status_or_reread, take_first
 from gwpolicy.mesh import egress
-from gwpolicy.mesh.render import MeshConfig, build
+from gwpolicy.mesh.render import MeshConfig, build, mesh_on
 
 log = logging.getLogger("gwpolicy.mesh")
 
@@ -67,13 +67,6 @@ OWN_CRD_KINDS = {("gateway.networking.k8s.io", "HTTPRoute")} | {(policyconf.GROU
 WATCHED_CRD_KINDS = OWN_CRD_KINDS | {(MESH_GROUP, "XMesh")}
 #: the kinds the proxy serves without a mesh: plain forwarding to every Service's endpoints
 PLAIN_KINDS = {(k.group, k.kind) for k in BUILTIN}
-
-
-def mesh_on(objects: Iterable[Mapping[str, Any]]) -> bool:
-    """Does an XMesh (or Mesh) of the mesh controller exist among `objects`?"""
-    return any((split_api_version(str(o.get("apiVersion", "")))[0], o.get("kind")) in MESH_KINDS
-               and isinstance(o.get("spec"), dict) and o["spec"].get("controllerName") == MESH_CONTROLLER
-               for o in objects)
 
 
 def mesh_view(objects: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gwpolicy.engine.analysis import Analysis, analyse
+from gwpolicy.engine.kinds import split_api_version
 from gwpolicy.engine.mesh import MESH_KINDS, effective_from
 from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.gateway import policyconf
@@ -61,11 +62,16 @@ def build(objects: Iterable[Mapping[str, Any]], client: str, config: MeshConfig 
     return dp, files
 
 
+def mesh_on(objects: Iterable[Mapping[str, Any]]) -> bool:
+    """Does an XMesh (or Mesh) of the mesh controller exist among `objects`?"""
+    return any((split_api_version(str(o.get("apiVersion", "")))[0], o.get("kind")) in MESH_KINDS
+               and isinstance(o.get("spec"), dict) and o["spec"].get("controllerName") == MESH_CONTROLLER
+               for o in objects)
+
+
 def _mesh_analysis(objects: list[Mapping[str, Any]]) -> Analysis:
     """The engine's analysis of the real objects, with the mesh on."""
-    on = any((str(o.get("apiVersion", "")).split("/")[0], o.get("kind")) in MESH_KINDS
-             and isinstance(o.get("spec"), dict) and o["spec"].get("controllerName") == MESH_CONTROLLER for o in objects)
-    given = [dict(o) for o in objects] + ([] if on else [copy.deepcopy(IMPLIED_MESH)])
+    given = [dict(o) for o in objects] + ([] if mesh_on(objects) else [copy.deepcopy(IMPLIED_MESH)])
     return analyse(given, controller=MESH_CONTROLLER, kind_checks=policyconf.kind_checks(), by_target=True)
 
 
