@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory  # type: ignore[import-untyped]
 
+from gwpolicy.gateway.dataplane.model import hostport
 from gwpolicy.kube.args import HelpFormatter, Parser, program_name
 
 PACKAGE = "gateway_api_conformance.echo_basic.grpcecho"
@@ -122,7 +123,7 @@ class GrpcEchoServer:
                                                                response_serializer=EchoResponse.SerializeToString)
                     for name in IMPLEMENTED}
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-        where = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+        where = hostport(address, port)
         if cert:
             if not key:
                 raise ValueError("a TLS gRPC echo needs both cert and key")

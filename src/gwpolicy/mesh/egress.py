@@ -51,7 +51,7 @@ from gwpolicy.engine.refs import Ref
 from gwpolicy.gateway import policies, policyconf
 from gwpolicy.gateway.conftext import RenderError, comment, joined, quote
 from gwpolicy.gateway.dataplane.cache import programmable
-from gwpolicy.gateway.dataplane.model import POLICY_GROUP, DataPlaneConfig, endpoint_problem
+from gwpolicy.gateway.dataplane.model import DataPlaneConfig, endpoint_problem, hostport, spec_key
 
 #: where the egress port listens unless told otherwise (3128: the usual port of an HTTP proxy)
 DEFAULT_LISTEN = ("127.0.0.1", 3128)
@@ -148,13 +148,9 @@ def effective(a: Analysis, client: str, host: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for ep in effective_from(a, client, Ref(EXTERNAL_GROUP, EXTERNAL_KIND, None, host)):
         if ep.result.leaves:
-            key = ep.kind.kind if ep.kind.group == POLICY_GROUP else f"{ep.kind.group}/{ep.kind.kind}"
+            key = spec_key(ep.kind.group, ep.kind.kind)
             out.setdefault(key, policyconf.Effective.of(ep.result))
     return programmable(out)
-
-
-def _address(address: str, port: int) -> str:
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def upstream_name(host: str, port: int) -> str:
@@ -211,7 +207,7 @@ class Rendered:
 
 
 def _listen(cfg: EgressConfig) -> str:
-    return _address(cfg.listen[0], cfg.listen[1])
+    return hostport(cfg.listen[0], cfg.listen[1])
 
 
 def _host_server(a: Analysis, client: str, host: str, cfg: EgressConfig, out: Rendered,
@@ -249,7 +245,7 @@ def _host_server(a: Analysis, client: str, host: str, cfg: EgressConfig, out: Re
             close = close or up.close
             params = f" {up.server_params}" if up.server_params else ""
             block = [f"upstream {name} {{", "    " + comment(f"ExternalService {host} port {port}")]
-            block += [f"    server {_address(x, port)}{params};" for _ in range(max(1, copies)) for x in addresses]
+            block += [f"    server {hostport(x, port)}{params};" for _ in range(max(1, copies)) for x in addresses]
             block += [f"    {l}" for l in up.lines] + ["}", "", ""]
             upstreams.append(joined(block))
             entries.append(f"    {quote(f'{host}:{port}')} {name};")

@@ -19,7 +19,7 @@ from gwpolicy.engine.refs import CORE_GROUP, GATEWAY_GROUP, Ref
 from gwpolicy.gateway import policyconf
 from gwpolicy.gateway.dataplane import DataPlane, DataPlaneConfig, build_dataplane
 from gwpolicy.gateway.dataplane.backends import upstream_for
-from gwpolicy.gateway.dataplane.model import POLICY_GROUP
+from gwpolicy.gateway.dataplane.model import spec_key
 from gwpolicy.gateway.render import render
 from gwpolicy.mesh import egress
 from gwpolicy.mesh.routes import MESH_CONTROLLER, gateway_objects, gateway_ref, services
@@ -144,6 +144,6 @@ def _effective(a: Analysis, client: str, target: Ref, need: set[Ref], routeless:
         levels = set(ep.path.levels)
         if not need <= levels or (routeless and any(lv.kind == "HTTPRoute" for lv in levels)) or not ep.result.leaves:
             continue
-        key = ep.kind.kind if ep.kind.group == POLICY_GROUP else f"{ep.kind.group}/{ep.kind.kind}"
+        key = spec_key(ep.kind.group, ep.kind.kind)
         by_path.setdefault(id(ep.path), {})[key] = policyconf.Effective.of(ep.result)
     return next(iter(by_path.values()), {})

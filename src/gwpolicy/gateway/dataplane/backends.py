@@ -20,7 +20,6 @@ from gwpolicy.gateway.dataplane.model import (
     INVALID_KIND,
     MANAGED_BY_LABEL,
     NO_ENDPOINTS,
-    POLICY_GROUP,
     REF_NOT_PERMITTED,
     SERVICE_NAME_LABEL,
     UNSUPPORTED_VALUE,
@@ -35,6 +34,7 @@ from gwpolicy.gateway.dataplane.model import (
     as_dict,
     as_list,
     endpoint_problem,
+    spec_key,
     upstream_base,
 )
 from gwpolicy.gateway.nginxproxy import family_allows
@@ -290,7 +290,7 @@ class BackendResolver:
 
     def _effective_at(self, target: Ref, node: PathNode) -> dict[str, dict[str, Any]]:
         pairs = self._effective.get(target, {}).get(node, ())
-        out = {(k.kind if k.group == POLICY_GROUP else f"{k.group}/{k.kind}"): self._spec_of(res)
+        out = {spec_key(k.group, k.kind): self._spec_of(res)
                for k, res in pairs if res.leaves}
         if any(k.group == ngfpolicies.GROUP for k, res in pairs if res.leaves):
             out = self._with_ngf(node, {k.key: res for k, res in pairs if res.leaves}, out)

@@ -43,6 +43,11 @@ ENDPOINTSLICE_CONTROLLER = "endpointslice-controller.k8s.io"
 POLICY_GROUP = "gwpolicy.io"  # the kinds this data plane enforces (policyconf.GROUP)
 
 
+def spec_key(group: str, kind: str) -> str:
+    """A policy kind's key among a path's effective specs: our kinds by name, others' with their group."""
+    return kind if group == POLICY_GROUP else f"{group}/{kind}"
+
+
 # reasons recorded for the status layer (GEP-1364 words where one exists)
 BACKEND_NOT_FOUND = "BackendNotFound"
 
