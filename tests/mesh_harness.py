@@ -37,6 +37,17 @@ XMESH = {"apiVersion": "gateway.networking.x-k8s.io/v1alpha1", "kind": "XMesh", 
          "spec": {"controllerName": MESH_CONTROLLER}}
 
 
+def namespace(name: str) -> dict[str, Any]:
+    """A Namespace object to apply."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+def policy_crds(*files: str) -> list[dict[str, Any]]:
+    """deploy/'s CRDs in `files` as they are (their targetRef declares the `namespace` the mesh rule needs)."""
+    return [d for f in files for d in yaml.safe_load_all((kube_apiserver.DEPLOY / f).read_text())
+            if d and d.get("kind") == "CustomResourceDefinition"]
+
+
 def pod_name(prefix: str) -> str:
     """`<prefix>-<replicaset hash>-<pod hash>`, as a Deployment names its pods."""
     return f"{prefix}-{secrets.token_hex(4)[:9]}-{secrets.token_hex(3)[:5]}"

@@ -17,15 +17,12 @@ import nginx_conf
 from gwpolicy.engine import mesh as engine_mesh
 from gwpolicy.mesh import egress
 from gwpolicy.mesh.render import MeshConfig, build
+from mesh_harness import namespace
 from test_gateway_render import nginx_t
 
 ADDRESS = "198.51.100.7"
 LISTEN = ("127.0.0.1", 3128)
 MARK = "gwinjected"
-
-
-def _ns(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
 def _policy(kind: str, ns: str, host: str, spec: dict, name: str = "p") -> dict:
@@ -37,7 +34,7 @@ def _policy(kind: str, ns: str, host: str, spec: dict, name: str = "p") -> dict:
 def _render(objs: list[dict], client: str, known: dict[str, tuple[str, ...]] | None = None,
             ports: tuple[int, ...] = (80,)) -> tuple[dict[str, bytes], egress.HostAddresses]:
     addresses = egress.HostAddresses(dict(known or {}))
-    _, files = build([_ns("a"), _ns("b"), *objs], client,
+    _, files = build([namespace("a"), namespace("b"), *objs], client,
                      MeshConfig(egress=egress.EgressConfig(LISTEN, ports, ("192.0.2.53",), addresses)))
     return files, addresses
 
@@ -113,7 +110,7 @@ def test_a_host_without_addresses_answers_502_and_other_ports_are_refused():
 
 
 def test_without_an_egress_port_nothing_is_added():
-    objs = [_ns("a"), _policy("TimeoutPolicy", "a", "api.example.com", {"readTimeout": "1s"})]
+    objs = [namespace("a"), _policy("TimeoutPolicy", "a", "api.example.com", {"readTimeout": "1s"})]
     _, files = build(objs, "a", MeshConfig())
     assert b"egress" not in b"".join(files.values())
 
@@ -216,7 +213,7 @@ def test_addresses_the_gateway_would_never_connect_to_are_left_out():
     assert "return 502 gwpolicy egress: metadata.example.com has no address the proxy may use" in metadata
     assert not any(d.startswith("proxy_pass") for d in metadata)
     addresses = egress.HostAddresses(dict(known))
-    _, allowed = build([_ns("a"), *objs], "a", MeshConfig(egress=egress.EgressConfig(LISTEN, (80,), (), addresses,
+    _, allowed = build([namespace("a"), *objs], "a", MeshConfig(egress=egress.EgressConfig(LISTEN, (80,), (), addresses,
                                                                                       allow_loopback=True)))
     assert upstream_servers(allowed) == ["127.0.0.1:80", f"{ADDRESS}:80"]
 

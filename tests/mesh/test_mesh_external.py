@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
 
 import netns
 from gateway_proc import wait_until
-from mesh_harness import Mesh
+from mesh_harness import Mesh, namespace, policy_crds
 
 WHY = netns.unavailable()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"network namespaces cannot be made here: {WHY}")
@@ -29,12 +27,7 @@ pytestmark = pytest.mark.skipif(WHY is not None, reason=f"network namespaces can
 A, B = "mesh-ea", "mesh-eb"
 HOST = "api.external.test"
 EGRESS = ("127.0.0.1", 3128)  # gwpolicy mesh's default --egress-listen
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 SLOW = 4.0  # seconds the external host takes under /slow; the policy gives up after 1 s
-
-
-def _ns(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
 def _policy(kind: str, name: str, spec: dict) -> dict:
@@ -46,18 +39,12 @@ TIMEOUT = _policy("TimeoutPolicy", "api-timeout", {"readTimeout": "1s"})
 RETRY = _policy("RetryPolicy", "api-retries", {"attempts": 3, "codes": [503]})
 
 
-def _crds() -> list[dict]:
-    """deploy/'s TimeoutPolicy and RetryPolicy CRDs as they are (an ExternalService target names no namespace)."""
-    return [d for f in ("41-timeoutpolicy.yaml", "42-retrypolicy.yaml")
-            for d in yaml.safe_load_all((DEPLOY / f).read_text()) if d]
-
-
 @pytest.fixture
 def mesh(server_kind, tmp_path):
     m = Mesh(server_kind, tmp_path, [A, B])
     try:
-        m.apply(_crds())
-        m.apply([_ns(A), _ns(B)])
+        m.apply(policy_crds("41-timeoutpolicy.yaml", "42-retrypolicy.yaml"))
+        m.apply([namespace(A), namespace(B)])
         api = m.backend("external", "api", port=80, delays={"/slow": SLOW})
         for host in m.hosts.values():
             host.hosts_file({HOST: api.address})

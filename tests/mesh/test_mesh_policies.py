@@ -10,20 +10,17 @@ that the tests' policies never meet."""
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import pytest
-import yaml
 
 import netns
 from gateway_proc import wait_until
-from mesh_harness import Mesh
+from mesh_harness import Mesh, namespace, policy_crds
 
 WHY = netns.unavailable()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"network namespaces cannot be made here: {WHY}")
 
 A, B = "mesh-pa", "mesh-pb"
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 CRDS = ("41-timeoutpolicy.yaml", "42-retrypolicy.yaml", "43-clientsettingspolicy.yaml",
         "44-upstreamsettingspolicy.yaml", "45-ratelimitpolicy.yaml")
 SLOW = 4.0  # seconds the backend takes under /slow; the TimeoutPolicy gives up after 1 s
@@ -36,10 +33,6 @@ def steadily(pred, n: int = 3):
     """`pred` holding `n` times in a row: while NGINX reloads, a worker of the configuration before
     may still take a connection or two."""
     return lambda: all(pred() for _ in range(n))
-
-
-def _ns(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
 def _service(name: str) -> dict:
@@ -61,19 +54,12 @@ NOT_OURS = _policy("UpstreamSettingsPolicy", "no-pool-for-b", A, "s-pooled", {"k
 RATE = _policy("RateLimitPolicy", "one-a-minute", A, "s-rate", {"default": {"requests": 1, "unit": "Minute"}})
 
 
-def _crds() -> list[dict]:
-    """deploy/'s policy CRDs as they are: their targetRef declares the `namespace` the mesh rule
-    needs, so a real API server keeps the field rather than pruning it."""
-    return [d for name in CRDS for d in yaml.safe_load_all((DEPLOY / name).read_text())
-            if d and d.get("kind") == "CustomResourceDefinition"]
-
-
 @pytest.fixture(scope="module")
 def mesh(module_server_kind, tmp_path_factory):
     m = Mesh(module_server_kind, tmp_path_factory.mktemp("mesh-policies"), [A, B])
     try:
-        m.apply(_crds())
-        m.apply([_ns(A), _ns(B)] + [_service(s) for s in SERVICES])
+        m.apply(policy_crds(*CRDS))
+        m.apply([namespace(A), namespace(B)] + [_service(s) for s in SERVICES])
         for s in SERVICES:
             echo = m.backend(B, s, delays={"/slow": SLOW} if s == "s" else None)
             m.publish(B, s, [echo], {"http": echo.port})

@@ -18,7 +18,7 @@ import pytest
 import netns
 from gateway_proc import wait_until
 from gwpolicy.engine.mesh import MESH_CONTROLLER
-from mesh_harness import XMESH, Mesh
+from mesh_harness import XMESH, Mesh, namespace
 
 WHY = netns.unavailable()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"network namespaces cannot be made here: {WHY}")
@@ -27,10 +27,6 @@ A, B, S = "mesh-sa", "mesh-sb", "mesh-ss"
 SYSTEM = "gwpolicy-system"
 HTTPROUTE = "gateway.networking.k8s.io/v1"
 LEASE_SECONDS = 3
-
-
-def _ns(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
 SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": S},
@@ -56,7 +52,7 @@ def mesh(server_kind: str, tmp_path: Any) -> Iterator[Mesh]:
     m = Mesh(server_kind, tmp_path, [A, B])
     try:
         m.server.install_deploy("80-mesh.yaml")
-        m.apply([_ns(A), _ns(B), _ns(S), SERVICE])
+        m.apply([namespace(A), namespace(B), namespace(S), SERVICE])
         yield m
     finally:
         m.close()

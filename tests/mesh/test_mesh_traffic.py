@@ -10,17 +10,13 @@ import pytest
 
 import netns
 from gateway_proc import wait_until
-from mesh_harness import Mesh
+from mesh_harness import Mesh, namespace
 
 WHY = netns.unavailable()
 pytestmark = pytest.mark.skipif(WHY is not None, reason=f"network namespaces cannot be made here: {WHY}")
 
 A, B, S = "mesh-a", "mesh-b", "mesh-s"
 HTTPROUTE = "gateway.networking.k8s.io/v1"
-
-
-def _ns(name: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
 def _svc(name: str) -> dict:
@@ -45,7 +41,7 @@ CONSUMER = {"apiVersion": HTTPROUTE, "kind": "HTTPRoute", "metadata": {"name": "
 def mesh(server_kind, tmp_path):
     m = Mesh(server_kind, tmp_path, [A, B])
     try:
-        m.apply([_ns(A), _ns(B), _ns(S), _svc("s"), _svc("s-v2")])
+        m.apply([namespace(A), namespace(B), namespace(S), _svc("s"), _svc("s-v2")])
         v1, v2 = m.backend(S, "s-v1"), m.backend(S, "s-v2")
         m.publish(S, "s", [v1], {"http": v1.port})
         m.publish(S, "s-v2", [v2], {"http": v2.port})
